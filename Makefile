@@ -1,0 +1,47 @@
+# ds4cpp — the two set-up commands (see README.md):
+#   make run    installs what is missing, builds, runs the ds4 CLI on the bundled model
+#   make test   installs what is missing, builds, runs the whole CPU test suite
+# Other targets: build, bench, bench-spec, fuzz, test-cuda, clean.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+PROMPT ?= Once upon a time
+N ?= 64
+
+.PHONY: all setup configure build run test bench bench-spec fuzz test-cuda clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: setup $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	@bash scripts/run_default.sh $(BUILD) "$(PROMPT)" $(N)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+bench: build
+	@bash scripts/bench.sh $(BUILD)
+
+bench-spec: build
+	@bash scripts/bench_spec.sh $(BUILD)
+
+fuzz: setup
+	@bash scripts/fuzz.sh
+
+test-cuda: setup
+	cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDS4_CUDA=ON
+	cmake --build build-cuda -j $(JOBS)
+	cd build-cuda && ctest --output-on-failure -L cuda
+
+clean:
+	rm -rf $(BUILD) build-cuda

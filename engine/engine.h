@@ -1,0 +1,129 @@
+// engine/engine.h — the public API of ds4cpp. Frontends (cli/, bench/, server/) include only
+// this folder and core/.
+//
+// Engine: immutable after open — the mmapped model, its validated config, the tokenizer and
+//   the backend (CPU now, CUDA later). Thread-safe for concurrent new_session() and
+//   tokenization.
+// Session: one mutable timeline (token history, per-layer KV state, last logits). Not
+//   thread-safe; one thread drives a session at a time.
+//
+// Invariants (design.md §3-4):
+//   * prefill(N tokens) leaves bit-identical state and logits to N decode() calls;
+//   * verify(rows)[i] is bit-identical to decoding rows[0..i] one by one;
+//   * checkpoint()/rollback() and commit_prefix() cost O(layers), not O(context);
+//   * results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ds4 {
+
+enum class BackendKind { kCpu, kCuda };
+
+struct EngineOptions {
+  std::string model_path;        // target GGUF (DS4 layout)
+  std::string mtp_path;          // optional DSpark support GGUF ("" = none)
+  BackendKind backend = BackendKind::kCpu;
+  int n_threads = 0;             // 0 = hardware concurrency
+};
+
+// What frontends may know about the loaded model (no tensors).
+struct ModelInfo {
+  std::string name;              // general.name
+  std::string path;
+  uint64_t file_bytes = 0;
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_vocab = 0;
+  int n_ctx_train = 0;           // deepseek4.context_length
+  int routed_quant_bits = 0;     // 2 (IQ2_XXS/Q2_K) or 4 (Q4_K)
+  uint64_t kv_bytes_per_token = 0;   // steady-state growth of session state per token
+  uint64_t session_fixed_bytes = 0;  // raw windows + compressor states, independent of ctx
+  bool has_drafter = false;
+};
+
+// Chat rendering (DS4 template, ds4-architecture.md §8.5).
+enum class ThinkMode { kThink, kNoThink, kThinkMax };
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", "tool"
+  std::string content;
+};
+
+// Per-row result of a verify batch.
+struct VerifyRow {
+  int32_t argmax = 0;            // greedy next token after this row (ties -> smallest id)
+  std::span<const float> logits; // [n_vocab] f32, valid until the next session call
+};
+
+class Session;
+
+using ProgressFn = std::function<void(int done, int total)>;
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> open(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  virtual const ModelInfo& info() const = 0;
+
+  // n_ctx: the session's context limit in tokens; errors if memory cannot hold it.
+  virtual Expected<std::unique_ptr<Session>> new_session(int n_ctx) = 0;
+
+  // --- text (byte-level BPE + DS4 chat template) ---
+  // Plain text: special-token strings are NOT recognized.
+  virtual std::vector<int32_t> tokenize(std::string_view text) const = 0;
+  // Rendered chat text: the DS4 special-token strings are emitted as their ids.
+  virtual std::vector<int32_t> tokenize_rendered(std::string_view text) const = 0;
+  // Renders a whole conversation, ending with the assistant generation prefix.
+  virtual std::string render_chat(std::span<const ChatMessage> messages, ThinkMode mode) const = 0;
+  // Bytes of one token (may be a partial UTF-8 sequence; use a streaming decoder to print).
+  virtual std::string token_bytes(int32_t token) const = 0;
+  virtual std::string detokenize(std::span<const int32_t> tokens) const = 0;
+  virtual int32_t bos_token() const = 0;
+  virtual int32_t eos_token() const = 0;
+};
+
+class Session {
+ public:
+  virtual ~Session() = default;
+
+  virtual int n_ctx() const = 0;
+  virtual int n_tokens() const = 0;                   // == position of the next token
+  virtual std::span<const int32_t> tokens() const = 0;
+
+  // Appends tokens at the current position (prefill path; chunked internally).
+  virtual Status prefill(std::span<const int32_t> tokens, const ProgressFn& progress = {}) = 0;
+  // Appends one token (decode path).
+  virtual Status decode(int32_t token) = 0;
+  // Next-token logits after the last appended token: [n_vocab] f32.
+  virtual std::span<const float> logits() const = 0;
+
+  // Runs rows (1..8) at consecutive positions and appends them. Row i's result equals
+  // decoding rows[0..i] one by one. Follow with commit_prefix(k) to keep k rows, or
+  // rollback() to the checkpoint taken before.
+  virtual Expected<std::vector<VerifyRow>> verify(std::span<const int32_t> rows) = 0;
+
+  // Speculation checkpoints: O(layers). rollback() returns to the last checkpoint.
+  virtual void checkpoint() = 0;
+  virtual void rollback() = 0;
+  // After verify(r rows): keep the first k (1 <= k <= r) rows, as if only they had been
+  // decoded; logits() becomes row k-1's logits. No replay.
+  virtual Status commit_prefix(int k) = 0;
+
+  // Full in-memory snapshot (bench frontier probe): O(context).
+  virtual Status save_snapshot() = 0;
+  virtual Status restore_snapshot() = 0;
+  virtual uint64_t state_bytes() const = 0;           // bytes a snapshot payload holds
+
+  virtual void reset() = 0;                            // empty timeline
+};
+
+}  // namespace ds4
