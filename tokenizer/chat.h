@@ -1,0 +1,115 @@
+// tokenizer/chat.h — the DS4 chat template (ds4-architecture.md §8.5).
+//
+// Role: renders prompts and conversations to text with the DS4 special-token strings, then
+// tokenizes them with Tokenizer::encode_rendered(). Two users:
+//   * single prompt (CLI -p, logprob tests): render_prompt()/encode_prompt();
+//   * live multi-turn chat (interactive CLI, one KV state that only grows): ChatTranscript,
+//     which hands out the token suffix to append for each new turn.
+// Invariants:
+//   * Every turn starts with a special token (<｜User｜> / <｜Assistant｜>), and
+//     encode_rendered() cuts at special tokens, so tokenizing a conversation turn by turn
+//     gives the same ids as tokenizing the whole rendered text at once
+//     (ChatTranscript::tokens() == encode_rendered(ChatTranscript::text()) whenever the
+//     generated replies were canonical tokenizations of their text).
+//   * ThinkMax is only honoured when the context is >= kThinkMaxMinContext tokens
+//     (think_mode_for_context); callers pass the resolved mode.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ds4::tok {
+
+// Same order as ds4::ThinkMode in engine/engine.h.
+enum class ThinkMode { kThink, kNoThink, kThinkMax };
+
+inline constexpr int64_t kThinkMaxMinContext = 393216;  // 384K tokens
+
+// Exactly three lines, each ended by '\n', then one more '\n'.
+inline constexpr std::string_view kThinkMaxPrefix =
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
+    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
+    "edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate "
+    "step, considered alternative, and rejected hypothesis to ensure absolutely no assumption "
+    "is left unchecked.\n"
+    "\n";
+
+// CLI default system prompt (no period); ds4-bench uses kBenchSystemPrompt.
+inline constexpr std::string_view kDefaultSystemPrompt = "You are a helpful assistant";
+inline constexpr std::string_view kBenchSystemPrompt = "You are a helpful assistant.";
+
+// ThinkMax only when n_ctx >= 393216, else Think; other modes pass through.
+ThinkMode think_mode_for_context(ThinkMode mode, int64_t n_ctx);
+
+// "<｜Assistant｜><think>" (Think/ThinkMax) or "<｜Assistant｜></think>" (NoThink).
+std::string generation_prefix(ThinkMode mode);
+
+// Single prompt: BOS [think-max prefix] system <｜User｜>user <｜Assistant｜>(<think>|</think>)
+std::string render_prompt(std::string_view system, std::string_view user, ThinkMode mode);
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, std::string_view system,
+                                   std::string_view user, ThinkMode mode);
+
+// Whole-conversation rendering with the CLI semantics of §8.5 (roles: "system",
+// "developer", "user", "tool", "assistant"), ending with the generation prefix.
+//   system/developer -> raw text right after BOS (several are concatenated in order);
+//   user -> <｜User｜>text; tool -> <｜User｜>Tool: text;
+//   assistant -> <｜Assistant｜> + ("</think>" unless text starts with <think> or </think>)
+//                + text  (no EOS: CLI append_message semantics).
+// The ThinkMax prefix precedes the system text when mode == kThinkMax.
+struct Message {
+  std::string role;
+  std::string content;
+};
+Expected<std::string> render_conversation(std::span<const Message> messages, ThinkMode mode);
+
+// Incremental multi-turn transcript for one live session. Each call returns the token
+// suffix to append to the session (and records its text), so earlier turns are never
+// re-rendered. Typical interactive loop:
+//   ChatTranscript t(tok, system, mode);
+//   session.prefill(t.start());                       // BOS [+prefix] + system
+//   session.prefill(t.user_turn("hi", mode));         // <｜User｜>hi<｜Assistant｜><think>
+//   ... generate ids ...;  session.prefill(t.assistant_generated(ids));   // -> {EOS}
+class ChatTranscript {
+ public:
+  // The ThinkMax prefix is emitted by start() only when mode == kThinkMax.
+  ChatTranscript(const Tokenizer& tok, std::string system, ThinkMode mode);
+
+  // BOS [+ think-max prefix] + system text. Must be called first, exactly once.
+  std::vector<int32_t> start();
+  // <｜User｜>text + generation prefix for `mode`: everything before the model's reply.
+  std::vector<int32_t> user_turn(std::string_view text, ThinkMode mode);
+  // <｜User｜>Tool: text + generation prefix (CLI tool-result form).
+  std::vector<int32_t> tool_turn(std::string_view text, ThinkMode mode);
+  // Records the ids the model generated after the generation prefix (they are already in the
+  // session) and returns the suffix to append after them: {EOS}, or {} when the last
+  // generated id already is EOS. The text is recorded as decode(generated) [+ EOS string].
+  std::vector<int32_t> assistant_generated(std::span<const int32_t> generated);
+  // History-only messages (no generation): user text without a generation prefix, and an
+  // assistant message with CLI append_message semantics (no EOS).
+  std::vector<int32_t> user_message(std::string_view text);
+  std::vector<int32_t> assistant_message(std::string_view text);
+
+  // Everything appended so far, as rendered text and as ids.
+  const std::string& text() const { return text_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  bool started() const { return started_; }
+
+ private:
+  std::vector<int32_t> append_rendered(std::string rendered);
+  const Tokenizer* tok_;
+  std::string system_;
+  ThinkMode start_mode_;
+  bool started_ = false;
+  std::string text_;
+  std::vector<int32_t> tokens_;
+};
+
+}  // namespace ds4::tok
