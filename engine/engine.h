@@ -64,6 +64,7 @@ struct VerifyRow {
 };
 
 class Session;
+class TextCodec;  // engine/text.h: tokenizer + chat template + streaming detokenizer
 
 using ProgressFn = std::function<void(int done, int total)>;
 
@@ -89,6 +90,8 @@ class Engine {
   virtual std::string detokenize(std::span<const int32_t> tokens) const = 0;
   virtual int32_t bos_token() const = 0;
   virtual int32_t eos_token() const = 0;
+  // The full text codec (streams, transcripts) for frontends that need more than the above.
+  virtual const TextCodec& text() const = 0;
 };
 
 class Session {

@@ -105,10 +105,10 @@ class File {
   bool has(std::string_view key) const { return find(key) != nullptr; }
   const KeyValue* find(std::string_view key) const;
 
-  // Typed getters: kNotFound when the key is absent; kInvalidArgument naming the key, expected
-  // and actual type when the stored type cannot be converted losslessly. Integer getters
-  // accept any integer type whose value fits; get_f32 accepts f32 and f64 (narrowed);
-  // get_f64 accepts f32/f64. Array getters apply the same rule to every item.
+  // Typed getters: kNotFound when the key is absent; kCorrupt naming the key, expected and
+  // actual type (or the value that does not fit) when it cannot be converted losslessly.
+  // Integer getters accept any integer type whose value fits; get_f32 accepts f32 and f64
+  // (narrowed); get_f64 accepts f32/f64. Array getters apply the same rule to every item.
   Expected<uint8_t> get_u8(std::string_view key) const;
   Expected<uint32_t> get_u32(std::string_view key) const;
   Expected<uint64_t> get_u64(std::string_view key) const;

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -27,10 +28,13 @@
 
 namespace ds4::gguf {
 
-// Fills `out` with the tensor bytes [byte_offset, byte_offset + out.size()). Chunks are
-// visited in increasing order, start on a block boundary (multiple of the type's block
-// bytes) and, when a row fits in a chunk, on a row boundary; each chunk is at most
-// Writer::kChunkBytes long (rounded down to whole rows/blocks when possible).
+// Fills `out` with the tensor bytes [byte_offset, byte_offset + out.size()) (offsets relative
+// to the tensor start). Chunks are visited in increasing order and are at most
+// Writer::kChunkBytes long. The chunk length is a whole number of rows when a row (ne[0]
+// elements) fits in kChunkBytes, else a whole number of blocks; chunks start at the tensor
+// start (or, for add_tensor_ranges, at each range start) plus multiples of that length, so
+// they start on row/block boundaries whenever the ranges do. Chunks the callback leaves
+// all-zero are not written (they stay holes). Called on the thread that runs write().
 using FillFn = std::function<void(uint64_t byte_offset, std::span<uint8_t> out)>;
 
 enum class TensorFill { kHole };
@@ -113,17 +117,16 @@ class Writer {
  private:
   struct Kv {
     std::string key;
-    ValueType type;
-    ValueType array_type;
-    uint64_t count;            // arrays only
+    ValueType type = ValueType::kU8;
+    ValueType array_type = ValueType::kU8;
+    uint64_t count = 0;            // arrays only
     std::vector<uint8_t> raw;  // encoded value exactly as in the file (after the type u32)
   };
   struct Tensor {
     std::string name;
-    GgmlType type;
+    GgmlType type = GgmlType::kF32;
     std::vector<int64_t> ne;
     uint64_t nbytes = 0;
-    uint64_t offset = 0;               // relative to data start
     std::vector<uint8_t> bytes;        // kind (a)
     FillFn fill;                       // kinds (b) and (d)
     std::vector<ByteRange> ranges;     // kind (d) (sorted), or one full range for (b)
@@ -141,7 +144,6 @@ class Writer {
   std::vector<Tensor> tensors_;
   std::unordered_set<std::string> tensor_names_;
   uint32_t alignment_ = 32;
-  uint64_t data_bytes_ = 0;  // end of the last tensor, relative to data start (unpadded)
 };
 
 }  // namespace ds4::gguf

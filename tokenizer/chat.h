@@ -82,15 +82,17 @@ class ChatTranscript {
   // The ThinkMax prefix is emitted by start() only when mode == kThinkMax.
   ChatTranscript(const Tokenizer& tok, std::string system, ThinkMode mode);
 
-  // BOS [+ think-max prefix] + system text. Must be called first, exactly once.
+  // BOS [+ think-max prefix] + system text. Returns {} when already started. Every other
+  // append starts the transcript implicitly (its suffix then begins with these ids), so the
+  // call order can never be wrong.
   std::vector<int32_t> start();
   // <｜User｜>text + generation prefix for `mode`: everything before the model's reply.
   std::vector<int32_t> user_turn(std::string_view text, ThinkMode mode);
   // <｜User｜>Tool: text + generation prefix (CLI tool-result form).
   std::vector<int32_t> tool_turn(std::string_view text, ThinkMode mode);
   // Records the ids the model generated after the generation prefix (they are already in the
-  // session) and returns the suffix to append after them: {EOS}, or {} when the last
-  // generated id already is EOS. The text is recorded as decode(generated) [+ EOS string].
+  // session; the caller appended them) and returns the suffix to append after them: {EOS},
+  // or {} when the last generated id already is EOS. The text is recorded as decode(generated) [+ EOS string].
   std::vector<int32_t> assistant_generated(std::span<const int32_t> generated);
   // History-only messages (no generation): user text without a generation prefix, and an
   // assistant message with CLI append_message semantics (no EOS).
@@ -104,6 +106,7 @@ class ChatTranscript {
 
  private:
   std::vector<int32_t> append_rendered(std::string rendered);
+  std::vector<int32_t> append_turn(std::string rendered);  // start() if needed, then append
   const Tokenizer* tok_;
   std::string system_;
   ThinkMode start_mode_;

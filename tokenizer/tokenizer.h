@@ -11,7 +11,12 @@
 //   * encode() does NOT recognize special-token strings; encode_rendered() emits the 7 DS4
 //     special strings (SpecialTokens) as their ids and BPE-encodes the spans between them.
 //   * decode() is total: ids outside [0, n_vocab) decode to U+FFFD ("\xEF\xBF\xBD").
+//     Token bytes follow ds4 (§8.1): a token containing U+FF5C is emitted literally; any other
+//     token maps its code points back through the GPT-2 byte map, dropping code points that
+//     are not the image of a byte.
 //   * A loaded Tokenizer is immutable; all const methods are safe to call concurrently.
+//     encode*() keeps a bounded per-thread piece cache (at most ~8 MB per encoding thread, keyed
+//     by a per-Tokenizer instance number, so it is never stale); results never depend on it.
 //   * Load-time validation (create/from_gguf) guarantees: non-empty vocab, no duplicate token
 //     strings, every merge names two known tokens and its concatenation is a token, all 256
 //     GPT-2 byte symbols are tokens, all 7 special tokens are present.
@@ -78,8 +83,9 @@ int byte_from_codepoint(uint32_t cp);
 // Maps raw bytes to the GPT-2 code point string (UTF-8 encoded).
 std::string bytes_to_symbols(std::string_view bytes);
 
-// DS4 pre-tokenizer (§8.2): cuts text into pieces; returns [begin, end) byte offsets.
-// Total over arbitrary bytes; the pieces tile the input exactly.
+// DS4 pre-tokenizer (§8.2): cuts text into pieces; returns [begin, end) byte offsets
+// (32-bit: text < 4 GiB; encode() has no such limit). Total over arbitrary bytes; the pieces
+// tile the input exactly.
 void pretokenize(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>* pieces);
 std::vector<std::string> pretokenize_strings(std::string_view text);
 

@@ -1,0 +1,258 @@
+// backend/backend.h — the op-level compute interface the forward graph (session/) runs on.
+//
+// Role: every numeric step of the DS4 forward pass (ds4-architecture.md §3-4) is one op here,
+// described by a small param struct. The CPU backend (backend/cpu) is the correctness oracle;
+// a CUDA backend implements the same ops on device buffers later (then every float* below is
+// a device pointer owned by that backend, allocated through alloc_f32()).
+// Invariants:
+//  * Batch invariance: an op applied to r rows gives, for each row, the bits the same op gives
+//    for that row alone (design.md §4). Threads split output rows, never a reduction.
+//  * Weight views point into the mmapped model; ops never copy or modify weights.
+//  * Ops allocate nothing: callers pass scratch sized at session creation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+#include "gguf/types.h"
+#include "model/config.h"
+
+namespace ds4::backend {
+
+using gguf::GgmlType;
+
+// A 2-D weight: n_out rows of n_in elements of `type`, row o at data + o * row_bytes.
+struct Matrix {
+  const uint8_t* data = nullptr;
+  GgmlType type = GgmlType::kF32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  size_t row_bytes = 0;
+  bool valid() const { return data != nullptr; }
+  // Rows [first, first + count) as their own matrix (e.g. one output group of attn_output_a).
+  Matrix rows(int64_t first, int64_t count) const {
+    Matrix m = *this;
+    m.data = data + static_cast<size_t>(first) * row_bytes;
+    m.n_out = count;
+    return m;
+  }
+};
+
+// A 3-D routed-expert weight: n_expert matrices of n_out rows × n_in, stored back to back.
+struct ExpertMatrix {
+  const uint8_t* data = nullptr;
+  GgmlType type = GgmlType::kF32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  int64_t n_expert = 0;
+  size_t row_bytes = 0;
+  size_t expert_bytes() const { return row_bytes * static_cast<size_t>(n_out); }
+  Matrix expert(int64_t e) const {
+    return Matrix{data + static_cast<size_t>(e) * expert_bytes(), type, n_in, n_out, row_bytes};
+  }
+};
+
+// y[i][o] = dot(W row o, x[i]) for i < n_rows. Q8_0 weights: each x row is first quantized to
+// Q8_0 activation blocks (lrintf, f32 scale, §3.3); F16/F32 weights: canonical dense dot.
+struct MatmulParams {
+  Matrix w;
+  const float* x = nullptr;  // [n_rows, x_stride] f32, first w.n_in used
+  int64_t x_stride = 0;
+  float* y = nullptr;        // [n_rows, y_stride] f32, first w.n_out written
+  int64_t y_stride = 0;
+  int n_rows = 1;
+};
+
+// out[i] = rms_norm(x[i]) (· weight when given), double sum of squares (§3.2). In place ok.
+struct RmsNormParams {
+  const float* x = nullptr;       // [n_rows, n] (rows n_stride apart)
+  const float* weight = nullptr;  // [n] or nullptr (unweighted)
+  float* out = nullptr;           // [n_rows, n]
+  int64_t n = 0;
+  int64_t stride = 0;             // 0 = n
+  int n_rows = 1;
+  float eps = 1e-6f;
+};
+
+// Hyper-connection "pre" (§4.2): flatten-norm, F16 projection, Sinkhorn, weighted stream sum.
+struct HcPreParams {
+  const float* x = nullptr;      // [n_rows, n_hc * n_embd] stream-major HC state
+  Matrix fn;                     // F16 [n_hc*n_embd -> mix_dim]
+  const float* scale = nullptr;  // [3]
+  const float* base = nullptr;   // [mix_dim]
+  int n_hc = 4;
+  int64_t n_embd = 0;
+  int sinkhorn_iters = 20;
+  float norm_eps = 1e-6f;        // rms eps of the flatten norm
+  float hc_eps = 1e-6f;          // Sinkhorn / pre epsilon
+  int n_rows = 1;
+  float* flat = nullptr;         // scratch [n_rows, n_hc*n_embd]
+  float* mix = nullptr;          // scratch [n_rows, mix_dim]
+  float* y = nullptr;            // out [n_rows, n_embd]
+  float* post = nullptr;         // out [n_rows, n_hc]
+  float* comb = nullptr;         // out [n_rows, n_hc*n_hc]  comb[r*n_hc + c]: input r -> output c
+};
+
+// Hyper-connection "post": out[c][d] = f[d]·post[c] + Σ_r comb[r][c]·x[r][d].
+struct HcPostParams {
+  const float* f = nullptr;      // [n_rows, n_embd] sublayer output
+  const float* x = nullptr;      // [n_rows, n_hc*n_embd] residual streams
+  const float* post = nullptr;   // [n_rows, n_hc]
+  const float* comb = nullptr;   // [n_rows, n_hc*n_hc]
+  float* out = nullptr;          // [n_rows, n_hc*n_embd] (must not alias x)
+  int n_hc = 4;
+  int64_t n_embd = 0;
+  int n_rows = 1;
+};
+
+// RoPE on the tail dims [head_dim - n_rot, head_dim) of each head, interleaved pairs (§3.8).
+struct RopeTailParams {
+  float* x = nullptr;            // [n_head, head_dim], in place
+  int n_head = 1;
+  int head_dim = 0;
+  int n_rot = 0;
+  int64_t pos = 0;
+  model::RopeParams rope;
+  bool inverse = false;
+};
+
+// One compressor step (§4.4) on precomputed projections of the current token. When the token
+// closes a window, writes the pooled, normed, roped (at pos + 1 - ratio) and quantization-
+// simulated row to `out_row` and returns true.
+struct CompressorStepParams {
+  float* state_kv = nullptr;     // [coff*ratio, width] f32
+  float* state_score = nullptr;  // [coff*ratio, width] f32
+  const float* kv_cur = nullptr; // [width] Wkv · h
+  const float* sc_cur = nullptr; // [width] Wgate · h (APE not yet added)
+  const uint16_t* ape = nullptr; // F16 [ratio, width] (row = phase)
+  const float* norm = nullptr;   // [head_dim]
+  int ratio = 4;
+  int head_dim = 0;              // D; width = coff * D
+  int n_rot = 0;
+  int64_t pos = 0;
+  float eps = 1e-6f;
+  model::RopeParams rope;
+  bool indexer = false;          // true: Hadamard+FP4 row; false: FP8 on the non-RoPE dims
+  float* pooled = nullptr;       // scratch [head_dim]
+  float* out_row = nullptr;      // [head_dim]
+};
+
+// Indexer scores + top-k (§4.5) for one query; only called when n_rows > top_k.
+struct IndexerSelectParams {
+  const float* q = nullptr;       // [n_head, head_dim] roped + QAT'd indexer query
+  const float* w = nullptr;       // [n_head] head weights (already scaled)
+  const float* rows = nullptr;    // [n_rows, head_dim] indexer compressed rows
+  int64_t n_rows = 0;
+  int n_head = 0;
+  int head_dim = 0;
+  int top_k = 0;
+  float* scores = nullptr;        // scratch [n_rows]
+  int32_t* order = nullptr;       // scratch [n_rows]
+  uint8_t* allowed = nullptr;     // out [n_rows] 1 = selected (exactly top_k ones)
+};
+
+// Sink attention for one query token over raw rows then compressed rows (§4.3).
+struct SinkAttentionParams {
+  const float* q = nullptr;             // [n_head, head_dim]
+  const float* const* raw = nullptr;    // n_raw pointers to [head_dim] rows, oldest first
+  int n_raw = 0;
+  const float* comp = nullptr;          // [n_comp, head_dim]
+  int64_t n_comp = 0;
+  const uint8_t* comp_allowed = nullptr;  // [n_comp] or nullptr (all allowed)
+  const float* sinks = nullptr;         // [n_head]
+  int n_head = 0;
+  int head_dim = 0;
+  float* scores = nullptr;              // scratch [n_head, n_raw + n_comp]
+  float* out = nullptr;                 // [n_head, head_dim]
+};
+
+// Router (§4.6) of n_rows tokens: p_e = sqrtf(softplus(logit_e)); hash rows (tid2eid given)
+// take tid2eid[token][0..n_used); other rows take the top n_used of p_e (+ bias_e) by
+// insertion (ties keep the lower expert id first). w_j = p_{sel_j}, renormalized over the
+// selection (sum clamped to >= 6.103515625e-5) when `renorm`, then × scale.
+struct RouteParams {
+  const float* logits = nullptr;    // [n_rows, n_expert] router logits
+  const float* bias = nullptr;      // [n_expert] exp_probs_b or nullptr
+  const int32_t* tid2eid = nullptr; // [n_vocab, n_used] hash table or nullptr
+  const int32_t* tokens = nullptr;  // [n_rows] token ids (hash rows)
+  int n_rows = 1;
+  int n_expert = 0;
+  int n_used = 0;
+  bool renorm = true;
+  float scale = 1.0f;
+  float* probs = nullptr;           // scratch [n_expert]
+  int32_t* sel = nullptr;           // out [n_rows, n_used]
+  float* wt = nullptr;              // out [n_rows, n_used]
+};
+
+// Output-head HC collapse (§4.7): m = fn · rms_norm(X) (unweighted), w_h = sigmoid_stable(
+// m_h·scale + base_h) + hc_eps, y = Σ_h w_h·X[h] (no Sinkhorn, no post/comb).
+struct HcCollapseParams {
+  const float* x = nullptr;      // [n_rows, n_hc * n_embd]
+  Matrix fn;                     // F16 [n_hc*n_embd -> n_hc]
+  float scale = 1.0f;
+  const float* base = nullptr;   // [n_hc]
+  int n_hc = 4;
+  int64_t n_embd = 0;
+  float norm_eps = 1e-6f;
+  float hc_eps = 1e-6f;
+  int n_rows = 1;
+  float* flat = nullptr;         // scratch [n_rows, n_hc*n_embd]
+  float* mix = nullptr;          // scratch [n_rows, n_hc]
+  float* y = nullptr;            // out [n_rows, n_embd]
+};
+
+// Shared-expert SwiGLU with clamp (§4.6): out[k] = silu(min(g[k], c)) · clamp(u[k], -c, c).
+struct SwigluParams {
+  const float* gate = nullptr;  // [n]
+  const float* up = nullptr;    // [n]
+  float* out = nullptr;         // [n] (may alias gate)
+  int64_t n = 0;
+  float clamp = 10.0f;
+};
+
+// Routed experts (§4.6) of n_rows tokens: row i uses experts sel[i][0..n_used) with weights
+// wt[i][..]; x quantized to Q8_K, gate/up dots, clamp + SiLU, router weight before down,
+// mid re-quantized to Q8_K, down outputs summed in slot order into out (overwritten).
+// Rows may share expert weight reads; each row's bits equal its single-row result.
+struct MoeParams {
+  const float* x = nullptr;        // [n_rows, n_embd] ffn-normed input
+  const int32_t* sel = nullptr;    // [n_rows, n_used]
+  const float* wt = nullptr;       // [n_rows, n_used]
+  int n_used = 0;
+  int n_rows = 1;
+  ExpertMatrix gate, up, down;     // [n_embd -> n_ff] ×E, [n_ff -> n_embd] ×E
+  float clamp = 10.0f;
+  float* out = nullptr;            // [n_rows, n_embd]
+  void* scratch = nullptr;         // moe_scratch_bytes(n_embd, n_ff, n_used, n_rows)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual int n_threads() const = 0;
+
+  virtual void matmul(const MatmulParams& p) = 0;
+  virtual void rms_norm(const RmsNormParams& p) = 0;
+  virtual void hc_pre(const HcPreParams& p) = 0;
+  virtual void hc_post(const HcPostParams& p) = 0;
+  virtual void rope_tail(const RopeTailParams& p) = 0;
+  virtual bool compressor_step(const CompressorStepParams& p) = 0;
+  virtual void indexer_select(const IndexerSelectParams& p) = 0;
+  virtual void sink_attention(const SinkAttentionParams& p) = 0;
+  virtual void swiglu(const SwigluParams& p) = 0;
+  virtual void route(const RouteParams& p) = 0;
+  virtual void moe(const MoeParams& p) = 0;
+  virtual void hc_collapse(const HcCollapseParams& p) = 0;
+};
+
+// Scratch bytes MoeParams::scratch needs.
+size_t moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
+
+// The CPU backend (the oracle). n_threads <= 0 picks hardware concurrency.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace ds4::backend

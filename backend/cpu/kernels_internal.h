@@ -1,0 +1,52 @@
+// backend/cpu/kernels_internal.h — the per-ISA kernel table behind backend/cpu/kernels.h.
+//
+// Role: each ISA translation unit (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp)
+// fills one KernelTable; kernels.cpp picks a table at run time and does the threading.
+// Invariants: a RowsFn computes y[k][o] for k < a.r (1 <= r <= kMaxTileRows) and
+// o in [o_begin, o_end) and touches nothing else; every table entry returns the same bits
+// as the scalar table (the reference dots of quant/dot.h).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/kernels.h"
+
+namespace ds4::cpu::detail {
+
+struct RowsArgs {
+  const uint8_t* w = nullptr;  // [n_out][row_bytes] weight rows
+  int64_t row_bytes = 0;
+  int64_t n_cols = 0;          // elements per row
+  const void* x = nullptr;     // row k at (const uint8_t*)x + k·x_stride_bytes
+  int64_t x_stride_bytes = 0;
+  int r = 0;                   // 1..kMaxTileRows
+  float* y = nullptr;          // y[k·y_stride + o]
+  int64_t y_stride = 0;
+};
+
+using RowsFn = void (*)(const RowsArgs& a, int64_t o_begin, int64_t o_end);
+
+struct KernelTable {
+  RowsFn f32 = nullptr;
+  RowsFn f16 = nullptr;
+  RowsFn bf16 = nullptr;
+  RowsFn q8_0 = nullptr;
+  RowsFn iq2_xxs = nullptr;
+  RowsFn q2_k = nullptr;
+  RowsFn q4_k = nullptr;
+  float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
+  void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
+  void (*scale)(float a, float* y, int64_t n) = nullptr;
+  void (*f16_to_f32_row)(const uint16_t* src, float* dst, int64_t n) = nullptr;
+};
+
+const KernelTable& scalar_table();
+// nullptr when the translation unit was not compiled for this target.
+const KernelTable* avx2_table();
+const KernelTable* avx512_table();
+
+// IQ2_XXS decode table: entry g·128 + s = the 8 signed weights (int8, LSB first) of grid
+// point g under sign pattern s (quant::iq2_xxs_signed_values). 256 KiB, built on first use.
+const uint64_t* iq2_signed_grid();
+
+}  // namespace ds4::cpu::detail

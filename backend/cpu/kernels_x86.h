@@ -1,0 +1,706 @@
+// backend/cpu/kernels_x86.h — 256-bit (AVX2 + F16C) kernel templates, included by
+// kernels_avx2.cpp and kernels_avx512.cpp (which replaces some of them with 512-bit forms).
+//
+// Role: SIMD twins of the scalar kernels. Everything here has internal linkage (anonymous
+// namespace) so each ISA translation unit gets its own copy compiled with its own flags.
+// Invariants (how the bits stay equal to quant/dot.h):
+//   * integer parts (Σ q·q) use any SIMD order: integer sums are exact. Each trick used is
+//     exact for EVERY input byte: maddubs(u8, s8) pairs are kept below 2^15 by construction
+//     (Q2_K/Q4_K: unsigned weights ≤ 15; IQ2_XXS: (x+128)·w with |w| ≤ 43, minus 128·Σw);
+//     the Q8_0 sign trick is exact unless an activation byte is -128, so q8_0_rows_avx2
+//     scans the r activation rows once per call and takes the widening path if one is;
+//   * float parts do, per (row, output), exactly the reference sequence; vectors only put
+//     independent (output, row) pairs side by side in lanes, never reassociate;
+//   * scales go into lanes through scalar loads, not hardware gathers (slow on many parts);
+//   * dense dots use two 8-lane accumulators A = p[0..7], B = p[8..15] with mul then add
+//     (never FMA), then the fixed tree 8, 4, 2, 1 and the sequential scalar tail.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/kernels_internal.h"
+#include "quant/blocks.h"
+#include "quant/iq2_tables.h"
+
+namespace ds4::cpu::detail {
+namespace {
+
+using quant::BlockIQ2XXS;
+using quant::BlockQ2K;
+using quant::BlockQ4K;
+using quant::BlockQ8_0;
+using quant::BlockQ8_0Act;
+using quant::BlockQ8K;
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }  // exact (F16C), = quant::f16_to_f32
+
+inline const uint8_t* xrow(const RowsArgs& a, int k) {
+  return static_cast<const uint8_t*>(a.x) + k * a.x_stride_bytes;
+}
+
+// ---- shared reductions ----------------------------------------------------------------------
+// Lane k (< R) = horizontal int32 sum of v[k]; lanes >= R are 0.
+template <int R>
+inline __m256i hsum_lanes(const __m256i* v) {
+  const __m256i z = _mm256_setzero_si256();
+  const __m256i h01 = _mm256_hadd_epi32(v[0], R > 1 ? v[1] : z);
+  const __m256i h23 = R > 2 ? _mm256_hadd_epi32(v[2], R > 3 ? v[3] : z) : z;
+  const __m256i h0123 = _mm256_hadd_epi32(h01, h23);
+  __m256i h4567 = z;
+  if constexpr (R > 4) {
+    const __m256i h45 = _mm256_hadd_epi32(v[4], R > 5 ? v[5] : z);
+    const __m256i h67 = R > 6 ? _mm256_hadd_epi32(v[6], R > 7 ? v[7] : z) : z;
+    h4567 = _mm256_hadd_epi32(h45, h67);
+  }
+  const __m256i lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
+  const __m256i hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
+  return _mm256_add_epi32(lo, hi);
+}
+
+// Lane k (< R) = the f32 at byte offset k·stride from p; other lanes 0. Built from scalar
+// loads: hardware gathers are slow on current (GDS-mitigated) x86 parts.
+template <int R>
+inline __m256 lanes_f32(const void* p, int64_t stride) {
+  const uint8_t* q = static_cast<const uint8_t*>(p);
+  auto at = [&](int k) {
+    float v;
+    std::memcpy(&v, q + k * stride, sizeof v);
+    return k < R ? v : 0.0f;
+  };
+  if constexpr (R == 1) return _mm256_set1_ps(at(0));
+  return _mm256_setr_ps(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+}
+
+template <int R>
+inline void store_lanes(__m256 v, float* y, int64_t y_stride, int64_t o) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  for (int k = 0; k < R; ++k) y[k * y_stride + o] = t[k];
+}
+
+// Dispatch a runtime r (1..8) to a template instance.
+template <template <int> class K>
+inline void dispatch_r(const RowsArgs& a, int64_t b, int64_t e) {
+  switch (a.r) {
+    case 1: K<1>::run(a, b, e); break;
+    case 2: K<2>::run(a, b, e); break;
+    case 3: K<3>::run(a, b, e); break;
+    case 4: K<4>::run(a, b, e); break;
+    case 5: K<5>::run(a, b, e); break;
+    case 6: K<6>::run(a, b, e); break;
+    case 7: K<7>::run(a, b, e); break;
+    default: K<8>::run(a, b, e); break;
+  }
+}
+
+// ---- dense: F32 / F16 / BF16 ------------------------------------------------------------------
+enum class Dense { kF32, kF16, kBF16 };
+
+template <Dense T>
+inline void load16(const uint8_t* w, int64_t i, __m256* lo, __m256* hi) {
+  if constexpr (T == Dense::kF32) {
+    const float* p = reinterpret_cast<const float*>(w) + i;
+    *lo = _mm256_loadu_ps(p);
+    *hi = _mm256_loadu_ps(p + 8);
+  } else {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(w) + i;
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8));
+    if constexpr (T == Dense::kF16) {
+      *lo = _mm256_cvtph_ps(a);
+      *hi = _mm256_cvtph_ps(b);
+    } else {
+      *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
+      *hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+    }
+  }
+}
+
+template <Dense T>
+inline float conv1(const uint8_t* w, int64_t i) {
+  if constexpr (T == Dense::kF32) {
+    return reinterpret_cast<const float*>(w)[i];
+  } else if constexpr (T == Dense::kF16) {
+    return h2f(reinterpret_cast<const uint16_t*>(w)[i]);
+  } else {
+    const uint32_t u = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(w)[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+}
+
+// Tree 8,4,2,1 over p[0..7] = A + B lanes, then the sequential tail.
+template <Dense T>
+inline float finish16(__m256 A, __m256 B, const uint8_t* w, const float* x, int64_t m,
+                      int64_t n) {
+  const __m256 v = _mm256_add_ps(A, B);                                          // s = 8
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // s = 4
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));                                        // s = 2
+  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));                                    // s = 1
+  float r = _mm_cvtss_f32(q);
+  for (int64_t i = m; i < n; ++i) {
+    const float t = conv1<T>(w, i) * x[i];
+    r = r + t;
+  }
+  return r;
+}
+
+// Rows k0..k0+R-1 against outputs o0..o0+OO-1: 2·R·OO accumulators (lanes p[0..7] and
+// p[8..15] of each (output, row) pair); each activation load serves OO outputs.
+template <Dense T, int R, int OO>
+inline void dense_tile(const RowsArgs& a, int k0, int64_t o0) {
+  const int64_t n = a.n_cols;
+  const int64_t m = n - n % 16;
+  const uint8_t* w[OO];
+  for (int j = 0; j < OO; ++j) w[j] = a.w + (o0 + j) * a.row_bytes;
+  const float* x[R];
+  for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const float*>(xrow(a, k0 + k));
+  __m256 A[OO][R], B[OO][R];
+  for (int j = 0; j < OO; ++j)
+    for (int k = 0; k < R; ++k) A[j][k] = B[j][k] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < m; i += 16) {
+    if constexpr (OO == 1) {  // activations straight from memory: fewer live registers
+      __m256 wl, wh;
+      load16<T>(w[0], i, &wl, &wh);
+      for (int k = 0; k < R; ++k) {
+        A[0][k] = _mm256_add_ps(A[0][k], _mm256_mul_ps(wl, _mm256_loadu_ps(x[k] + i)));
+        B[0][k] = _mm256_add_ps(B[0][k], _mm256_mul_ps(wh, _mm256_loadu_ps(x[k] + i + 8)));
+      }
+      continue;
+    }
+    __m256 xl[R], xh[R];
+    for (int k = 0; k < R; ++k) {
+      xl[k] = _mm256_loadu_ps(x[k] + i);
+      xh[k] = _mm256_loadu_ps(x[k] + i + 8);
+    }
+    for (int j = 0; j < OO; ++j) {
+      __m256 wl, wh;
+      load16<T>(w[j], i, &wl, &wh);
+      for (int k = 0; k < R; ++k) {
+        A[j][k] = _mm256_add_ps(A[j][k], _mm256_mul_ps(wl, xl[k]));
+        B[j][k] = _mm256_add_ps(B[j][k], _mm256_mul_ps(wh, xh[k]));
+      }
+    }
+  }
+  for (int j = 0; j < OO; ++j)
+    for (int k = 0; k < R; ++k)
+      a.y[(k0 + k) * a.y_stride + o0 + j] = finish16<T>(A[j][k], B[j][k], w[j], x[k], m, n);
+}
+
+// Outputs per tile (16 ymm registers: 2·R·OO accumulators + activations + weights).
+constexpr int dense_outputs_avx2(int r) { return r == 1 ? 4 : (r == 2 ? 2 : 1); }
+
+template <Dense T, int R>
+inline void dense_rows_group(const RowsArgs& a, int k0, int64_t o_begin, int64_t o_end) {
+  constexpr int OO = dense_outputs_avx2(R);
+  int64_t o = o_begin;
+  for (; o + OO <= o_end; o += OO) dense_tile<T, R, OO>(a, k0, o);
+  for (; o < o_end; ++o) dense_tile<T, R, 1>(a, k0, o);
+}
+
+template <Dense T>
+struct DenseK {
+  template <int R>
+  struct K {
+    static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+      // More than 4 rows: two passes over the chunk's weight rows (still cache-hot).
+      if constexpr (R <= 4) {
+        dense_rows_group<T, R>(a, 0, o_begin, o_end);
+      } else {
+        dense_rows_group<T, 4>(a, 0, o_begin, o_end);
+        dense_rows_group<T, R - 4>(a, 4, o_begin, o_end);
+      }
+    }
+  };
+};
+
+template <Dense T>
+void dense_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
+  dispatch_r<DenseK<T>::template K>(a, b, e);
+}
+
+float dot_f32_avx2(const float* w, const float* x, int64_t n) {
+  const int64_t m = n - n % 16;
+  __m256 A = _mm256_setzero_ps(), B = _mm256_setzero_ps();
+  for (int64_t i = 0; i < m; i += 16) {
+    A = _mm256_add_ps(A, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i)));
+    B = _mm256_add_ps(B, _mm256_mul_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8)));
+  }
+  return finish16<Dense::kF32>(A, B, reinterpret_cast<const uint8_t*>(w), x, m, n);
+}
+
+// ---- Q8_0 -------------------------------------------------------------------------------------
+// Register tile: OO consecutive outputs × R activation rows, lane l = i·R + k (i = output,
+// k = row), OO·R <= 8. Per block, each (output, row) integer sum is reduced into its lane and
+// the float sequence s = f16(w.d)·x.d, t = s·isum, acc = acc + t runs lane-wise, i.e. exactly
+// once per (output, row) in block order. Many outputs per tile keep r = 1 vectorized.
+// Dot policy (integer part of one block, exact): prep_w(qs) once per weight block,
+// prep_x(qs) once per activation block, dot(pw, px) -> 8 int32 lanes summing to Σ w·x.
+
+// Sign trick: maddubs(|w|, sign(x, w)); exact unless an activation quant is -128.
+struct Q8DotSign {
+  struct W { __m256i abs, w; };
+  static W prep_w(const int8_t* q) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    return W{_mm256_sign_epi8(w, w), w};
+  }
+  static __m256i prep_x(const int8_t* q) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  }
+  static __m256i dot(const W& w, __m256i x) {
+    const __m256i p16 = _mm256_maddubs_epi16(w.abs, _mm256_sign_epi8(x, w.w));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  }
+};
+
+// Widening: int8 -> int16 products, exact for every byte.
+struct Q8DotWide {
+  struct W { __m256i lo, hi; };
+  struct X { __m256i lo, hi; };
+  static W prep_w(const int8_t* q) {
+    return W{_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))),
+             _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))};
+  }
+  static X prep_x(const int8_t* q) {
+    return X{_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))),
+             _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))};
+  }
+  static __m256i dot(const W& w, const X& x) {
+    return _mm256_add_epi32(_mm256_madd_epi16(w.lo, x.lo), _mm256_madd_epi16(w.hi, x.hi));
+  }
+};
+
+// Outputs per tile for R rows.
+constexpr int q8_tile_outputs(int r) { return r >= 5 ? 1 : 8 / r; }
+
+// Columns are processed in chunks of kQ8ColBlocks blocks; per chunk the prepared activation
+// blocks and the activation scales (lane layout) are cached on the stack, and each lane's
+// running sum is carried between chunks through y (a float store/load is exact, and the
+// block order per lane is unchanged).
+constexpr int64_t kQ8ColBlocks = 128;
+
+template <class Dot, int R>
+struct Q8Cache {
+  using X = decltype(Dot::prep_x(nullptr));
+  X px[kQ8ColBlocks][R];
+  alignas(32) float xd[kQ8ColBlocks][8];  // lane l holds x[l % R].d (l < 8/R·R)
+};
+
+template <class Dot, int R, int OO>
+inline void q8_tile(const RowsArgs& a, int64_t o0, const Q8Cache<Dot, R>& c, int64_t b0,
+                    int64_t nc, bool first) {
+  constexpr int L = OO * R;
+  const BlockQ8_0* w[OO];
+  for (int i = 0; i < OO; ++i)
+    w[i] = reinterpret_cast<const BlockQ8_0*>(a.w + (o0 + i) * a.row_bytes) + b0;
+  alignas(32) float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (!first)
+    for (int i = 0; i < OO; ++i)
+      for (int k = 0; k < R; ++k) t[i * R + k] = a.y[k * a.y_stride + o0 + i];
+  __m256 acc = _mm256_load_ps(t);
+  for (int64_t b = 0; b < nc; ++b) {
+    __m256i v[L];
+    for (int i = 0; i < OO; ++i) {
+      const auto pw = Dot::prep_w(w[i][b].qs);
+      for (int k = 0; k < R; ++k) v[i * R + k] = Dot::dot(pw, c.px[b][k]);
+    }
+    const __m256 isum = _mm256_cvtepi32_ps(hsum_lanes<L>(v));
+    __m256 wd;
+    if constexpr (OO == 1) {
+      wd = _mm256_set1_ps(h2f(w[0][b].d));
+    } else {
+      // Lane i·R+k takes the f16 scale of output i (converted exactly by F16C).
+      auto h = [&](int l) { return static_cast<short>(l < L ? w[l / R][b].d : 0); };
+      wd = _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
+    }
+    const __m256 s = _mm256_mul_ps(wd, _mm256_load_ps(c.xd[b]));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(s, isum));
+  }
+  _mm256_store_ps(t, acc);
+  for (int i = 0; i < OO; ++i)
+    for (int k = 0; k < R; ++k) a.y[k * a.y_stride + o0 + i] = t[i * R + k];
+}
+
+template <class Dot>
+struct Q8K {
+  template <int R>
+  struct K {
+    static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+      const int64_t nb = a.n_cols / quant::kQK8_0;
+      const BlockQ8_0Act* x[R];
+      for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8_0Act*>(xrow(a, k));
+      constexpr int OO = q8_tile_outputs(R);
+      Q8Cache<Dot, R> c;
+      for (int64_t b0 = 0; b0 < nb || b0 == 0; b0 += kQ8ColBlocks) {
+        const int64_t nc = nb - b0 < kQ8ColBlocks ? nb - b0 : kQ8ColBlocks;
+        for (int64_t b = 0; b < nc; ++b) {
+          for (int k = 0; k < R; ++k) c.px[b][k] = Dot::prep_x(x[k][b0 + b].qs);
+          for (int l = 0; l < 8; ++l) c.xd[b][l] = l < OO * R ? x[l % R][b0 + b].d : 0.0f;
+        }
+        int64_t o = o_begin;
+        for (; o + OO <= o_end; o += OO) q8_tile<Dot, R, OO>(a, o, c, b0, nc, b0 == 0);
+        for (; o < o_end; ++o) q8_tile<Dot, R, 1>(a, o, c, b0, nc, b0 == 0);
+        if (nb == 0) break;
+      }
+    }
+  };
+};
+
+// True when some activation quant of the r rows is -128 (then the sign trick is not exact).
+inline bool q8_0_rows_have_min(const RowsArgs& a) {
+  const int64_t nb = a.n_cols / quant::kQK8_0;
+  const __m256i m = _mm256_set1_epi8(-128);
+  __m256i any = _mm256_setzero_si256();
+  for (int k = 0; k < a.r; ++k) {
+    const BlockQ8_0Act* x = reinterpret_cast<const BlockQ8_0Act*>(xrow(a, k));
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+      any = _mm256_or_si256(any, _mm256_cmpeq_epi8(v, m));
+    }
+  }
+  return !_mm256_testz_si256(any, any);
+}
+
+void q8_0_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
+  if (q8_0_rows_have_min(a)) {
+    dispatch_r<Q8K<Q8DotWide>::K>(a, b, e);
+  } else {
+    dispatch_r<Q8K<Q8DotSign>::K>(a, b, e);
+  }
+}
+
+// ---- IQ2_XXS × Q8_K ---------------------------------------------------------------------------
+struct Iq2Block {
+  __m256i w[8];    // signed weights of group g, [-43, 43]
+  __m256i ls[8];   // int16 lanes = ls_g = 2·(a1>>28)+1
+  __m256i negcorr; // int32 lanes summing to −128·Σ_g ls_g·Σ w_g
+};
+
+// Table indices of all 32 sub-chunks computed with SIMD, one 4-lane gather per group from
+// iq2_signed_grid (8 signed weights per entry), then the exact correction term.
+inline void iq2_decode(const BlockIQ2XXS& blk, const uint64_t* table, Iq2Block* out) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i sh0 = _mm256_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24);
+  const __m256i sh1 = _mm256_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21);
+  const __m256i m255 = _mm256_set1_epi32(255), m127 = _mm256_set1_epi32(127);
+  const long long* base = reinterpret_cast<const long long*>(table);
+  __m256i corr = _mm256_setzero_si256();
+  for (int half = 0; half < 2; ++half) {
+    // u32 words [a0_g, a1_g] for groups 4·half .. 4·half+3.
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&blk.qs[16 * half]));
+    // ls of the 4 groups as int16 pairs (ls | ls << 16) in lanes 1, 3, 5, 7.
+    const __m256i ls32 = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(v, 28), 1),
+                                          _mm256_set1_epi32(1));
+    const __m256i ls16 = _mm256_or_si256(ls32, _mm256_slli_epi32(ls32, 16));
+    for (int pair = 0; pair < 2; ++pair) {
+      const int g0 = 2 * pair;  // group within this half
+      const __m256i a0 = _mm256_permutevar8x32_epi32(
+          v, _mm256_setr_epi32(2 * g0, 2 * g0, 2 * g0, 2 * g0, 2 * g0 + 2, 2 * g0 + 2, 2 * g0 + 2, 2 * g0 + 2));
+      const __m256i a1 = _mm256_permutevar8x32_epi32(
+          v, _mm256_setr_epi32(2 * g0 + 1, 2 * g0 + 1, 2 * g0 + 1, 2 * g0 + 1, 2 * g0 + 3, 2 * g0 + 3,
+                               2 * g0 + 3, 2 * g0 + 3));
+      const __m256i idx = _mm256_or_si256(
+          _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(a0, sh0), m255), 7),
+          _mm256_and_si256(_mm256_srlv_epi32(a1, sh1), m127));
+      for (int t = 0; t < 2; ++t) {
+        const int g = 4 * half + g0 + t;
+        const __m128i ix = t == 0 ? _mm256_castsi256_si128(idx) : _mm256_extracti128_si256(idx, 1);
+        const __m256i w = _mm256_i32gather_epi64(base, ix, 8);
+        out->w[g] = w;
+        out->ls[g] = _mm256_permutevar8x32_epi32(ls16, _mm256_set1_epi32(2 * (g0 + t) + 1));
+        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(_mm256_maddubs_epi16(bias, w), out->ls[g]));
+      }
+    }
+  }
+  out->negcorr = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
+}
+
+// 8 int32 lanes summing to Σ_g ls_g·Σ_32 w·q (exact: (q+128)·w pairs stay below 2^15).
+inline __m256i iq2_dot(const Iq2Block& wb, const int8_t* q) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i acc = wb.negcorr;
+  for (int g = 0; g < 8; ++g) {
+    const __m256i xv =
+        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * g)), bias);
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(xv, wb.w[g]), wb.ls[g]));
+  }
+  return acc;
+}
+
+template <int R>
+struct Iq2K {
+  static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+    const int64_t nb = a.n_cols / quant::kQKK;
+    const BlockQ8K* x[R];
+    for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+    const uint64_t* table = iq2_signed_grid();
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const BlockIQ2XXS* w = reinterpret_cast<const BlockIQ2XXS*>(a.w + o * a.row_bytes);
+      __m256 sumf = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        Iq2Block wb;
+        iq2_decode(w[b], table, &wb);
+        __m256i v[R];
+        for (int k = 0; k < R; ++k) v[k] = iq2_dot(wb, x[k][b].qs);
+        const __m256 bsum = _mm256_cvtepi32_ps(hsum_lanes<R>(v));
+        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(h2f(w[b].d)), lanes_f32<R>(&x[0][b].d, a.x_stride_bytes));
+        sumf = _mm256_add_ps(sumf, _mm256_mul_ps(d, bsum));
+      }
+      store_lanes<R>(_mm256_mul_ps(_mm256_set1_ps(0.125f), sumf), a.y, a.y_stride, o);
+    }
+  }
+};
+
+// Fast path when no activation quant is -128 (always true for quantize_q8_k_act output,
+// whose largest |q| is 127): maddubs(|w|, sign(x, w)) is then exact, no correction term is
+// needed, and each group is decoded straight into registers and dotted with all R rows.
+// Acc folds a maddubs result times the group scale into the int32 accumulator.
+struct Iq2AccMadd {
+  static __m256i acc(__m256i acc, __m256i p16, __m256i ls16) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, ls16));
+  }
+};
+
+template <class Acc>
+struct Iq2Fast {
+  template <int R>
+  struct K {
+    static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+      const int64_t nb = a.n_cols / quant::kQKK;
+      const BlockQ8K* x[R];
+      for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+      const long long* base = reinterpret_cast<const long long*>(iq2_signed_grid());
+      const __m256i sh0 = _mm256_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24);
+      const __m256i sh1 = _mm256_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21);
+      const __m256i m255 = _mm256_set1_epi32(255), m127 = _mm256_set1_epi32(127);
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        const BlockIQ2XXS* w = reinterpret_cast<const BlockIQ2XXS*>(a.w + o * a.row_bytes);
+        __m256 sumf = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+          __m256i acc[R];
+          for (int k = 0; k < R; ++k) acc[k] = _mm256_setzero_si256();
+          for (int half = 0; half < 2; ++half) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&w[b].qs[16 * half]));
+            const __m256i ls32 = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(v, 28), 1),
+                                                  _mm256_set1_epi32(1));
+            const __m256i ls16 = _mm256_or_si256(ls32, _mm256_slli_epi32(ls32, 16));
+            for (int pair = 0; pair < 2; ++pair) {
+              const int g0 = 2 * pair;
+              const __m256i a0 = _mm256_permutevar8x32_epi32(
+                  v, _mm256_setr_epi32(2 * g0, 2 * g0, 2 * g0, 2 * g0, 2 * g0 + 2, 2 * g0 + 2, 2 * g0 + 2,
+                                       2 * g0 + 2));
+              const __m256i a1 = _mm256_permutevar8x32_epi32(
+                  v, _mm256_setr_epi32(2 * g0 + 1, 2 * g0 + 1, 2 * g0 + 1, 2 * g0 + 1, 2 * g0 + 3,
+                                       2 * g0 + 3, 2 * g0 + 3, 2 * g0 + 3));
+              const __m256i idx = _mm256_or_si256(
+                  _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(a0, sh0), m255), 7),
+                  _mm256_and_si256(_mm256_srlv_epi32(a1, sh1), m127));
+              for (int t = 0; t < 2; ++t) {
+                const int g = 4 * half + g0 + t;
+                const __m128i ix = t == 0 ? _mm256_castsi256_si128(idx) : _mm256_extracti128_si256(idx, 1);
+                const __m256i wv = _mm256_i32gather_epi64(base, ix, 8);
+                const __m256i aw = _mm256_sign_epi8(wv, wv);
+                const __m256i lsg = _mm256_permutevar8x32_epi32(ls16, _mm256_set1_epi32(2 * (g0 + t) + 1));
+                for (int k = 0; k < R; ++k) {
+                  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][b].qs + 32 * g));
+                  acc[k] = Acc::acc(acc[k], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), lsg);
+                }
+              }
+            }
+          }
+          const __m256 bsum = _mm256_cvtepi32_ps(hsum_lanes<R>(acc));
+          const __m256 d = _mm256_mul_ps(_mm256_set1_ps(h2f(w[b].d)), lanes_f32<R>(&x[0][b].d, a.x_stride_bytes));
+          sumf = _mm256_add_ps(sumf, _mm256_mul_ps(d, bsum));
+        }
+        store_lanes<R>(_mm256_mul_ps(_mm256_set1_ps(0.125f), sumf), a.y, a.y_stride, o);
+      }
+    }
+  };
+};
+
+// True when some Q8_K activation quant of the r rows is -128.
+inline bool q8k_rows_have_min(const RowsArgs& a) {
+  const int64_t nb = a.n_cols / quant::kQKK;
+  const __m256i m = _mm256_set1_epi8(-128);
+  __m256i any = _mm256_setzero_si256();
+  for (int k = 0; k < a.r; ++k) {
+    const BlockQ8K* x = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+    for (int64_t b = 0; b < nb; ++b)
+      for (int i = 0; i < quant::kQKK; i += 32)
+        any = _mm256_or_si256(
+            any, _mm256_cmpeq_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + i)), m));
+  }
+  return !_mm256_testz_si256(any, any);
+}
+
+template <class Acc>
+void iq2_xxs_rows_x86(const RowsArgs& a, int64_t b, int64_t e) {
+  if (q8k_rows_have_min(a)) {
+    dispatch_r<Iq2K>(a, b, e);
+  } else {
+    dispatch_r<Iq2Fast<Acc>::template K>(a, b, e);
+  }
+}
+
+void iq2_xxs_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) { iq2_xxs_rows_x86<Iq2AccMadd>(a, b, e); }
+
+// ---- Q2_K / Q4_K × Q8_K -----------------------------------------------------------------------
+// A decoded K-quant super-block: 8 vectors of 32 unsigned quants in element order, the int16
+// scale vector of each (per 16-lane half for Q2_K, broadcast for Q4_K) and the int16 mins per
+// bsums lane.
+struct KBlock {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i mins;  // int16 lane j multiplies bsums[j]
+};
+
+inline void q2k_decode(const BlockQ2K& blk, KBlock* out) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int n = 0; n < 2; ++n) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * n));
+    for (int j = 0; j < 4; ++j)
+      out->q[4 * n + j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+  }
+  // vector i = 4n + j covers sub-blocks 2i (low 16 bytes) and 2i+1 (high 16 bytes): its
+  // int16 scale vector is a byte shuffle (scale byte, then a zero byte) of the 16 scales.
+  const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+  const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_and_si128(s8, _mm_set1_epi8(15)));
+  // Control for vector 0 is (0, 0x80) x8 | (1, 0x80) x8; vector i adds 2i to the low bytes.
+  const __m256i ctrl0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0,
+                                         -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1,
+                                         -128, 1, -128, 1, -128, 1, -128);
+  for (int i = 0; i < 8; ++i)
+    out->sc[i] = _mm256_shuffle_epi8(sc2, _mm256_add_epi8(ctrl0, _mm256_set1_epi16(static_cast<short>(2 * i))));
+  out->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
+}
+
+inline void q4k_decode(const BlockQ4K& blk, KBlock* out) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  uint8_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) quant::q4_k_scale_min(j, blk.scales, &sc[j], &mn[j]);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
+    out->q[2 * c] = _mm256_and_si256(q, m4);
+    out->q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+  }
+  for (int j = 0; j < 8; ++j) out->sc[j] = _mm256_set1_epi16(sc[j]);
+  // bsums lanes 2j and 2j+1 both belong to sub-block j.
+  out->mins = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3], mn[4],
+                                mn[4], mn[5], mn[5], mn[6], mn[6], mn[7], mn[7]);
+}
+
+// isum lanes: Σ sc·Σ q·x (maddubs pairs ≤ 15·128·2, exact); summs lanes: Σ mins·bsums.
+struct KDotMadd {
+  static void prepare(KBlock*) {}
+  static void dot(const KBlock& wb, const BlockQ8K& y, __m256i* isum, __m256i* summs) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int i = 0; i < 8; ++i) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * i));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wb.q[i], xv), wb.sc[i]));
+    }
+    *isum = acc;
+    *summs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)),
+                               wb.mins);
+  }
+};
+
+template <bool kQ4, class Dot = KDotMadd>
+struct KQuantK {
+  template <int R>
+  struct K {
+    static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+      const int64_t nb = a.n_cols / quant::kQKK;
+      const BlockQ8K* x[R];
+      for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        const uint8_t* wrow = a.w + o * a.row_bytes;
+        __m256 sumf = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+          KBlock wb;
+          uint16_t hd, hm;
+          if constexpr (kQ4) {
+            const BlockQ4K& blk = reinterpret_cast<const BlockQ4K*>(wrow)[b];
+            q4k_decode(blk, &wb);
+            hd = blk.d;
+            hm = blk.dmin;
+          } else {
+            const BlockQ2K& blk = reinterpret_cast<const BlockQ2K*>(wrow)[b];
+            q2k_decode(blk, &wb);
+            Dot::prepare(&wb);
+            hd = blk.d;
+            hm = blk.dmin;
+          }
+          __m256i vi[R], vm[R];
+          for (int k = 0; k < R; ++k) Dot::dot(wb, x[k][b], &vi[k], &vm[k]);
+          const __m256 isum = _mm256_cvtepi32_ps(hsum_lanes<R>(vi));
+          const __m256 summs = _mm256_cvtepi32_ps(hsum_lanes<R>(vm));
+          const __m256 yd = lanes_f32<R>(&x[0][b].d, a.x_stride_bytes);
+          const __m256 dall = _mm256_mul_ps(yd, _mm256_set1_ps(h2f(hd)));
+          const __m256 dmin = _mm256_mul_ps(yd, _mm256_set1_ps(h2f(hm)));
+          const __m256 ta = _mm256_mul_ps(dall, isum);
+          const __m256 tc = _mm256_mul_ps(dmin, summs);
+          sumf = _mm256_add_ps(sumf, _mm256_sub_ps(ta, tc));
+        }
+        store_lanes<R>(sumf, a.y, a.y_stride, o);
+      }
+    }
+  };
+};
+
+void q2_k_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
+  dispatch_r<KQuantK<false>::K>(a, b, e);
+}
+void q4_k_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
+  dispatch_r<KQuantK<true>::K>(a, b, e);
+}
+
+// ---- elementwise helpers ------------------------------------------------------------------------
+void axpy_avx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
+                                          _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+  for (; i < n; ++i) {
+    const float t = a * x[i];
+    y[i] = y[i] + t;
+  }
+}
+
+void scale_avx2(float a, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), va));
+  for (; i < n; ++i) y[i] = y[i] * a;
+}
+
+void f16_row_avx2(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = h2f(src[i]);
+}
+
+inline KernelTable make_x86_table() {
+  KernelTable k;
+  k.f32 = dense_rows_avx2<Dense::kF32>;
+  k.f16 = dense_rows_avx2<Dense::kF16>;
+  k.bf16 = dense_rows_avx2<Dense::kBF16>;
+  k.q8_0 = q8_0_rows_avx2;
+  k.iq2_xxs = iq2_xxs_rows_avx2;
+  k.q2_k = q2_k_rows_avx2;
+  k.q4_k = q4_k_rows_avx2;
+  k.dot_f32 = dot_f32_avx2;
+  k.axpy = axpy_avx2;
+  k.scale = scale_avx2;
+  k.f16_to_f32_row = f16_row_avx2;
+  return k;
+}
+
+}  // namespace
+}  // namespace ds4::cpu::detail

@@ -1,0 +1,141 @@
+// backend/cpu/matmul.cpp — reference-dot matmuls split over output rows (see matmul.h).
+#include "backend/cpu/matmul.h"
+
+#include <vector>
+
+#include "core/status.h"
+#include "core/threadpool.h"
+#ifdef DS4_HAVE_CPU_KERNELS
+#include "backend/cpu/kernels.h"
+#endif
+
+namespace ds4::backend::cpu {
+
+namespace {
+
+// Output rows per parallel chunk: fixed, so chunking never depends on the thread count.
+constexpr int64_t kRowGrain = 16;
+
+std::vector<quant::BlockQ8_0Act>& act_buffer() {
+  thread_local std::vector<quant::BlockQ8_0Act> buf;
+  return buf;
+}
+
+#ifdef DS4_HAVE_CPU_KERNELS
+ds4::cpu::TensorRows rows_of(const Matrix& w) {
+  return ds4::cpu::TensorRows{w.data, static_cast<int64_t>(w.row_bytes), w.n_in};
+}
+#endif
+
+}  // namespace
+
+void Matmul::matmul(const MatmulParams& p) {
+  const Matrix& w = p.w;
+  const int64_t n_in = w.n_in;
+  switch (w.type) {
+    case GgmlType::kQ8_0: {
+      const int64_t nb = n_in / quant::kQK8_0;
+      auto& buf = act_buffer();
+      if (buf.size() < static_cast<size_t>(nb * p.n_rows)) buf.resize(static_cast<size_t>(nb * p.n_rows));
+      quant::BlockQ8_0Act* xq = buf.data();
+      for (int i = 0; i < p.n_rows; ++i) quant::quantize_q8_0_act(p.x + i * p.x_stride, xq + i * nb, n_in);
+#ifdef DS4_HAVE_CPU_KERNELS
+      ds4::cpu::matmul_q8_0(rows_of(w), xq, p.n_rows, p.y, w.n_out, pool_, nb, p.y_stride);
+      return;
+#endif
+      parallel_for(pool_, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          const auto* row = reinterpret_cast<const quant::BlockQ8_0*>(w.data + o * w.row_bytes);
+          for (int i = 0; i < p.n_rows; ++i) p.y[i * p.y_stride + o] = quant::dot_q8_0(row, xq + i * nb, nb);
+        }
+      });
+      return;
+    }
+    case GgmlType::kF16:
+#ifdef DS4_HAVE_CPU_KERNELS
+      ds4::cpu::matmul_f16(rows_of(w), p.x, p.n_rows, p.y, w.n_out, pool_, p.x_stride, p.y_stride);
+      return;
+#endif
+      parallel_for(pool_, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          const auto* row = reinterpret_cast<const uint16_t*>(w.data + o * w.row_bytes);
+          for (int i = 0; i < p.n_rows; ++i) p.y[i * p.y_stride + o] = quant::dot_f16(row, p.x + i * p.x_stride, n_in);
+        }
+      });
+      return;
+    case GgmlType::kF32:
+#ifdef DS4_HAVE_CPU_KERNELS
+      ds4::cpu::matmul_f32(rows_of(w), p.x, p.n_rows, p.y, w.n_out, pool_, p.x_stride, p.y_stride);
+      return;
+#endif
+      parallel_for(pool_, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          const auto* row = reinterpret_cast<const float*>(w.data + o * w.row_bytes);
+          for (int i = 0; i < p.n_rows; ++i) p.y[i * p.y_stride + o] = quant::dot_f32(row, p.x + i * p.x_stride, n_in);
+        }
+      });
+      return;
+    default:
+      DS4_CHECK_MSG(false, "matmul: unsupported dense weight type");
+  }
+}
+
+float dot_expert_row(const Matrix& w, int64_t r, const quant::BlockQ8K* x) {
+  const int64_t nb = w.n_in / quant::kQKK;
+  const uint8_t* row = w.data + r * w.row_bytes;
+  switch (w.type) {
+    case GgmlType::kIQ2_XXS:
+      return quant::dot_iq2_xxs_q8_k(reinterpret_cast<const quant::BlockIQ2XXS*>(row), x, nb);
+    case GgmlType::kQ2_K:
+      return quant::dot_q2_k_q8_k(reinterpret_cast<const quant::BlockQ2K*>(row), x, nb);
+    case GgmlType::kQ4_K:
+      return quant::dot_q4_k_q8_k(reinterpret_cast<const quant::BlockQ4K*>(row), x, nb);
+    default:
+      DS4_CHECK_MSG(false, "expert dot: unsupported weight type");
+  }
+  return 0.0f;
+}
+
+void expert_matmul(const Matrix& w, const quant::BlockQ8K* x, int64_t x_stride, int n_rows,
+                   float* y, int64_t y_stride, ThreadPool* pool) {
+#ifdef DS4_HAVE_CPU_KERNELS
+  const ds4::cpu::TensorRows rows = rows_of(w);
+  switch (w.type) {
+    case GgmlType::kIQ2_XXS:
+      ds4::cpu::matmul_iq2_xxs(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
+      return;
+    case GgmlType::kQ2_K:
+      ds4::cpu::matmul_q2_k(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
+      return;
+    case GgmlType::kQ4_K:
+      ds4::cpu::matmul_q4_k(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
+      return;
+    default:
+      DS4_CHECK_MSG(false, "expert matmul: unsupported weight type");
+  }
+#else
+  parallel_for(pool, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      for (int k = 0; k < n_rows; ++k) y[k * y_stride + o] = dot_expert_row(w, o, x + k * x_stride);
+    }
+  });
+#endif
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+#ifdef DS4_HAVE_CPU_KERNELS
+  return ds4::cpu::dot_f32(a, b, n);
+#else
+  return quant::dot_f32(a, b, n);
+#endif
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+#ifdef DS4_HAVE_CPU_KERNELS
+  ds4::cpu::axpy(a, x, y, n);
+#else
+  for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+#endif
+}
+
+}  // namespace ds4::backend::cpu

@@ -1,0 +1,45 @@
+// backend/cpu/matmul.h — the CPU backend's matmul wrapper: one place that turns a
+// MatmulParams (weight type, r rows) into dot products.
+//
+// Role: routes every dense matmul and expert row dot of the CPU backend. Today it calls the
+// quant reference dots (quant/dot.h) over output rows split across the pool; the SIMD
+// multi-row kernels of backend/cpu/kernels*.h plug in here and must give the same bits.
+// Invariants: y[i][o] == reference dot(W row o, quantized x[i]) for every i, o, whatever the
+// row count and thread count; no allocation after the first call at a given size
+// (activation blocks live in a per-thread buffer that only grows).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "quant/quant.h"
+
+namespace ds4 {
+class ThreadPool;
+}
+
+namespace ds4::backend::cpu {
+
+class Matmul {
+ public:
+  explicit Matmul(ThreadPool* pool) : pool_(pool) {}
+  // Supported weight types: F32, F16 (canonical dense dot), Q8_0 (activations -> Q8_0).
+  void matmul(const MatmulParams& p);
+
+ private:
+  ThreadPool* pool_;
+};
+
+// dot(expert weight row r, Q8_K activation) for IQ2_XXS, Q2_K and Q4_K weights.
+float dot_expert_row(const Matrix& w, int64_t r, const quant::BlockQ8K* x);
+
+// y[k][o] = dot_expert_row(w, o, x + k*x_stride) for k < n_rows, o < w.n_out (row k of y at
+// y + k*y_stride). Same bits as dot_expert_row for every (k, o).
+void expert_matmul(const Matrix& w, const quant::BlockQ8K* x, int64_t x_stride, int n_rows,
+                   float* y, int64_t y_stride, ThreadPool* pool);
+
+// Canonical dense dot and axpy (kernels when built, else the quant reference): same bits.
+float dot_f32(const float* a, const float* b, int64_t n);
+void axpy(float a, const float* x, float* y, int64_t n);
+
+}  // namespace ds4::backend::cpu

@@ -1,0 +1,71 @@
+// cli/cli.h — shared pieces of the `ds4` command: options, the loaded model, SIGINT state.
+//
+// Role: main.cpp parses flags and runs one-shot mode; repl.cpp runs interactive chat. Both go
+// through engine/ only (engine.h, text.h, generate.h) — frontends never include lower layers.
+// Invariant: Ctrl+C (SIGINT) only sets a flag; generation polls it through the generate()
+// callback and stops cleanly. Two Ctrl+C while busy exit the process at once (exit 130).
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/text.h"
+
+namespace ds4::cli {
+
+struct Options {
+  std::string model;            // "" = default model (models/ds4-tiny.gguf)
+  std::string prompt;
+  std::string prompt_file;
+  std::string system = "You are a helpful assistant";
+  std::string mtp;
+  int tokens = 50000;
+  int ctx = 32768;
+  int threads = 0;
+  float temp = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  float min_p = 0.05f;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  bool think = false;
+  bool nothink = false;
+  bool raw = false;
+  bool interactive = false;
+  bool dspark = false;
+  float dspark_confidence = 0.7f;
+  bool cpu = false;
+  bool cuda = false;
+  bool verbose = false;
+};
+
+// What one run of the program holds.
+struct Loaded {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<TextCodec> text;
+  std::unique_ptr<Session> session;
+};
+
+// SIGINT handling (cli.cpp).
+void install_sigint_handler();
+// True once Ctrl+C was pressed since the last clear; clear() also leaves "busy" state.
+bool interrupted();
+void clear_interrupt();
+// While busy (prefill/generation), a second Ctrl+C exits immediately.
+void set_busy(bool busy);
+
+// Sampler settings from the flags.
+GenerateOptions generate_options(const Options& o);
+// Prints "prefill: ... generation: ..." to stderr.
+void print_stats(const GenerateStats& stats);
+// Prefill progress on stderr for long prompts (only when stderr is a terminal or verbose).
+ProgressFn prefill_progress(bool verbose);
+
+// Interactive chat (repl.cpp). Returns the process exit code.
+int run_repl(const Options& options, Loaded& loaded);
+
+}  // namespace ds4::cli

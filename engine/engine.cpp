@@ -1,0 +1,163 @@
+// engine/engine.cpp — Engine::open and the Engine / Session facades.
+//
+// Role: opens and validates the model (model::Model), builds the backend (CPU; CUDA is a
+// clear error until it exists), reads the tokenizer (TextCodec) and hands out Sessions that
+// wrap session::ModelSession. Frontends see only engine.h.
+// Invariants: the Engine outlives its Sessions (documented contract of engine.h); a Session
+// never touches another Session's state; new_session() fails cleanly (kResource) when the
+// context does not fit in memory.
+#include "engine/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "backend/backend.h"
+#include "engine/text.h"
+#include "model/model.h"
+#include "session/session.h"
+
+namespace ds4 {
+
+namespace {
+
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t{1} << 34;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+class SessionImpl final : public Session {
+ public:
+  explicit SessionImpl(std::unique_ptr<session::ModelSession> s) : s_(std::move(s)) {}
+
+  int n_ctx() const override { return static_cast<int>(s_->n_ctx()); }
+  int n_tokens() const override { return static_cast<int>(s_->n_tokens()); }
+  std::span<const int32_t> tokens() const override { return s_->tokens(); }
+  Status prefill(std::span<const int32_t> tokens, const ProgressFn& progress) override {
+    return s_->prefill(tokens, progress);
+  }
+  Status decode(int32_t token) override { return s_->decode(token); }
+  std::span<const float> logits() const override { return s_->logits(); }
+  Expected<std::vector<VerifyRow>> verify(std::span<const int32_t> rows) override {
+    auto r = s_->verify(rows);
+    if (!r.ok()) return r.status();
+    std::vector<VerifyRow> out;
+    out.reserve(r->size());
+    for (const session::RowResult& row : *r) out.push_back(VerifyRow{row.argmax, row.logits});
+    return out;
+  }
+  void checkpoint() override { s_->checkpoint(); }
+  void rollback() override { s_->rollback(); }
+  Status commit_prefix(int k) override { return s_->commit_prefix(k); }
+  Status save_snapshot() override { return s_->save_snapshot(); }
+  Status restore_snapshot() override { return s_->restore_snapshot(); }
+  uint64_t state_bytes() const override { return s_->state_bytes(); }
+  void reset() override { s_->reset(); }
+
+ private:
+  std::unique_ptr<session::ModelSession> s_;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::unique_ptr<model::Model> model, std::unique_ptr<backend::Backend> be,
+             std::unique_ptr<TextCodec> text, ModelInfo info)
+      : model_(std::move(model)), be_(std::move(be)), text_(std::move(text)), info_(std::move(info)) {}
+
+  const ModelInfo& info() const override { return info_; }
+
+  Expected<std::unique_ptr<Session>> new_session(int n_ctx) override {
+    auto s = session::ModelSession::create(*model_, *be_, n_ctx, physical_memory_bytes());
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<Session>(new SessionImpl(std::move(s).value()));
+  }
+
+  std::vector<int32_t> tokenize(std::string_view text) const override {
+    return text_ ? text_->tokenize(text) : std::vector<int32_t>{};
+  }
+  std::vector<int32_t> tokenize_rendered(std::string_view text) const override {
+    return text_ ? text_->tokenize_rendered(text) : std::vector<int32_t>{};
+  }
+  std::string render_chat(std::span<const ChatMessage> messages, ThinkMode mode) const override {
+    return text_ ? text_->render_chat(messages, mode) : std::string();
+  }
+  std::string token_bytes(int32_t token) const override {
+    return text_ ? text_->token_bytes(token) : std::string();
+  }
+  std::string detokenize(std::span<const int32_t> tokens) const override {
+    return text_ ? text_->detokenize(tokens) : std::string();
+  }
+  int32_t bos_token() const override { return text_ ? text_->bos() : -1; }
+  int32_t eos_token() const override { return text_ ? text_->eos() : -1; }
+  const TextCodec& text() const override { return *text_; }
+
+ private:
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<backend::Backend> be_;
+  std::unique_ptr<TextCodec> text_;
+  ModelInfo info_;
+};
+
+ModelInfo make_info(const model::Model& m, const std::string& path) {
+  const model::ModelConfig& c = m.config();
+  ModelInfo info;
+  info.name = c.name;
+  info.path = path;
+  std::error_code ec;
+  info.file_bytes = std::filesystem::file_size(path, ec);
+  if (ec) info.file_bytes = 0;
+  info.n_layer = static_cast<int>(c.n_layer);
+  info.n_embd = static_cast<int>(c.n_embd);
+  info.n_vocab = static_cast<int>(c.n_vocab);
+  info.n_ctx_train = static_cast<int>(std::min<uint64_t>(c.context_length, INT32_MAX));
+  info.routed_quant_bits = m.expert_quant() == model::ExpertQuant::kQ4 ? 4 : 2;
+  // Steady-state growth: ratio-4 layers add (D + idx_dim) f32 per 4 tokens, ratio-128 layers
+  // D f32 per 128 tokens (§6.1); exact for the Flash and tiny shapes.
+  double per_token = 0.0;
+  uint64_t fixed = 0;
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    const uint32_t r = c.compress_ratio(il);
+    fixed += static_cast<uint64_t>(c.raw_capacity(c.n_swa)) * c.head_dim * 4;
+    if (r == 4) {
+      per_token += (c.head_dim + c.indexer_head_dim) * 4.0 / 4.0;
+      fixed += 2ull * 8 * 2 * c.head_dim * 4 + 2ull * 8 * 2 * c.indexer_head_dim * 4;
+    } else if (r == 128) {
+      per_token += c.head_dim * 4.0 / 128.0;
+      fixed += 2ull * 128 * c.head_dim * 4;
+    }
+  }
+  info.kv_bytes_per_token = static_cast<uint64_t>(per_token + 0.5);
+  info.session_fixed_bytes = fixed;
+  info.has_drafter = false;
+  return info;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  if (options.backend == BackendKind::kCuda) {
+    return unsupported("this build of ds4cpp was not built with CUDA; use the CPU backend");
+  }
+  if (!options.mtp_path.empty()) {
+    return unsupported("drafter file '%s': DSpark support is not in this build yet", options.mtp_path.c_str());
+  }
+  if (options.n_threads < 0) {
+    return invalid_argument("thread count must be >= 0 (0 = all cores), got %d", options.n_threads);
+  }
+  auto model = model::Model::open(options.model_path);
+  if (!model.ok()) return model.status();
+  auto text = TextCodec::from_gguf((*model)->file());
+  if (!text.ok()) return text.status();
+  const int threads = options.n_threads > 0
+                          ? options.n_threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ModelInfo info = make_info(**model, options.model_path);
+  return std::unique_ptr<Engine>(new EngineImpl(std::move(model).value(), backend::make_cpu_backend(threads),
+                                                std::move(text).value(), std::move(info)));
+}
+
+}  // namespace ds4

@@ -1,0 +1,73 @@
+// engine/speculative.cpp — SpeculativeDecoder (see speculative.h) over spec::Runtime.
+#include "engine/speculative.h"
+
+#include "session/session.h"
+#include "spec/drafter.h"
+#include "spec/runtime.h"
+
+namespace ds4 {
+
+struct SpeculativeDecoder::Impl {
+  Impl(spec::Drafter& d, session::ModelSession& s, const spec::SpecConfig& cfg)
+      : ms(s), proposer(d), runtime(s, proposer, cfg) {}
+  PlainDecoder plain;
+  session::ModelSession& ms;
+  spec::DSparkProposer proposer;
+  spec::Runtime runtime;
+};
+
+SpeculativeDecoder::SpeculativeDecoder() = default;
+SpeculativeDecoder::~SpeculativeDecoder() = default;
+
+std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(spec::Drafter& drafter, session::ModelSession& ms,
+                                                               const SpecOptions& o) {
+  spec::SpecConfig cfg;
+  cfg.confidence = o.confidence;
+  cfg.confidence_grid = o.confidence_grid;
+  cfg.fold = o.fold;
+  cfg.scheduler = o.scheduler;
+  cfg.backoff = o.backoff;
+  cfg.margin_gate = o.margin_gate;
+  cfg.replay = o.replay;
+  cfg.stats = o.stats;
+  cfg.max_draft = o.max_draft;
+  cfg.tail_min_tokens = o.tail_min_tokens;
+  std::unique_ptr<SpeculativeDecoder> d(new SpeculativeDecoder());
+  d->impl_ = std::make_unique<Impl>(drafter, ms, cfg);
+  return d;
+}
+
+Status SpeculativeDecoder::step(Session& session, Sampler& sampler, const StepLimits& limits,
+                                std::vector<int32_t>* out) {
+  if (!sampler.greedy()) return impl_->plain.step(session, sampler, limits, out);
+  if (session.n_tokens() != impl_->ms.n_tokens()) {
+    return internal_error("speculative decoder: the session passed to step() is not the one it was built for");
+  }
+  return impl_->runtime.step(limits.max_new, limits.stop_token, limits.banned_token, out);
+}
+
+SpecSummary SpeculativeDecoder::summary() const {
+  const spec::SpecStats& s = impl_->runtime.stats();
+  SpecSummary r;
+  r.cycles = s.cycles;
+  r.proposed = s.proposed_tokens;
+  r.accepted = s.accepted_draft_tokens;
+  r.accept_rate = s.proposed_tokens ? static_cast<double>(s.accepted_draft_tokens) / s.proposed_tokens : 0.0;
+  return r;
+}
+
+std::string SpeculativeDecoder::stats_report() const { return impl_->runtime.stats().report(); }
+
+void SpeculativeDecoder::reset_policy() { impl_->runtime.reset_policy(); }
+
+Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* out) {
+  return spec::parse_confidence_grid(text, out);
+}
+
+Expected<std::unique_ptr<spec::Drafter>> load_dspark_drafter(const model::Model& target,
+                                                             backend::Backend& backend,
+                                                             const std::string& mtp_path) {
+  return spec::load_drafter(target, backend, mtp_path);
+}
+
+}  // namespace ds4

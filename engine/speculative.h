@@ -1,0 +1,92 @@
+// engine/speculative.h — DSpark wired into the generation loop: a Decoder (engine/generate.h)
+// that runs the speculative runtime of spec/runtime.h when sampling is greedy, and the plain
+// decoder otherwise. Frontend-facing: includes no spec/ or session/ header (pimpl).
+//
+// Wiring (engine.cpp, owner "forward"): Engine::open loads the support file with
+// load_dspark_drafter(model, backend, options.mtp_path) and keeps the drafter (one per
+// Engine; its rings follow one timeline, so one speculative session at a time). For a session
+// it builds SpeculativeDecoder::create(drafter, model_session, options) and a frontend passes
+// it as GenerateOptions::decoder. The decoder must be created BEFORE the prompt prefill of
+// that session (it installs the hidden capture on the session) and must not outlive it.
+//
+// Invariants: greedy output and final session state are byte-identical to PlainDecoder's
+// (tests/spec); at T > 0 every step is PlainDecoder::step (no speculation).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/generate.h"
+
+namespace ds4::spec {
+class Drafter;
+}  // namespace ds4::spec
+namespace ds4::session {
+class ModelSession;
+}  // namespace ds4::session
+namespace ds4::model {
+class Model;
+}  // namespace ds4::model
+namespace ds4::backend {
+class Backend;
+}  // namespace ds4::backend
+
+namespace ds4 {
+
+// DSpark policies (spec::SpecConfig; flag / environment names documented in spec/runtime.h:
+// DS4_DSPARK_CONFIDENCE, _CONFIDENCE_GRID, _FOLD, _SCHEDULER, _SCHEDULER_BACKOFF,
+// _MARGIN_GATE, _REPLAY, _STATS).
+struct SpecOptions {
+  float confidence = 0.6f;             // σ threshold per draft position
+  std::vector<float> confidence_grid;  // per-position thresholds, last extends (empty = flat)
+  bool fold = false;                   // seed as row 0 of the verify batch after full accepts
+  bool scheduler = true;               // windowed pause scheduler (counters only)
+  bool backoff = false;                // scheduler backoff ladder
+  float margin_gate = 0.0f;            // skip standalone proposals below this logit margin
+  bool replay = false;                 // partial accepts by rollback + decode (strict control)
+  bool stats = false;                  // frontends print stats_report() at the end
+  int max_draft = 0;                   // cap on drafts per proposal (0 = block size)
+  int tail_min_tokens = 10;            // no proposals when fewer tokens remain
+};
+
+// "0.55,0.6,0.65" -> thresholds (each in [0, 1]); kInvalidArgument names the bad item.
+Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* out);
+
+// Counters a frontend may show (the full set is in stats_report()).
+struct SpecSummary {
+  int64_t cycles = 0;
+  int64_t proposed = 0;        // draft tokens proposed
+  int64_t accepted = 0;        // draft tokens accepted
+  double accept_rate = 0.0;    // accepted / proposed
+};
+
+class SpeculativeDecoder final : public Decoder {
+ public:
+  // `ms` is the ModelSession behind the engine Session that step() will receive.
+  static std::unique_ptr<SpeculativeDecoder> create(spec::Drafter& drafter, session::ModelSession& ms,
+                                                    const SpecOptions& options);
+  ~SpeculativeDecoder() override;
+
+  Status step(Session& session, Sampler& sampler, const StepLimits& limits,
+              std::vector<int32_t>* out) override;
+
+  SpecSummary summary() const;
+  std::string stats_report() const;  // "dspark: ..." lines (counters + time split)
+  void reset_policy();               // scheduler / fold state back to start (new request)
+
+ private:
+  SpeculativeDecoder();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The drafter for `target` from a support GGUF path (validated against the target's shapes).
+Expected<std::unique_ptr<spec::Drafter>> load_dspark_drafter(const model::Model& target,
+                                                             backend::Backend& backend,
+                                                             const std::string& mtp_path);
+
+}  // namespace ds4

@@ -1,0 +1,136 @@
+// quant/kv_sim.cpp — FP8-E4M3 KV and Hadamard+FP4 indexer round trips (quant/kv_sim.h).
+//
+// The nearest-value searches compare |v − t| in f32 between the two table neighbours that
+// bracket v; both differences are exact (Sterbenz), so this equals a full linear scan by
+// absolute difference with ties to the even index (tests check it against one).
+#include "quant/kv_sim.h"
+
+#include <cmath>
+
+#include "core/status.h"
+
+namespace ds4::quant {
+
+namespace {
+
+// E4M3FN magnitudes by index, built at compile time (every value is exact in f32).
+constexpr float exact_pow2(int k) {
+  float r = 1.0f;
+  for (; k > 0; --k) r *= 2.0f;
+  for (; k < 0; ++k) r *= 0.5f;
+  return r;
+}
+struct E4M3Table {
+  float v[kE4M3Count];
+};
+constexpr E4M3Table make_e4m3_table() {
+  E4M3Table t{};
+  for (int i = 0; i < kE4M3Count; ++i) {
+    const int e = i >> 3, m = i & 7;
+    t.v[i] = e == 0 ? static_cast<float>(m) * exact_pow2(-9)
+                    : (1.0f + static_cast<float>(m) * 0.125f) * exact_pow2(e - 7);
+  }
+  return t;
+}
+constexpr E4M3Table kE4M3 = make_e4m3_table();
+static_assert(kE4M3.v[126] == 448.0f && kE4M3.v[1] == 0x1p-9f && kE4M3.v[56] == 1.0f);
+
+constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+// Index of the nearest table entry to a (0 <= a <= table[count-1]); ties -> even index.
+int nearest_index(const float* table, int count, float a) {
+  int lo = 0, hi = count - 1;  // largest index with table[idx] <= a
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (table[mid] <= a) lo = mid; else hi = mid - 1;
+  }
+  if (lo + 1 < count) {
+    const float d0 = std::fabs(a - table[lo]);
+    const float d1 = std::fabs(a - table[lo + 1]);
+    if (d1 < d0 || (d1 == d0 && ((lo + 1) & 1) == 0)) return lo + 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
+float e4m3_value(int i) {
+  DS4_CHECK(i >= 0 && i < kE4M3Count);
+  return kE4M3.v[i];
+}
+
+float e4m3_nearest(float v) {
+  const float sign = v < 0.0f ? -1.0f : 1.0f;
+  const float a = std::fmin(std::fabs(v), kE4M3Max);
+  return sign * kE4M3.v[nearest_index(kE4M3.v, kE4M3Count, a)];
+}
+
+void fp8_e4m3_roundtrip(float* x, int n_leading) {
+  DS4_CHECK(n_leading >= 0 && n_leading % kFp8BlockSize == 0);
+  for (int off = 0; off < n_leading; off += kFp8BlockSize) {
+    float amax = 0.0f;
+    for (int i = 0; i < kFp8BlockSize; ++i) {
+      const float av = std::fabs(x[off + i]);
+      if (av > amax) amax = av;
+    }
+    if (amax < kFp8MinAmax) amax = kFp8MinAmax;
+    const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / kE4M3Max))));
+    for (int i = 0; i < kFp8BlockSize; ++i) {
+      float v = x[off + i] / scale;
+      if (v > kE4M3Max) v = kE4M3Max;
+      if (v < -kE4M3Max) v = -kE4M3Max;
+      x[off + i] = e4m3_nearest(v) * scale;
+    }
+  }
+}
+
+float e2m1_value(int i) {
+  DS4_CHECK(i >= 0 && i < 8);
+  return kE2M1[i];
+}
+
+float e2m1_nearest(float v) {
+  const float sign = v < 0.0f ? -1.0f : 1.0f;
+  const float a = std::fmin(std::fabs(v), kE2M1Max);
+  return sign * kE2M1[nearest_index(kE2M1, 8, a)];
+}
+
+void fp4_e2m1_roundtrip_row(float* x, int n) {
+  DS4_CHECK(n >= 0 && n % kFp4BlockSize == 0);
+  for (int off = 0; off < n; off += kFp4BlockSize) {
+    float amax = 0.0f;
+    for (int i = 0; i < kFp4BlockSize; ++i) {
+      const float av = std::fabs(x[off + i]);
+      if (av > amax) amax = av;
+    }
+    if (amax < kFp4MinAmax) amax = kFp4MinAmax;
+    const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / kE2M1Max))));
+    for (int i = 0; i < kFp4BlockSize; ++i) {
+      float v = x[off + i] / scale;
+      if (v > kE2M1Max) v = kE2M1Max;
+      if (v < -kE2M1Max) v = -kE2M1Max;
+      x[off + i] = e2m1_nearest(v) * scale;
+    }
+  }
+}
+
+void hadamard128_inplace(float* x) {
+  for (int stride = 1; stride < kHadamardDim; stride <<= 1) {
+    for (int base = 0; base < kHadamardDim; base += 2 * stride) {
+      for (int i = 0; i < stride; ++i) {
+        const float a = x[base + i];
+        const float b = x[base + stride + i];
+        x[base + i] = a + b;
+        x[base + stride + i] = a - b;
+      }
+    }
+  }
+  for (int i = 0; i < kHadamardDim; ++i) x[i] = x[i] * kHadamardScale;
+}
+
+void indexer_qat_row(float* x128) {
+  hadamard128_inplace(x128);
+  fp4_e2m1_roundtrip_row(x128, kHadamardDim);
+}
+
+}  // namespace ds4::quant

@@ -1,0 +1,51 @@
+// quant/kv_sim.h — low-precision round-trip simulations of the DS4 graph (§3.6, §3.7).
+//
+// Role: the FP8-E4M3 round trip applied to the non-RoPE part of every KV row, and the
+// indexer QAT (Hadamard-128 then FP4-E2M1 round trip). Values stay f32; only their precision
+// changes. Exactly per ds4-architecture.md: power-of-two block scales from
+// ldexpf(1, (int)ceilf(log2f(amax / vmax))), clamp, nearest representable magnitude by
+// absolute difference with exact ties to the EVEN table index, x = (sign·value)·scale with
+// sign = (v < 0 ? -1 : +1) (so -0.0 comes back as +0.0).
+// Invariants: in-place, no allocation; results depend only on the row itself.
+#pragma once
+
+#include <cstdint>
+
+namespace ds4::quant {
+
+inline constexpr int kFp8BlockSize = 64;       // KV FP8 block (scale per 64 values)
+inline constexpr float kE4M3Max = 448.0f;      // largest finite E4M3FN magnitude
+inline constexpr int kE4M3Count = 127;         // table indices 0..126 (127 = NaN, unused)
+inline constexpr int kFp4BlockSize = 32;       // indexer FP4 block
+inline constexpr float kE2M1Max = 6.0f;
+inline constexpr int kHadamardDim = 128;
+inline constexpr float kHadamardScale = 0.08838834764831845f;  // 1/sqrt(128) in f32
+inline constexpr float kFp4MinAmax = 7.052966104933725e-38f;
+inline constexpr float kFp8MinAmax = 1.0e-4f;
+
+// E4M3FN magnitude of table index i (0..126): e = i>>3, m = i&7;
+// m·2^-9 if e == 0 else (1 + m/8)·2^(e-7). Monotonic in i.
+float e4m3_value(int i);
+// Nearest E4M3FN value to v (sign kept as (v<0 ? -1 : 1)·value), |v| clamped to 448 first;
+// exact ties go to the even index.
+float e4m3_nearest(float v);
+// FP8 round trip of x[0 .. n_leading) in blocks of 64 (n_leading % 64 == 0; ds4 passes
+// head_dim − n_rot = 448 for the 512-wide KV rows). Elements past n_leading are untouched.
+void fp8_e4m3_roundtrip(float* x, int n_leading);
+
+// E2M1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} by index 0..7.
+float e2m1_value(int i);
+// Nearest E2M1 value to v (|v| clamped to 6), ties to the even index, sign as above.
+float e2m1_nearest(float v);
+// FP4 round trip of x[0..n) in blocks of 32 (n % 32 == 0).
+void fp4_e2m1_roundtrip_row(float* x, int n);
+
+// Unnormalized fast Walsh–Hadamard transform over 128 values (strides 1, 2, ..., 64; each
+// butterfly writes (a+b, a−b)), then every value multiplied by kHadamardScale.
+// Applying it twice returns x up to rounding (H·H = I with this scale).
+void hadamard128_inplace(float* x);
+
+// Indexer QAT of one 128-wide row: hadamard128_inplace then fp4_e2m1_roundtrip_row(x, 128).
+void indexer_qat_row(float* x128);
+
+}  // namespace ds4::quant

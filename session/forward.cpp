@@ -1,0 +1,464 @@
+// session/forward.cpp — the DS4 forward graph (ds4-architecture.md §4) over backend ops.
+//
+// forward_rows() runs n <= kMaxBatchRows rows layer-major. Within a layer, everything that
+// depends only on the row itself (HC pre, norms, projections, expert FFN, HC post) is one
+// batched op over the n rows, and the state-dependent steps (RoPE, FP8, raw push, compressor
+// steps, indexer, sink attention) run row by row in token order, exactly as a decode step
+// (§5.1, §6.4). Every batched op is batch invariant, so a row's bits never depend on n.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "quant/quant.h"
+#include "session/scratch.h"
+#include "session/session.h"
+
+namespace ds4::session {
+
+uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
+  const int64_t n = kMaxBatchRows;
+  const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
+  const int64_t max_comp = n_ctx / 4 + 2;
+  uint64_t floats = 0;
+  floats += 3 * n * HC + n * c.hc_mix_dim() + 2 * n * E + n * (c.n_hc + c.n_hc * c.n_hc);
+  floats += 2 * n * c.q_lora_rank + 2 * n * c.q_dim() + n * D + 2 * n * 2 * D;
+  floats += 2 * n * 2 * c.indexer_head_dim + n * c.indexer_q_dim() + n * c.n_indexer_head;
+  floats += n * c.o_low_dim() + 3 * n * E + n * c.n_expert + c.n_expert + 2 * n * c.n_expert_used;
+  floats += 2 * n * c.n_ff_exp + n * E;
+  floats += static_cast<int64_t>(c.n_head) * (raw_cap + max_comp) + raw_cap * 2 + 3 * max_comp;
+  floats += 2 * std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + n * c.n_vocab;
+  return floats * 4 + backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n);
+}
+
+ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
+  const int64_t n = kMaxBatchRows;
+  const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
+  const int64_t max_comp = n_ctx / 4 + 2;
+  x.assign(n * HC, 0.0f);
+  x2.assign(n * HC, 0.0f);
+  flat.assign(n * HC, 0.0f);
+  mix.assign(n * c.hc_mix_dim(), 0.0f);
+  y.assign(n * E, 0.0f);
+  post.assign(n * c.n_hc, 0.0f);
+  comb.assign(n * c.n_hc * c.n_hc, 0.0f);
+  h.assign(n * E, 0.0f);
+  qa.assign(n * c.q_lora_rank, 0.0f);
+  qr.assign(n * c.q_lora_rank, 0.0f);
+  q.assign(n * c.q_dim(), 0.0f);
+  kv.assign(n * D, 0.0f);
+  ckv.assign(n * 2 * D, 0.0f);
+  csc.assign(n * 2 * D, 0.0f);
+  ikv.assign(n * 2 * c.indexer_head_dim, 0.0f);
+  isc.assign(n * 2 * c.indexer_head_dim, 0.0f);
+  iq.assign(n * c.indexer_q_dim(), 0.0f);
+  iw.assign(n * c.n_indexer_head, 0.0f);
+  heads.assign(n * c.q_dim(), 0.0f);
+  low.assign(n * c.o_low_dim(), 0.0f);
+  o.assign(n * E, 0.0f);
+  router.assign(n * c.n_expert, 0.0f);
+  probs.assign(c.n_expert, 0.0f);
+  sel.assign(n * c.n_expert_used, 0);
+  wt.assign(n * c.n_expert_used, 0.0f);
+  moe_out.assign(n * E, 0.0f);
+  moe_scratch.assign(backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n), 0);
+  sg.assign(n * c.n_ff_exp, 0.0f);
+  su.assign(n * c.n_ff_exp, 0.0f);
+  sh_out.assign(n * E, 0.0f);
+  attn_scores.assign(static_cast<int64_t>(c.n_head) * (raw_cap + max_comp), 0.0f);
+  raw_ptrs.assign(raw_cap, nullptr);
+  idx_scores.assign(max_comp, 0.0f);
+  idx_order.assign(max_comp, 0);
+  allowed.assign(max_comp, 0);
+  pooled.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
+  crow.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
+  head_mix.assign(n * c.n_hc, 0.0f);
+  row_logits.assign(n * c.n_vocab, 0.0f);
+}
+
+namespace {
+
+void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y,
+            int64_t ys, int n) {
+  backend::MatmulParams p;
+  p.w = w;
+  p.x = x;
+  p.x_stride = xs;
+  p.y = y;
+  p.y_stride = ys;
+  p.n_rows = n;
+  be.matmul(p);
+}
+
+void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim,
+              int n_rows, float eps) {
+  backend::RmsNormParams p;
+  p.x = x;
+  p.weight = w;
+  p.out = out;
+  p.n = dim;
+  p.n_rows = n_rows;
+  p.eps = eps;
+  be.rms_norm(p);
+}
+
+void rope(backend::Backend& be, float* x, int n_head, int head_dim, int n_rot, int64_t pos,
+          const model::RopeParams& rp, bool inverse) {
+  backend::RopeTailParams p;
+  p.x = x;
+  p.n_head = n_head;
+  p.head_dim = head_dim;
+  p.n_rot = n_rot;
+  p.pos = pos;
+  p.rope = rp;
+  p.inverse = inverse;
+  be.rope_tail(p);
+}
+
+}  // namespace
+
+void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots) {
+  DS4_CHECK(n >= 1 && n <= kMaxBatchRows);
+  Scratch& s = *s_;
+  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
+  const int64_t pos0 = n_tokens();
+  // Embedding: every HC stream starts as the token's embedding row (§4.1).
+  const model::TensorView& emb = model_.weights().global.token_embd;
+  for (int i = 0; i < n; ++i) {
+    const auto* row = reinterpret_cast<const uint16_t*>(emb.row(tokens[i]));
+    float* x = s.x.data() + i * HC;
+    for (int64_t d = 0; d < E; ++d) x[d] = quant::f16_to_f32(row[d]);
+    for (uint32_t hh = 1; hh < cfg_.n_hc; ++hh) std::memcpy(x + hh * E, x, sizeof(float) * E);
+  }
+  for (uint32_t il = 0; il < cfg_.n_layer; ++il) {
+    attention_layer(static_cast<int>(il), n, pos0, capture_slots);
+    ffn_layer(static_cast<int>(il), n, tokens);
+    if (capture_index_.size() == cfg_.n_layer && capture_index_[il] >= 0) capture_hidden(static_cast<int>(il), n);
+  }
+  for (int i = 0; i < n; ++i) state_.tokens().push_back(tokens[i]);
+  if (logits_first < n) output_head(logits_first, n);
+  if (capture_sink_ && !capture_layers_.empty()) {
+    const int64_t per_row = static_cast<int64_t>(capture_layers_.size()) * E;
+    for (int i = 0; i < n; ++i) {
+      capture_sink_(pos0 + i, std::span<const float>(captured_.data() + i * per_row, per_row));
+    }
+  }
+}
+
+void ModelSession::capture_hidden(int il, int n) {
+  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
+  const int k = capture_index_[il];
+  const int64_t per_row = static_cast<int64_t>(capture_layers_.size()) * E;
+  const float inv = 1.0f / static_cast<float>(cfg_.n_hc);
+  for (int i = 0; i < n; ++i) {
+    const float* x = s_->x.data() + i * HC;
+    float* out = captured_.data() + i * per_row + k * E;
+    for (int64_t d = 0; d < E; ++d) {
+      float acc = x[d];
+      for (uint32_t hh = 1; hh < cfg_.n_hc; ++hh) acc += x[hh * E + d];
+      out[d] = acc * inv;
+    }
+  }
+}
+
+void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slots) {
+  Scratch& s = *s_;
+  const LayerMats& m = mats_[il];
+  LayerState& L = state_.layers()[il];
+  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim(), D = cfg_.head_dim;
+  const int64_t QL = cfg_.q_lora_rank, Q = cfg_.q_dim();
+  const int nh = static_cast<int>(cfg_.n_head);
+  const int n_rot = static_cast<int>(cfg_.n_rot);
+  const int ratio = L.ratio;
+  const int64_t W = ratio == 4 ? 2 * D : D;
+  const int64_t IDX = cfg_.indexer_head_dim, IW = 2 * IDX, IQ = cfg_.indexer_q_dim();
+  const int n_ih = static_cast<int>(cfg_.n_indexer_head);
+  const int64_t top_k = cfg_.indexer_top_k;
+  const float eps = cfg_.rms_eps;
+  const model::RopeParams rp = cfg_.rope_params(static_cast<uint32_t>(il));
+
+  backend::HcPreParams hp;
+  hp.x = s.x.data();
+  hp.fn = m.hc_attn_fn;
+  hp.scale = m.hc_attn_scale;
+  hp.base = m.hc_attn_base;
+  hp.n_hc = static_cast<int>(cfg_.n_hc);
+  hp.n_embd = E;
+  hp.sinkhorn_iters = static_cast<int>(cfg_.n_hc_sinkhorn_iter);
+  hp.norm_eps = eps;
+  hp.hc_eps = cfg_.hc_eps;
+  hp.n_rows = n;
+  hp.flat = s.flat.data();
+  hp.mix = s.mix.data();
+  hp.y = s.y.data();
+  hp.post = s.post.data();
+  hp.comb = s.comb.data();
+  be_.hc_pre(hp);
+
+  rms_norm(be_, s.y.data(), m.attn_norm, s.h.data(), E, n, eps);
+  matmul(be_, m.attn_q_a, s.h.data(), E, s.qa.data(), QL, n);
+  rms_norm(be_, s.qa.data(), m.q_a_norm, s.qr.data(), QL, n, eps);
+  matmul(be_, m.attn_q_b, s.qr.data(), QL, s.q.data(), Q, n);
+  rms_norm(be_, s.q.data(), nullptr, s.q.data(), D, n * nh, eps);  // per-head, no weight
+  matmul(be_, m.attn_kv, s.h.data(), E, s.kv.data(), D, n);
+  rms_norm(be_, s.kv.data(), m.kv_a_norm, s.kv.data(), D, n, eps);
+  if (ratio != 0) {
+    matmul(be_, m.cmp_kv, s.h.data(), E, s.ckv.data(), W, n);
+    matmul(be_, m.cmp_gate, s.h.data(), E, s.csc.data(), W, n);
+  }
+  int first_idx_row = n;  // rows from here on have more indexer rows than top_k
+  if (ratio == 4) {
+    matmul(be_, m.idx_cmp_kv, s.h.data(), E, s.ikv.data(), IW, n);
+    matmul(be_, m.idx_cmp_gate, s.h.data(), E, s.isc.data(), IW, n);
+    for (int i = 0; i < n; ++i) {
+      if ((pos0 + i + 1) / 4 > top_k) {
+        first_idx_row = i;
+        break;
+      }
+    }
+    if (first_idx_row < n) {
+      const int cnt = n - first_idx_row;
+      matmul(be_, m.idx_q_b, s.qr.data() + first_idx_row * QL, QL, s.iq.data() + first_idx_row * IQ, IQ, cnt);
+      matmul(be_, m.idx_proj, s.h.data() + first_idx_row * E, E, s.iw.data() + first_idx_row * n_ih, n_ih, cnt);
+    }
+  }
+
+  const int64_t raw_cap = state_.raw_cap();
+  const int64_t swa = cfg_.n_swa;
+  const float idx_w_scale = 1.0f / sqrtf(static_cast<float>(IDX * n_ih));
+  for (int i = 0; i < n; ++i) {
+    const int64_t pos = pos0 + i;
+    float* q = s.q.data() + i * Q;
+    float* kv = s.kv.data() + i * D;
+    rope(be_, q, nh, static_cast<int>(D), n_rot, pos, rp, false);
+    rope(be_, kv, 1, static_cast<int>(D), n_rot, pos, rp, false);
+    quant::fp8_e4m3_roundtrip(kv, static_cast<int>(D) - n_rot);
+    float* raw_row = L.raw.data() + (pos % raw_cap) * D;
+    for (int64_t j = 0; j < D; ++j) raw_row[j] = quant::f16_round(kv[j]);
+
+    if (ratio != 0) {
+      backend::CompressorStepParams cp;
+      cp.state_kv = L.cmp_kv.data();
+      cp.state_score = L.cmp_score.data();
+      cp.kv_cur = s.ckv.data() + i * W;
+      cp.sc_cur = s.csc.data() + i * W;
+      cp.ape = m.cmp_ape;
+      cp.norm = m.cmp_norm;
+      cp.ratio = ratio;
+      cp.head_dim = static_cast<int>(D);
+      cp.n_rot = n_rot;
+      cp.pos = pos;
+      cp.eps = eps;
+      cp.rope = rp;
+      cp.indexer = false;
+      cp.pooled = s.pooled.data();
+      cp.out_row = s.crow.data();
+      if (be_.compressor_step(cp)) {
+        DS4_CHECK(L.n_comp < state_.comp_cap(il));
+        float* dst = L.comp.data() + L.n_comp * D;
+        for (int64_t j = 0; j < D; ++j) dst[j] = quant::f16_round(s.crow[j]);
+        ++L.n_comp;
+      }
+    }
+    const uint8_t* allowed = nullptr;
+    if (ratio == 4) {
+      backend::CompressorStepParams cp;
+      cp.state_kv = L.idx_kv.data();
+      cp.state_score = L.idx_score.data();
+      cp.kv_cur = s.ikv.data() + i * IW;
+      cp.sc_cur = s.isc.data() + i * IW;
+      cp.ape = m.idx_cmp_ape;
+      cp.norm = m.idx_cmp_norm;
+      cp.ratio = 4;
+      cp.head_dim = static_cast<int>(IDX);
+      cp.n_rot = n_rot;
+      cp.pos = pos;
+      cp.eps = eps;
+      cp.rope = rp;
+      cp.indexer = true;
+      cp.pooled = s.pooled.data();
+      cp.out_row = s.crow.data();
+      if (be_.compressor_step(cp)) {
+        DS4_CHECK(L.n_index < state_.comp_cap(il));
+        float* dst = L.index.data() + L.n_index * IDX;
+        for (int64_t j = 0; j < IDX; ++j) dst[j] = quant::f16_round(s.crow[j]);
+        ++L.n_index;
+      }
+      if (L.n_index > top_k) {
+        DS4_CHECK(i >= first_idx_row);
+        float* iq = s.iq.data() + i * IQ;
+        float* iw = s.iw.data() + i * n_ih;
+        rope(be_, iq, n_ih, static_cast<int>(IDX), n_rot, pos, rp, false);
+        for (int k = 0; k < n_ih; ++k) quant::indexer_qat_row(iq + k * IDX);
+        for (int k = 0; k < n_ih; ++k) iw[k] = iw[k] * idx_w_scale;
+        backend::IndexerSelectParams ip;
+        ip.q = iq;
+        ip.w = iw;
+        ip.rows = L.index.data();
+        ip.n_rows = L.n_index;
+        ip.n_head = n_ih;
+        ip.head_dim = static_cast<int>(IDX);
+        ip.top_k = static_cast<int>(top_k);
+        ip.scores = s.idx_scores.data();
+        ip.order = s.idx_order.data();
+        ip.allowed = s.allowed.data();
+        be_.indexer_select(ip);
+        allowed = s.allowed.data();
+      }
+    }
+
+    // Raw window: positions [max(0, pos - swa + 1), pos], oldest first.
+    const int64_t first = std::max<int64_t>(0, pos - swa + 1);
+    int n_raw = 0;
+    for (int64_t p = first; p <= pos; ++p) s.raw_ptrs[n_raw++] = L.raw.data() + (p % raw_cap) * D;
+    backend::SinkAttentionParams ap;
+    ap.q = q;
+    ap.raw = s.raw_ptrs.data();
+    ap.n_raw = n_raw;
+    ap.comp = ratio != 0 ? L.comp.data() : nullptr;
+    ap.n_comp = ratio != 0 ? L.n_comp : 0;
+    ap.comp_allowed = allowed;
+    ap.sinks = m.sinks;
+    ap.n_head = nh;
+    ap.head_dim = static_cast<int>(D);
+    ap.scores = s.attn_scores.data();
+    ap.out = s.heads.data() + i * Q;
+    be_.sink_attention(ap);
+    rope(be_, s.heads.data() + i * Q, nh, static_cast<int>(D), n_rot, pos, rp, true);
+    if (capture_slots) state_.save_layer_frontier(il, slots_[i]);
+  }
+
+  // Grouped output LoRA: group g reads heads [g*hpg, (g+1)*hpg) and rows [g*OLr, (g+1)*OLr).
+  const int64_t G = cfg_.group_dim(), OLr = cfg_.o_lora_rank, OL = cfg_.o_low_dim();
+  for (uint32_t g = 0; g < cfg_.n_out_group; ++g) {
+    matmul(be_, m.attn_output_a.rows(g * OLr, OLr), s.heads.data() + g * G, Q, s.low.data() + g * OLr, OL, n);
+  }
+  matmul(be_, m.attn_output_b, s.low.data(), OL, s.o.data(), E, n);
+
+  backend::HcPostParams pp;
+  pp.f = s.o.data();
+  pp.x = s.x.data();
+  pp.post = s.post.data();
+  pp.comb = s.comb.data();
+  pp.out = s.x2.data();
+  pp.n_hc = static_cast<int>(cfg_.n_hc);
+  pp.n_embd = E;
+  pp.n_rows = n;
+  be_.hc_post(pp);
+  std::swap(s.x, s.x2);
+  (void)HC;
+}
+
+void ModelSession::ffn_layer(int il, int n, const int32_t* tokens) {
+  Scratch& s = *s_;
+  const LayerMats& m = mats_[il];
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
+  const int X = static_cast<int>(cfg_.n_expert);
+  const int U = static_cast<int>(cfg_.n_expert_used);
+  const float eps = cfg_.rms_eps;
+  const float clamp = cfg_.swiglu_clamp[il];
+
+  backend::HcPreParams hp;
+  hp.x = s.x.data();
+  hp.fn = m.hc_ffn_fn;
+  hp.scale = m.hc_ffn_scale;
+  hp.base = m.hc_ffn_base;
+  hp.n_hc = static_cast<int>(cfg_.n_hc);
+  hp.n_embd = E;
+  hp.sinkhorn_iters = static_cast<int>(cfg_.n_hc_sinkhorn_iter);
+  hp.norm_eps = eps;
+  hp.hc_eps = cfg_.hc_eps;
+  hp.n_rows = n;
+  hp.flat = s.flat.data();
+  hp.mix = s.mix.data();
+  hp.y = s.y.data();
+  hp.post = s.post.data();
+  hp.comb = s.comb.data();
+  be_.hc_pre(hp);
+  rms_norm(be_, s.y.data(), m.ffn_norm, s.h.data(), E, n, eps);
+
+  // Router (§4.6): sqrt-softplus scores; hash layers take the table row of the row's token.
+  matmul(be_, m.ffn_gate_inp, s.h.data(), E, s.router.data(), X, n);
+  backend::RouteParams rt;
+  rt.logits = s.router.data();
+  rt.bias = m.exp_probs_b;
+  rt.tid2eid = m.tid2eid;
+  rt.tokens = tokens;
+  rt.n_rows = n;
+  rt.n_expert = X;
+  rt.n_used = U;
+  rt.renorm = cfg_.expert_weights_norm;
+  rt.scale = cfg_.expert_weights_scale;
+  rt.probs = s.probs.data();
+  rt.sel = s.sel.data();
+  rt.wt = s.wt.data();
+  be_.route(rt);
+
+  backend::MoeParams mp;
+  mp.x = s.h.data();
+  mp.sel = s.sel.data();
+  mp.wt = s.wt.data();
+  mp.n_used = U;
+  mp.n_rows = n;
+  mp.gate = m.gate_exps;
+  mp.up = m.up_exps;
+  mp.down = m.down_exps;
+  mp.clamp = clamp;
+  mp.out = s.moe_out.data();
+  mp.scratch = s.moe_scratch.data();
+  be_.moe(mp);
+
+  // Shared expert (Q8_0): silu(min(g, c)) * clamp(u, -c, c), then down.
+  matmul(be_, m.ffn_gate_shexp, s.h.data(), E, s.sg.data(), F, n);
+  matmul(be_, m.ffn_up_shexp, s.h.data(), E, s.su.data(), F, n);
+  backend::SwigluParams sw;
+  sw.gate = s.sg.data();
+  sw.up = s.su.data();
+  sw.out = s.sg.data();
+  sw.n = n * F;
+  sw.clamp = clamp;
+  be_.swiglu(sw);
+  matmul(be_, m.ffn_down_shexp, s.sg.data(), F, s.sh_out.data(), E, n);
+  for (int64_t k = 0; k < n * E; ++k) s.o[k] = s.moe_out[k] + s.sh_out[k];
+
+  backend::HcPostParams pp;
+  pp.f = s.o.data();
+  pp.x = s.x.data();
+  pp.post = s.post.data();
+  pp.comb = s.comb.data();
+  pp.out = s.x2.data();
+  pp.n_hc = static_cast<int>(cfg_.n_hc);
+  pp.n_embd = E;
+  pp.n_rows = n;
+  be_.hc_post(pp);
+  std::swap(s.x, s.x2);
+}
+
+void ModelSession::output_head(int first, int n) {
+  Scratch& s = *s_;
+  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
+  const int nhc = static_cast<int>(cfg_.n_hc);
+  const int rows = n - first;
+  const model::GlobalWeights& g = model_.weights().global;
+  // HC collapse (§4.7), final RMSNorm, Q8_0 LM head.
+  backend::HcCollapseParams cp;
+  cp.x = s.x.data() + first * HC;
+  cp.fn = backend::Matrix{g.output_hc_fn.data, g.output_hc_fn.type, g.output_hc_fn.ne[0], g.output_hc_fn.ne[1],
+                          g.output_hc_fn.row_bytes};
+  cp.scale = g.output_hc_scale.as<float>()[0];
+  cp.base = g.output_hc_base.as<float>();
+  cp.n_hc = nhc;
+  cp.n_embd = E;
+  cp.norm_eps = cfg_.rms_eps;
+  cp.hc_eps = cfg_.hc_eps;
+  cp.n_rows = rows;
+  cp.flat = s.flat.data() + first * HC;
+  cp.mix = s.head_mix.data() + first * nhc;
+  cp.y = s.y.data() + first * E;
+  be_.hc_collapse(cp);
+  rms_norm(be_, s.y.data() + first * E, g.output_norm.as<float>(), s.h.data() + first * E, E, rows, cfg_.rms_eps);
+  backend::Matrix head{g.output.data, g.output.type, g.output.ne[0], g.output.ne[1], g.output.row_bytes};
+  matmul(be_, head, s.h.data() + first * E, E, s.row_logits.data() + first * static_cast<int64_t>(cfg_.n_vocab),
+         cfg_.n_vocab, rows);
+}
+
+}  // namespace ds4::session

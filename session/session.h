@@ -1,0 +1,143 @@
+// session/session.h — one model timeline: the DS4 forward graph (ds4-architecture.md §4)
+// run over a State through backend ops, plus prefill / decode / verify, checkpoints, prefix
+// commits and snapshots (§5.1, §6).
+//
+// Role: the engine's Session facade and DSpark (spec/) drive this class. The forward pass
+// lives here, next to the state it mutates (docs/ARCHITECTURE.md deviation note).
+// Invariants:
+//  * Rows are processed layer-major in token order; per layer, the state updates (raw push,
+//    compressor steps, indexer, attention) run row by row exactly as a decode does, and every
+//    batched op is batch invariant. So prefill(N) == N x decode(), and verify row i == decode
+//    of rows[0..i], bit for bit, for any thread count.
+//  * checkpoint()/rollback()/commit_prefix() move only counters and compressor states.
+//  * No allocation in prefill/decode/verify: scratch is sized at creation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "model/model.h"
+#include "session/state.h"
+
+namespace ds4::session {
+
+// Per-row result of verify(): greedy argmax (ties -> smallest id) and the row's logits.
+struct RowResult {
+  int32_t argmax = 0;
+  std::span<const float> logits;  // [n_vocab], valid until the next mutating call
+};
+
+// Backend views of one layer's weights (built once from model::LayerWeights).
+struct LayerMats {
+  backend::Matrix hc_attn_fn, attn_q_a, attn_q_b, attn_kv, attn_output_a, attn_output_b;
+  backend::Matrix cmp_kv, cmp_gate, idx_q_b, idx_proj, idx_cmp_kv, idx_cmp_gate;
+  backend::Matrix hc_ffn_fn, ffn_gate_inp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+  backend::ExpertMatrix gate_exps, up_exps, down_exps;
+  const float* hc_attn_scale = nullptr;  // [3]
+  const float* hc_attn_base = nullptr;   // [mix]
+  const float* attn_norm = nullptr;      // [E]
+  const float* q_a_norm = nullptr;       // [QL]
+  const float* kv_a_norm = nullptr;      // [D]
+  const float* sinks = nullptr;          // [n_head]
+  const uint16_t* cmp_ape = nullptr;     // [R, W] f16
+  const float* cmp_norm = nullptr;       // [D]
+  const uint16_t* idx_cmp_ape = nullptr; // [4, IW] f16
+  const float* idx_cmp_norm = nullptr;   // [idx_dim]
+  const float* hc_ffn_scale = nullptr;
+  const float* hc_ffn_base = nullptr;
+  const float* ffn_norm = nullptr;       // [E]
+  const float* exp_probs_b = nullptr;    // [X] or nullptr
+  const int32_t* tid2eid = nullptr;      // [V, n_used] or nullptr
+};
+
+class ModelSession {
+ public:
+  // Bytes a session of n_ctx tokens allocates (state + prefix slots + scratch).
+  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
+  // Errors: n_ctx < 1 (kInvalidArgument); estimate above max_bytes (kResource).
+  static Expected<std::unique_ptr<ModelSession>> create(const model::Model& model,
+                                                        backend::Backend& backend,
+                                                        int64_t n_ctx, uint64_t max_bytes);
+  ~ModelSession();
+
+  const model::ModelConfig& config() const { return cfg_; }
+  int64_t n_ctx() const { return state_.n_ctx(); }
+  int64_t n_tokens() const { return static_cast<int64_t>(state_.tokens().size()); }
+  std::span<const int32_t> tokens() const { return state_.tokens(); }
+
+  // Appends tokens (chunks of kMaxBatchRows rows). Errors leave the state unchanged:
+  // kOutOfRange when n_tokens + len > n_ctx, kInvalidArgument for a token id >= n_vocab.
+  Status prefill(std::span<const int32_t> tokens,
+                 const std::function<void(int, int)>& progress = {});
+  Status decode(int32_t token);
+  std::span<const float> logits() const;  // empty before the first token
+
+  // 1..kMaxBatchRows rows at consecutive positions, appended; per-row logits + argmax.
+  Expected<std::span<const RowResult>> verify(std::span<const int32_t> rows);
+  void checkpoint();
+  // Back to the last checkpoint (or the empty timeline if none). At most kRollbackSlack
+  // tokens may have been appended since the checkpoint (programmer invariant).
+  void rollback();
+  // After verify(r): keep rows [0, k), 1 <= k <= r. kInvalidArgument otherwise.
+  Status commit_prefix(int k);
+
+  Status save_snapshot();
+  Status restore_snapshot();
+  uint64_t state_bytes() const { return state_.payload_bytes(); }
+  void reset();
+
+  // --- internals for tests and DSpark ---
+  // Layers whose output HC state (mean over the n_hc streams) is captured per processed row.
+  void set_capture_layers(std::vector<int> layers);
+  // Called for every processed row (prefill, decode, verify) with its position and the
+  // captured [n_capture, n_embd] f32 rows; valid during the call only.
+  void set_capture_sink(std::function<void(int64_t pos, std::span<const float> hidden)> sink);
+  // Captured hidden of row i of the last forward call: [n_capture, n_embd] f32.
+  std::span<const float> captured_row(int i) const;
+  const State& state() const { return state_; }
+  void serialize_state(std::vector<uint8_t>& out) const { state_.serialize(out); }
+
+ private:
+  ModelSession(const model::Model& model, backend::Backend& backend, int64_t n_ctx);
+  Status validate_tokens(std::span<const int32_t> tokens) const;
+  // Runs n rows (tokens at positions n_tokens()..) through all layers; computes logits for
+  // rows [logits_first, n) into row_logits_; capture_slots stores the prefix slots.
+  void forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots);
+  void attention_layer(int il, int n, int64_t pos0, bool capture_slots);
+  void ffn_layer(int il, int n, const int32_t* tokens);
+  void output_head(int first, int n);
+  void capture_hidden(int il, int n);
+
+  const model::Model& model_;
+  const model::ModelConfig& cfg_;
+  backend::Backend& be_;
+  std::vector<LayerMats> mats_;
+  State state_;
+
+  // Speculation bookkeeping.
+  Frontier checkpoint_;
+  std::vector<float> checkpoint_logits_;
+  bool checkpoint_has_logits_ = false;
+  std::vector<Frontier> slots_;          // [kMaxBatchRows] state after verify row i
+  int64_t verify_base_ = -1;             // n_tokens before the last verify (-1: none pending)
+  int verify_rows_ = 0;
+  std::vector<RowResult> row_results_;   // [kMaxBatchRows]
+  std::vector<uint8_t> snapshot_;
+  bool has_snapshot_ = false;
+
+  // Hidden capture.
+  std::vector<int> capture_layers_;
+  std::vector<int> capture_index_;       // [n_layer] -> slot in capture_layers_ or -1
+  std::vector<float> captured_;          // [kMaxBatchRows, n_capture, n_embd]
+  std::function<void(int64_t, std::span<const float>)> capture_sink_;
+
+  struct Scratch;
+  std::unique_ptr<Scratch> s_;
+};
+
+}  // namespace ds4::session

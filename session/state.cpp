@@ -1,0 +1,212 @@
+// session/state.cpp — allocation, frontier capture and canonical serialization of State.
+#include "session/state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/status.h"
+
+namespace ds4::session {
+
+namespace {
+
+struct LayerShape {
+  int64_t raw = 0, comp = 0, index = 0, cmp_state = 0, idx_state = 0;  // floats
+};
+
+LayerShape layer_shape(const model::ModelConfig& cfg, uint32_t il, int64_t n_ctx, int64_t raw_cap) {
+  LayerShape s;
+  const int64_t d = cfg.head_dim;
+  s.raw = raw_cap * d;
+  const uint32_t ratio = cfg.compress_ratio(il);
+  if (ratio != 0) {
+    const int64_t cap = n_ctx / ratio + 2;
+    const int64_t coff = ratio == 4 ? 2 : 1;
+    s.comp = cap * d;
+    s.cmp_state = coff * ratio * coff * d;
+    if (ratio == 4) {
+      s.index = cap * cfg.indexer_head_dim;
+      s.idx_state = 2 * 4 * 2 * static_cast<int64_t>(cfg.indexer_head_dim);
+    }
+  }
+  return s;
+}
+
+int64_t raw_cap_for(const model::ModelConfig& cfg, int64_t n_ctx) {
+  return std::min<int64_t>(cfg.n_swa, n_ctx) + kRollbackSlack;
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& out, const T* p, size_t n) {
+  const size_t off = out.size();
+  out.resize(off + n * sizeof(T));
+  if (n) std::memcpy(out.data() + off, p, n * sizeof(T));
+}
+
+template <typename T>
+bool get(const std::vector<uint8_t>& in, size_t& off, T* p, size_t n) {
+  if (off + n * sizeof(T) > in.size()) return false;
+  if (n) std::memcpy(p, in.data() + off, n * sizeof(T));
+  off += n * sizeof(T);
+  return true;
+}
+
+}  // namespace
+
+uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
+  const int64_t raw_cap = raw_cap_for(cfg, n_ctx);
+  uint64_t floats = 0;
+  for (uint32_t il = 0; il < cfg.n_layer; ++il) {
+    const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap);
+    floats += s.raw + s.comp + s.index + 2 * s.cmp_state + 2 * s.idx_state;
+  }
+  return floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
+}
+
+State::State(const model::ModelConfig& cfg, int64_t n_ctx) : cfg_(cfg), n_ctx_(n_ctx) {
+  raw_cap_ = raw_cap_for(cfg, n_ctx);
+  layers_.resize(cfg.n_layer);
+  state_offsets_.resize(cfg.n_layer);
+  frontier_floats_ = 0;
+  for (uint32_t il = 0; il < cfg.n_layer; ++il) {
+    const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap_);
+    LayerState& L = layers_[il];
+    L.ratio = static_cast<int>(cfg.compress_ratio(il));
+    L.raw.assign(s.raw, 0.0f);
+    L.comp.assign(s.comp, 0.0f);
+    L.index.assign(s.index, 0.0f);
+    L.cmp_kv.resize(s.cmp_state);
+    L.cmp_score.resize(s.cmp_state);
+    L.idx_kv.resize(s.idx_state);
+    L.idx_score.resize(s.idx_state);
+    state_offsets_[il] = frontier_floats_;
+    frontier_floats_ += 2 * s.cmp_state + 2 * s.idx_state;
+  }
+  tokens_.reserve(n_ctx);
+  logits_.assign(cfg.n_vocab, 0.0f);
+  reset();
+}
+
+int64_t State::comp_cap(int il) const {
+  const int r = layers_[il].ratio;
+  return r == 0 ? 0 : n_ctx_ / r + 2;
+}
+
+void State::reset() {
+  for (LayerState& L : layers_) {
+    L.n_comp = 0;
+    L.n_index = 0;
+    std::fill(L.cmp_kv.begin(), L.cmp_kv.end(), 0.0f);
+    std::fill(L.cmp_score.begin(), L.cmp_score.end(), kNegInf);
+    std::fill(L.idx_kv.begin(), L.idx_kv.end(), 0.0f);
+    std::fill(L.idx_score.begin(), L.idx_score.end(), kNegInf);
+  }
+  tokens_.clear();
+  std::fill(logits_.begin(), logits_.end(), 0.0f);
+  has_logits_ = false;
+}
+
+Frontier State::make_frontier() const {
+  Frontier f;
+  f.n_comp.assign(layers_.size(), 0);
+  f.n_index.assign(layers_.size(), 0);
+  f.states.assign(frontier_floats_, 0.0f);
+  return f;
+}
+
+void State::save_layer_frontier(int il, Frontier& f) const {
+  const LayerState& L = layers_[il];
+  f.n_comp[il] = L.n_comp;
+  f.n_index[il] = L.n_index;
+  float* dst = f.states.data() + state_offsets_[il];
+  for (const std::vector<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
+    if (!v->empty()) std::memcpy(dst, v->data(), v->size() * sizeof(float));
+    dst += v->size();
+  }
+}
+
+void State::save_frontier(Frontier& f) const {
+  f.n_tokens = static_cast<int64_t>(tokens_.size());
+  for (size_t il = 0; il < layers_.size(); ++il) save_layer_frontier(static_cast<int>(il), f);
+}
+
+void State::restore_frontier(const Frontier& f) {
+  DS4_CHECK(f.n_tokens <= static_cast<int64_t>(tokens_.size()));
+  tokens_.resize(f.n_tokens);
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    LayerState& L = layers_[il];
+    L.n_comp = f.n_comp[il];
+    L.n_index = f.n_index[il];
+    const float* src = f.states.data() + state_offsets_[il];
+    for (std::vector<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
+      if (!v->empty()) std::memcpy(v->data(), src, v->size() * sizeof(float));
+      src += v->size();
+    }
+  }
+}
+
+uint64_t State::payload_bytes() const {
+  const int64_t n = static_cast<int64_t>(tokens_.size());
+  const int64_t raw_live = std::min<int64_t>(n, std::min<int64_t>(cfg_.n_swa, n_ctx_));
+  uint64_t b = 8 + 4 * static_cast<uint64_t>(n) + 4 * logits_.size();
+  for (const LayerState& L : layers_) {
+    b += 16;
+    b += 4 * static_cast<uint64_t>(raw_live) * cfg_.head_dim;
+    b += 4 * static_cast<uint64_t>(L.n_comp) * cfg_.head_dim;
+    b += 4 * static_cast<uint64_t>(L.n_index) * cfg_.indexer_head_dim;
+    b += 4 * (L.cmp_kv.size() + L.cmp_score.size() + L.idx_kv.size() + L.idx_score.size());
+  }
+  return b;
+}
+
+void State::serialize(std::vector<uint8_t>& out) const {
+  out.clear();
+  out.reserve(payload_bytes());
+  const int64_t n = static_cast<int64_t>(tokens_.size());
+  put(out, &n, 1);
+  put(out, tokens_.data(), tokens_.size());
+  put(out, logits_.data(), logits_.size());
+  const int64_t d = cfg_.head_dim;
+  const int64_t raw_live = std::min<int64_t>(n, std::min<int64_t>(cfg_.n_swa, n_ctx_));
+  for (const LayerState& L : layers_) {
+    put(out, &L.n_comp, 1);
+    put(out, &L.n_index, 1);
+    for (int64_t p = n - raw_live; p < n; ++p) put(out, L.raw.data() + (p % raw_cap_) * d, d);
+    put(out, L.comp.data(), L.n_comp * d);
+    put(out, L.index.data(), L.n_index * cfg_.indexer_head_dim);
+    put(out, L.cmp_kv.data(), L.cmp_kv.size());
+    put(out, L.cmp_score.data(), L.cmp_score.size());
+    put(out, L.idx_kv.data(), L.idx_kv.size());
+    put(out, L.idx_score.data(), L.idx_score.size());
+  }
+}
+
+bool State::deserialize(const std::vector<uint8_t>& in) {
+  size_t off = 0;
+  int64_t n = 0;
+  if (!get(in, off, &n, 1) || n < 0 || n > n_ctx_) return false;
+  tokens_.resize(n);
+  if (!get(in, off, tokens_.data(), n)) return false;
+  if (!get(in, off, logits_.data(), logits_.size())) return false;
+  has_logits_ = n > 0;
+  const int64_t d = cfg_.head_dim;
+  const int64_t raw_live = std::min<int64_t>(n, std::min<int64_t>(cfg_.n_swa, n_ctx_));
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    LayerState& L = layers_[il];
+    if (!get(in, off, &L.n_comp, 1) || !get(in, off, &L.n_index, 1)) return false;
+    const int64_t cap = comp_cap(static_cast<int>(il));
+    if (L.n_comp < 0 || L.n_comp > cap || L.n_index < 0 || L.n_index > cap) return false;
+    for (int64_t p = n - raw_live; p < n; ++p) {
+      if (!get(in, off, L.raw.data() + (p % raw_cap_) * d, d)) return false;
+    }
+    if (!get(in, off, L.comp.data(), L.n_comp * d)) return false;
+    if (!get(in, off, L.index.data(), L.n_index * cfg_.indexer_head_dim)) return false;
+    if (!get(in, off, L.cmp_kv.data(), L.cmp_kv.size())) return false;
+    if (!get(in, off, L.cmp_score.data(), L.cmp_score.size())) return false;
+    if (!get(in, off, L.idx_kv.data(), L.idx_kv.size())) return false;
+    if (!get(in, off, L.idx_score.data(), L.idx_score.size())) return false;
+  }
+  return off == in.size();
+}
+
+}  // namespace ds4::session

@@ -1,0 +1,99 @@
+// session/state.h — the mutable per-session model state (ds4-architecture.md §6.1) and its
+// checkpoint / prefix-slot / snapshot forms.
+//
+// Role: owns, per layer, the raw KV ring, the append-only compressed and indexer rows, the
+// compressor states and their row counters; plus the token history and the last logits.
+// Invariants:
+//  * raw rows are addressed by absolute position (ring slot pos % raw_cap); raw_cap =
+//    min(n_swa, n_ctx) + kRollbackSlack, so rows written by rejected speculative tokens (at
+//    most kRollbackSlack after a checkpoint) never overwrite a row a later query can see;
+//  * compressed rows [0, n_comp) and indexer rows [0, n_index) are visible; rows past the
+//    counters are invisible garbage (left by rolled-back tokens) and are overwritten later;
+//  * compressor states start at kv = 0, score = -1e30 (NEG_INF of ds4);
+//  * Frontier (checkpoint / prefix slot) = counters + compressor states only: O(layers).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace ds4::session {
+
+inline constexpr float kNegInf = -1.0e30f;   // ds4's finite "minus infinity"
+inline constexpr int kMaxBatchRows = 8;      // rows per forward call (verify limit, prefill chunk)
+inline constexpr int kRollbackSlack = 32;    // raw ring rows beyond the window
+
+struct LayerState {
+  int ratio = 0;                 // 0, 4 or 128
+  int64_t n_comp = 0;            // visible compressed attention rows
+  int64_t n_index = 0;           // visible indexer rows (ratio 4)
+  std::vector<float> raw;        // [raw_cap, head_dim] f16-rounded KV rows, slot = pos % raw_cap
+  std::vector<float> comp;       // [comp_cap, head_dim] compressed KV rows (ratio != 0)
+  std::vector<float> index;      // [comp_cap, idx_dim] indexer rows (ratio 4)
+  std::vector<float> cmp_kv;     // [coff*ratio, coff*head_dim] attention compressor state
+  std::vector<float> cmp_score;  // same shape
+  std::vector<float> idx_kv;     // [2*4, 2*idx_dim] indexer compressor state (ratio 4)
+  std::vector<float> idx_score;  // same shape
+};
+
+// Counters + compressor states of every layer: what a rollback or a prefix commit restores.
+struct Frontier {
+  int64_t n_tokens = 0;
+  std::vector<int64_t> n_comp;   // [n_layer]
+  std::vector<int64_t> n_index;  // [n_layer]
+  std::vector<float> states;     // all layers' cmp_kv, cmp_score, idx_kv, idx_score, packed
+};
+
+class State {
+ public:
+  // Bytes State(cfg, n_ctx) allocates (all layers + tokens + logits), without allocating.
+  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
+
+  State(const model::ModelConfig& cfg, int64_t n_ctx);
+
+  void reset();  // empty timeline: counters 0, states initialized, no tokens
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t raw_cap() const { return raw_cap_; }
+  int64_t comp_cap(int il) const;
+  size_t frontier_state_floats() const { return frontier_floats_; }
+
+  std::vector<LayerState>& layers() { return layers_; }
+  const std::vector<LayerState>& layers() const { return layers_; }
+  std::vector<int32_t>& tokens() { return tokens_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  std::vector<float>& logits() { return logits_; }
+  const std::vector<float>& logits() const { return logits_; }
+  bool has_logits() const { return has_logits_; }
+  void set_has_logits(bool v) { has_logits_ = v; }
+
+  // Frontier capture / restore (counters + compressor states + token count).
+  void save_frontier(Frontier& f) const;      // f must come from make_frontier()
+  void restore_frontier(const Frontier& f);   // truncates tokens to f.n_tokens
+  Frontier make_frontier() const;             // allocates one (outside hot loops)
+  // Copies one layer's counters + compressor states into f (prefix-slot capture per row).
+  void save_layer_frontier(int il, Frontier& f) const;
+
+  // Canonical serialization: tokens, logits, per layer counters, live raw rows in position
+  // order, visible compressed/indexer rows, compressor states. Equal states <=> equal bytes.
+  uint64_t payload_bytes() const;
+  void serialize(std::vector<uint8_t>& out) const;
+  // Inverse of serialize() for a payload of this same State shape (snapshot restore).
+  bool deserialize(const std::vector<uint8_t>& in);
+
+ private:
+  size_t layer_state_offset(int il) const { return state_offsets_[il]; }
+
+  const model::ModelConfig& cfg_;
+  int64_t n_ctx_ = 0;
+  int64_t raw_cap_ = 0;
+  std::vector<LayerState> layers_;
+  std::vector<size_t> state_offsets_;  // [n_layer] offset of layer il in Frontier::states
+  size_t frontier_floats_ = 0;
+  std::vector<int32_t> tokens_;        // capacity n_ctx
+  std::vector<float> logits_;          // [n_vocab]
+  bool has_logits_ = false;
+};
+
+}  // namespace ds4::session

@@ -1,0 +1,428 @@
+// spec/runtime.cpp — the DSpark speculative cycle (see runtime.h; dspark.md §2.2-§2.6).
+#include "spec/runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/timer.h"
+#include "sample/sampler.h"
+
+namespace ds4::spec {
+
+Status parse_confidence_grid(std::string_view text, std::vector<float>* out) {
+  out->clear();
+  std::string s(text);
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string item = s.substr(i, j - i);
+    char* end = nullptr;
+    const float v = std::strtof(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !(v >= 0.0f && v <= 1.0f)) {
+      out->clear();
+      return invalid_argument("confidence grid '%s': item %zu '%s' is not a number in [0, 1]", s.c_str(), out->size(),
+                              item.c_str());
+    }
+    out->push_back(v);
+    if (out->size() > static_cast<size_t>(kMaxBlockSize)) {
+      out->clear();
+      return invalid_argument("confidence grid '%s': more than %d values", s.c_str(), kMaxBlockSize);
+    }
+    i = j + 1;
+  }
+  return Status();
+}
+
+std::string SpecStats::report() const {
+  char buf[2048];
+  std::string r;
+  const double accept_rate = proposed_tokens ? 100.0 * accepted_draft_tokens / proposed_tokens : 0.0;
+  const double avg_accept = cycles ? static_cast<double>(accepted_draft_tokens) / cycles : 0.0;
+  std::snprintf(buf, sizeof buf,
+                "dspark: cycles=%lld seeds=%lld folded_seeds=%lld proposals=%lld proposed=%lld accepted=%lld "
+                "accept_rate=%.1f%% avg_accept=%.3f\n",
+                (long long)cycles, (long long)seeds, (long long)folded_seeds, (long long)proposals,
+                (long long)proposed_tokens, (long long)accepted_draft_tokens, accept_rate, avg_accept);
+  r += buf;
+  std::snprintf(buf, sizeof buf,
+                "dspark: full=%lld partial=%lld direct_full=%lld direct_partial=%lld replay=%lld miss_first=%lld "
+                "no_draft=%lld conf0_rejects=%lld no_room=%lld invalid_draft=%lld\n",
+                (long long)full_accepts, (long long)partial_accepts, (long long)direct_full_commits,
+                (long long)direct_partial_commits, (long long)replay_fallbacks, (long long)first_misses,
+                (long long)no_draft, (long long)conf0_rejects, (long long)no_room, (long long)invalid_draft);
+  r += buf;
+  std::snprintf(buf, sizeof buf,
+                "dspark: scheduler_skips=%lld tail_skips=%lld margin_skips=%lld verify_calls=%lld verify_rows=%lld "
+                "single_draft_decodes=%lld\n",
+                (long long)scheduler_skips, (long long)tail_skips, (long long)margin_skips, (long long)verify_calls,
+                (long long)verify_rows, (long long)single_draft_decodes);
+  r += buf;
+  r += "dspark: draft_len_hist=";
+  for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(draft_len_hist[i]);
+  r += " accepted_len_hist=";
+  for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(accepted_len_hist[i]);
+  r += "\n";
+  std::snprintf(buf, sizeof buf,
+                "dspark: time_ms total=%.1f decode=%.1f propose=%.1f sync=%.1f verify=%.1f commit=%.1f replay=%.1f\n",
+                t_total * 1e3, t_decode * 1e3, t_propose * 1e3, t_sync * 1e3, t_verify * 1e3, t_commit * 1e3,
+                t_replay * 1e3);
+  r += buf;
+  return r;
+}
+
+// ---- DSparkProposer ----
+
+DSparkProposer::DSparkProposer(Drafter& drafter) : d_(drafter) {
+  cap_ = d_.config().window + 2 * session::kMaxBatchRows;
+  width_ = d_.capture_width();
+  buf_.assign(static_cast<size_t>(cap_ * width_), 0.0f);
+  tag_.assign(static_cast<size_t>(cap_), -1);
+}
+
+void DSparkProposer::on_capture(int64_t pos, std::span<const float> hidden) {
+  if (static_cast<int64_t>(hidden.size()) != width_) return;  // capture layers changed under us
+  if (pos < d_.ring_next()) d_.ring_truncate(pos);            // the timeline went back
+  const int64_t slot = pos % cap_;
+  std::memcpy(buf_.data() + slot * width_, hidden.data(), sizeof(float) * width_);
+  tag_[slot] = pos;
+}
+
+void DSparkProposer::sync(int64_t n) {
+  if (n < d_.ring_next()) d_.ring_truncate(n);
+  const int64_t start = std::max<int64_t>(d_.ring_next(), n - d_.config().window);
+  int64_t first = n;
+  while (first > start && tag_[(first - 1) % cap_] == first - 1) --first;
+  // Rows [first, n) are captured and committed; a missing row before them is a gap, which
+  // commit_rows() turns into a ring reset.
+  for (int64_t p = first; p < n;) {
+    const int64_t slot = p % cap_;
+    const int64_t run = std::min(n - p, cap_ - slot);
+    d_.commit_rows(p, static_cast<int>(run), buf_.data() + slot * width_);
+    p += run;
+  }
+}
+
+void DSparkProposer::propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thr, Proposal* out) {
+  d_.propose(anchor, pos, n_max, thr, out);
+}
+
+// ---- Runtime ----
+
+Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s), p_(p), cfg_(std::move(cfg)) {
+  std::vector<int> layers = p_.capture_layers();
+  if (!layers.empty()) {
+    s_.set_capture_layers(layers);
+    Proposer* prop = &p_;
+    s_.set_capture_sink([prop](int64_t pos, std::span<const float> hidden) { prop->on_capture(pos, hidden); });
+  }
+}
+
+Runtime::~Runtime() {
+  if (cfg_.stats && stats_.cycles > 0) std::fputs(stats_.report().c_str(), stderr);  // DS4_DSPARK_STATS
+  if (!p_.capture_layers().empty()) {
+    s_.set_capture_sink({});
+    s_.set_capture_layers({});
+  }
+}
+
+void Runtime::reset_policy() {
+  fold_armed_ = false;
+  pause_ = 0;
+  win_cycles_ = win_accepted_ = win_no_draft_ = 0;
+  streak_ = 0;
+}
+
+int32_t Runtime::choose(std::span<const float> logits) const {
+  return banned_ >= 0 ? argmax_excluding(logits, banned_) : argmax(logits);
+}
+
+void Runtime::thresholds(float* thr, int n) const {
+  for (int k = 0; k < n; ++k) {
+    float t = cfg_.confidence_grid.empty() ? cfg_.confidence : threshold_at(cfg_.confidence_grid, k);
+    if (k == 0 && cfg_.backoff) t += std::min(0.20f, 0.05f * static_cast<float>(streak_));
+    thr[k] = t;
+  }
+}
+
+int Runtime::clean_drafts(Proposal& p) const {
+  const int32_t V = static_cast<int32_t>(s_.config().n_vocab);
+  for (int k = 0; k < p.n; ++k) {
+    const int32_t t = p.tokens[k];
+    if (t < 0 || t >= V || t == stop_ || t == banned_) {
+      p.n = k;
+      break;
+    }
+  }
+  return p.n;
+}
+
+bool Runtime::scheduler_paused() {
+  if (pause_ > 0) {
+    --pause_;
+    return true;
+  }
+  return false;
+}
+
+// Window logic of dspark.md §2.5 on counters only, plus the optional backoff ladder.
+void Runtime::scheduler_note(bool drafted, int accepted) {
+  if (accepted > 0) {
+    streak_ = 0;
+  } else {
+    streak_ = std::min(streak_ + 1, 16);
+  }
+  if (!cfg_.scheduler) return;
+  const int mult = cfg_.backoff && streak_ > 0 ? std::min(8, 1 << std::min(streak_ - 1, 3)) : 1;
+  ++win_cycles_;
+  win_accepted_ += accepted;
+  if (!drafted) {
+    ++win_no_draft_;
+    if (cfg_.no_draft_skip > 0) pause_ = std::max(pause_, cfg_.no_draft_skip * mult);
+  }
+  if (win_cycles_ >= std::max(1, cfg_.sched_window)) {
+    int p = 0;
+    if (2 * win_no_draft_ >= win_cycles_) {
+      p = cfg_.sched_slow_skip;
+    } else if (static_cast<float>(win_accepted_) < cfg_.sched_min_avg * static_cast<float>(win_cycles_)) {
+      p = cfg_.sched_skip;
+    }
+    pause_ = std::max(pause_, p * mult);
+    win_cycles_ = win_accepted_ = win_no_draft_ = 0;
+  }
+}
+
+Status Runtime::commit(int keep, int rows, const int32_t* toks) {
+  Timer t;
+  if (keep == rows) {
+    ++stats_.direct_full_commits;
+    return Status();
+  }
+  if (!cfg_.replay) {
+    Status st = s_.commit_prefix(keep);
+    if (st.ok()) {
+      ++stats_.direct_partial_commits;
+      stats_.t_commit += t.seconds();
+      return st;
+    }
+  }
+  // Replay: back to the pre-verify checkpoint, then ordinary decodes of the kept rows.
+  s_.rollback();
+  for (int j = 0; j < keep; ++j) DS4_RETURN_IF_ERROR(s_.decode(toks[j]));
+  ++stats_.replay_fallbacks;
+  stats_.t_replay += t.seconds();
+  return Status();
+}
+
+Status Runtime::step(int max_new, int32_t stop_token, int32_t banned_token, std::vector<int32_t>* out) {
+  out->clear();
+  if (s_.n_tokens() >= s_.n_ctx()) return Status();
+  if (max_new < 1) return invalid_argument("speculative step: token budget must be >= 1, got %d", max_new);
+  if (s_.logits().empty()) return invalid_argument("speculative step: no logits (prefill a prompt first)");
+  stop_ = stop_token;
+  banned_ = banned_token;
+  Timer t;
+  ++stats_.cycles;
+  const int32_t seed = choose(s_.logits());
+  Status st;
+  if (seed == stop_) {
+    out->push_back(seed);
+  } else {
+    bool handled = false;
+    if (fold_armed_) st = fold_cycle(seed, max_new, out, &handled);
+    if (st.ok() && !handled) st = standalone(seed, max_new, out);
+  }
+  stats_.t_total += t.seconds();
+  return st;
+}
+
+Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out) {
+  const int64_t L = s_.n_tokens();
+  const int64_t room = s_.n_ctx() - (L + 1);
+  int n_allow = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(max_new) - 1, room,
+                                                    static_cast<int64_t>(p_.block_size()),
+                                                    static_cast<int64_t>(session::kMaxBatchRows)}));
+  if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
+  bool want = true;
+  if (n_allow < 1) {
+    ++stats_.no_room;
+    want = false;
+  } else if (cfg_.tail_min_tokens > 0 && max_new < cfg_.tail_min_tokens) {
+    ++stats_.tail_skips;
+    want = false;
+  } else if (scheduler_paused()) {
+    ++stats_.scheduler_skips;
+    want = false;
+  }
+  {
+    Timer t;
+    DS4_RETURN_IF_ERROR(s_.decode(seed));
+    stats_.t_decode += t.seconds();
+  }
+  out->push_back(seed);
+  ++stats_.seeds;
+  if (!want) return Status();
+
+  std::span<const float> lg = s_.logits();
+  if (cfg_.margin_gate > 0.0f) {
+    float top1 = -INFINITY, top2 = -INFINITY;
+    for (size_t v = 0; v < lg.size(); ++v) {
+      if (static_cast<int32_t>(v) == banned_) continue;
+      const float x = lg[v];
+      if (x > top1) {
+        top2 = top1;
+        top1 = x;
+      } else if (x > top2) {
+        top2 = x;
+      }
+    }
+    if (top1 - top2 < cfg_.margin_gate) {
+      ++stats_.margin_skips;
+      return Status();
+    }
+  }
+  {
+    Timer t;
+    p_.sync(L);
+    stats_.t_sync += t.seconds();
+  }
+  float thr[kMaxBlockSize];
+  thresholds(thr, n_allow);
+  {
+    Timer t;
+    p_.propose(seed, L, n_allow, std::span<const float>(thr, n_allow), &prop_);
+    stats_.t_propose += t.seconds();
+  }
+  ++stats_.proposals;
+  if (prop_.conf0_rejected) ++stats_.conf0_rejects;
+  const int raw_n = prop_.n;
+  const int n = clean_drafts(prop_);
+  if (n < raw_n) ++stats_.invalid_draft;
+  ++stats_.draft_len_hist[n];
+  if (n == 0) {
+    ++stats_.no_draft;
+    scheduler_note(false, 0);
+    return Status();
+  }
+  stats_.proposed_tokens += n;
+  // Free check: the seed's logits already say whether d_0 is right.
+  if (choose(lg) != prop_.tokens[0]) {
+    ++stats_.first_misses;
+    ++stats_.accepted_len_hist[0];
+    scheduler_note(true, 0);
+    return Status();
+  }
+  int accepted = 1;
+  if (n == 1) {
+    // Single-draft shortcut: nothing left to check, an ordinary decode commits it.
+    Timer t;
+    DS4_RETURN_IF_ERROR(s_.decode(prop_.tokens[0]));
+    stats_.t_decode += t.seconds();
+    ++stats_.single_draft_decodes;
+  } else {
+    for (int i = 0; i < n; ++i) rows_[i] = prop_.tokens[i];
+    s_.checkpoint();
+    Timer t;
+    auto rows = s_.verify(std::span<const int32_t>(rows_, n));
+    if (!rows.ok()) return rows.status();
+    stats_.t_verify += t.seconds();
+    ++stats_.verify_calls;
+    stats_.verify_rows += n;
+    for (int i = 1; i < n; ++i) {
+      if (choose((*rows)[i - 1].logits) != rows_[i]) break;
+      ++accepted;
+    }
+    DS4_RETURN_IF_ERROR(commit(accepted, n, rows_));
+  }
+  for (int i = 0; i < accepted; ++i) out->push_back(prop_.tokens[i]);
+  stats_.accepted_draft_tokens += accepted;
+  ++stats_.accepted_len_hist[accepted];
+  if (accepted == n) {
+    ++stats_.full_accepts;
+    fold_armed_ = cfg_.fold;
+  } else {
+    ++stats_.partial_accepts;
+  }
+  scheduler_note(true, accepted);
+  return Status();
+}
+
+Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out, bool* handled) {
+  *handled = false;
+  const int64_t L = s_.n_tokens();
+  const int64_t room = s_.n_ctx() - (L + 1);
+  int n_allow = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(max_new) - 1, room,
+                                                    static_cast<int64_t>(p_.block_size()),
+                                                    static_cast<int64_t>(session::kMaxBatchRows - 1)}));
+  if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
+  if (n_allow < 1 || (cfg_.tail_min_tokens > 0 && max_new < cfg_.tail_min_tokens) || pause_ > 0) {
+    fold_armed_ = false;  // the standalone path counts and handles this cycle
+    return Status();
+  }
+  *handled = true;
+  {
+    Timer t;
+    p_.sync(L);
+    stats_.t_sync += t.seconds();
+  }
+  float thr[kMaxBlockSize];
+  thresholds(thr, n_allow);
+  {
+    Timer t;
+    p_.propose(seed, L, n_allow, std::span<const float>(thr, n_allow), &prop_);
+    stats_.t_propose += t.seconds();
+  }
+  ++stats_.proposals;
+  if (prop_.conf0_rejected) ++stats_.conf0_rejects;
+  const int raw_n = prop_.n;
+  const int n = clean_drafts(prop_);
+  if (n < raw_n) ++stats_.invalid_draft;
+  ++stats_.draft_len_hist[n];
+  ++stats_.seeds;
+  if (n == 0) {
+    ++stats_.no_draft;
+    fold_armed_ = false;
+    scheduler_note(false, 0);
+    Timer t;
+    DS4_RETURN_IF_ERROR(s_.decode(seed));
+    stats_.t_decode += t.seconds();
+    out->push_back(seed);
+    return Status();
+  }
+  stats_.proposed_tokens += n;
+  ++stats_.folded_seeds;
+  rows_[0] = seed;
+  for (int i = 0; i < n; ++i) rows_[i + 1] = prop_.tokens[i];
+  s_.checkpoint();
+  int accepted = 0;
+  {
+    Timer t;
+    auto rows = s_.verify(std::span<const int32_t>(rows_, n + 1));
+    if (!rows.ok()) return rows.status();
+    stats_.t_verify += t.seconds();
+    ++stats_.verify_calls;
+    stats_.verify_rows += n + 1;
+    for (int i = 0; i < n; ++i) {
+      if (choose((*rows)[i].logits) != rows_[i + 1]) break;
+      ++accepted;
+    }
+  }
+  DS4_RETURN_IF_ERROR(commit(1 + accepted, n + 1, rows_));
+  for (int i = 0; i <= accepted; ++i) out->push_back(rows_[i]);
+  stats_.accepted_draft_tokens += accepted;
+  ++stats_.accepted_len_hist[accepted];
+  if (accepted == 0) ++stats_.first_misses;
+  if (accepted == n) {
+    ++stats_.full_accepts;
+  } else {
+    if (accepted > 0) ++stats_.partial_accepts;
+    fold_armed_ = false;
+  }
+  scheduler_note(true, accepted);
+  return Status();
+}
+
+}  // namespace ds4::spec

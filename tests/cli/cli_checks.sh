@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tests/cli/cli_checks.sh — end-to-end checks of `ds4` and `ds4-bench` on a generated tiny
+# model. Usage: cli_checks.sh CHECK DS4 DS4_BENCH MODEL SOURCE_DIR WORK_DIR
+# Each CHECK exits 0 on success and prints what differed otherwise.
+set -u
+check=$1 ds4=$2 bench=$3 model=$4 src=$5 work=$6
+mkdir -p "$work"
+out="$work/$check.out" err="$work/$check.err"
+
+die() { echo "FAIL [$check]: $*"; echo "--- stdout"; cat "$out" 2>/dev/null | head -40;
+        echo "--- stderr"; cat "$err" 2>/dev/null | head -40; exit 1; }
+
+case "$check" in
+  oneshot)
+    "$ds4" -m "$model" -p "Once upon a time" -n 8 --temp 0 -t 2 >"$out" 2>"$err" ||
+      die "exit code $?"
+    [ "$(wc -c <"$out")" -gt 1 ] || die "no text on stdout"
+    grep -q "generation:" "$err" || die "no speed report on stderr"
+    grep -q "prefill:" "$err" || die "no prefill report on stderr"
+    ;;
+  deterministic)
+    "$ds4" -m "$model" -p "La storia comincia" -n 16 --temp 0 -t 1 >"$out" 2>"$err" ||
+      die "first run exit $?"
+    "$ds4" -m "$model" -p "La storia comincia" -n 16 --temp 0 -t 2 >"$out.2" 2>>"$err" ||
+      die "second run exit $?"
+    cmp -s "$out" "$out.2" || die "greedy outputs differ: $(od -c "$out" | head -3) vs $(od -c "$out.2" | head -3)"
+    # Sampled output with a fixed seed is reproducible too.
+    "$ds4" -m "$model" -p "hello" -n 16 --temp 1 --seed 7 >"$out.3" 2>>"$err" || die "seeded run exit $?"
+    "$ds4" -m "$model" -p "hello" -n 16 --temp 1 --seed 7 >"$out.4" 2>>"$err" || die "seeded run 2 exit $?"
+    cmp -s "$out.3" "$out.4" || die "seeded outputs differ"
+    ;;
+  unknown_flag)
+    "$ds4" -m "$model" -p hi --frobnicate >"$out" 2>"$err" && die "exit 0 on an unknown flag"
+    grep -q -- "unknown flag '--frobnicate'" "$err" || die "message does not name the flag"
+    "$bench" --no-such-flag >"$out" 2>"$err" && die "ds4-bench: exit 0 on an unknown flag"
+    grep -q -- "--no-such-flag" "$err" || die "ds4-bench: message does not name the flag"
+    ;;
+  help)
+    "$ds4" --help >"$out" 2>"$err" || die "--help exit $?"
+    for s in --model DS4_MODEL --ctx DS4_CTX --threads DS4_THREADS --nothink --dspark; do
+      grep -q -- "$s" "$out" || die "--help does not mention $s"
+    done
+    ;;
+  repl)
+    # Multi-turn chat extends the live session: the second turn prefills only its own
+    # tokens (previous EOS + user turn + generation prefix), far fewer than the first.
+    printf 'hello there, how are you\n/nothink\nagain\n/bogus\n/ctx 8\nthis turn cannot fit in eight tokens at all\n/quit\n' |
+      "$ds4" -m "$model" -i -n 4 --temp 0 >"$out" 2>"$err" || die "exit $?"
+    [ "$(grep -o 'ds4> ' "$out" | wc -l)" -ge 7 ] || die "expected 7 prompts"
+    grep -q "thinking mode off" "$out" || die "/nothink not acknowledged"
+    grep -q "unknown command '/bogus'" "$out" || die "/bogus not reported"
+    grep -q "new conversation, context 8 tokens" "$out" || die "/ctx not applied"
+    grep -q "context full" "$out" || die "no context-full message for the long turn"
+    first=$(grep -m1 '^prefill:' "$err" | sed 's/prefill: \([0-9]*\) tokens.*/\1/')
+    second=$(grep '^prefill:' "$err" | sed -n 2p | sed 's/prefill: \([0-9]*\) tokens.*/\1/')
+    [ -n "$first" ] && [ -n "$second" ] || die "missing speed reports"
+    [ "$second" -lt "$first" ] && [ "$second" -le 8 ] ||
+      die "second turn prefilled $second tokens (first: $first): history was re-sent"
+    ;;
+  missing_model)
+    "$ds4" -m "$work/no/such/model.gguf" -p hi >"$out" 2>"$err" && die "exit 0 on a missing model"
+    grep -q "$work/no/such/model.gguf" "$err" || die "message does not name the path"
+    ;;
+  ctx_too_small)
+    prompt=$(head -c 2000 "$src/data/promessi_sposi.txt")
+    "$ds4" -m "$model" --ctx 16 -p "$prompt" -n 4 >"$out" 2>"$err" && die "exit 0 with prompt > ctx"
+    grep -qi "context" "$err" || die "message does not mention the context"
+    ;;
+  ctx_too_big)
+    "$ds4" -m "$model" --ctx 1000000000 -p hi -n 1 >"$out" 2>"$err" && die "exit 0 with a huge context"
+    grep -q "ds4: error:" "$err" || die "no error message"
+    grep -q "1000000000" "$err" || die "message does not name the requested context"
+    [ "$(grep -c . "$err")" -eq 1 ] || die "expected one message line"
+    ;;
+  not_gguf)
+    printf 'this is not a gguf file\n' >"$work/not_a_model.gguf"
+    "$ds4" -m "$work/not_a_model.gguf" -p hi >"$out" 2>"$err" && die "exit 0 on a non-GGUF file"
+    grep -q "ds4: error:" "$err" || die "no error message"
+    ;;
+  bench)
+    for run in t1 t2 t2b; do
+      t=${run#t}; t=${t%b}
+      "$bench" -m "$model" --prompt-file "$src/data/promessi_sposi.txt" --ctx-start 64 \
+        --ctx-max 192 --step-incr 64 --gen-tokens 8 -t "$t" --csv "$work/bench_$run.csv" \
+        >"$out" 2>"$err" || die "ds4-bench -t $t exit $?"
+      f="$work/bench_$run.csv"
+      [ "$(head -1 "$f")" = "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256" ] ||
+        die "bad header: $(head -1 "$f")"
+      [ "$(wc -l <"$f")" -eq 4 ] || die "expected 3 rows, got: $(cat "$f")"
+      [ "$(cut -d, -f1 "$f" | tail -3 | tr '\n' ' ')" = "64 128 192 " ] || die "frontiers: $(cat "$f")"
+      [ "$(cut -d, -f4 "$f" | tail -3 | tr '\n' ' ')" = "8 8 8 " ] || die "gen_tokens: $(cat "$f")"
+      cut -d, -f7 "$f" | tail -3 | grep -qvE '^[0-9a-f]{64}$' && die "bad sha column: $(cat "$f")"
+      cut -d, -f7 "$f" | tail -3 >"$work/sha_$run"
+    done
+    [ "$(sort -u "$work/sha_t1" | wc -l)" -eq 3 ] || die "frontier hashes should differ per frontier"
+    cmp -s "$work/sha_t2" "$work/sha_t2b" || die "logits hashes differ across two runs"
+    cmp -s "$work/sha_t1" "$work/sha_t2" || die "logits hashes differ between -t 1 and -t 2"
+    ;;
+  bench_dump)
+    rm -rf "$work/dump"
+    "$bench" -m "$model" --prompt-file "$src/data/promessi_sposi.txt" --ctx-start 32 \
+      --ctx-max 64 --step-mul 2 --gen-tokens 0 --dump-frontier-logits-dir "$work/dump" \
+      >"$out" 2>"$err" || die "exit $?"
+    [ "$(wc -l <"$out")" -eq 3 ] || die "expected 2 rows"
+    for ctx in 32 64; do
+      f="$work/dump/frontier_0000$ctx.logits.f32"
+      [ -f "$f" ] || die "missing $f"
+      want=$(grep "^$ctx," "$out" | cut -d, -f7)
+      got=$(sha256sum "$f" | cut -d' ' -f1)
+      [ "$want" = "$got" ] || die "dump sha $got != CSV sha $want"
+    done
+    ;;
+  *)
+    echo "unknown check '$check'"; exit 2 ;;
+esac
+echo "ok [$check]"

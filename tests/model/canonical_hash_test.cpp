@@ -1,0 +1,71 @@
+// tests/model/canonical_hash_test.cpp — the canonical logits hash (issue #6 item 7).
+//
+// SHA-256 over the frontier logits (all n_vocab float32 values, little-endian words, in
+// vocabulary order) after prefilling a fixed token prompt into a fixed generated tiny model.
+// The value is recorded below and must come out the same on every ISA path the CPU kernels
+// dispatch to (scalar, AVX2, AVX-512 where the machine has them): that is the project's
+// definition of "bit-exact".
+//
+// Regenerating kCanonicalHash: run
+//   build/tests/test_model --gtest_filter='CanonicalHash.*'
+// and copy the "computed" value printed by the failing assertion (all ISA paths must print
+// the same value). The model comes from tools::generate_model(tiny_profile(), seed 1234,
+// FillMode::kRandomBlocks) (tests/model/tiny_model.h), so a change of the generator's output
+// changes the value too. A change of this value is a
+// change of the model's numerics (or of the generator's output): it needs a commit message
+// that says why (which numeric rule changed and that the invariance tests still pass).
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <string>
+
+#include "backend/cpu/kernels.h"
+#include "tests/model/tiny_model.h"
+
+namespace ds4 {
+namespace {
+
+// Tiny q2 model, generator seed 1234, random-block fill; prompt prompt_tokens(400, 8192, 99);
+// session n_ctx 512, one prefill call. Recorded 2026-12-02 (scalar = AVX2 = AVX-512).
+constexpr const char* kCanonicalHash = "be1181206c63eb4e007140bf5a3e97a5ccde3a7fe54c8212ffd61fb4d9bcb594";
+
+std::string sha256_hex(std::span<const float> v) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  // Host is little-endian (quant/blocks.h invariant), so the float bytes are the LE words.
+  EVP_Digest(v.data(), v.size() * sizeof(float), md, &len, EVP_sha256(), nullptr);
+  std::string hex;
+  char buf[3];
+  for (unsigned int i = 0; i < len; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", md[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+std::string frontier_hash(const testing_tiny::Stack& st) {
+  const auto toks = testing_tiny::prompt_tokens(400, st.model->config().n_vocab, 99);
+  auto s = st.session(512);
+  EXPECT_TRUE(s->prefill(toks).ok());
+  return sha256_hex(s->logits());
+}
+
+TEST(CanonicalHash, FrontierLogitsSha256OnEveryIsa) {
+  testing_tiny::Stack st = testing_tiny::Stack::open(model::ExpertQuant::kQ2, 1234, 2);
+  ASSERT_EQ(st.model->config().n_vocab, 8192u);
+  const cpu::Isa original = cpu::active_isa();
+  int paths = 0;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::isa_supported(isa)) continue;
+    ASSERT_TRUE(cpu::set_isa(isa));
+    const std::string got = frontier_hash(st);
+    EXPECT_EQ(got, kCanonicalHash) << "ISA " << cpu::isa_name(isa) << " computed " << got;
+    ++paths;
+  }
+  cpu::set_isa(original);
+  EXPECT_GE(paths, 1);
+}
+
+}  // namespace
+}  // namespace ds4

@@ -1,0 +1,127 @@
+// tests/model/engine_api_test.cpp — the public Engine/Session API over a generated tiny model:
+// open + ModelInfo, text forwarding, the verify/commit facade, and clear errors on bad input
+// (context too small, decode past n_ctx, token id out of range, absurd n_ctx, CUDA request).
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "tests/model/tiny_model.h"
+
+namespace ds4 {
+namespace {
+
+std::unique_ptr<Engine> open_engine(model::ExpertQuant quant) {
+  EngineOptions opt;
+  opt.model_path = testing_tiny::tiny_model_path(quant, 7);
+  opt.n_threads = 2;
+  auto e = Engine::open(opt);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+TEST(EngineApi, OpenFillsModelInfo) {
+  auto e = open_engine(model::ExpertQuant::kQ2);
+  ASSERT_TRUE(e);
+  const ModelInfo& i = e->info();
+  EXPECT_EQ(i.n_layer, 8);
+  EXPECT_EQ(i.n_embd, 256);
+  EXPECT_EQ(i.n_vocab, 8192);
+  EXPECT_EQ(i.routed_quant_bits, 2);
+  EXPECT_GT(i.file_bytes, 0u);
+  // 3 ratio-4 layers x (128 + 128) f32 / 4 tokens + 3 ratio-128 layers x 128 f32 / 128.
+  EXPECT_EQ(i.kv_bytes_per_token, 3u * 256 + 3u * 4);
+  EXPECT_GT(i.session_fixed_bytes, 0u);
+  auto e4 = open_engine(model::ExpertQuant::kQ4);
+  ASSERT_TRUE(e4);
+  EXPECT_EQ(e4->info().routed_quant_bits, 4);
+}
+
+TEST(EngineApi, TextIsForwardedToTheCodec) {
+  auto e = open_engine(model::ExpertQuant::kQ2);
+  ASSERT_TRUE(e);
+  const auto ids = e->tokenize("hello world");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(e->detokenize(ids), "hello world");
+  EXPECT_GE(e->bos_token(), 0);
+  EXPECT_GE(e->eos_token(), 0);
+  EXPECT_NE(e->bos_token(), e->eos_token());
+}
+
+TEST(EngineApi, VerifyAndCommitThroughTheFacade) {
+  auto e = open_engine(model::ExpertQuant::kQ2);
+  ASSERT_TRUE(e);
+  const auto toks = testing_tiny::prompt_tokens(140, 8192, 61);
+  auto a = e->new_session(256);
+  auto b = e->new_session(256);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->prefill(std::span<const int32_t>(toks).first(130)).ok());
+  ASSERT_TRUE((*b)->prefill(std::span<const int32_t>(toks).first(130)).ok());
+  (*a)->checkpoint();
+  auto rows = (*a)->verify(std::span<const int32_t>(toks).subspan(130, 4));
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 4u);
+  ASSERT_TRUE((*a)->commit_prefix(2).ok());
+  EXPECT_EQ((*a)->n_tokens(), 132);
+  ASSERT_TRUE((*b)->decode(toks[130]).ok());
+  ASSERT_TRUE((*b)->decode(toks[131]).ok());
+  EXPECT_TRUE(testing_tiny::same_floats((*a)->logits(), (*b)->logits()));
+  EXPECT_EQ(std::vector<int32_t>((*a)->tokens().begin(), (*a)->tokens().end()),
+            std::vector<int32_t>((*b)->tokens().begin(), (*b)->tokens().end()));
+  (*a)->reset();
+  EXPECT_EQ((*a)->n_tokens(), 0);
+  EXPECT_TRUE((*a)->logits().empty());
+}
+
+TEST(EngineApi, BadInputGivesClearErrors) {
+  auto e = open_engine(model::ExpertQuant::kQ2);
+  ASSERT_TRUE(e);
+  auto bad_ctx = e->new_session(0);
+  ASSERT_FALSE(bad_ctx.ok());
+  EXPECT_EQ(bad_ctx.status().code(), ErrorCode::kInvalidArgument);
+  auto huge = e->new_session(2'000'000'000);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), ErrorCode::kResource) << huge.status().to_string();
+  EXPECT_NE(huge.status().message().find("MiB"), std::string::npos);
+
+  auto s = e->new_session(100);
+  ASSERT_TRUE(s.ok());
+  Session& ss = **s;
+  const auto toks = testing_tiny::prompt_tokens(150, 8192, 67);
+  Status st = ss.prefill(toks);
+  EXPECT_EQ(st.code(), ErrorCode::kOutOfRange) << st.to_string();
+  EXPECT_EQ(ss.n_tokens(), 0);
+
+  std::vector<int32_t> with_bad(toks.begin(), toks.begin() + 10);
+  with_bad[5] = 8192;
+  st = ss.prefill(with_bad);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("8192"), std::string::npos);
+  EXPECT_EQ(ss.n_tokens(), 0);
+  EXPECT_EQ(ss.decode(-1).code(), ErrorCode::kInvalidArgument);
+
+  ASSERT_TRUE(ss.prefill(std::span<const int32_t>(toks).first(100)).ok());
+  EXPECT_EQ(ss.decode(toks[100]).code(), ErrorCode::kOutOfRange);
+  EXPECT_EQ(ss.n_tokens(), 100);
+
+  auto s2 = e->new_session(64);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_FALSE((*s2)->verify({}).ok());
+  EXPECT_FALSE((*s2)->verify(std::span<const int32_t>(toks).first(9)).ok());
+  EXPECT_EQ((*s2)->commit_prefix(1).code(), ErrorCode::kInvalidArgument);
+  ASSERT_TRUE((*s2)->verify(std::span<const int32_t>(toks).first(3)).ok());
+  EXPECT_EQ((*s2)->commit_prefix(0).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ((*s2)->commit_prefix(4).code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE((*s2)->restore_snapshot().ok());
+
+  EngineOptions cuda;
+  cuda.model_path = testing_tiny::tiny_model_path(model::ExpertQuant::kQ2, 7);
+  cuda.backend = BackendKind::kCuda;
+  auto ec = Engine::open(cuda);
+  ASSERT_FALSE(ec.ok());
+  EXPECT_NE(ec.status().message().find("CUDA"), std::string::npos);
+  EngineOptions missing;
+  missing.model_path = "/nonexistent/model.gguf";
+  EXPECT_FALSE(Engine::open(missing).ok());
+}
+
+}  // namespace
+}  // namespace ds4

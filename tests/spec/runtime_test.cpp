@@ -1,0 +1,430 @@
+// tests/spec/runtime_test.cpp — the speculative runtime is lossless: for every policy
+// combination, DSpark greedy output equals plain greedy output token for token and leaves the
+// same session state (serialize_state bytes incl. logits). Uses the random drafter (almost
+// always rejected) and an "oracle-ish" proposer that proposes the target's own future greedy
+// tokens with deterministic corruptions (full accepts, partial accepts at every k, misses).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "spec/runtime.h"
+#include "tests/spec/spec_fixture.h"
+
+namespace ds4::spec_test {
+namespace {
+
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Proposes timeline[pos+1 ..] (the plain greedy future) with deterministic corruptions and a
+// hash "confidence" that honours the runtime's thresholds. Optionally wraps a real proposer
+// for capture/sync (ring maintenance) and runs its proposal too (result discarded).
+class OracleProposer final : public spec::Proposer {
+ public:
+  OracleProposer(std::vector<int32_t> timeline, int block, uint32_t n_vocab, uint64_t seed,
+                 spec::Proposer* inner = nullptr)
+      : t_(std::move(timeline)), block_(block), V_(n_vocab), seed_(seed), inner_(inner) {}
+  int block_size() const override { return block_; }
+  std::vector<int> capture_layers() const override { return inner_ ? inner_->capture_layers() : std::vector<int>{}; }
+  void on_capture(int64_t pos, std::span<const float> h) override {
+    if (inner_) inner_->on_capture(pos, h);
+  }
+  void sync(int64_t n) override {
+    last_sync_ = n;
+    if (inner_) inner_->sync(n);
+  }
+  void propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thr, spec::Proposal* out) override {
+    EXPECT_EQ(last_sync_, pos) << "proposal without a sync to the anchor position";
+    if (pos < static_cast<int64_t>(t_.size())) {
+      EXPECT_EQ(anchor, t_[pos]) << "anchor is not the greedy token at " << pos;
+    }
+    if (inner_) {
+      inner_->propose(anchor, pos, n_max, {}, out);
+      EXPECT_FALSE(out->no_context) << "drafter ring does not end at the anchor position " << pos;
+    }
+    *out = spec::Proposal();
+    const uint64_t h = mix(seed_ + 0x1234567ull * ++calls_);
+    const int mode = static_cast<int>(h % 8);
+    if (mode == 0) return;  // no draft
+    int n = 1 + static_cast<int>((h >> 8) % n_max);
+    const int bad = mode == 1 ? 0 : static_cast<int>((h >> 16) % (n + 1));  // n: none corrupted
+    for (int k = 0; k < n; ++k) {
+      const float conf = static_cast<float>((h >> (24 + 3 * k)) & 7) / 7.0f;
+      if (conf < spec::threshold_at(thr, k)) break;
+      const int64_t p = pos + 1 + k;
+      if (p >= static_cast<int64_t>(t_.size())) break;
+      int32_t d = t_[p];
+      if (k == bad) d = static_cast<int32_t>((d + 1 + (h >> 40) % 97) % V_);
+      out->tokens[k] = d;
+      out->conf[k] = conf;
+      out->n = k + 1;
+    }
+  }
+  int64_t calls() const { return calls_; }
+
+ private:
+  std::vector<int32_t> t_;
+  int block_;
+  uint32_t V_;
+  uint64_t seed_;
+  spec::Proposer* inner_;
+  int64_t last_sync_ = -1;
+  int64_t calls_ = 0;
+};
+
+std::vector<int32_t> spec_greedy(session::ModelSession& s, spec::Runtime& rt, const std::vector<int32_t>& prompt,
+                                 int n, int32_t stop = -1, int32_t banned = -1) {
+  std::vector<int32_t> gen, step;
+  EXPECT_TRUE(s.prefill(prompt).ok());
+  bool done = false;
+  while (!done && static_cast<int>(gen.size()) < n) {
+    const Status st = rt.step(n - static_cast<int>(gen.size()), stop, banned, &step);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    if (!st.ok() || step.empty()) break;
+    EXPECT_LE(static_cast<int>(gen.size() + step.size()), n + 1);
+    for (size_t i = 0; i < step.size(); ++i) {
+      if (step[i] == stop) {
+        EXPECT_EQ(i + 1, step.size()) << "stop token must end a step";
+        done = true;
+        break;
+      }
+      gen.push_back(step[i]);
+    }
+    EXPECT_EQ(s.n_tokens(), static_cast<int64_t>(prompt.size() + gen.size()));
+  }
+  return gen;
+}
+
+struct Combo {
+  bool fold, grid, backoff, margin, replay;
+  std::string name() const {
+    return std::string(fold ? "fold" : "nofold") + (grid ? "+grid" : "") + (backoff ? "+backoff" : "") +
+           (margin ? "+margin" : "") + (replay ? "+replay" : "");
+  }
+};
+
+std::vector<Combo> all_combos() {
+  std::vector<Combo> c;
+  for (int m = 0; m < 32; ++m) c.push_back(Combo{bool(m & 1), bool(m & 2), bool(m & 4), bool(m & 8), bool(m & 16)});
+  return c;
+}
+
+spec::SpecConfig config_for(const Combo& c, float flat_conf) {
+  spec::SpecConfig cfg;
+  cfg.confidence = flat_conf;
+  if (c.grid) cfg.confidence_grid = {0.0f, 0.2f, 0.45f};
+  cfg.fold = c.fold;
+  cfg.backoff = c.backoff;
+  cfg.margin_gate = c.margin ? 0.4f : 0.0f;
+  cfg.replay = c.replay;
+  return cfg;
+}
+
+class RuntimeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { stack_ = new Stack(Stack::open(7)); }
+  static void TearDownTestSuite() {
+    delete stack_;
+    stack_ = nullptr;
+  }
+  static Stack* stack_;
+};
+Stack* RuntimeTest::stack_ = nullptr;
+
+constexpr int kGen = 256;
+constexpr int64_t kCtx = 512;
+
+// One test per policy combination (ctest runs them in parallel).
+class PolicyTest : public RuntimeTest, public ::testing::WithParamInterface<Combo> {};
+
+TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
+  const Combo c = GetParam();
+  const uint32_t V = stack_->model->config().n_vocab;
+  int64_t accept_hist[spec::kMaxBlockSize + 1] = {};
+  int64_t partial = 0, full = 0, misses = 0, folded = 0;
+  for (uint64_t pseed : {1ull, 2ull}) {
+    SCOPED_TRACE("prompt " + std::to_string(pseed));
+    const std::vector<int32_t> prompt = prompt_tokens(pseed == 1 ? 9 : 23, V, pseed);
+    auto plain_s = stack_->session(kCtx);
+    const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, kGen);
+    ASSERT_EQ(static_cast<int>(ref.size()), kGen);
+    std::vector<int32_t> timeline = prompt;
+    timeline.insert(timeline.end(), ref.begin(), ref.end());
+    auto s = stack_->session(kCtx);
+    OracleProposer oracle(timeline, 5, V, pseed * 1000 + 17);
+    spec::SpecConfig cfg = config_for(c, 0.0f);
+    cfg.scheduler = c.backoff;  // scheduler pauses exercised together with the backoff ladder
+    spec::Runtime rt(*s, oracle, cfg);
+    const std::vector<int32_t> got = spec_greedy(*s, rt, prompt, kGen);
+    ASSERT_EQ(got, ref);
+    EXPECT_EQ(state_bytes(*s), state_bytes(*plain_s));
+    ASSERT_EQ(s->logits().size(), plain_s->logits().size());
+    EXPECT_TRUE(std::equal(s->logits().begin(), s->logits().end(), plain_s->logits().begin()));
+    const spec::SpecStats& st = rt.stats();
+    for (int k = 0; k <= spec::kMaxBlockSize; ++k) accept_hist[k] += st.accepted_len_hist[k];
+    partial += st.partial_accepts;
+    full += st.full_accepts;
+    misses += st.first_misses;
+    folded += st.folded_seeds;
+    if (c.replay) {
+      EXPECT_EQ(st.direct_partial_commits, 0);
+      EXPECT_GE(st.replay_fallbacks, st.partial_accepts);
+      EXPECT_GT(st.replay_fallbacks, 0);
+    } else {
+      EXPECT_EQ(st.replay_fallbacks, 0);
+      EXPECT_GT(st.direct_partial_commits, 0);
+    }
+    if (!c.fold) {
+      EXPECT_EQ(st.folded_seeds, 0);
+    }
+  }
+  EXPECT_GT(partial, 0);
+  EXPECT_GT(full, 0);
+  EXPECT_GT(misses, 0);
+  if (c.fold) {
+    EXPECT_GT(folded, 0);
+  }
+  // Without threshold cuts and scheduler pauses, every accepted length 0..5 occurs.
+  if (!c.grid && !c.backoff) {
+    for (int k = 0; k <= 5; ++k) EXPECT_GT(accept_hist[k], 0) << "no cycle accepted exactly " << k << " drafts";
+  }
+}
+
+// The random drafter is almost never accepted, so replay / grid add nothing: 8 combinations.
+class RandomDrafterPolicyTest : public RuntimeTest, public ::testing::WithParamInterface<Combo> {};
+
+TEST_P(RandomDrafterPolicyTest, EqualsPlainGreedy) {
+  const Combo c = GetParam();
+  const uint32_t V = stack_->model->config().n_vocab;
+  auto drafter = stack_->drafter(3);
+  ASSERT_TRUE(drafter);
+  const std::vector<int32_t> prompt = prompt_tokens(40, V, 5);
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, kGen);
+  auto s = stack_->session(kCtx);
+  spec::DSparkProposer prop(*drafter);
+  spec::Runtime rt(*s, prop, config_for(c, 0.0f));
+  const std::vector<int32_t> got = spec_greedy(*s, rt, prompt, kGen);
+  ASSERT_EQ(got, ref);
+  EXPECT_EQ(state_bytes(*s), state_bytes(*plain_s));
+  EXPECT_GT(rt.stats().proposals, 0);
+  EXPECT_GT(rt.stats().proposed_tokens, 0);
+}
+
+std::string combo_name(const ::testing::TestParamInfo<Combo>& i) {
+  std::string n = i.param.name();
+  for (char& ch : n) {
+    if (ch == '+') ch = '_';
+  }
+  return n;
+}
+
+std::vector<Combo> random_combos() {
+  std::vector<Combo> out;
+  for (const Combo& c : all_combos()) {
+    if (!c.replay && c.grid == c.fold) out.push_back(c);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyTest, ::testing::ValuesIn(all_combos()), combo_name);
+INSTANTIATE_TEST_SUITE_P(SomePolicies, RandomDrafterPolicyTest, ::testing::ValuesIn(random_combos()), combo_name);
+
+// The oracle on top of the real DSpark proposer: the drafter's rings must end up holding
+// exactly the rows a plain decode of the committed stream gives (rows of rejected drafts
+// never merged), whatever mix of verify / commit_prefix / replay produced the stream.
+TEST_F(RuntimeTest, RingHoldsOnlyCommittedRows) {
+  const uint32_t V = stack_->model->config().n_vocab;
+  const std::vector<int32_t> prompt = prompt_tokens(50, V, 11);
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 120);
+  std::vector<int32_t> timeline = prompt;
+  timeline.insert(timeline.end(), ref.begin(), ref.end());
+
+  for (bool replay : {false, true}) {
+    auto d_spec = stack_->drafter(3);
+    auto d_ref = stack_->drafter(3);
+    ASSERT_TRUE(d_spec && d_ref);
+    auto s = stack_->session(kCtx);
+    spec::DSparkProposer inner(*d_spec);
+    OracleProposer oracle(timeline, 5, V, 99, &inner);
+    spec::SpecConfig cfg;
+    cfg.confidence = 0.0f;
+    cfg.scheduler = false;
+    cfg.replay = replay;
+    cfg.fold = true;
+    {
+      spec::Runtime rt(*s, oracle, cfg);
+      ASSERT_EQ(spec_greedy(*s, rt, prompt, 120), ref);
+      EXPECT_GT(rt.stats().partial_accepts, 0);
+    }
+    inner.sync(s->n_tokens());
+
+    // Reference ring: captures of a plain decode of the same stream, committed one by one.
+    auto s2 = stack_->session(kCtx);
+    s2->set_capture_layers(d_ref->config().target_layers);
+    s2->set_capture_sink([&](int64_t pos, std::span<const float> h) { d_ref->commit_rows(pos, 1, h.data()); });
+    for (int32_t t : timeline) ASSERT_TRUE(s2->decode(t).ok());
+    ASSERT_EQ(d_ref->ring_next(), s->n_tokens());
+    ASSERT_EQ(d_spec->ring_next(), s->n_tokens());
+    const int64_t D = stack_->model->config().head_dim;
+    for (int st = 0; st < d_ref->config().n_stages; ++st) {
+      for (int64_t p = s->n_tokens() - d_ref->config().window; p < s->n_tokens(); ++p) {
+        const float* a = d_spec->ring_row(st, p);
+        const float* b = d_ref->ring_row(st, p);
+        ASSERT_TRUE(a && b) << "stage " << st << " pos " << p;
+        ASSERT_EQ(0, std::memcmp(a, b, sizeof(float) * D)) << "stage " << st << " pos " << p << " replay " << replay;
+      }
+    }
+    // Same proposal from both rings.
+    spec::Proposal pa, pb;
+    const int32_t anchor = choose(s->logits(), -1);
+    d_spec->propose(anchor, s->n_tokens(), 5, {}, &pa);
+    d_ref->propose(anchor, s->n_tokens(), 5, {}, &pb);
+    ASSERT_EQ(pa.n, 5);
+    ASSERT_EQ(pb.n, 5);
+    for (int k = 0; k < 5; ++k) {
+      EXPECT_EQ(pa.tokens[k], pb.tokens[k]);
+      EXPECT_EQ(d_spec->last_conf_logit(k), d_ref->last_conf_logit(k));
+    }
+  }
+}
+
+TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
+  const uint32_t V = stack_->model->config().n_vocab;
+  const std::vector<int32_t> prompt = prompt_tokens(12, V, 21);
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 200);
+  std::vector<int32_t> timeline = prompt;
+  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  // Stop = a token the stream produces late; banned = the most frequent token.
+  const int32_t stop = ref[150];
+  std::map<int32_t, int> freq;
+  for (int32_t t : ref) ++freq[t];
+  int32_t banned = ref[0];
+  for (auto& [t, c] : freq) {
+    if (c > freq[banned]) banned = t;
+  }
+
+  for (bool fold : {false, true}) {
+    SCOPED_TRACE(fold ? "fold" : "standalone");
+    {  // stop token inside drafts
+      auto p = stack_->session(kCtx);
+      const std::vector<int32_t> want = plain_greedy(*p, prompt, 200, stop);
+      auto s = stack_->session(kCtx);
+      OracleProposer oracle(timeline, 5, V, 5);
+      spec::SpecConfig cfg;
+      cfg.confidence = 0;
+      cfg.fold = fold;
+      spec::Runtime rt(*s, oracle, cfg);
+      EXPECT_EQ(spec_greedy(*s, rt, prompt, 200, stop), want);
+      EXPECT_EQ(state_bytes(*s), state_bytes(*p));
+    }
+    {  // banned token: the oracle follows the unbanned stream
+      auto p = stack_->session(kCtx);
+      const std::vector<int32_t> want = plain_greedy(*p, prompt, 200, -1, banned);
+      std::vector<int32_t> tl = prompt;
+      tl.insert(tl.end(), want.begin(), want.end());
+      auto s = stack_->session(kCtx);
+      OracleProposer oracle(tl, 5, V, 6);
+      spec::SpecConfig cfg;
+      cfg.confidence = 0;
+      cfg.fold = fold;
+      spec::Runtime rt(*s, oracle, cfg);
+      EXPECT_EQ(spec_greedy(*s, rt, prompt, 200, -1, banned), want);
+      EXPECT_EQ(state_bytes(*s), state_bytes(*p));
+    }
+    {  // context fills up: never appends past n_ctx
+      const int64_t ctx = 60;
+      auto p = stack_->session(ctx);
+      const std::vector<int32_t> want = plain_greedy(*p, prompt, 1000);
+      ASSERT_EQ(static_cast<int64_t>(want.size() + prompt.size()), ctx);
+      auto s = stack_->session(ctx);
+      OracleProposer oracle(timeline, 5, V, 8);
+      spec::SpecConfig cfg;
+      cfg.confidence = 0;
+      cfg.fold = fold;
+      cfg.tail_min_tokens = 0;
+      spec::Runtime rt(*s, oracle, cfg);
+      EXPECT_EQ(spec_greedy(*s, rt, prompt, 1000), want);
+      EXPECT_EQ(s->n_tokens(), ctx);
+      std::vector<int32_t> out;
+      EXPECT_TRUE(rt.step(5, -1, -1, &out).ok());
+      EXPECT_TRUE(out.empty());
+    }
+    {  // tight token budget: each step respects max_new
+      auto s = stack_->session(kCtx);
+      OracleProposer oracle(timeline, 5, V, 9);
+      spec::SpecConfig cfg;
+      cfg.confidence = 0;
+      cfg.fold = fold;
+      cfg.tail_min_tokens = 0;
+      spec::Runtime rt(*s, oracle, cfg);
+      ASSERT_TRUE(s->prefill(prompt).ok());
+      std::vector<int32_t> got, out;
+      for (int budget : {1, 2, 3, 1, 7, 2, 5, 1, 4}) {
+        ASSERT_TRUE(rt.step(budget, -1, -1, &out).ok());
+        ASSERT_GE(out.size(), 1u);
+        EXPECT_LE(static_cast<int>(out.size()), budget);
+        got.insert(got.end(), out.begin(), out.end());
+      }
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin()));
+    }
+  }
+}
+
+// Worst argmax gap of the committed speculative stream under teacher forcing through ordinary
+// one-token decode (dspark.md §3): must be exactly 0.
+TEST_F(RuntimeTest, WorstArgmaxGapIsZero) {
+  const uint32_t V = stack_->model->config().n_vocab;
+  const std::vector<int32_t> prompt = prompt_tokens(30, V, 31);
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 256);
+  std::vector<int32_t> timeline = prompt;
+  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  auto s = stack_->session(kCtx);
+  OracleProposer oracle(timeline, 5, V, 41);
+  spec::SpecConfig cfg;
+  cfg.confidence = 0;
+  cfg.fold = true;
+  spec::Runtime rt(*s, oracle, cfg);
+  const std::vector<int32_t> got = spec_greedy(*s, rt, prompt, 256);
+  ASSERT_EQ(got.size(), 256u);
+  auto tf = stack_->session(kCtx);
+  ASSERT_TRUE(tf->prefill(prompt).ok());
+  float worst = 0.0f;
+  int worst_at = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    std::span<const float> l = tf->logits();
+    const float mx = *std::max_element(l.begin(), l.end());
+    const float gap = mx - l[got[i]];
+    if (gap > worst) {
+      worst = gap;
+      worst_at = static_cast<int>(i);
+    }
+    ASSERT_TRUE(tf->decode(got[i]).ok());
+  }
+  EXPECT_EQ(worst, 0.0f) << "worst argmax gap at committed token " << worst_at;
+  EXPECT_GT(rt.stats().accepted_draft_tokens, 0);
+}
+
+TEST(SpecConfigTest, ConfidenceGridParsing) {
+  std::vector<float> g;
+  ASSERT_TRUE(spec::parse_confidence_grid("0.55,0.6,0.65", &g).ok());
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_FLOAT_EQ(g[2], 0.65f);
+  EXPECT_FLOAT_EQ(spec::threshold_at(g, 0), 0.55f);
+  EXPECT_FLOAT_EQ(spec::threshold_at(g, 7), 0.65f);  // last value extends
+  EXPECT_FLOAT_EQ(spec::threshold_at({}, 3), 0.0f);
+  EXPECT_FALSE(spec::parse_confidence_grid("0.5,,0.6", &g).ok());
+  EXPECT_FALSE(spec::parse_confidence_grid("0.5,1.5", &g).ok());
+  EXPECT_FALSE(spec::parse_confidence_grid("abc", &g).ok());
+  EXPECT_TRUE(g.empty());
+}
+
+}  // namespace
+}  // namespace ds4::spec_test

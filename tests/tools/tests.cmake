@@ -1,0 +1,21 @@
+# tests/tools/tests.cmake — `ds4-gguf` end-to-end checks: inspect --json against the `gguf`
+# Python package on generated tiny files (q2 and q4, sparse), and the --help text.
+if(TARGET ds4-gguf)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME tools.inspect_vs_gguf_py_q2
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_inspect.py
+                     $<TARGET_FILE:ds4-gguf> ${CMAKE_BINARY_DIR}/tests/tools/q2
+                     --profile tiny --quant q2 --seed 3 --fill random)
+    add_test(NAME tools.inspect_vs_gguf_py_q4_sparse
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_inspect.py
+                     $<TARGET_FILE:ds4-gguf> ${CMAKE_BINARY_DIR}/tests/tools/q4
+                     --profile tiny --quant q4 --seed 4 --sparse-experts 4 --fill random)
+    set_tests_properties(tools.inspect_vs_gguf_py_q2 tools.inspect_vs_gguf_py_q4_sparse
+                         PROPERTIES TIMEOUT 120 LABELS tools)
+  endif()
+  add_test(NAME tools.ds4_gguf_help COMMAND $<TARGET_FILE:ds4-gguf> generate --help)
+  set_tests_properties(tools.ds4_gguf_help PROPERTIES PASS_REGULAR_EXPRESSION "--sparse-experts")
+  add_test(NAME tools.ds4_gguf_inspect_missing COMMAND $<TARGET_FILE:ds4-gguf> inspect /nonexistent.gguf)
+  set_tests_properties(tools.ds4_gguf_inspect_missing PROPERTIES WILL_FAIL TRUE)
+endif()

@@ -1,0 +1,209 @@
+// tests/unit/backend/cpu_backend_test.cpp — the CPU backend ops against their spec formulas
+// (ds4-architecture.md §3-4) and their batch / thread invariance, without a model file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "quant/quant.h"
+
+namespace ds4::backend {
+namespace {
+
+std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+TEST(CpuOps, RmsNormMatchesDoubleSumFormula) {
+  const auto x = randv(300, 1);
+  const auto w = randv(300, 2);
+  std::vector<float> out(300);
+  cpu::rms_norm_row(x.data(), w.data(), out.data(), 300, 1e-6f);
+  double ss = 0;
+  for (float v : x) ss += static_cast<double>(v) * v;
+  const float scale = 1.0f / sqrtf(static_cast<float>(ss / 300.0) + 1e-6f);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(out[i], x[i] * scale * w[i]);
+}
+
+TEST(CpuOps, RopeInverseUndoesForwardAndLeavesNopeDims) {
+  model::RopeParams yarn;
+  yarn.freq_base = 160000.0f;
+  yarn.freq_scale = 1.0f / 16.0f;
+  yarn.ext_factor = 1.0f;
+  yarn.attn_factor = 1.0f / (1.0f + 0.1f * logf(16.0f));
+  yarn.n_ctx_orig = 65536;
+  for (const model::RopeParams& rp : {model::RopeParams{}, yarn}) {
+    auto x = randv(2 * 128, 3);
+    const auto orig = x;
+    cpu::rope_tail_rows(x.data(), 2, 128, 64, 777, rp, false);
+    for (int h = 0; h < 2; ++h) {
+      for (int j = 0; j < 64; ++j) EXPECT_EQ(x[h * 128 + j], orig[h * 128 + j]);
+    }
+    EXPECT_NE(x[64], orig[64]);
+    cpu::rope_tail_rows(x.data(), 2, 128, 64, 777, rp, true);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], orig[i], 1e-5f);
+  }
+  // Position 0 is the identity rotation for plain RoPE (cos 0 = 1, sin 0 = 0).
+  auto z = randv(128, 4);
+  const auto z0 = z;
+  cpu::rope_tail_rows(z.data(), 1, 128, 64, 0, model::RopeParams{}, false);
+  EXPECT_EQ(z, z0);
+}
+
+TEST(CpuOps, SinkhornGivesNearDoublyStochasticCombine) {
+  const auto mix = randv(24, 5, 2.0f);
+  const float scale[3] = {1.0f, 1.0f, 1.0f};
+  const auto base = randv(24, 6, 0.5f);
+  float pre[4], post[4], comb[16];
+  cpu::hc_split_sinkhorn(mix.data(), scale, base.data(), 4, 20, 1e-6f, pre, post, comb);
+  for (int c = 0; c < 4; ++c) {
+    float col = 0, row = 0;
+    for (int r = 0; r < 4; ++r) col += comb[r * 4 + c];
+    for (int r = 0; r < 4; ++r) row += comb[c * 4 + r];
+    EXPECT_NEAR(col, 1.0f, 1e-4f);
+    EXPECT_NEAR(row, 1.0f, 1e-3f);
+    EXPECT_GT(pre[c], 0.0f);
+    EXPECT_LT(pre[c], 1.0f + 1e-5f);
+    EXPECT_GT(post[c], 0.0f);
+    EXPECT_LT(post[c], 2.0f);
+  }
+}
+
+TEST(CpuBackend, Q8MatmulRowsAreBatchAndThreadInvariant) {
+  const int n_in = 256, n_out = 96;
+  std::vector<float> wf = randv(static_cast<size_t>(n_in) * n_out, 7);
+  std::vector<quant::BlockQ8_0> w(static_cast<size_t>(n_in / 32) * n_out);
+  for (int o = 0; o < n_out; ++o) quant::quantize_row_q8_0(wf.data() + o * n_in, w.data() + o * (n_in / 32), n_in);
+  Matrix m{reinterpret_cast<const uint8_t*>(w.data()), gguf::GgmlType::kQ8_0, n_in, n_out, 34 * (n_in / 32)};
+  const auto x = randv(8 * n_in, 8);
+  std::vector<float> ref(8 * n_out);
+  auto one = make_cpu_backend(1);
+  for (int i = 0; i < 8; ++i) {
+    MatmulParams p{m, x.data() + i * n_in, n_in, ref.data() + i * n_out, n_out, 1};
+    one->matmul(p);
+    // Against the reference dot directly.
+    std::vector<quant::BlockQ8_0Act> xq(n_in / 32);
+    quant::quantize_q8_0_act(x.data() + i * n_in, xq.data(), n_in);
+    for (int o = 0; o < n_out; ++o) EXPECT_EQ(ref[i * n_out + o], quant::dot_q8_0(w.data() + o * (n_in / 32), xq.data(), n_in / 32));
+  }
+  for (int threads : {2, 3}) {
+    auto be = make_cpu_backend(threads);
+    std::vector<float> y(8 * n_out);
+    MatmulParams p{m, x.data(), n_in, y.data(), n_out, 8};
+    be->matmul(p);
+    EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << threads;
+  }
+}
+
+TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
+  auto be = make_cpu_backend(1);
+  const int D = 128, W = 2 * D, R = 4;
+  std::vector<float> skv(8 * W, 0.0f), ssc(8 * W, -1.0e30f);
+  std::vector<uint16_t> ape(R * W, quant::f32_to_f16(0.0f));
+  std::vector<float> norm(D, 1.0f), pooled(D), out(D);
+  model::RopeParams rp;
+  // Window 0: token t has kv = t+1 everywhere, equal scores: the pooled value is the mean of
+  // the current lane (1+2+3+4)/4 = 2.5 because the previous lane is still empty.
+  int emitted = 0;
+  for (int t = 0; t < 4; ++t) {
+    std::vector<float> kv(W, static_cast<float>(t + 1)), sc(W, 0.0f);
+    CompressorStepParams p;
+    p.state_kv = skv.data();
+    p.state_score = ssc.data();
+    p.kv_cur = kv.data();
+    p.sc_cur = sc.data();
+    p.ape = ape.data();
+    p.norm = norm.data();
+    p.ratio = R;
+    p.head_dim = D;
+    p.n_rot = 64;
+    p.pos = t;
+    p.rope = rp;
+    p.indexer = false;
+    p.pooled = pooled.data();
+    p.out_row = out.data();
+    emitted += be->compressor_step(p);
+  }
+  EXPECT_EQ(emitted, 1);
+  for (int j = 0; j < D; ++j) EXPECT_FLOAT_EQ(pooled[j], 2.5f);
+  // State rows 4..7 moved to 0..3.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(skv[r * W], static_cast<float>(r + 1));
+}
+
+TEST(CpuBackend, IndexerTopKPrefersLowIndexOnTies) {
+  auto be = make_cpu_backend(2);
+  const int n = 40, hd = 128;
+  // All rows identical except rows 7 and 30 which score higher: top-4 = {7, 30, 0, 1}.
+  std::vector<float> rows(n * hd, 0.5f);
+  for (int j = 0; j < hd; ++j) {
+    rows[7 * hd + j] = 1.0f;
+    rows[30 * hd + j] = 1.0f;
+  }
+  std::vector<float> q(hd, 1.0f), w(1, 1.0f), scores(n);
+  std::vector<int32_t> order(n);
+  std::vector<uint8_t> allowed(n);
+  IndexerSelectParams p;
+  p.q = q.data();
+  p.w = w.data();
+  p.rows = rows.data();
+  p.n_rows = n;
+  p.n_head = 1;
+  p.head_dim = hd;
+  p.top_k = 4;
+  p.scores = scores.data();
+  p.order = order.data();
+  p.allowed = allowed.data();
+  be->indexer_select(p);
+  std::vector<int> sel;
+  for (int c = 0; c < n; ++c) {
+    if (allowed[c]) sel.push_back(c);
+  }
+  EXPECT_EQ(sel, (std::vector<int>{0, 1, 7, 30}));
+}
+
+TEST(CpuBackend, SinkAttentionMatchesFormula) {
+  auto be = make_cpu_backend(1);
+  const int D = 64, nh = 2, n_raw = 3;
+  const auto q = randv(nh * D, 9);
+  const auto kv = randv(n_raw * D, 10);
+  const float sinks[2] = {0.3f, -0.2f};
+  const float* raw[3] = {kv.data(), kv.data() + D, kv.data() + 2 * D};
+  std::vector<float> scores(nh * n_raw), out(nh * D);
+  SinkAttentionParams p;
+  p.q = q.data();
+  p.raw = raw;
+  p.n_raw = n_raw;
+  p.sinks = sinks;
+  p.n_head = nh;
+  p.head_dim = D;
+  p.scores = scores.data();
+  p.out = out.data();
+  be->sink_attention(p);
+  for (int h = 0; h < nh; ++h) {
+    double s[3], mx = sinks[h];
+    for (int r = 0; r < 3; ++r) {
+      double d = 0;
+      for (int j = 0; j < D; ++j) d += static_cast<double>(q[h * D + j]) * kv[r * D + j];
+      s[r] = d / std::sqrt(static_cast<double>(D));
+      mx = std::max(mx, s[r]);
+    }
+    double den = std::exp(sinks[h] - mx);
+    for (int r = 0; r < 3; ++r) den += std::exp(s[r] - mx);
+    for (int j = 0; j < D; ++j) {
+      double o = 0;
+      for (int r = 0; r < 3; ++r) o += std::exp(s[r] - mx) * kv[r * D + j];
+      EXPECT_NEAR(out[h * D + j], o / den, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ds4::backend

@@ -1,0 +1,182 @@
+// tests/unit/quant/kv_sim_test.cpp — FP8-E4M3 and FP4-E2M1 rounding (ties to the even
+// index, clamping, sign handling), block scales, and the Hadamard-128 transform.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "quant/quant.h"
+
+namespace ds4::quant {
+namespace {
+
+// Linear scan over the table, nearest by |difference|, exact ties to the even index.
+float linear_nearest(float v, int count, float (*value)(int), float vmax) {
+  const float sign = v < 0.0f ? -1.0f : 1.0f;
+  const float a = std::fmin(std::fabs(v), vmax);
+  int best = 0;
+  float best_d = std::fabs(a - value(0));
+  for (int i = 1; i < count; ++i) {
+    const float d = std::fabs(a - value(i));
+    if (d < best_d || (d == best_d && (i & 1) == 0)) {
+      best = i;
+      best_d = d;
+    }
+  }
+  return sign * value(best);
+}
+
+TEST(E4M3, TableValues) {
+  EXPECT_EQ(e4m3_value(0), 0.0f);
+  EXPECT_EQ(e4m3_value(1), 0x1p-9f);   // smallest subnormal
+  EXPECT_EQ(e4m3_value(7), 7.0f / 512.0f);
+  EXPECT_EQ(e4m3_value(8), 0x1p-6f);   // smallest normal
+  EXPECT_EQ(e4m3_value(56), 1.0f);
+  EXPECT_EQ(e4m3_value(57), 1.125f);
+  EXPECT_EQ(e4m3_value(126), 448.0f);
+  for (int i = 1; i < kE4M3Count; ++i) EXPECT_LT(e4m3_value(i - 1), e4m3_value(i));
+}
+
+TEST(E4M3, NearestTiesAndClamp) {
+  EXPECT_EQ(e4m3_nearest(1.0625f), 1.0f);     // tie 56|57 -> 56 (even)
+  EXPECT_EQ(e4m3_nearest(1.1875f), 1.25f);    // tie 57|58 -> 58
+  EXPECT_EQ(e4m3_nearest(-1.1875f), -1.25f);
+  EXPECT_EQ(e4m3_nearest(0x1p-10f), 0.0f);    // tie 0|1 -> 0
+  EXPECT_EQ(e4m3_nearest(0x3p-10f), 0x2p-9f); // tie 1|2 -> 2
+  EXPECT_EQ(e4m3_nearest(432.0f), 448.0f);    // tie 416 (125)|448 (126) -> 126
+  EXPECT_EQ(e4m3_nearest(1000.0f), 448.0f);
+  EXPECT_EQ(e4m3_nearest(-1e30f), -448.0f);
+  EXPECT_EQ(e4m3_nearest(1.07f), 1.125f);
+  EXPECT_FALSE(std::signbit(e4m3_nearest(-0.0f)));  // sign = (v < 0) -> -0 gives +0
+  EXPECT_TRUE(std::signbit(e4m3_nearest(-0x1p-12f)));  // rounds to 0 with sign -1
+}
+
+TEST(E4M3, BinarySearchEqualsLinearScan) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-500.0f, 500.0f);
+  std::uniform_real_distribution<float> small(-0.05f, 0.05f);
+  for (int i = 0; i < 20000; ++i) {
+    const float v = (i & 1) ? u(rng) : small(rng);
+    ASSERT_EQ(e4m3_nearest(v), linear_nearest(v, kE4M3Count, e4m3_value, 448.0f)) << v;
+  }
+  for (int i = 0; i + 1 < kE4M3Count; ++i) {  // every midpoint
+    const float mid = 0.5f * (e4m3_value(i) + e4m3_value(i + 1));
+    ASSERT_EQ(e4m3_nearest(mid), linear_nearest(mid, kE4M3Count, e4m3_value, 448.0f));
+    ASSERT_EQ(e4m3_nearest(mid), e4m3_value((i & 1) ? i + 1 : i));
+  }
+}
+
+TEST(Fp8Roundtrip, BlockScalesAndUntouchedTail) {
+  std::vector<float> x(512);
+  for (int i = 0; i < 512; ++i) x[i] = std::sin(0.1f * static_cast<float>(i)) * 3.0f;
+  x[64] = 448.0f;  // block 1: amax 448 -> scale 1 -> values snap to the table itself
+  x[65] = 1.0625f;
+  for (int i = 128; i < 192; ++i) x[i] = 0.0f;  // block 2: amax clamps to 1e-4
+  x[130] = 5e-5f;
+  const std::vector<float> orig = x;
+  fp8_e4m3_roundtrip(x.data(), 448);
+  for (int i = 448; i < 512; ++i) ASSERT_EQ(x[i], orig[i]);  // RoPE dims untouched
+  EXPECT_EQ(x[64], 448.0f);
+  EXPECT_EQ(x[65], 1.0f);
+  // Block 2: scale = 2^ceil(log2(1e-4/448)) = 2^-22; 5e-5/2^-22 = 209.7 -> 208.
+  EXPECT_EQ(x[130], 208.0f * 0x1p-22f);
+  EXPECT_EQ(x[131], 0.0f);
+  // Block 0: amax = max|3 sin| -> scale 2^ceil(log2(amax/448)); every value is table·scale.
+  float amax = 0.0f;
+  for (int i = 0; i < 64; ++i) amax = std::fmax(amax, std::fabs(orig[i]));
+  const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 448.0f))));
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(x[i], e4m3_nearest(orig[i] / scale) * scale);
+    EXPECT_LE(std::fabs(x[i] - orig[i]), std::fabs(orig[i]) * 0.0625f + 1e-5f);
+  }
+}
+
+TEST(E2M1, NearestTies) {
+  EXPECT_EQ(e2m1_nearest(0.25f), 0.0f);   // 0|0.5 -> index 0
+  EXPECT_EQ(e2m1_nearest(0.75f), 1.0f);   // idx 1|2 -> 2
+  EXPECT_EQ(e2m1_nearest(1.25f), 1.0f);   // idx 2|3 -> 2
+  EXPECT_EQ(e2m1_nearest(1.75f), 2.0f);   // idx 3|4 -> 4
+  EXPECT_EQ(e2m1_nearest(2.5f), 2.0f);    // idx 4|5 -> 4
+  EXPECT_EQ(e2m1_nearest(3.5f), 4.0f);    // idx 5|6 -> 6
+  EXPECT_EQ(e2m1_nearest(5.0f), 4.0f);    // idx 6|7 -> 6
+  EXPECT_EQ(e2m1_nearest(-5.0f), -4.0f);
+  EXPECT_EQ(e2m1_nearest(5.01f), 6.0f);
+  EXPECT_EQ(e2m1_nearest(100.0f), 6.0f);
+  auto v = [](int i) { return e2m1_value(i); };
+  for (float t = -7.0f; t <= 7.0f; t += 0.03125f) {
+    ASSERT_EQ(e2m1_nearest(t), linear_nearest(t, 8, +v, 6.0f)) << t;
+  }
+}
+
+TEST(Fp4Roundtrip, Blocks) {
+  std::vector<float> x(64, 0.0f);
+  x[0] = 6.0f;   // block 0: amax 6 -> scale 1
+  x[1] = 2.5f;   // -> 2
+  x[2] = -0.74f; // -> -0.5
+  x[32] = 12.0f; // block 1: scale 2
+  x[33] = 5.0f;  // 2.5 -> 2 -> 4
+  x[34] = 7.0f;  // 3.5 -> 4 -> 8
+  fp4_e2m1_roundtrip_row(x.data(), 64);
+  EXPECT_EQ(x[0], 6.0f);
+  EXPECT_EQ(x[1], 2.0f);
+  EXPECT_EQ(x[2], -0.5f);
+  EXPECT_EQ(x[32], 12.0f);
+  EXPECT_EQ(x[33], 4.0f);
+  EXPECT_EQ(x[34], 8.0f);
+  // All-zero block: amax clamps to the tiny floor; zeros stay zero.
+  for (int i = 3; i < 32; ++i) EXPECT_EQ(x[i], 0.0f);
+}
+
+TEST(Hadamard, BasisVectorAndInvolution) {
+  std::vector<float> e0(128, 0.0f);
+  e0[0] = 1.0f;
+  hadamard128_inplace(e0.data());
+  for (float v : e0) EXPECT_EQ(v, kHadamardScale);
+  std::vector<float> e1(128, 0.0f);
+  e1[1] = 1.0f;
+  hadamard128_inplace(e1.data());
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(e1[i], (i & 1) ? -kHadamardScale : kHadamardScale);
+
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(128), y;
+  for (auto& v : x) v = nd(rng);
+  y = x;
+  hadamard128_inplace(y.data());
+  double n0 = 0, n1 = 0;
+  for (int i = 0; i < 128; ++i) {
+    n0 += double(x[i]) * x[i];
+    n1 += double(y[i]) * y[i];
+  }
+  EXPECT_NEAR(n1, n0, 1e-5 * n0);  // orthonormal up to rounding
+  hadamard128_inplace(y.data());
+  for (int i = 0; i < 128; ++i) EXPECT_NEAR(y[i], x[i], 1e-5f);
+}
+
+TEST(IndexerQat, IsHadamardThenFp4) {
+  std::vector<float> x(128);
+  for (int i = 0; i < 128; ++i) x[i] = std::cos(0.05f * static_cast<float>(i * i));
+  std::vector<float> a = x, b = x;
+  indexer_qat_row(a.data());
+  hadamard128_inplace(b.data());
+  fp4_e2m1_roundtrip_row(b.data(), 128);
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(f32_bits(a[i]), f32_bits(b[i]));
+  // Every value is ±(an E2M1 value) times its block's power-of-two scale.
+  std::vector<float> h = x;
+  hadamard128_inplace(h.data());
+  for (int blk = 0; blk < 4; ++blk) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(h[32 * blk + i]));
+    const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 6.0f))));
+    for (int i = 0; i < 32; ++i) {
+      const float r = std::fabs(a[32 * blk + i]) / scale;
+      bool in_set = false;
+      for (int k = 0; k < 8; ++k) in_set = in_set || r == e2m1_value(k);
+      EXPECT_TRUE(in_set) << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ds4::quant

@@ -1,0 +1,101 @@
+// tests/unit/session/state_test.cpp — session::State without a model: initial compressor
+// states, frontier save/restore (O(layers)), canonical serialization round trip and sizes.
+#include <gtest/gtest.h>
+
+#include "model/profiles.h"
+#include "session/state.h"
+
+namespace ds4::session {
+namespace {
+
+TEST(SessionState, FreshStateMatchesSpecInitialValues) {
+  const model::ModelConfig cfg = model::tiny_profile();
+  State s(cfg, 300);
+  ASSERT_EQ(s.layers().size(), cfg.n_layer);
+  EXPECT_EQ(s.raw_cap(), static_cast<int64_t>(cfg.n_swa) + kRollbackSlack);
+  for (uint32_t il = 0; il < cfg.n_layer; ++il) {
+    const LayerState& L = s.layers()[il];
+    EXPECT_EQ(L.ratio, static_cast<int>(cfg.compress_ratio(il)));
+    EXPECT_EQ(L.n_comp, 0);
+    for (float v : L.cmp_score) ASSERT_EQ(v, kNegInf);
+    for (float v : L.cmp_kv) ASSERT_EQ(v, 0.0f);
+    if (L.ratio == 4) {
+      EXPECT_EQ(L.cmp_kv.size(), 8u * 2 * cfg.head_dim);
+      EXPECT_EQ(L.idx_kv.size(), 8u * 2 * cfg.indexer_head_dim);
+      EXPECT_EQ(s.comp_cap(il), 300 / 4 + 2);
+    } else if (L.ratio == 128) {
+      EXPECT_EQ(L.cmp_kv.size(), 128u * cfg.head_dim);
+      EXPECT_TRUE(L.idx_kv.empty());
+    } else {
+      EXPECT_TRUE(L.cmp_kv.empty());
+      EXPECT_TRUE(L.comp.empty());
+    }
+  }
+  EXPECT_FALSE(s.has_logits());
+}
+
+TEST(SessionState, FrontierRestoresCountersAndCompressorStatesOnly) {
+  const model::ModelConfig cfg = model::tiny_profile();
+  State s(cfg, 300);
+  for (int i = 0; i < 10; ++i) s.tokens().push_back(i);
+  s.layers()[2].n_comp = 2;
+  s.layers()[2].cmp_kv[5] = 1.5f;
+  Frontier f = s.make_frontier();
+  s.save_frontier(f);
+  EXPECT_EQ(f.n_tokens, 10);
+  // Mutate everything a speculative step touches.
+  for (int i = 0; i < 3; ++i) s.tokens().push_back(100 + i);
+  s.layers()[2].n_comp = 3;
+  s.layers()[2].cmp_kv[5] = -7.0f;
+  s.layers()[3].cmp_score[0] = 4.0f;
+  s.layers()[2].comp[0] = 9.0f;  // append-only rows are not part of a frontier
+  s.restore_frontier(f);
+  EXPECT_EQ(s.tokens().size(), 10u);
+  EXPECT_EQ(s.layers()[2].n_comp, 2);
+  EXPECT_EQ(s.layers()[2].cmp_kv[5], 1.5f);
+  EXPECT_EQ(s.layers()[3].cmp_score[0], kNegInf);
+  EXPECT_EQ(s.layers()[2].comp[0], 9.0f);
+  EXPECT_EQ(f.states.size(), s.frontier_state_floats());
+}
+
+TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
+  const model::ModelConfig cfg = model::tiny_profile();
+  State a(cfg, 300);
+  for (int i = 0; i < 50; ++i) a.tokens().push_back(i * 3);
+  a.logits()[17] = 2.5f;
+  a.set_has_logits(true);
+  for (size_t il = 0; il < a.layers().size(); ++il) {
+    LayerState& L = a.layers()[il];
+    for (size_t j = 0; j < L.raw.size(); ++j) L.raw[j] = static_cast<float>(j % 97) + il;
+    if (L.ratio != 0) {
+      L.n_comp = 50 / L.ratio;
+      for (size_t j = 0; j < L.comp.size(); ++j) L.comp[j] = static_cast<float>(j % 13);
+    }
+    if (L.ratio == 4) L.n_index = L.n_comp;
+  }
+  std::vector<uint8_t> bytes;
+  a.serialize(bytes);
+  EXPECT_EQ(bytes.size(), a.payload_bytes());
+  State b(cfg, 300);
+  ASSERT_TRUE(b.deserialize(bytes));
+  std::vector<uint8_t> again;
+  b.serialize(again);
+  EXPECT_EQ(again, bytes);
+  EXPECT_EQ(b.layers()[2].n_comp, 12);
+  EXPECT_EQ(b.logits()[17], 2.5f);
+  // A truncated or foreign payload is rejected.
+  bytes.pop_back();
+  EXPECT_FALSE(b.deserialize(bytes));
+}
+
+TEST(SessionState, EstimateGrowsWithContextAtTheSpecRate) {
+  const model::ModelConfig cfg = model::flash_profile();
+  const uint64_t a = State::estimate_bytes(cfg, 4096);
+  const uint64_t b = State::estimate_bytes(cfg, 8192);
+  // §6.1: 13 760 B/token of compressed KV (f32) + 4 B token id per token.
+  const double per_token = static_cast<double>(b - a) / 4096.0;
+  EXPECT_NEAR(per_token, 13760.0 + 4.0, 2.0);
+}
+
+}  // namespace
+}  // namespace ds4::session

@@ -1,0 +1,116 @@
+// tools/ds4-gguf/main.cpp — `ds4-gguf` command line: flag parsing only; the work is in
+// ds4_gguf_tool_lib (ds4_gguf.h).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "core/timer.h"
+#include "model/profiles.h"
+#include "tools/ds4-gguf/ds4_gguf.h"
+
+namespace {
+
+ds4::model::ExpertQuant parse_quant(const std::string& s) {
+  return s == "q4" ? ds4::model::ExpertQuant::kQ4 : ds4::model::ExpertQuant::kQ2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ds4-gguf: inspect, generate and quantize DeepSeek V4 Flash (DS4) GGUF files"};
+  app.require_subcommand(1);
+
+  // inspect
+  std::string inspect_path;
+  ds4::tools::InspectOptions iopt;
+  auto* inspect = app.add_subcommand(
+      "inspect",
+      "Print summary, metadata and the DS4 validation report of a GGUF file. Exit code: 0 valid "
+      "DS4 model, 1 readable GGUF that is not a valid DS4 model, 2 unreadable file.");
+  inspect->add_option("FILE", inspect_path, "GGUF file")->required();
+  inspect->add_flag("--json", iopt.json, "machine-readable JSON instead of text");
+  inspect->add_flag("--tensors", iopt.tensors, "also list every tensor (name, type, shape, bytes)");
+
+  // generate
+  std::string profile = "tiny", gen_quant = "q2", gen_out, fill = "auto";
+  uint64_t seed = 0;
+  uint32_t sparse = 0;
+  bool quiet = false;
+  auto* generate = app.add_subcommand(
+      "generate",
+      "Write a deterministic random-weight model in the published DS4 layout (same seed -> same "
+      "bytes).");
+  generate->add_option("--profile", profile, "shape preset")
+      ->check(CLI::IsMember({"tiny", "flash"}))
+      ->capture_default_str();
+  generate->add_option("--quant", gen_quant,
+                       "routed-expert layout: q2 (gate/up IQ2_XXS, down Q2_K) or q4 (all Q4_K)")
+      ->check(CLI::IsMember({"q2", "q4"}))
+      ->capture_default_str();
+  generate->add_option("--seed", seed, "random seed")->capture_default_str();
+  generate->add_option("-o,--output", gen_out, "output GGUF path")->required();
+  generate->add_option("--sparse-experts", sparse,
+                       "fill only K experts per layer (others are file holes) and bias routing "
+                       "to them; K >= expert_used_count; 0 = fill all")
+      ->capture_default_str();
+  generate->add_option("--fill", fill,
+                       "quantized tensors: quantize (real quantization of random floats), random "
+                       "(random valid blocks, fast), auto (quantize for small models)")
+      ->check(CLI::IsMember({"auto", "quantize", "random"}))
+      ->capture_default_str();
+  generate->add_flag("-q,--quiet", quiet, "no progress output");
+
+  // quantize
+  std::string q_in, q_out, q_quant = "q2";
+  auto* quantize = app.add_subcommand(
+      "quantize",
+      "Convert a float (F32/F16/BF16) DS4-layout GGUF to the published layout: routed experts "
+      "IQ2_XXS/Q2_K (q2) or Q4_K (q4), attention/shared/output Q8_0, HC/compressor/indexer/"
+      "router/embedding F16, norms/biases F32, tid2eid I32. Metadata is copied.");
+  quantize->add_option("IN", q_in, "input float GGUF")->required();
+  quantize->add_option("-o,--output", q_out, "output GGUF path")->required();
+  quantize->add_option("--quant", q_quant, "routed-expert layout: q2 or q4")
+      ->check(CLI::IsMember({"q2", "q4"}))
+      ->capture_default_str();
+  quantize->add_flag("-q,--quiet", quiet, "no progress output");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (inspect->parsed()) {
+    return ds4::tools::inspect_file(inspect_path, iopt, std::cout, std::cerr);
+  }
+  if (generate->parsed()) {
+    auto cfg = ds4::model::profile_by_name(profile);
+    if (!cfg.ok()) {
+      std::cerr << "ds4-gguf generate: " << cfg.status().to_string() << "\n";
+      return 2;
+    }
+    ds4::tools::GenerateOptions opt;
+    opt.quant = parse_quant(gen_quant);
+    opt.seed = seed;
+    opt.sparse_experts = sparse;
+    opt.fill = fill == "quantize" ? ds4::tools::FillMode::kQuantize
+               : fill == "random" ? ds4::tools::FillMode::kRandomBlocks
+                                  : ds4::tools::FillMode::kAuto;
+    opt.progress = !quiet;
+    ds4::Status st = ds4::tools::generate_model(*cfg, opt, gen_out);
+    if (!st.ok()) {
+      std::cerr << "ds4-gguf generate: " << st.to_string() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  if (quantize->parsed()) {
+    ds4::tools::QuantizeOptions opt;
+    opt.quant = parse_quant(q_quant);
+    opt.progress = !quiet;
+    ds4::Status st = ds4::tools::quantize_model(q_in, q_out, opt);
+    if (!st.ok()) {
+      std::cerr << "ds4-gguf quantize: " << st.to_string() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  return 2;
+}
