@@ -51,6 +51,7 @@ struct Options {
   std::string dump_dir;
   bool cpu = false;
   bool cuda = false;
+  std::string isa = "auto";
   bool verbose = false;
 };
 
@@ -154,6 +155,8 @@ int main_impl(int argc, char** argv) {
               "", "DIR")
       .flag("--cpu", &o.cpu, "CPU backend (default)")
       .flag("--cuda", &o.cuda, "CUDA backend")
+      .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
+              "DS4_CPU_ISA", "ISA")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
   ParseResult pr = t.parse(argc, argv);
   if (pr.should_exit()) {
@@ -192,14 +195,14 @@ int main_impl(int argc, char** argv) {
   eo.model_path = model;
   eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
   eo.n_threads = o.threads;
+  eo.cpu_isa = o.isa;
   Expected<std::unique_ptr<Engine>> engine = Engine::open(eo);
   if (!engine.ok()) return fail(engine.status().message());
-  Expected<std::unique_ptr<TextCodec>> codec = TextCodec::open(model);
-  if (!codec.ok()) return fail(codec.status().message());
+  const TextCodec* codec = &(*engine)->text();
 
   std::vector<int32_t> tokens;
-  tokens.push_back((*codec)->bos());
-  std::vector<int32_t> body = (*codec)->tokenize(text);
+  tokens.push_back(codec->bos());
+  std::vector<int32_t> body = codec->tokenize(text);
   tokens.insert(tokens.end(), body.begin(), body.end());
   if (static_cast<int64_t>(tokens.size()) < o.ctx_max) {
     return fail("prompt file '" + o.prompt_file + "' gives " + std::to_string(tokens.size()) +
@@ -231,7 +234,7 @@ int main_impl(int argc, char** argv) {
     // Prefill only the new interval, timed (generate() with a zero budget = prefill only).
     GenerateOptions pre;
     pre.max_tokens = 0;
-    Expected<GenerateStats> p = generate(s, **codec, fresh, pre, nullptr);
+    Expected<GenerateStats> p = generate(s, *codec, fresh, pre, nullptr);
     if (!p.ok()) {
       rc = fail("prefill to frontier " + std::to_string(frontier) + ": " + p.status().message());
       break;
@@ -256,7 +259,7 @@ int main_impl(int argc, char** argv) {
         rc = fail("snapshot at frontier " + std::to_string(frontier) + ": " + st.message());
         break;
       }
-      Expected<GenerateStats> r = generate(s, **codec, {}, probe, nullptr);
+      Expected<GenerateStats> r = generate(s, *codec, {}, probe, nullptr);
       if (!r.ok()) {
         rc = fail("probe at frontier " + std::to_string(frontier) + ": " + r.status().message());
         break;

@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/speculative.h"
 #include "engine/text.h"
 
 namespace ds4::cli {
@@ -37,18 +38,33 @@ struct Options {
   bool raw = false;
   bool interactive = false;
   bool dspark = false;
-  float dspark_confidence = 0.7f;
+  float dspark_confidence = 0.6f;
+  std::string dspark_grid;       // "a,b,c" per-position thresholds (last extends)
+  bool dspark_fold = false;
+  int dspark_scheduler = 1;      // 0 = off
+  bool dspark_backoff = false;
+  float dspark_margin_gate = 0.0f;
+  bool dspark_replay = false;
+  bool dspark_stats = false;
   bool cpu = false;
   bool cuda = false;
+  std::string isa = "auto";
   bool verbose = false;
 };
 
 // What one run of the program holds.
 struct Loaded {
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<TextCodec> text;
+  const TextCodec* text = nullptr;  // owned by engine
   std::unique_ptr<Session> session;
+  std::unique_ptr<SpeculativeDecoder> decoder;  // DSpark (--dspark), bound to `session`
 };
+
+// (Re)binds the DSpark decoder to loaded.session, which must be empty (before its prefill).
+// No-op without --dspark.
+Status attach_decoder(const Options& o, Loaded& loaded);
+// Replaces loaded.session with a fresh one of n_ctx tokens (decoder re-attached).
+Status replace_session(const Options& o, Loaded& loaded, int n_ctx);
 
 // SIGINT handling (cli.cpp).
 void install_sigint_handler();

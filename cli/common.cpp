@@ -74,4 +74,30 @@ ProgressFn prefill_progress(bool verbose) {
   };
 }
 
+Status attach_decoder(const Options& o, Loaded& loaded) {
+  loaded.decoder.reset();  // unbinds from the old session first (it holds a capture hook)
+  if (!o.dspark) return Status();
+  SpecOptions so;
+  so.confidence = o.dspark_confidence;
+  if (!o.dspark_grid.empty()) {
+    DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &so.confidence_grid));
+  }
+  so.fold = o.dspark_fold;
+  so.scheduler = o.dspark_scheduler != 0;
+  so.backoff = o.dspark_backoff;
+  so.margin_gate = o.dspark_margin_gate;
+  so.replay = o.dspark_replay;
+  so.stats = o.dspark_stats;
+  DS4_ASSIGN_OR_RETURN(loaded.decoder,
+                       new_speculative_decoder(*loaded.engine, *loaded.session, so));
+  return Status();
+}
+
+Status replace_session(const Options& o, Loaded& loaded, int n_ctx) {
+  DS4_ASSIGN_OR_RETURN(std::unique_ptr<Session> fresh, loaded.engine->new_session(n_ctx));
+  loaded.decoder.reset();
+  loaded.session = std::move(fresh);
+  return attach_decoder(o, loaded);
+}
+
 }  // namespace ds4::cli

@@ -65,10 +65,33 @@ void declare_flags(FlagTable& t, Options& o) {
       .flag("--raw", &o.raw, "No chat template: BOS + the prompt as plain text")
       .flag("-i,--interactive", &o.interactive, "Interactive chat even when stdin is not a TTY")
       .option("--mtp", &o.mtp, "DSpark support GGUF (drafter)", "DS4_MTP", "FILE")
-      .flag("--dspark", &o.dspark, "Enable DSpark speculative decoding (needs --mtp)")
-      .option("--dspark-confidence", &o.dspark_confidence, "DSpark confidence threshold 0..1")
+      .flag("--dspark", &o.dspark,
+            "DSpark speculative decoding (needs --mtp; greedy only: same output, faster)")
+      .option("--dspark-confidence", &o.dspark_confidence,
+              "DSpark: sigmoid confidence threshold per draft position, 0..1",
+              "DS4_DSPARK_CONFIDENCE")
+      .option("--dspark-confidence-grid", &o.dspark_grid,
+              "DSpark: per-position thresholds 'a,b,c' (last value extends)",
+              "DS4_DSPARK_CONFIDENCE_GRID", "LIST")
+      .flag("--dspark-fold", &o.dspark_fold,
+            "DSpark: verify the seed as row 0 after a full accept", "DS4_DSPARK_FOLD")
+      .option("--dspark-scheduler", &o.dspark_scheduler,
+              "DSpark: windowed pause scheduler (counters only) 0/1", "DS4_DSPARK_SCHEDULER")
+      .flag("--dspark-scheduler-backoff", &o.dspark_backoff,
+            "DSpark: pause x2 per unproductive cycle (<= x8), bar +0.05 (<= +0.20)",
+            "DS4_DSPARK_SCHEDULER_BACKOFF")
+      .option("--dspark-margin-gate", &o.dspark_margin_gate,
+              "DSpark: skip standalone proposals when target top1-top2 < this (logits)",
+              "DS4_DSPARK_MARGIN_GATE")
+      .flag("--dspark-replay", &o.dspark_replay,
+            "DSpark: commit partial accepts by rollback + decode (strict control)",
+            "DS4_DSPARK_REPLAY")
+      .flag("--dspark-stats", &o.dspark_stats, "DSpark: print counters and time split",
+            "DS4_DSPARK_STATS")
       .flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
       .flag("--cuda", &o.cuda, "Run on the CUDA backend")
+      .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
+              "DS4_CPU_ISA", "ISA")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
 }
 
@@ -91,6 +114,13 @@ Status validate(const Options& o) {
   if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
   if (!o.prompt.empty() && !o.prompt_file.empty()) {
     return invalid_argument("-p/--prompt and --prompt-file are exclusive");
+  }
+  if (!(o.dspark_margin_gate >= 0.0f)) {
+    return invalid_argument("--dspark-margin-gate must be >= 0, got %g", o.dspark_margin_gate);
+  }
+  if (!o.dspark_grid.empty()) {
+    std::vector<float> grid;
+    DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &grid));
   }
   if (o.dspark && o.mtp.empty()) {
     return invalid_argument("--dspark needs the drafter GGUF: pass it with --mtp FILE");
@@ -122,10 +152,11 @@ Status load(const Options& o, const std::string& model_path, Loaded* loaded) {
   eo.mtp_path = o.mtp;
   eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
   eo.n_threads = o.threads;
+  eo.cpu_isa = o.isa;
   DS4_ASSIGN_OR_RETURN(loaded->engine, Engine::open(eo));
-  DS4_ASSIGN_OR_RETURN(loaded->text, TextCodec::open(model_path));
+  loaded->text = &loaded->engine->text();
   DS4_ASSIGN_OR_RETURN(loaded->session, loaded->engine->new_session(o.ctx));
-  return Status();
+  return attach_decoder(o, *loaded);
 }
 
 int run_one_shot(const Options& o, Loaded& loaded, const std::string& prompt_text) {
@@ -142,6 +173,7 @@ int run_one_shot(const Options& o, Loaded& loaded, const std::string& prompt_tex
   DS4_LOG_INFO("prompt: %zu tokens, context %d", prompt.size(), o.ctx);
 
   GenerateOptions g = generate_options(o);
+  g.decoder = loaded.decoder.get();
   g.prefill_progress = prefill_progress(o.verbose);
   set_busy(true);
   Expected<GenerateStats> r =
@@ -208,13 +240,9 @@ int main_impl(int argc, char** argv) {
   Loaded loaded;
   if (Status s = load(o, *model_path, &loaded); !s.ok()) return fail(s.message());
   DS4_LOG_INFO("model %s: %s", model_path->c_str(), loaded.engine->info().name.c_str());
-  if (o.dspark) {
-    // The drafter loaded (the engine validated it against the target); the DSpark decoder
-    // plugs into generate() through the Decoder seam once spec/ lands.
-    std::fprintf(stderr,
-                 "ds4: DSpark speculative decoding is not yet available in this build; "
-                 "decoding without it (--dspark-confidence %.2f ignored)\n",
-                 o.dspark_confidence);
+  if (o.dspark && o.temp > 0.0f) {
+    std::fprintf(stderr, "ds4: note: DSpark speculates only for greedy decoding (--temp 0); "
+                         "sampling at --temp %g decodes normally\n", o.temp);
   }
 
   if (one_shot) return run_one_shot(o, loaded, prompt_text);

@@ -126,14 +126,11 @@ class Repl {
         std::printf("usage: /ctx N   (N >= 2 tokens)\n");
         return true;
       }
-      Expected<std::unique_ptr<Session>> s = loaded_.engine->new_session(static_cast<int>(n));
-      if (!s.ok()) {
+      if (Status s = replace_session(options_, loaded_, static_cast<int>(n)); !s.ok()) {
         std::printf("error: %s (keeping the current context of %d tokens)\n",
-                    s.status().message().c_str(), n_ctx_);
+                    s.message().c_str(), n_ctx_);
         return true;
       }
-      loaded_.session.reset();
-      loaded_.session = std::move(s).value();
       n_ctx_ = static_cast<int>(n);
       start_conversation();
       std::printf("new conversation, context %d tokens\n", n_ctx_);
@@ -160,7 +157,11 @@ class Repl {
   }
 
   void start_conversation() {
+    loaded_.decoder.reset();
     loaded_.session->reset();
+    if (Status s = attach_decoder(options_, loaded_); !s.ok()) {
+      std::printf("error: %s; continuing without DSpark\n", s.message().c_str());
+    }
     conv_ = loaded_.text->new_conversation(options_.system,
                                            TextCodec::think_mode_for_context(mode_, n_ctx_));
     pending_ = conv_.start();
@@ -181,6 +182,7 @@ class Repl {
     }
 
     GenerateOptions g = generate_options(options_);
+    g.decoder = loaded_.decoder.get();
     g.persistent_sampler = &sampler_;
     g.prefill_progress = prefill_progress(options_.verbose);
     clear_interrupt();

@@ -15,6 +15,10 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "engine/engine_internal.h"
+#include "engine/speculative.h"
+#include "spec/drafter.h"
 #include "engine/text.h"
 #include "model/model.h"
 #include "session/session.h"
@@ -57,6 +61,7 @@ class SessionImpl final : public Session {
   Status restore_snapshot() override { return s_->restore_snapshot(); }
   uint64_t state_bytes() const override { return s_->state_bytes(); }
   void reset() override { s_->reset(); }
+  session::ModelSession* inner() { return s_.get(); }
 
  private:
   std::unique_ptr<session::ModelSession> s_;
@@ -65,8 +70,13 @@ class SessionImpl final : public Session {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<model::Model> model, std::unique_ptr<backend::Backend> be,
-             std::unique_ptr<TextCodec> text, ModelInfo info)
-      : model_(std::move(model)), be_(std::move(be)), text_(std::move(text)), info_(std::move(info)) {}
+             std::unique_ptr<TextCodec> text, std::unique_ptr<spec::Drafter> drafter,
+             ModelInfo info)
+      : model_(std::move(model)),
+        be_(std::move(be)),
+        text_(std::move(text)),
+        drafter_(std::move(drafter)),
+        info_(std::move(info)) {}
 
   const ModelInfo& info() const override { return info_; }
 
@@ -76,29 +86,31 @@ class EngineImpl final : public Engine {
     return std::unique_ptr<Session>(new SessionImpl(std::move(s).value()));
   }
 
+  // text_ is never null: Engine::open fails when the tokenizer metadata is unusable.
   std::vector<int32_t> tokenize(std::string_view text) const override {
-    return text_ ? text_->tokenize(text) : std::vector<int32_t>{};
+    return text_->tokenize(text);
   }
   std::vector<int32_t> tokenize_rendered(std::string_view text) const override {
-    return text_ ? text_->tokenize_rendered(text) : std::vector<int32_t>{};
+    return text_->tokenize_rendered(text);
   }
   std::string render_chat(std::span<const ChatMessage> messages, ThinkMode mode) const override {
-    return text_ ? text_->render_chat(messages, mode) : std::string();
+    return text_->render_chat(messages, mode);
   }
-  std::string token_bytes(int32_t token) const override {
-    return text_ ? text_->token_bytes(token) : std::string();
-  }
+  std::string token_bytes(int32_t token) const override { return text_->token_bytes(token); }
   std::string detokenize(std::span<const int32_t> tokens) const override {
-    return text_ ? text_->detokenize(tokens) : std::string();
+    return text_->detokenize(tokens);
   }
-  int32_t bos_token() const override { return text_ ? text_->bos() : -1; }
-  int32_t eos_token() const override { return text_ ? text_->eos() : -1; }
+  int32_t bos_token() const override { return text_->bos(); }
+  int32_t eos_token() const override { return text_->eos(); }
   const TextCodec& text() const override { return *text_; }
+
+  spec::Drafter* drafter() const { return drafter_.get(); }
 
  private:
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<backend::Backend> be_;
   std::unique_ptr<TextCodec> text_;
+  std::unique_ptr<spec::Drafter> drafter_;  // null without --mtp; one speculative timeline
   ModelInfo info_;
 };
 
@@ -138,15 +150,44 @@ ModelInfo make_info(const model::Model& m, const std::string& path) {
 
 }  // namespace
 
+session::ModelSession* model_session(Session& s) {
+  auto* impl = dynamic_cast<SessionImpl*>(&s);
+  return impl != nullptr ? impl->inner() : nullptr;
+}
+
+Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
+                                                                      const SpecOptions& options) {
+  auto* impl = dynamic_cast<EngineImpl*>(&engine);
+  if (impl == nullptr || impl->drafter() == nullptr) {
+    return invalid_argument("DSpark needs a drafter: open the engine with a support GGUF (--mtp FILE)");
+  }
+  session::ModelSession* ms = model_session(session);
+  if (ms == nullptr) return invalid_argument("DSpark: the session was not made by this engine");
+  if (ms->n_tokens() != 0) {
+    return invalid_argument("DSpark: create the speculative decoder before prefilling the session");
+  }
+  return SpeculativeDecoder::create(*impl->drafter(), *ms, options);
+}
+
 Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.backend == BackendKind::kCuda) {
     return unsupported("this build of ds4cpp was not built with CUDA; use the CPU backend");
   }
-  if (!options.mtp_path.empty()) {
-    return unsupported("drafter file '%s': DSpark support is not in this build yet", options.mtp_path.c_str());
-  }
   if (options.n_threads < 0) {
     return invalid_argument("thread count must be >= 0 (0 = all cores), got %d", options.n_threads);
+  }
+  if (options.cpu_isa != "auto" && !options.cpu_isa.empty()) {
+    // Process-wide: the kernel path is a property of the machine, not of one engine. Every
+    // path gives the same bits (the canonical-hash test proves it), so this only changes speed.
+    cpu::Isa isa;
+    if (!cpu::parse_isa(options.cpu_isa, &isa)) {
+      return invalid_argument("unknown CPU ISA '%s' (expected auto, scalar, avx2 or avx512)",
+                              options.cpu_isa.c_str());
+    }
+    if (!cpu::set_isa(isa)) {
+      return unsupported("CPU ISA '%s' is not supported by this machine or build",
+                         options.cpu_isa.c_str());
+    }
   }
   auto model = model::Model::open(options.model_path);
   if (!model.ok()) return model.status();
@@ -156,8 +197,17 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           ? options.n_threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ModelInfo info = make_info(**model, options.model_path);
-  return std::unique_ptr<Engine>(new EngineImpl(std::move(model).value(), backend::make_cpu_backend(threads),
-                                                std::move(text).value(), std::move(info)));
+  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend(threads);
+  std::unique_ptr<spec::Drafter> drafter;
+  if (!options.mtp_path.empty()) {
+    auto d = load_dspark_drafter(**model, *be, options.mtp_path);
+    if (!d.ok()) return d.status();
+    drafter = std::move(d).value();
+    info.has_drafter = true;
+  }
+  return std::unique_ptr<Engine>(new EngineImpl(std::move(model).value(), std::move(be),
+                                                std::move(text).value(), std::move(drafter),
+                                                std::move(info)));
 }
 
 }  // namespace ds4

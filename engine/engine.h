@@ -33,6 +33,7 @@ struct EngineOptions {
   std::string mtp_path;          // optional DSpark support GGUF ("" = none)
   BackendKind backend = BackendKind::kCpu;
   int n_threads = 0;             // 0 = hardware concurrency
+  std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
 };
 
 // What frontends may know about the loaded model (no tensors).

@@ -84,6 +84,13 @@ class SpeculativeDecoder final : public Decoder {
   std::unique_ptr<Impl> impl_;
 };
 
+// Frontend entry point: a speculative decoder for a session of `engine`. DEFINED IN
+// engine/engine.cpp (owner "forward"; it knows the Engine's drafter and the ModelSession
+// behind a Session): kInvalidArgument when the engine has no drafter (no --mtp file). Create
+// it before prefilling the session's prompt.
+Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
+                                                                      const SpecOptions& options);
+
 // The drafter for `target` from a support GGUF path (validated against the target's shapes).
 Expected<std::unique_ptr<spec::Drafter>> load_dspark_drafter(const model::Model& target,
                                                              backend::Backend& backend,

@@ -1,6 +1,6 @@
 // session/forward.cpp — the DS4 forward graph (ds4-architecture.md §4) over backend ops.
 //
-// forward_rows() runs n <= kMaxBatchRows rows layer-major. Within a layer, everything that
+// forward_rows() runs n <= kMaxChunkRows rows layer-major. Within a layer, everything that
 // depends only on the row itself (HC pre, norms, projections, expert FFN, HC post) is one
 // batched op over the n rows, and the state-dependent steps (RoPE, FP8, raw push, compressor
 // steps, indexer, sink attention) run row by row in token order, exactly as a decode step
@@ -16,7 +16,7 @@
 namespace ds4::session {
 
 uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
-  const int64_t n = kMaxBatchRows;
+  const int64_t n = kMaxChunkRows;
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   const int64_t max_comp = n_ctx / 4 + 2;
   uint64_t floats = 0;
@@ -26,12 +26,12 @@ uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx
   floats += n * c.o_low_dim() + 3 * n * E + n * c.n_expert + c.n_expert + 2 * n * c.n_expert_used;
   floats += 2 * n * c.n_ff_exp + n * E;
   floats += static_cast<int64_t>(c.n_head) * (raw_cap + max_comp) + raw_cap * 2 + 3 * max_comp;
-  floats += 2 * std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + n * c.n_vocab;
+  floats += 2 * std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + kMaxBatchRows * c.n_vocab;
   return floats * 4 + backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n);
 }
 
 ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
-  const int64_t n = kMaxBatchRows;
+  const int64_t n = kMaxChunkRows;
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   const int64_t max_comp = n_ctx / 4 + 2;
   x.assign(n * HC, 0.0f);
@@ -72,7 +72,7 @@ ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64
   pooled.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
   crow.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
   head_mix.assign(n * c.n_hc, 0.0f);
-  row_logits.assign(n * c.n_vocab, 0.0f);
+  row_logits.assign(kMaxBatchRows * c.n_vocab, 0.0f);
 }
 
 namespace {
@@ -117,7 +117,9 @@ void rope(backend::Backend& be, float* x, int n_head, int head_dim, int n_rot, i
 }  // namespace
 
 void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots) {
-  DS4_CHECK(n >= 1 && n <= kMaxBatchRows);
+  DS4_CHECK(n >= 1 && n <= kMaxChunkRows);
+  DS4_CHECK(n - logits_first <= kMaxBatchRows);
+  DS4_CHECK(!capture_slots || n <= kMaxBatchRows);
   Scratch& s = *s_;
   const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
   const int64_t pos0 = n_tokens();
@@ -457,8 +459,8 @@ void ModelSession::output_head(int first, int n) {
   be_.hc_collapse(cp);
   rms_norm(be_, s.y.data() + first * E, g.output_norm.as<float>(), s.h.data() + first * E, E, rows, cfg_.rms_eps);
   backend::Matrix head{g.output.data, g.output.type, g.output.ne[0], g.output.ne[1], g.output.row_bytes};
-  matmul(be_, head, s.h.data() + first * E, E, s.row_logits.data() + first * static_cast<int64_t>(cfg_.n_vocab),
-         cfg_.n_vocab, rows);
+  // Row i's logits land in row_logits row (i - first).
+  matmul(be_, head, s.h.data() + first * E, E, s.row_logits.data(), cfg_.n_vocab, rows);
 }
 
 }  // namespace ds4::session

@@ -1,10 +1,10 @@
 // session/scratch.h — the per-session activation buffers of the forward graph.
 //
-// Role: every intermediate of forward_rows() for up to kMaxBatchRows rows, allocated once at
+// Role: every intermediate of forward_rows() for up to kMaxChunkRows rows, allocated once at
 // session creation so prefill / decode / verify never allocate (ENGINEERING.md rule 7).
 // Shapes use the ModelConfig symbols: E n_embd, HC n_hc*n_embd, MIX hc_mix_dim, QL q_lora,
 // Q q_dim, D head_dim, W 2*D (largest compressor width), IW 2*idx_dim, IQ idx q dim,
-// OL o_low_dim, X n_expert, U n_expert_used, F n_ff_exp, V n_vocab, n = kMaxBatchRows.
+// OL o_low_dim, X n_expert, U n_expert_used, F n_ff_exp, V n_vocab, n = kMaxChunkRows.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +49,7 @@ struct ModelSession::Scratch {
   std::vector<uint8_t> allowed;      // [max indexer rows]
   std::vector<float> pooled, crow;   // [D] compressor pooling / emitted row
   std::vector<float> head_mix;       // [n, n_hc] output-head collapse logits
-  std::vector<float> row_logits;     // [n, V]
+  std::vector<float> row_logits;     // [kMaxBatchRows, V] logits of rows [first, n)
 
   Scratch(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
   // Bytes the constructor allocates (for the memory estimate).

@@ -144,16 +144,15 @@ Status ModelSession::prefill(std::span<const int32_t> tokens, const std::functio
   verify_base_ = -1;
   const int total = static_cast<int>(tokens.size());
   for (int done = 0; done < total;) {
-    const int n = std::min(kMaxBatchRows, total - done);
+    const int n = std::min(kMaxChunkRows, total - done);
     const bool last = done + n == total;
     forward_rows(tokens.data() + done, n, last ? n - 1 : n, false);
     done += n;
     if (progress) progress(done, total);
   }
   if (total > 0) {
-    const int last_n = (total - 1) % kMaxBatchRows;  // row index of the last token in its chunk
-    std::memcpy(state_.logits().data(), s_->row_logits.data() + static_cast<int64_t>(last_n) * cfg_.n_vocab,
-                sizeof(float) * cfg_.n_vocab);
+    // The last chunk computed logits for its last row only: row_logits row 0.
+    std::memcpy(state_.logits().data(), s_->row_logits.data(), sizeof(float) * cfg_.n_vocab);
     state_.set_has_logits(true);
   }
   return Status();
@@ -255,7 +254,7 @@ void ModelSession::set_capture_layers(std::vector<int> layers) {
     capture_index_[il] = static_cast<int>(capture_layers_.size());
     capture_layers_.push_back(il);
   }
-  captured_.assign(static_cast<size_t>(kMaxBatchRows) * capture_layers_.size() * cfg_.n_embd, 0.0f);
+  captured_.assign(static_cast<size_t>(kMaxChunkRows) * capture_layers_.size() * cfg_.n_embd, 0.0f);
 }
 
 void ModelSession::set_capture_sink(std::function<void(int64_t, std::span<const float>)> sink) {

@@ -70,7 +70,7 @@ class ModelSession {
   int64_t n_tokens() const { return static_cast<int64_t>(state_.tokens().size()); }
   std::span<const int32_t> tokens() const { return state_.tokens(); }
 
-  // Appends tokens (chunks of kMaxBatchRows rows). Errors leave the state unchanged:
+  // Appends tokens (chunks of kMaxChunkRows rows). Errors leave the state unchanged:
   // kOutOfRange when n_tokens + len > n_ctx, kInvalidArgument for a token id >= n_vocab.
   Status prefill(std::span<const int32_t> tokens,
                  const std::function<void(int, int)>& progress = {});
@@ -133,7 +133,7 @@ class ModelSession {
   // Hidden capture.
   std::vector<int> capture_layers_;
   std::vector<int> capture_index_;       // [n_layer] -> slot in capture_layers_ or -1
-  std::vector<float> captured_;          // [kMaxBatchRows, n_capture, n_embd]
+  std::vector<float> captured_;          // [kMaxChunkRows, n_capture, n_embd]
   std::function<void(int64_t, std::span<const float>)> capture_sink_;
 
   struct Scratch;

@@ -21,7 +21,11 @@
 namespace ds4::session {
 
 inline constexpr float kNegInf = -1.0e30f;   // ds4's finite "minus infinity"
-inline constexpr int kMaxBatchRows = 8;      // rows per forward call (verify limit, prefill chunk)
+inline constexpr int kMaxBatchRows = 8;      // verify rows per call (prefix slots, row logits)
+// Prefill chunk: rows per forward call when only the last row's logits are needed. Larger
+// chunks read each weight once for more tokens (memory-bound Flash); a chunk boundary never
+// changes a row's bits.
+inline constexpr int kMaxChunkRows = 32;
 inline constexpr int kRollbackSlack = 32;    // raw ring rows beyond the window
 
 struct LayerState {

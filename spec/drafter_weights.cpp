@@ -253,7 +253,7 @@ std::vector<std::string> validate_drafter(const gguf::File& f, const model::Mode
                          gguf::type_name(g->type), gguf::type_name(u->type)));
     }
   }
-  if (static_cast<int64_t>(cfg->target_layers.size()) * target.n_embd > 0) {
+  {
     const gguf::TensorInfo* w1 = f.find_tensor("mtp." + std::to_string(cfg->n_stages - 1) + ".markov_head.markov_w1.weight");
     if (w1 && w1->ne[0] != cfg->markov_rank)
       errs.push_back(fmt("metadata markov_rank: expected markov_w1.ne[0] = %lld, got %d",
@@ -315,7 +315,7 @@ Expected<std::unique_ptr<DrafterWeights>> bind_drafter(std::unique_ptr<gguf::Fil
   }
   auto w = std::make_unique<DrafterWeights>();
   w->config = cfg;
-  w->owned.reserve(8 * static_cast<size_t>(cfg.n_stages) * 24 + 16);  // pointers stay valid
+  // owned: converted copies; moving an inner vector keeps its buffer, so pointers stay valid.
   w->stages.resize(cfg.n_stages);
   auto T = [&](const std::string& name) -> const gguf::TensorInfo& {
     const gguf::TensorInfo* t = file->find_tensor(name);

@@ -23,9 +23,10 @@ Status parse_confidence_grid(std::string_view text, std::vector<float>* out) {
     char* end = nullptr;
     const float v = std::strtof(item.c_str(), &end);
     if (item.empty() || end != item.c_str() + item.size() || !(v >= 0.0f && v <= 1.0f)) {
+      const size_t index = out->size() + 1;  // 1-based, as a person counts the items
       out->clear();
-      return invalid_argument("confidence grid '%s': item %zu '%s' is not a number in [0, 1]", s.c_str(), out->size(),
-                              item.c_str());
+      return invalid_argument("confidence grid '%s': item %zu '%s' is not a number in [0, 1]",
+                              s.c_str(), index, item.c_str());
     }
     out->push_back(v);
     if (out->size() > static_cast<size_t>(kMaxBlockSize)) {

@@ -62,7 +62,8 @@ struct SpecConfig {
   int no_draft_skip = 0;                 // pause after each no-draft cycle (0 = off, ds4#833)
   int tail_min_tokens = 10;              // no proposals when fewer tokens remain (0 = off)
   bool backoff = false;
-  float margin_gate = 0.0f;              // logits; <= 0 = off
+  float margin_gate = 0.0f;              // logits; <= 0 = off. Margin = top1 - top2 of the logits
+                                         // after the seed's decode (the row d_0 must match)
   bool replay = false;
   bool stats = false;
   int max_draft = 0;                     // cap on drafts per proposal (0 = block size)

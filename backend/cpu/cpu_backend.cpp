@@ -352,7 +352,13 @@ class CpuBackend final : public Backend {
     }
     // Pairs (row, slot) sorted by expert so one weight read serves every row using it.
     for (int q = 0; q < n_pairs; ++q) order[q] = q;
-    std::stable_sort(order, order + n_pairs, [&](int32_t a, int32_t b) { return p.sel[a] < p.sel[b]; });
+    // Stable insertion sort by expert id (std::stable_sort may allocate; n_pairs is small).
+    for (int q = 1; q < n_pairs; ++q) {
+      const int32_t v = order[q];
+      int j = q;
+      for (; j > 0 && p.sel[order[j - 1]] > p.sel[v]; --j) order[j] = order[j - 1];
+      order[j] = v;
+    }
     int32_t* groups = order + n_pairs;  // start index of each expert group in `order`
     int n_groups = 0;
     for (int q = 0; q < n_pairs; ++q) {

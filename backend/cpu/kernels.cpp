@@ -21,8 +21,7 @@ using detail::RowsFn;
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-         __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif

@@ -66,9 +66,9 @@ template <int R>
 inline __m256 lanes_f32(const void* p, int64_t stride) {
   const uint8_t* q = static_cast<const uint8_t*>(p);
   auto at = [&](int k) {
-    float v;
-    std::memcpy(&v, q + k * stride, sizeof v);
-    return k < R ? v : 0.0f;
+    float v = 0.0f;
+    if (k < R) std::memcpy(&v, q + k * stride, sizeof v);
+    return v;
   };
   if constexpr (R == 1) return _mm256_set1_ps(at(0));
   return _mm256_setr_ps(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
@@ -634,10 +634,21 @@ struct KQuantK {
             hd = blk.d;
             hm = blk.dmin;
           }
-          __m256i vi[R], vm[R];
-          for (int k = 0; k < R; ++k) Dot::dot(wb, x[k][b], &vi[k], &vm[k]);
-          const __m256 isum = _mm256_cvtepi32_ps(hsum_lanes<R>(vi));
-          const __m256 summs = _mm256_cvtepi32_ps(hsum_lanes<R>(vm));
+          __m256 isum, summs;
+          if constexpr (R <= 4) {
+            // One reduction for both: lanes 0..R-1 = isum, R..2R-1 = summs (moved down).
+            __m256i v[2 * R];
+            for (int k = 0; k < R; ++k) Dot::dot(wb, x[k][b], &v[k], &v[R + k]);
+            const __m256i both = hsum_lanes<2 * R>(v);
+            isum = _mm256_cvtepi32_ps(both);
+            summs = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(
+                both, _mm256_setr_epi32(R, R + 1, R + 2, R + 3, R + 4, R + 5, R + 6, R + 7)));
+          } else {
+            __m256i vi[R], vm[R];
+            for (int k = 0; k < R; ++k) Dot::dot(wb, x[k][b], &vi[k], &vm[k]);
+            isum = _mm256_cvtepi32_ps(hsum_lanes<R>(vi));
+            summs = _mm256_cvtepi32_ps(hsum_lanes<R>(vm));
+          }
           const __m256 yd = lanes_f32<R>(&x[0][b].d, a.x_stride_bytes);
           const __m256 dall = _mm256_mul_ps(yd, _mm256_set1_ps(h2f(hd)));
           const __m256 dmin = _mm256_mul_ps(yd, _mm256_set1_ps(h2f(hm)));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "engine/engine_internal.h"
 #include "tests/model/tiny_model.h"
 
 namespace ds4 {
@@ -66,6 +67,10 @@ TEST(EngineApi, VerifyAndCommitThroughTheFacade) {
   EXPECT_TRUE(testing_tiny::same_floats((*a)->logits(), (*b)->logits()));
   EXPECT_EQ(std::vector<int32_t>((*a)->tokens().begin(), (*a)->tokens().end()),
             std::vector<int32_t>((*b)->tokens().begin(), (*b)->tokens().end()));
+  // The internal session behind the facade is reachable for engine-side code (DSpark).
+  session::ModelSession* inner = model_session(**a);
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->n_tokens(), 132);
   (*a)->reset();
   EXPECT_EQ((*a)->n_tokens(), 0);
   EXPECT_TRUE((*a)->logits().empty());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "spec/drafter.h"
@@ -152,6 +153,32 @@ TEST(DrafterWeights, Bf16HeadsIq2AndQ4ExpertsAccepted) {
   spec::Proposal p;
   (*d)->propose(3, 1, 5, {}, &p);
   EXPECT_EQ(p.n, 5);
+}
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::vector<uint8_t> b;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return b;
+  uint8_t buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) b.insert(b.end(), buf, buf + n);
+  std::fclose(f);
+  return b;
+}
+
+TEST(DrafterGen, DeterministicPerSeed) {
+  spec::DrafterGenOptions opt;
+  opt.gate_up_type = GgmlType::kQ4_K;
+  opt.down_type = GgmlType::kQ4_K;
+  opt.seed = 11;
+  ASSERT_TRUE(spec::generate_drafter(model::tiny_profile(), opt, temp_path("det_a")).ok());
+  ASSERT_TRUE(spec::generate_drafter(model::tiny_profile(), opt, temp_path("det_b")).ok());
+  opt.seed = 12;
+  ASSERT_TRUE(spec::generate_drafter(model::tiny_profile(), opt, temp_path("det_c")).ok());
+  const auto a = file_bytes(temp_path("det_a")), b = file_bytes(temp_path("det_b")), c = file_bytes(temp_path("det_c"));
+  ASSERT_GT(a.size(), 1000u);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_NE(a, c);
 }
 
 TEST(Markov, ArgmaxTiesGoToSmallestId) {

@@ -412,6 +412,71 @@ TEST_F(RuntimeTest, WorstArgmaxGapIsZero) {
   EXPECT_GT(rt.stats().accepted_draft_tokens, 0);
 }
 
+// Proposes d_0 wrong unless told to be right; records the position-0 threshold it was given.
+class ScriptedProposer final : public spec::Proposer {
+ public:
+  ScriptedProposer(std::vector<int32_t> timeline, uint32_t V) : t_(std::move(timeline)), V_(V) {}
+  int block_size() const override { return 3; }
+  void propose(int32_t, int64_t pos, int n_max, std::span<const float> thr, spec::Proposal* out) override {
+    *out = spec::Proposal();
+    thr0.push_back(spec::threshold_at(thr, 0));
+    for (int k = 0; k < n_max; ++k) out->tokens[k] = t_[pos + 1 + k];
+    out->n = n_max;
+    if (!next_right) out->tokens[0] = static_cast<int32_t>((out->tokens[0] + 1) % V_);
+  }
+  bool next_right = false;
+  std::vector<float> thr0;
+
+ private:
+  std::vector<int32_t> t_;
+  uint32_t V_;
+};
+
+TEST_F(RuntimeTest, SchedulerBackoffLadder) {
+  const uint32_t V = stack_->model->config().n_vocab;
+  const std::vector<int32_t> prompt = prompt_tokens(10, V, 3);
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 120);
+  std::vector<int32_t> timeline = prompt;
+  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  for (bool backoff : {false, true}) {
+    SCOPED_TRACE(backoff ? "backoff" : "plain scheduler");
+    auto s = stack_->session(kCtx);
+    ScriptedProposer prop(timeline, V);
+    spec::SpecConfig cfg;
+    cfg.confidence = 0.3f;
+    cfg.backoff = backoff;
+    cfg.tail_min_tokens = 0;
+    spec::Runtime rt(*s, prop, cfg);
+    ASSERT_TRUE(s->prefill(prompt).ok());
+    std::vector<int32_t> out, got;
+    std::vector<bool> proposed;  // per step
+    for (int step = 0; step < 40; ++step) {
+      const size_t before = prop.thr0.size();
+      prop.next_right = prop.thr0.size() == 6;  // the 7th proposal is right
+      ASSERT_TRUE(rt.step(100, -1, -1, &out).ok());
+      got.insert(got.end(), out.begin(), out.end());
+      proposed.push_back(prop.thr0.size() > before);
+    }
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin()));
+    // Four unproductive cycles close a window with no accepts: pause `skip` (2) cycles, x8 with
+    // the backoff ladder (4 consecutive unproductive cycles: 2^3 capped at x8).
+    const int pause = backoff ? 16 : 2;
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(proposed[i]) << i;
+    for (int i = 4; i < 4 + pause; ++i) EXPECT_FALSE(proposed[i]) << i;
+    EXPECT_TRUE(proposed[4 + pause]);
+    ASSERT_GE(prop.thr0.size(), 8u);
+    for (size_t i = 0; i < prop.thr0.size(); ++i) {
+      float want = 0.3f;
+      // +0.05 per consecutive unproductive cycle (cap +0.20); the accept (proposal 6) resets it.
+      const size_t streak = i < 7 ? i : i - 7;
+      if (backoff) want += std::min(0.20f, 0.05f * static_cast<float>(streak));
+      EXPECT_NEAR(prop.thr0[i], want, 1e-6) << "proposal " << i;
+    }
+    EXPECT_EQ(rt.stats().full_accepts, 1);
+  }
+}
+
 TEST(SpecConfigTest, ConfidenceGridParsing) {
   std::vector<float> g;
   ASSERT_TRUE(spec::parse_confidence_grid("0.55,0.6,0.65", &g).ok());

@@ -205,5 +205,50 @@ TEST(CpuBackend, SinkAttentionMatchesFormula) {
   }
 }
 
+TEST(CpuBackend, RouterTopKKeepsLowerIdOnTiesAndRenormalizes) {
+  auto be = make_cpu_backend(1);
+  // Logits chosen so experts 1 and 3 tie for the top score and 5 is third.
+  std::vector<float> logits = {0.0f, 3.0f, 0.5f, 3.0f, -1.0f, 2.0f};
+  std::vector<float> probs(6), wt(3);
+  std::vector<int32_t> sel(3);
+  RouteParams p;
+  p.logits = logits.data();
+  p.n_rows = 1;
+  p.n_expert = 6;
+  p.n_used = 3;
+  p.renorm = true;
+  p.scale = 1.5f;
+  p.probs = probs.data();
+  p.sel = sel.data();
+  p.wt = wt.data();
+  be->route(p);
+  EXPECT_EQ(sel, (std::vector<int32_t>{1, 3, 5}));
+  const float p1 = sqrtf(cpu::softplus_stable(3.0f)), p5 = sqrtf(cpu::softplus_stable(2.0f));
+  const float sum = p1 + p1 + p5;
+  EXPECT_EQ(wt[0], p1 / sum * 1.5f);
+  EXPECT_EQ(wt[2], p5 / sum * 1.5f);
+  // A bias can reorder the selection; a hash table overrides it with the token's row.
+  std::vector<float> bias = {10.0f, 0, 0, 0, 0, 0};
+  p.bias = bias.data();
+  be->route(p);
+  EXPECT_EQ(sel, (std::vector<int32_t>{0, 1, 3}));
+  std::vector<int32_t> table = {0, 1, 2, 4, 2, 0};  // token 0 -> {0,1,2}; token 1 -> {4,2,0}
+  int32_t token = 1;
+  p.tid2eid = table.data();
+  p.tokens = &token;
+  be->route(p);
+  EXPECT_EQ(sel, (std::vector<int32_t>{4, 2, 0}));
+}
+
+TEST(CpuBackend, SwigluClampsGateAboveAndUpBothSides) {
+  auto be = make_cpu_backend(1);
+  std::vector<float> g = {20.0f, -3.0f, 1.0f}, u = {20.0f, -20.0f, 0.5f}, out(3);
+  SwigluParams p{g.data(), u.data(), out.data(), 3, 10.0f};
+  be->swiglu(p);
+  EXPECT_EQ(out[0], cpu::silu(10.0f) * 10.0f);
+  EXPECT_EQ(out[1], cpu::silu(-3.0f) * -10.0f);
+  EXPECT_EQ(out[2], cpu::silu(1.0f) * 0.5f);
+}
+
 }  // namespace
 }  // namespace ds4::backend

@@ -305,6 +305,9 @@ def cmd_train(a) -> int:
     n_anchor_pos = T - B  # anchors 1..T−B
     A = min(a.anchors, n_anchor_pos)
     total = a.steps
+    if a.deadline > 0:  # the whole command must end by --deadline seconds after its start
+        a.time_budget = min(a.time_budget, a.deadline - (time.time() - t_all) - a.reserve)
+        log(f"training time budget {a.time_budget:.0f}s")
     hist = []
     t_train = time.time()
     step = 0
@@ -364,8 +367,8 @@ def cmd_train(a) -> int:
         step += 1
         if step % a.log_every == 0 or step == 1:
             acc = hit.mean(0).tolist()
-            rec = {"step": step, "loss": float(loss), "ce": float(ce.mean()), "l1": float(l1.mean()),
-                   "bce": float(bce.mean()), "tf_acc": acc, "gn": float(gn), "lr": lr,
+            rec = {"step": step, "loss": float(loss.detach()), "ce": float(ce.detach().mean()),
+                   "l1": float(l1.detach().mean()), "bce": float(bce.detach().mean()), "tf_acc": acc, "gn": float(gn), "lr": lr,
                    "t": time.time() - t_train}
             hist.append(rec)
             log(f"step {step:5d}/{total} loss {rec['loss']:.4f} ce {rec['ce']:.3f} l1 {rec['l1']:.3f} "
@@ -464,6 +467,9 @@ def main() -> int:
     p.add_argument("--rank", type=int, default=64)
     p.add_argument("--steps", type=int, default=0, help="0 = derive from --time-budget")
     p.add_argument("--time-budget", type=float, default=150.0)
+    p.add_argument("--deadline", type=float, default=0.0,
+                   help="seconds from start by which training must end, minus --reserve (0 = off)")
+    p.add_argument("--reserve", type=float, default=30.0, help="seconds kept for eval + save")
     p.add_argument("--batch", type=int, default=64, help="sequences per step")
     p.add_argument("--anchors", type=int, default=48, help="anchors per sequence per step")
     p.add_argument("--lr", type=float, default=1.5e-3)

@@ -1,0 +1,249 @@
+// benchmarks/bench_verify.cpp — verify(r)/decode(1) cost curve of the whole forward pass on a
+// generated tiny model, plus a per-op time split (issue #6 performance).
+//
+// Role: generates (or opens) a tiny DS4 model, prefills a fixed prompt, then times, side by
+// side in interleaved rounds, decode(1) and verify(r) for r = 1..8 from the same frontier
+// (checkpoint before, rollback after each call), and prints the best and median time of each
+// and verify(r)/decode(1). --profile adds a per-op split for decode(1) and verify(--profile_r)
+// measured through a timing decorator around the CPU backend (the library hot paths carry no
+// timers). Flags: --model=PATH (default: generate tiny q2, seed 1234, random blocks, into
+// /tmp), --quant=q2|q4, --threads=N (default 2), --ctx=N prompt tokens (default 96),
+// --rounds=N (default 15), --isa=scalar|avx2|avx512, --profile, --profile_r=R (default 6),
+// --csv. Timing is wall time (best of the rounds is the figure least disturbed by a shared
+// machine). Nothing here is a test: numbers only.
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "gguf/types.h"
+#include "model/model.h"
+#include "model/profiles.h"
+#include "session/session.h"
+#include "tools/ds4-gguf/ds4_gguf.h"
+
+namespace {
+
+using namespace ds4;  // NOLINT: benchmark program
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Per-op wall time, keyed by op name (matmuls by weight type and shape).
+class TimingBackend final : public backend::Backend {
+ public:
+  explicit TimingBackend(backend::Backend& inner) : in_(inner) {}
+  const char* name() const override { return "timing"; }
+  int n_threads() const override { return in_.n_threads(); }
+
+  void matmul(const backend::MatmulParams& p) override {
+    char key[96];
+    std::snprintf(key, sizeof key, "matmul %s %lldx%lld", gguf::type_name(p.w.type),
+                  static_cast<long long>(p.w.n_in), static_cast<long long>(p.w.n_out));
+    timed(key, [&] { in_.matmul(p); });
+  }
+  void rms_norm(const backend::RmsNormParams& p) override { timed("rms_norm", [&] { in_.rms_norm(p); }); }
+  void hc_pre(const backend::HcPreParams& p) override { timed("hc_pre", [&] { in_.hc_pre(p); }); }
+  void hc_post(const backend::HcPostParams& p) override { timed("hc_post", [&] { in_.hc_post(p); }); }
+  void rope_tail(const backend::RopeTailParams& p) override { timed("rope_tail", [&] { in_.rope_tail(p); }); }
+  bool compressor_step(const backend::CompressorStepParams& p) override {
+    bool r = false;
+    timed("compressor_step", [&] { r = in_.compressor_step(p); });
+    return r;
+  }
+  void indexer_select(const backend::IndexerSelectParams& p) override {
+    timed("indexer_select", [&] { in_.indexer_select(p); });
+  }
+  void sink_attention(const backend::SinkAttentionParams& p) override {
+    timed("sink_attention", [&] { in_.sink_attention(p); });
+  }
+  void swiglu(const backend::SwigluParams& p) override { timed("swiglu", [&] { in_.swiglu(p); }); }
+  void route(const backend::RouteParams& p) override { timed("route", [&] { in_.route(p); }); }
+  void moe(const backend::MoeParams& p) override {
+    char key[64];
+    std::snprintf(key, sizeof key, "moe %s/%s", gguf::type_name(p.gate.type), gguf::type_name(p.down.type));
+    timed(key, [&] { in_.moe(p); });
+  }
+  void hc_collapse(const backend::HcCollapseParams& p) override {
+    timed("hc_collapse", [&] { in_.hc_collapse(p); });
+  }
+
+  void reset() { acc_.clear(); }
+  const std::map<std::string, std::pair<double, long>>& acc() const { return acc_; }
+
+ private:
+  template <typename F>
+  void timed(const std::string& key, F&& f) {
+    const double t0 = now_s();
+    f();
+    auto& a = acc_[key];
+    a.first += now_s() - t0;
+    a.second += 1;
+  }
+  backend::Backend& in_;
+  std::map<std::string, std::pair<double, long>> acc_;
+};
+
+std::vector<int32_t> tokens(int n, uint32_t n_vocab, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t[i] = static_cast<int32_t>(x % n_vocab);
+  }
+  return t;
+}
+
+int die(const char* what, const Status& st) {
+  std::fprintf(stderr, "bench_verify: %s: %s\n", what, st.to_string().c_str());
+  return 1;
+}
+
+// One timed call from the checkpointed frontier: r == 0 is decode(1), else verify(r).
+double timed_call(session::ModelSession& s, int r, const std::vector<int32_t>& rows) {
+  const double t0 = now_s();
+  if (r == 0) {
+    (void)s.decode(rows[0]);
+  } else {
+    (void)s.verify(std::span<const int32_t>(rows.data(), r));
+  }
+  const double t = now_s() - t0;
+  s.rollback();
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path;
+  model::ExpertQuant quant = model::ExpertQuant::kQ2;
+  int threads = 2, ctx = 96, rounds = 15, profile_r = 6;
+  bool profile = false, csv = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&](const char* pfx) { return a.substr(std::string(pfx).size()); };
+    if (a.rfind("--model=", 0) == 0) {
+      model_path = val("--model=");
+    } else if (a == "--quant=q4") {
+      quant = model::ExpertQuant::kQ4;
+    } else if (a == "--quant=q2") {
+      quant = model::ExpertQuant::kQ2;
+    } else if (a.rfind("--threads=", 0) == 0) {
+      threads = std::max(1, std::atoi(val("--threads=").c_str()));
+    } else if (a.rfind("--ctx=", 0) == 0) {
+      ctx = std::max(1, std::atoi(val("--ctx=").c_str()));
+    } else if (a.rfind("--rounds=", 0) == 0) {
+      rounds = std::max(1, std::atoi(val("--rounds=").c_str()));
+    } else if (a.rfind("--profile_r=", 0) == 0) {
+      profile_r = std::clamp(std::atoi(val("--profile_r=").c_str()), 1, session::kMaxBatchRows);
+      profile = true;
+    } else if (a == "--profile") {
+      profile = true;
+    } else if (a == "--csv") {
+      csv = true;
+    } else if (a.rfind("--isa=", 0) == 0) {
+      cpu::Isa isa;
+      if (!cpu::parse_isa(val("--isa="), &isa) || !cpu::set_isa(isa)) {
+        std::fprintf(stderr, "bench_verify: ISA '%s' unknown or unsupported here\n", val("--isa=").c_str());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "bench_verify: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (model_path.empty()) {
+    model_path = "/tmp/ds4_bench_verify_tiny_" + std::string(model::expert_quant_name(quant)) + "_" +
+                 std::to_string(::getpid()) + ".gguf";
+    tools::GenerateOptions opt;
+    opt.quant = quant;
+    opt.seed = 1234;
+    opt.fill = tools::FillMode::kRandomBlocks;
+    const Status st = tools::generate_model(model::tiny_profile(), opt, model_path);
+    if (!st.ok()) return die("generate", st);
+  }
+  auto m = model::Model::open(model_path);
+  if (!m.ok()) return die("open model", m.status());
+  const auto& model = *m.value();
+  const auto& cfg = model.config();
+  auto cpu_be = backend::make_cpu_backend(threads);
+  TimingBackend tbe(*cpu_be);
+
+  const int64_t n_ctx = ctx + 2 * session::kMaxBatchRows + 8;
+  auto s_or = session::ModelSession::create(model, *cpu_be, n_ctx, uint64_t{1} << 34);
+  if (!s_or.ok()) return die("session", s_or.status());
+  auto& s = *s_or.value();
+  const auto prompt = tokens(ctx, cfg.n_vocab, 99);
+  if (Status st = s.prefill(prompt); !st.ok()) return die("prefill", st);
+  s.checkpoint();
+  const auto rows = tokens(session::kMaxBatchRows, cfg.n_vocab, 7);
+
+  constexpr int kR = session::kMaxBatchRows;
+  std::vector<std::vector<double>> t(kR + 1);
+  for (int r = 0; r <= kR; ++r) timed_call(s, r, rows);  // warm-up
+  for (int round = 0; round < rounds; ++round)
+    for (int r = 0; r <= kR; ++r) t[r].push_back(timed_call(s, r, rows));
+
+  std::printf("bench_verify: model %s (%s), isa=%s, threads=%d, ctx=%d, rounds=%d\n", model_path.c_str(),
+              cfg.name.c_str(), cpu::isa_name(cpu::active_isa()), threads, ctx, rounds);
+  const double d_best = *std::min_element(t[0].begin(), t[0].end());
+  const double d_med = median(t[0]);
+  std::printf("decode(1): best %.3f ms (%.1f tok/s), median %.3f ms (%.1f tok/s)\n", d_best * 1e3, 1.0 / d_best,
+              d_med * 1e3, 1.0 / d_med);
+  std::printf("%4s %10s %10s %12s %12s\n", "r", "best_ms", "median_ms", "ratio_best", "ratio_median");
+  std::string line = "csv: " + std::string(cpu::isa_name(cpu::active_isa())) + "," + std::to_string(threads) + "," +
+                     std::to_string(d_best * 1e3);
+  for (int r = 1; r <= kR; ++r) {
+    const double b = *std::min_element(t[r].begin(), t[r].end());
+    const double md = median(t[r]);
+    std::printf("%4d %10.3f %10.3f %12.2f %12.2f\n", r, b * 1e3, md * 1e3, b / d_best, md / d_med);
+    line += "," + std::to_string(b / d_best);
+  }
+  if (csv) std::printf("csv: isa,threads,decode1_ms,ratio_r1..r8\n%s\n", line.c_str());
+
+  if (profile) {
+    auto ps_or = session::ModelSession::create(model, tbe, n_ctx, uint64_t{1} << 34);
+    if (!ps_or.ok()) return die("session", ps_or.status());
+    auto& ps = *ps_or.value();
+    if (Status st = ps.prefill(prompt); !st.ok()) return die("prefill", st);
+    ps.checkpoint();
+    for (int r : {0, profile_r}) {
+      for (int i = 0; i < 3; ++i) timed_call(ps, r, rows);
+      tbe.reset();
+      double total = 0.0;
+      const int reps = std::max(rounds, 5);
+      for (int i = 0; i < reps; ++i) total += timed_call(ps, r, rows);
+      std::vector<std::pair<std::string, std::pair<double, long>>> ops(tbe.acc().begin(), tbe.acc().end());
+      std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+      double in_ops = 0.0;
+      for (const auto& o : ops) in_ops += o.second.first;
+      std::printf("\nprofile %s: %.3f ms per call (%d calls), %.1f%% inside backend ops\n",
+                  r == 0 ? "decode(1)" : ("verify(" + std::to_string(r) + ")").c_str(), total / reps * 1e3, reps,
+                  100.0 * in_ops / total);
+      std::printf("  %-36s %10s %8s %10s\n", "op", "ms/call", "share", "ops/call");
+      for (const auto& o : ops) {
+        std::printf("  %-36s %10.4f %7.1f%% %10.1f\n", o.first.c_str(), o.second.first / reps * 1e3,
+                    100.0 * o.second.first / total, static_cast<double>(o.second.second) / reps);
+      }
+    }
+  }
+  if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());
+  return 0;
+}

@@ -1,0 +1,15 @@
+// engine/engine_internal.h — engine-side access to the objects behind the public facades,
+// for code inside engine/ (e.g. a DSpark decoder plugged into the generation loop) that needs
+// the session internals (hidden capture, prefix commits). Frontends must not include this.
+#pragma once
+
+#include "engine/engine.h"
+#include "session/session.h"
+
+namespace ds4 {
+
+// The ModelSession behind a Session made by Engine::new_session(); nullptr for any other
+// Session implementation.
+session::ModelSession* model_session(Session& s);
+
+}  // namespace ds4
