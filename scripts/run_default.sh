@@ -2,7 +2,8 @@
 # scripts/run_default.sh BUILD PROMPT N — what `make run` executes.
 # Uses the bundled trained model models/ds4-tiny.gguf when present; otherwise generates a
 # random tiny DS4-layout model into BUILD/models/ (once) and runs on that, so `make run` works
-# before the trained model lands. Then: ds4 -m MODEL -p PROMPT -n N.
+# before the trained model lands. Then: ds4 -m MODEL --raw -p PROMPT -n N (the tiny model is a
+# base language model, not a chat model, so the prompt is continued as plain text).
 set -euo pipefail
 BUILD=${1:-build}
 PROMPT=${2:-Once upon a time}
@@ -32,5 +33,5 @@ if [ ! -f "$MODEL" ]; then
   fi
   echo "run_default.sh: using the RANDOM tiny model $MODEL (its text is noise)" >&2
 fi
-echo "+ $DS4 -m $MODEL -p \"$PROMPT\" -n $N" >&2
-exec "$DS4" -m "$MODEL" -p "$PROMPT" -n "$N"
+echo "+ $DS4 -m $MODEL --raw -p \"$PROMPT\" -n $N" >&2
+exec "$DS4" -m "$MODEL" --raw -p "$PROMPT" -n "$N"

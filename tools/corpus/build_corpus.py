@@ -277,8 +277,11 @@ def collect(manifest: dict, out: Path) -> tuple[dict[str, list[tuple[str, str]]]
         if fields.get("Version") != pkg["version"]:
             sys.exit(f"build_corpus: {deb.name}: expected version {pkg['version']}, "
                      f"got {fields.get('Version')}")
+        digest = sha256_file(deb)
+        if pkg.get("sha256") and pkg["sha256"] != digest:
+            sys.exit(f"build_corpus: {deb.name}: sha256 {digest}, manifest pins {pkg['sha256']}")
         sources.append({"package": pkg["name"], "version": pkg["version"], "deb": deb.name,
-                        "sha256": sha256_file(deb)})
+                        "sha256": digest})
         control_recs.append({k: fields[k] for k in sorted(fields)})
         # symlinks (man page aliases such as CPU_FREE.3 -> CPU_SET.3) are skipped: they would
         # put the same text in train and held-out

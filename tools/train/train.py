@@ -203,7 +203,7 @@ def main() -> int:
                 b.add_(args.bias_rate * torch.sign(load.mean() - load))
         step += 1
         if step % 25 == 0 or step == 1:
-            lv, av = float(loss), float(aux)
+            lv, av = loss.item(), aux.item()
             ema = lv if ema is None else 0.9 * ema + 0.1 * lv
             el = time.time() - t0
             print(f"step {step:5d}/{total_steps} loss {lv:.4f} aux {av:.4f} gn {float(gn):.2f} "

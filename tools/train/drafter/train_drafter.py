@@ -315,6 +315,9 @@ def cmd_train(a) -> int:
     while True:
         if total and step >= total:
             break
+        if a.deadline > 0 and step > 25 and time.time() - t_train > a.time_budget:
+            log(f"deadline: stopping at step {step} of {total}")  # safety net; schedule cut short
+            break
         if step == 5:
             if use_amp:
                 torch.cuda.synchronize()
