@@ -326,7 +326,9 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     ap.out = s.heads.data() + i * Q;
     be_.sink_attention(ap);
     rope(be_, s.heads.data() + i * Q, nh, static_cast<int>(D), n_rot, pos, rp, true);
-    if (capture_slots) state_.save_layer_frontier(il, slots_[i]);
+    // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
+    // the live one, so its slot is never restored and not saved.
+    if (capture_slots && i + 1 < n) state_.save_layer_frontier(il, slots_[i]);
   }
 
   // Grouped output LoRA: group g reads heads [g*hpg, (g+1)*hpg) and rows [g*OLr, (g+1)*OLr).

@@ -3,7 +3,10 @@
 // Every op follows ds4-architecture.md §3-4 in source order, on top of the reference dots of
 // quant/dot.h (through backend/cpu/matmul.h, which the SIMD kernels plug into without
 // changing any bit). Parallelism splits independent outputs only (weight rows, heads,
-// candidate rows), never a reduction, so results do not depend on the thread count.
+// candidate rows), never a reduction, so results do not depend on the thread count. Small
+// jobs (tiny models) run on the caller: waking workers would cost more than the work.
+// Batched forms (rms_norm_rows, the expert-grouped MoE, hoisted RoPE angles) keep every
+// row's own operation sequence, so a row's bits never depend on the batch.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,20 +25,24 @@ size_t moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows) {
   const size_t pairs = static_cast<size_t>(n_used) * n_rows;
   size_t b = 0;
   b += static_cast<size_t>(n_rows) * (n_embd / quant::kQKK) * sizeof(quant::BlockQ8K);  // xq
+  b += pairs * (n_embd / quant::kQKK) * sizeof(quant::BlockQ8K);          // gathered x
+  b += 2 * pairs * n_ff * sizeof(float);                                  // gate / up outputs
   b += pairs * n_ff * sizeof(float);                                      // mid
   b += pairs * (n_ff / quant::kQKK) * sizeof(quant::BlockQ8K);            // midq
   b += pairs * n_embd * sizeof(float);                                    // down outputs
-  b += pairs * 2 * sizeof(int32_t);                                       // pair order
-  const int64_t blocks = std::max(n_embd, n_ff) / quant::kQKK;
-  b += pairs * blocks * sizeof(quant::BlockQ8K);                          // gathered activations
-  b += 2 * pairs * n_ff * sizeof(float);                                  // gate / up outputs
-  b += pairs * n_embd * sizeof(float);                                    // gathered down outputs
+  b += pairs * 3 * sizeof(int32_t);                                       // order, groups, inverse
   return b + 64 * 10;
 }
 
 namespace {
 
 using quant::BlockQ8K;
+
+// Multiply-adds below which sink attention runs on the caller alone.
+constexpr int64_t kInlineAttnWork = 1 << 18;
+// MoE: weight bytes per task, and total weight bytes below which a call runs inline.
+constexpr int64_t kMoeTaskBytes = 64 * 1024;
+constexpr int64_t kInlineMoeBytes = 48 * 1024;
 
 template <typename T>
 T* carve(uint8_t*& p, size_t count) {
@@ -44,6 +51,17 @@ T* carve(uint8_t*& p, size_t count) {
   T* out = reinterpret_cast<T*>(a);
   p = reinterpret_cast<uint8_t*>(a + count * sizeof(T));
   return out;
+}
+
+// Unweighted rms_norm_row of n_rows packed rows of n from x into out (distinct buffers).
+void rms_norm_rows_to(const float* x, float* out, int64_t n, int n_rows, float eps) {
+  cpu::rms_norm_rows(x, nullptr, out, n, n, n_rows, eps);
+}
+
+// y[d] = 0 + x[0][d]·w[0] + x[1][d]·w[1] + ... in stream order (elementwise over d).
+void weighted_stream_sum(const float* x, const float* w, int n_hc, int64_t n_embd, float* y) {
+  for (int64_t d = 0; d < n_embd; ++d) y[d] = 0.0f;
+  for (int h = 0; h < n_hc; ++h) cpu::axpy(w[h], x + h * n_embd, y, n_embd);  // y + w·x, elementwise
 }
 
 class CpuBackend final : public Backend {
@@ -57,17 +75,13 @@ class CpuBackend final : public Backend {
 
   void rms_norm(const RmsNormParams& p) override {
     const int64_t stride = p.stride ? p.stride : p.n;
-    for (int i = 0; i < p.n_rows; ++i) {
-      cpu::rms_norm_row(p.x + i * stride, p.weight, p.out + i * stride, p.n, p.eps);
-    }
+    cpu::rms_norm_rows(p.x, p.weight, p.out, p.n, stride, p.n_rows, p.eps);
   }
 
   void hc_pre(const HcPreParams& p) override {
     const int64_t hc_dim = p.n_hc * p.n_embd;
     const int64_t mix_dim = 2 * p.n_hc + p.n_hc * p.n_hc;
-    for (int i = 0; i < p.n_rows; ++i) {
-      cpu::rms_norm_row(p.x + i * hc_dim, nullptr, p.flat + i * hc_dim, hc_dim, p.norm_eps);
-    }
+    rms_norm_rows_to(p.x, p.flat, hc_dim, p.n_rows, p.norm_eps);
     MatmulParams mp;
     mp.w = p.fn;
     mp.x = p.flat;
@@ -81,12 +95,7 @@ class CpuBackend final : public Backend {
       const float* x = p.x + i * hc_dim;
       cpu::hc_split_sinkhorn(p.mix + i * mix_dim, p.scale, p.base, p.n_hc, p.sinkhorn_iters,
                              p.hc_eps, pre, p.post + i * p.n_hc, p.comb + i * p.n_hc * p.n_hc);
-      float* y = p.y + i * p.n_embd;
-      for (int64_t d = 0; d < p.n_embd; ++d) {
-        float acc = 0.0f;
-        for (int h = 0; h < p.n_hc; ++h) acc += x[h * p.n_embd + d] * pre[h];
-        y[d] = acc;
-      }
+      weighted_stream_sum(x, pre, p.n_hc, p.n_embd, p.y + i * p.n_embd);
     }
   }
 
@@ -98,12 +107,13 @@ class CpuBackend final : public Backend {
       const float* post = p.post + i * p.n_hc;
       const float* comb = p.comb + i * p.n_hc * p.n_hc;
       float* out = p.out + i * hc_dim;
+      // Per element: acc = f·post[c], then + comb[r][c]·x[r] for r in order; the d loops
+      // are elementwise (vectorizable) and keep that sequence for every element.
       for (int c = 0; c < p.n_hc; ++c) {
-        for (int64_t d = 0; d < p.n_embd; ++d) {
-          float acc = f[d] * post[c];
-          for (int r = 0; r < p.n_hc; ++r) acc += comb[r * p.n_hc + c] * x[r * p.n_embd + d];
-          out[c * p.n_embd + d] = acc;
-        }
+        float* o = out + c * p.n_embd;
+        std::memcpy(o, f, sizeof(float) * p.n_embd);
+        cpu::scale(post[c], o, p.n_embd);  // o = f·post[c]
+        for (int r = 0; r < p.n_hc; ++r) cpu::axpy(comb[r * p.n_hc + c], x + r * p.n_embd, o, p.n_embd);
       }
     }
   }
@@ -214,7 +224,9 @@ class CpuBackend final : public Backend {
     const int D = p.head_dim;
     const float kq_scale = 1.0f / sqrtf(static_cast<float>(D));
     const int64_t n_all = p.n_raw + p.n_comp;
-    pool_.parallel_for(p.n_head, 1, [&](int64_t hb, int64_t he) {
+    // Heads are independent; waking workers costs more than a small job (tiny models).
+    const int64_t grain = n_all * D * p.n_head < kInlineAttnWork ? p.n_head : 1;
+    pool_.parallel_for(p.n_head, grain, [&](int64_t hb, int64_t he) {
       for (int64_t h = hb; h < he; ++h) {
         const float* qh = p.q + h * D;
         float* score = p.scores + h * n_all;
@@ -310,9 +322,7 @@ class CpuBackend final : public Backend {
 
   void hc_collapse(const HcCollapseParams& p) override {
     const int64_t hc_dim = p.n_hc * p.n_embd;
-    for (int i = 0; i < p.n_rows; ++i) {
-      cpu::rms_norm_row(p.x + i * hc_dim, nullptr, p.flat + i * hc_dim, hc_dim, p.norm_eps);
-    }
+    rms_norm_rows_to(p.x, p.flat, hc_dim, p.n_rows, p.norm_eps);
     MatmulParams mp;
     mp.w = p.fn;
     mp.x = p.flat;
@@ -325,95 +335,126 @@ class CpuBackend final : public Backend {
       float w[16];
       for (int h = 0; h < p.n_hc; ++h) w[h] = cpu::sigmoid_stable(p.mix[i * p.n_hc + h] * p.scale + p.base[h]) + p.hc_eps;
       const float* x = p.x + i * hc_dim;
-      float* y = p.y + i * p.n_embd;
-      for (int64_t d = 0; d < p.n_embd; ++d) {
-        float acc = 0.0f;
-        for (int h = 0; h < p.n_hc; ++h) acc += x[h * p.n_embd + d] * w[h];
-        y[d] = acc;
-      }
+      weighted_stream_sum(x, w, p.n_hc, p.n_embd, p.y + i * p.n_embd);
     }
   }
 
+  // Pairs (row, slot) are sorted by expert (stable), so each expert's weights are read once
+  // for all the rows using it: one multi-row kernel call per (expert, output chunk), all of
+  // them in ONE parallel_for (the tasks split outputs, never a reduction). Every buffer
+  // below is indexed by sorted pair position q; the final sum reads each row's pairs back in
+  // slot order, so a row's bits equal its single-row (decode) result.
   void moe(const MoeParams& p) override {
     const int64_t n_embd = p.gate.n_in;
     const int64_t n_ff = p.gate.n_out;
-    const int n_pairs = p.n_rows * p.n_used;
+    const int U = p.n_used;
+    const int n_pairs = p.n_rows * U;
     const int64_t xb = n_embd / quant::kQKK;
     const int64_t mb = n_ff / quant::kQKK;
     uint8_t* cur = static_cast<uint8_t*>(p.scratch);
     BlockQ8K* xq = carve<BlockQ8K>(cur, static_cast<size_t>(p.n_rows) * xb);
+    BlockQ8K* xg = carve<BlockQ8K>(cur, static_cast<size_t>(n_pairs) * xb);
+    float* gbuf = carve<float>(cur, static_cast<size_t>(n_pairs) * n_ff);
+    float* ubuf = carve<float>(cur, static_cast<size_t>(n_pairs) * n_ff);
     float* mid = carve<float>(cur, static_cast<size_t>(n_pairs) * n_ff);
     BlockQ8K* midq = carve<BlockQ8K>(cur, static_cast<size_t>(n_pairs) * mb);
     float* down = carve<float>(cur, static_cast<size_t>(n_pairs) * n_embd);
-    int32_t* order = carve<int32_t>(cur, static_cast<size_t>(n_pairs) * 2);
+    int32_t* order = carve<int32_t>(cur, static_cast<size_t>(n_pairs) * 3);
+    int32_t* groups = order + n_pairs;  // start position of each expert group
+    int32_t* inv = groups + n_pairs;    // pair -> sorted position
 
-    for (int i = 0; i < p.n_rows; ++i) {
-      quant::quantize_q8_k_act(p.x + i * n_embd, xq + i * xb, n_embd);
-    }
-    // Pairs (row, slot) sorted by expert so one weight read serves every row using it.
-    for (int q = 0; q < n_pairs; ++q) order[q] = q;
+    for (int i = 0; i < p.n_rows; ++i) cpu::quantize_q8_k_act(p.x + i * n_embd, xq + i * xb, n_embd);
     // Stable insertion sort by expert id (std::stable_sort may allocate; n_pairs is small).
+    for (int q = 0; q < n_pairs; ++q) order[q] = q;
     for (int q = 1; q < n_pairs; ++q) {
       const int32_t v = order[q];
       int j = q;
       for (; j > 0 && p.sel[order[j - 1]] > p.sel[v]; --j) order[j] = order[j - 1];
       order[j] = v;
     }
-    int32_t* groups = order + n_pairs;  // start index of each expert group in `order`
     int n_groups = 0;
     for (int q = 0; q < n_pairs; ++q) {
+      inv[order[q]] = q;
       if (q == 0 || p.sel[order[q]] != p.sel[order[q - 1]]) groups[n_groups++] = q;
+      std::memcpy(xg + q * xb, xq + (order[q] / U) * xb, sizeof(BlockQ8K) * xb);
     }
-    BlockQ8K* xg = carve<BlockQ8K>(cur, static_cast<size_t>(n_pairs) * std::max(xb, mb));
-    float* gbuf = carve<float>(cur, static_cast<size_t>(n_pairs) * n_ff);
-    float* ubuf = carve<float>(cur, static_cast<size_t>(n_pairs) * n_ff);
-    float* dbuf = carve<float>(cur, static_cast<size_t>(n_pairs) * n_embd);
+    auto group_span = [&](int g, int* q0, int* cnt) {
+      *q0 = groups[g];
+      *cnt = (g + 1 < n_groups ? groups[g + 1] : n_pairs) - *q0;
+    };
+
+    // Gate and up: task t = ((group, matrix), output chunk).
+    const int64_t gu_rows = chunk_rows(p.gate.row_bytes, n_ff, 2 * n_groups);
+    const int64_t gu_chunks = (n_ff + gu_rows - 1) / gu_rows;
+    run_tasks(2 * n_groups * gu_chunks, 2 * n_groups * n_ff * static_cast<int64_t>(p.gate.row_bytes), [&](int64_t t) {
+      const int g = static_cast<int>(t / (2 * gu_chunks));
+      const bool is_up = (t / gu_chunks) % 2 != 0;
+      const int64_t o0 = (t % gu_chunks) * gu_rows;
+      const int64_t cnt_o = std::min(gu_rows, n_ff - o0);
+      int q0, cnt;
+      group_span(g, &q0, &cnt);
+      const ExpertMatrix& em = is_up ? p.up : p.gate;
+      float* y = (is_up ? ubuf : gbuf) + static_cast<int64_t>(q0) * n_ff + o0;
+      cpu::expert_matmul(em.expert(p.sel[order[q0]]).rows(o0, cnt_o), xg + q0 * xb, xb, cnt, y, n_ff, nullptr);
+    });
     const float clamp = p.clamp;
-    // Gate/up: every pair of one expert in one multi-row call (rows gathered contiguously).
-    for (int g = 0; g < n_groups; ++g) {
-      const int q0 = groups[g];
-      const int cnt = (g + 1 < n_groups ? groups[g + 1] : n_pairs) - q0;
-      const int32_t e = p.sel[order[q0]];
-      for (int k = 0; k < cnt; ++k) {
-        std::memcpy(xg + k * xb, xq + (order[q0 + k] / p.n_used) * xb, sizeof(BlockQ8K) * xb);
-      }
-      cpu::expert_matmul(p.gate.expert(e), xg, xb, cnt, gbuf, n_ff, &pool_);
-      cpu::expert_matmul(p.up.expert(e), xg, xb, cnt, ubuf, n_ff, &pool_);
-      for (int k = 0; k < cnt; ++k) {
-        const int pair = order[q0 + k];
-        float* m = mid + static_cast<int64_t>(pair) * n_ff;
-        const float w = p.wt[pair];
-        for (int64_t r = 0; r < n_ff; ++r) {
-          const float gv = std::min(gbuf[k * n_ff + r], clamp);
-          const float uv = std::min(std::max(ubuf[k * n_ff + r], -clamp), clamp);
-          m[r] = cpu::silu(gv) * uv * w;
-        }
-      }
-    }
     for (int q = 0; q < n_pairs; ++q) {
-      quant::quantize_q8_k_act(mid + static_cast<int64_t>(q) * n_ff, midq + q * mb, n_ff);
-    }
-    for (int g = 0; g < n_groups; ++g) {
-      const int q0 = groups[g];
-      const int cnt = (g + 1 < n_groups ? groups[g + 1] : n_pairs) - q0;
-      const int32_t e = p.sel[order[q0]];
-      for (int k = 0; k < cnt; ++k) std::memcpy(xg + k * mb, midq + order[q0 + k] * mb, sizeof(BlockQ8K) * mb);
-      cpu::expert_matmul(p.down.expert(e), xg, mb, cnt, dbuf, n_embd, &pool_);
-      for (int k = 0; k < cnt; ++k) {
-        std::memcpy(down + static_cast<int64_t>(order[q0 + k]) * n_embd, dbuf + k * n_embd, sizeof(float) * n_embd);
+      float* m = mid + static_cast<int64_t>(q) * n_ff;
+      const float* gq = gbuf + static_cast<int64_t>(q) * n_ff;
+      const float* uq = ubuf + static_cast<int64_t>(q) * n_ff;
+      const float w = p.wt[order[q]];
+      for (int64_t r = 0; r < n_ff; ++r) {
+        const float gv = std::min(gq[r], clamp);
+        const float uv = std::min(std::max(uq[r], -clamp), clamp);
+        m[r] = cpu::silu(gv) * uv * w;
       }
+      cpu::quantize_q8_k_act(m, midq + q * mb, n_ff);
     }
+    // Down: task t = (group, output chunk).
+    const int64_t d_rows = chunk_rows(p.down.row_bytes, n_embd, n_groups);
+    const int64_t d_chunks = (n_embd + d_rows - 1) / d_rows;
+    run_tasks(n_groups * d_chunks, n_groups * n_embd * static_cast<int64_t>(p.down.row_bytes), [&](int64_t t) {
+      const int g = static_cast<int>(t / d_chunks);
+      const int64_t o0 = (t % d_chunks) * d_rows;
+      const int64_t cnt_o = std::min(d_rows, n_embd - o0);
+      int q0, cnt;
+      group_span(g, &q0, &cnt);
+      cpu::expert_matmul(p.down.expert(p.sel[order[q0]]).rows(o0, cnt_o), midq + q0 * mb, mb, cnt,
+                         down + static_cast<int64_t>(q0) * n_embd + o0, n_embd, nullptr);
+    });
     for (int i = 0; i < p.n_rows; ++i) {
       float* out = p.out + i * n_embd;
-      for (int64_t o = 0; o < n_embd; ++o) {
-        float acc = 0.0f;
-        for (int s = 0; s < p.n_used; ++s) acc += down[static_cast<int64_t>(i * p.n_used + s) * n_embd + o];
-        out[o] = acc;
+      for (int64_t o = 0; o < n_embd; ++o) out[o] = 0.0f;
+      for (int sl = 0; sl < U; ++sl) {
+        const float* d = down + static_cast<int64_t>(inv[i * U + sl]) * n_embd;
+        for (int64_t o = 0; o < n_embd; ++o) out[o] = out[o] + d[o];
       }
     }
   }
 
  private:
+  // Output rows per MoE task: about kMoeTaskBytes of weights, but enough tasks (4 per thread)
+  // across the n_mats expert matrices of the call; whole register tiles of 8 outputs.
+  int64_t chunk_rows(size_t row_bytes, int64_t n_out, int64_t n_mats) const {
+    const int64_t rb = std::max<int64_t>(1, static_cast<int64_t>(row_bytes));
+    int64_t rows = std::max<int64_t>(8, kMoeTaskBytes / rb);
+    const int64_t want_tasks = 4 * static_cast<int64_t>(pool_.n_threads());
+    if (n_mats * ((n_out + rows - 1) / rows) < want_tasks) {
+      const int64_t per_mat = (want_tasks + n_mats - 1) / n_mats;
+      rows = std::max<int64_t>(8, (n_out + per_mat - 1) / per_mat);
+    }
+    rows = (rows + 7) / 8 * 8;
+    return std::min(rows, n_out);
+  }
+  // Runs fn(t) for t < n_tasks over the pool (on the caller alone when the work is small).
+  template <typename F>
+  void run_tasks(int64_t n_tasks, int64_t work_bytes, F&& fn) {
+    const int64_t grain = work_bytes < kInlineMoeBytes ? std::max<int64_t>(1, n_tasks) : 1;
+    pool_.parallel_for(n_tasks, grain, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) fn(t);
+    });
+  }
+
   ThreadPool pool_;
   cpu::Matmul mm_;
 };

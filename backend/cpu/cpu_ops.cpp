@@ -19,6 +19,29 @@ void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float e
 
 namespace {
 
+// Rows [0, G) of the group: per row the same Σ (double)x·x in index order as rms_norm_row.
+template <int G>
+void rms_group(const float* x, const float* w, float* out, int64_t n, int64_t stride, float eps) {
+  double ss[G];
+  for (int k = 0; k < G; ++k) ss[k] = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int k = 0; k < G; ++k) {
+      const float v = x[k * stride + i];
+      ss[k] += static_cast<double>(v) * v;
+    }
+  }
+  for (int k = 0; k < G; ++k) {
+    const float scale = 1.0f / sqrtf(static_cast<float>(ss[k] / static_cast<double>(n)) + eps);
+    const float* xr = x + k * stride;
+    float* o = out + k * stride;
+    if (w != nullptr) {
+      for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * w[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale;
+    }
+  }
+}
+
 float yarn_corr_dim(int n_dims, uint32_t n_ctx_orig, float beta, float base) {
   return static_cast<float>(n_dims) *
          logf(static_cast<float>(n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) /
@@ -35,17 +58,63 @@ float yarn_ramp(float low, float high, int k) {
 void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
                     const model::RopeParams& rp, bool inverse) {
   const int n_nope = head_dim - n_rot;
-  const float theta_scale = powf(rp.freq_base, -2.0f / static_cast<float>(n_rot));
   const float sin_sign = inverse ? -1.0f : 1.0f;
-  float corr_lo = 0.0f, corr_hi = 0.0f;
-  if (rp.ext_factor != 0.0f) {
-    const float start = floorf(yarn_corr_dim(n_rot, rp.n_ctx_orig, rp.beta_fast, rp.freq_base));
-    const float end = ceilf(yarn_corr_dim(n_rot, rp.n_ctx_orig, rp.beta_slow, rp.freq_base));
-    corr_lo = fmaxf(0.0f, start);
-    corr_hi = fminf(static_cast<float>(n_rot - 1), end);
+  float theta_scale = 0.0f, corr_lo = 0.0f, corr_hi = 0.0f;
+  auto prepare = [&] {
+    theta_scale = powf(rp.freq_base, -2.0f / static_cast<float>(n_rot));
+    if (rp.ext_factor != 0.0f) {
+      const float start = floorf(yarn_corr_dim(n_rot, rp.n_ctx_orig, rp.beta_fast, rp.freq_base));
+      const float end = ceilf(yarn_corr_dim(n_rot, rp.n_ctx_orig, rp.beta_slow, rp.freq_base));
+      corr_lo = fmaxf(0.0f, start);
+      corr_hi = fminf(static_cast<float>(n_rot - 1), end);
+    }
+  };
+  // The angles depend on (pos, rope params, pair index) only, so cos·mscale and sin·mscale
+  // are computed once per call and reused for every head, and kept for the next call with the
+  // same key (q, kv, inverse and indexer RoPE of one row share them). The inverse's sign is
+  // applied as (−sin)·mscale = −(sin·mscale), exact, so the values are the per-head formula's.
+  constexpr int kMaxPairs = 128;
+  struct Cache {
+    bool valid = false;
+    int64_t pos = 0;
+    int n_rot = 0;
+    model::RopeParams rp;
+    float cs[kMaxPairs], sn[kMaxPairs];
+  };
+  thread_local Cache cache;
+  const bool hit = cache.valid && cache.pos == pos && cache.n_rot == n_rot &&
+                   cache.rp.freq_base == rp.freq_base && cache.rp.freq_scale == rp.freq_scale &&
+                   cache.rp.ext_factor == rp.ext_factor && cache.rp.attn_factor == rp.attn_factor &&
+                   cache.rp.n_ctx_orig == rp.n_ctx_orig && cache.rp.beta_fast == rp.beta_fast &&
+                   cache.rp.beta_slow == rp.beta_slow;
+  if (n_rot > 2 * kMaxPairs) {
+    // Not cached (no such model today): the per-head formula.
+    prepare();
+    for (int h = 0; h < n_head; ++h) {
+      float* tail = x + static_cast<int64_t>(h) * head_dim + n_nope;
+      float theta_extrap = static_cast<float>(pos);
+      for (int i = 0; i < n_rot; i += 2) {
+        const float theta_interp = rp.freq_scale * theta_extrap;
+        float theta = theta_interp;
+        float mscale = rp.attn_factor;
+        if (rp.ext_factor != 0.0f) {
+          const float ramp_mix = yarn_ramp(corr_lo, corr_hi, i / 2) * rp.ext_factor;
+          theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
+          mscale *= 1.0f + 0.1f * logf(1.0f / rp.freq_scale);
+        }
+        const float c = cosf(theta) * mscale;
+        const float s = sin_sign * sinf(theta) * mscale;
+        const float x0 = tail[i];
+        const float x1 = tail[i + 1];
+        tail[i] = x0 * c - x1 * s;
+        tail[i + 1] = x0 * s + x1 * c;
+        theta_extrap *= theta_scale;
+      }
+    }
+    return;
   }
-  for (int h = 0; h < n_head; ++h) {
-    float* tail = x + static_cast<int64_t>(h) * head_dim + n_nope;
+  if (!hit) {
+    prepare();
     float theta_extrap = static_cast<float>(pos);
     for (int i = 0; i < n_rot; i += 2) {
       const float theta_interp = rp.freq_scale * theta_extrap;
@@ -56,13 +125,42 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
         theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
         mscale *= 1.0f + 0.1f * logf(1.0f / rp.freq_scale);
       }
-      const float c = cosf(theta) * mscale;
-      const float s = sin_sign * sinf(theta) * mscale;
+      cache.cs[i / 2] = cosf(theta) * mscale;
+      cache.sn[i / 2] = sinf(theta) * mscale;
+      theta_extrap *= theta_scale;
+    }
+    cache.valid = true;
+    cache.pos = pos;
+    cache.n_rot = n_rot;
+    cache.rp = rp;
+  }
+  for (int h = 0; h < n_head; ++h) {
+    float* tail = x + static_cast<int64_t>(h) * head_dim + n_nope;
+    for (int i = 0; i < n_rot; i += 2) {
+      const float c = cache.cs[i / 2];
+      const float s = inverse ? -cache.sn[i / 2] : cache.sn[i / 2];
       const float x0 = tail[i];
       const float x1 = tail[i + 1];
       tail[i] = x0 * c - x1 * s;
       tail[i + 1] = x0 * s + x1 * c;
-      theta_extrap *= theta_scale;
+    }
+  }
+}
+
+void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_t stride, int n_rows,
+                   float eps) {
+  for (int i = 0; i < n_rows; i += 8) {
+    const float* xi = x + i * stride;
+    float* oi = out + i * stride;
+    switch (n_rows - i < 8 ? n_rows - i : 8) {
+      case 1: rms_group<1>(xi, w, oi, n, stride, eps); break;
+      case 2: rms_group<2>(xi, w, oi, n, stride, eps); break;
+      case 3: rms_group<3>(xi, w, oi, n, stride, eps); break;
+      case 4: rms_group<4>(xi, w, oi, n, stride, eps); break;
+      case 5: rms_group<5>(xi, w, oi, n, stride, eps); break;
+      case 6: rms_group<6>(xi, w, oi, n, stride, eps); break;
+      case 7: rms_group<7>(xi, w, oi, n, stride, eps); break;
+      default: rms_group<8>(xi, w, oi, n, stride, eps); break;
     }
   }
 }

@@ -14,6 +14,11 @@ namespace ds4::backend::cpu {
 
 // out = x · (1/sqrtf((float)(Σ(double)x²/n) + eps)) (· w), left to right (§3.2).
 void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
+// rms_norm_row on n_rows rows (row i at x + i·stride, out + i·stride; in place ok), bit for
+// bit. The rows' sequential double sums run interleaved (up to 8 independent chains), so a
+// batch costs little more than one row's add-latency chain.
+void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_t stride, int n_rows,
+                   float eps);
 
 // §3.8: RoPE on dims [head_dim - n_rot, head_dim) of each of n_head heads, interleaved pairs.
 void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,

@@ -70,8 +70,8 @@ inline const KernelTable& tbl() { return *active().table; }
 // least 4 chunks per thread when the matrix is big enough, so dynamic claiming balances an
 // oversubscribed machine. Whole call inline when the work is tiny (waking threads costs more).
 constexpr int64_t kChunkBytes = 64 * 1024;
-constexpr int64_t kInlineBytes = 32 * 1024;
-constexpr int64_t kTileOutputs = 8;
+constexpr int64_t kInlineBytes = 160 * 1024;
+constexpr int64_t kTileOutputs = 16;
 
 int64_t choose_grain(int64_t n_out, int64_t row_bytes, int r, const ThreadPool* pool) {
   const int64_t rb = row_bytes > 0 ? row_bytes : 1;
@@ -81,7 +81,7 @@ int64_t choose_grain(int64_t n_out, int64_t row_bytes, int r, const ThreadPool* 
   int64_t grain = kChunkBytes / rb;
   const int64_t balance = n_out / (4 * static_cast<int64_t>(pool->n_threads()));
   if (grain > balance) grain = balance;
-  // Whole register tiles (the SIMD kernels take up to 8 outputs per tile; leftovers run
+  // Whole register tiles (the SIMD kernels take up to 16 outputs per tile; leftovers run
   // one output at a time, which is slower).
   grain = (grain + kTileOutputs - 1) / kTileOutputs * kTileOutputs;
   return grain;
@@ -197,6 +197,14 @@ void axpy(float a, const float* x, float* y, int64_t n) { tbl().axpy(a, x, y, n)
 void scale(float a, float* y, int64_t n) { tbl().scale(a, y, n); }
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   tbl().f16_to_f32_row(src, dst, n);
+}
+void quantize_q8_0_act(const float* x, quant::BlockQ8_0Act* out, int64_t n) {
+  DS4_CHECK(n >= 0 && n % quant::kQK8_0 == 0);
+  tbl().quantize_q8_0_act(x, out, n);
+}
+void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n) {
+  DS4_CHECK(n >= 0 && n % quant::kQKK == 0);
+  tbl().quantize_q8_k_act(x, out, n);
 }
 
 }  // namespace ds4::cpu

@@ -86,5 +86,9 @@ void axpy(float a, const float* x, float* y, int64_t n);
 void scale(float a, float* y, int64_t n);
 // dst[i] = f16_to_f32(src[i]) (exact) — e.g. the F16 embedding row fetch.
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
+// Activation quantization, byte for byte equal to quant::quantize_q8_0_act /
+// quant::quantize_q8_k_act (n a multiple of 32 / 256) on every ISA path.
+void quantize_q8_0_act(const float* x, quant::BlockQ8_0Act* out, int64_t n);
+void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n);
 
 }  // namespace ds4::cpu

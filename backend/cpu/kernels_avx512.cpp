@@ -4,6 +4,12 @@
 // 32 registers), plus 512-bit replacements where they pay: the dense dots use ONE 16-lane
 // accumulator (lane j = p[j] of the canonical order, mul then add, never FMA) and Q8_0 uses
 // VNNI (vpdpbusd) in a form exact for every byte: Σ (x+128)·w − 128·Σ w.
+// Q8_0, IQ2_XXS and Q2_K use "outputs in lanes" kernels: a tile of 16 (8 for IQ2_XXS)
+// outputs' weight blocks is decoded once into int8 vectors whose int32 / int64 lanes are the
+// outputs, so each activation row costs only broadcast-activation vpdpbusd's, with no
+// horizontal reduction, and the per-(output, row) float sequence runs lane-wise. Tiles that do
+// not fill (chunk tails) and oversized rows fall back to the older per-output kernels, which
+// give the same bits. The activation quantizers (Q8_0 / Q8_K) are SIMD twins of quant's.
 // Invariant: same bits as kernels_scalar.cpp.
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512VNNI__)
@@ -11,6 +17,8 @@
 // the extract intrinsics (an undefined-value operand by design); silence it for this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cstddef>
+
 #include "backend/cpu/kernels_x86.h"
 
 namespace ds4::cpu::detail {
@@ -216,7 +224,123 @@ struct Q8Avx512 {
   }
 };
 
-void q8_0_rows_avx512(const RowsArgs& a, int64_t b, int64_t e) { dispatch_r<Q8Avx512>(a, b, e); }
+// ---- Q8_0, outputs in lanes --------------------------------------------------------------
+// 16 outputs of one weight block are transposed into T[d] (d = 0..7): int32 lane L holds the
+// 4 quants [4d, 4d+4) of output o0 + kQ8LaneRow[L]. One activation row then costs 8 vpdpbusd
+// with a broadcast activation dword per block for all 16 outputs, and no horizontal sum.
+// Exact for every byte: the weights enter biased (w XOR 0x80 = w + 128, u8) and the row's
+// correction −128·Σx starts the int32 accumulator, so each lane ends at Σ w·x exactly. The
+// float part is the reference sequence per (output, row), lane-wise: s = f16(w.d)·x.d,
+// t = s·isum, acc = acc + t, block by block.
+constexpr int kQ8LaneRow[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+constexpr int64_t kQ8LanesMaxBlocks = 512;
+
+// T[0..7] of block b for outputs o0..o0+15 (lane order kQ8LaneRow), weights biased to u8.
+__attribute__((always_inline)) inline void q8_lanes_transpose(const RowsArgs& a, int64_t o0, int64_t b, __m512i* T) {
+  __m512i z[8];
+  #pragma GCC unroll 16
+  for (int i = 0; i < 8; ++i) {
+    const BlockQ8_0* lo = reinterpret_cast<const BlockQ8_0*>(a.w + (o0 + i) * a.row_bytes) + b;
+    const BlockQ8_0* hi = reinterpret_cast<const BlockQ8_0*>(a.w + (o0 + i + 8) * a.row_bytes) + b;
+    z[i] = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo->qs))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi->qs)), 1);
+  }
+  __m512i u[8], v[4], w[4];
+  #pragma GCC unroll 16
+  for (int p = 0; p < 4; ++p) {
+    u[2 * p] = _mm512_unpacklo_epi32(z[2 * p], z[2 * p + 1]);
+    u[2 * p + 1] = _mm512_unpackhi_epi32(z[2 * p], z[2 * p + 1]);
+  }
+  // v[c] / w[c]: rows 0-3 / 4-7 (128-bit lanes 0, 1) and 8-11 / 12-15 (lanes 2, 3), element c.
+  v[0] = _mm512_unpacklo_epi64(u[0], u[2]);
+  v[1] = _mm512_unpackhi_epi64(u[0], u[2]);
+  v[2] = _mm512_unpacklo_epi64(u[1], u[3]);
+  v[3] = _mm512_unpackhi_epi64(u[1], u[3]);
+  w[0] = _mm512_unpacklo_epi64(u[4], u[6]);
+  w[1] = _mm512_unpackhi_epi64(u[4], u[6]);
+  w[2] = _mm512_unpacklo_epi64(u[5], u[7]);
+  w[3] = _mm512_unpackhi_epi64(u[5], u[7]);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  #pragma GCC unroll 16
+  for (int c = 0; c < 4; ++c) {
+    T[c] = _mm512_xor_si512(_mm512_shuffle_i32x4(v[c], w[c], 0x88), bias);
+    T[4 + c] = _mm512_xor_si512(_mm512_shuffle_i32x4(v[c], w[c], 0xDD), bias);
+  }
+}
+
+template <int R>
+struct Q8Lanes {
+  static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+    const int64_t nb = a.n_cols / quant::kQK8_0;
+    if (nb == 0 || nb > kQ8LanesMaxBlocks || o_end - o_begin < 16) {
+      Q8Avx512<R>::run(a, o_begin, o_end);
+      return;
+    }
+    const BlockQ8_0Act* x[R];
+    #pragma GCC unroll 16
+    for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8_0Act*>(xrow(a, k));
+    // corr[k][b] = −128·Σ x[k][b].qs (exact int32).
+    alignas(64) int32_t corr[R][kQ8LanesMaxBlocks];
+    const __m256i bias8 = _mm256_set1_epi8(static_cast<char>(0x80));
+    #pragma GCC unroll 16
+    for (int k = 0; k < R; ++k) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][b].qs)), bias8);
+        const __m256i sad = _mm256_sad_epu8(v, _mm256_setzero_si256());
+        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+        const int64_t biased = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1);
+        corr[k][b] = static_cast<int32_t>(-128 * (biased - 32 * 128));
+      }
+    }
+    __m512i offs = _mm512_setzero_si512();
+    {
+      alignas(64) int32_t t[16];
+      #pragma GCC unroll 16
+      for (int l = 0; l < 16; ++l) t[l] = static_cast<int32_t>(kQ8LaneRow[l] * a.row_bytes);
+      offs = _mm512_load_si512(t);
+    }
+    int64_t o = o_begin;
+    for (; o + 16 <= o_end; o += 16) {
+      __m512 acc[R];
+      #pragma GCC unroll 16
+      for (int k = 0; k < R; ++k) acc[k] = _mm512_setzero_ps();
+      const uint8_t* base = a.w + o * a.row_bytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        __m512i T[8];
+        q8_lanes_transpose(a, o, b, T);
+        // f16 scales of the 16 outputs (low half of a dword gathered at each block start).
+        const __m512i dw = _mm512_i32gather_epi32(offs, base + b * sizeof(BlockQ8_0), 1);
+        const __m512 wd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+        #pragma GCC unroll 16
+        for (int k = 0; k < R; ++k) {
+          const int32_t* xq = reinterpret_cast<const int32_t*>(x[k][b].qs);
+          __m512i i0 = _mm512_set1_epi32(corr[k][b]);
+          __m512i i1 = _mm512_setzero_si512();
+          #pragma GCC unroll 16
+          for (int d = 0; d < 8; d += 2) {
+            i0 = _mm512_dpbusd_epi32(i0, T[d], _mm512_set1_epi32(xq[d]));
+            i1 = _mm512_dpbusd_epi32(i1, T[d + 1], _mm512_set1_epi32(xq[d + 1]));
+          }
+          const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+          const __m512 sc = _mm512_mul_ps(wd, _mm512_set1_ps(x[k][b].d));
+          acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(sc, isum));
+        }
+      }
+      #pragma GCC unroll 16
+      for (int k = 0; k < R; ++k) {
+        alignas(64) float t[16];
+        _mm512_store_ps(t, acc[k]);
+        float* y = a.y + k * a.y_stride + o;
+        #pragma GCC unroll 16
+        for (int l = 0; l < 16; ++l) y[kQ8LaneRow[l]] = t[l];
+      }
+    }
+    if (o < o_end) Q8Avx512<R>::run(a, o, o_end);
+  }
+};
+
+void q8_0_rows_avx512(const RowsArgs& a, int64_t b, int64_t e) { dispatch_r<Q8Lanes>(a, b, e); }
 
 // Q2_K with VNNI: prepare() folds each 16-element sub-block scale into the quants with a
 // byte lookup (q·sc ≤ 3·15 = 45 fits u8: per 128-bit lane the table is 0, s, 2s, 3s), so a
@@ -248,8 +372,366 @@ struct Iq2AccVnni {
   static __m256i acc(__m256i acc, __m256i p16, __m256i ls16) { return _mm256_dpwssd_epi32(acc, p16, ls16); }
 };
 
-void q2_k_rows_avx512(const RowsArgs& a, int64_t b, int64_t e) {
-  dispatch_r<KQuantK<false, Q2KDotVnni>::K>(a, b, e);
+// ---- IQ2_XXS, outputs in lanes ---------------------------------------------------------------
+// 8 outputs per tile, output i in qword lane i. Per block, the 8 rows' u32 words (a0, a1 of
+// each group) are transposed so the table indices of all 8 outputs come out of a few vector
+// ops; one 8-lane gather per (group, sub-chunk l) then yields W[g][l] = the 8 signed weights
+// [32g + 8l, +8) of every output, biased to u8 (w + 128). A row then costs, per group, 4
+// vpdpbusd with its broadcast activation qword, one vpmulld by the group scale and one add.
+// Exact for every byte: the accumulator starts at −128·Σx_g (in the low dword of each lane),
+// so the two dwords of lane i sum to Σ w·x of group g; ls_g multiplies both dwords (exact
+// int32). The float part is the reference sequence per (output, row), lane-wise.
+constexpr int64_t kIq2LanesMaxBlocks = 64;
+
+struct Iq2LaneBlock {
+  __m512i w[8][4];  // [group][sub-chunk] biased weights, qword lane i = output i
+  __m512i ls[8];    // group scale of output i in both dwords of lane i
+};
+
+__attribute__((always_inline)) inline void iq2_lanes_decode(const RowsArgs& a, int64_t o0, int64_t b, const long long* table,
+                             Iq2LaneBlock* out) {
+  __m512i z[8];
+  #pragma GCC unroll 16
+  for (int i = 0; i < 8; ++i) {
+    const BlockIQ2XXS* blk = reinterpret_cast<const BlockIQ2XXS*>(a.w + (o0 + i) * a.row_bytes) + b;
+    z[i] = _mm512_loadu_si512(blk->qs);  // dword 2g = a0 of group g, 2g + 1 = a1
+  }
+  __m512i u[8], v[4], w[4];
+  #pragma GCC unroll 16
+  for (int p = 0; p < 4; ++p) {
+    u[2 * p] = _mm512_unpacklo_epi32(z[2 * p], z[2 * p + 1]);
+    u[2 * p + 1] = _mm512_unpackhi_epi32(z[2 * p], z[2 * p + 1]);
+  }
+  // v[c] / w[c]: 128-bit lane q holds dword 4q + c of rows 0-3 / rows 4-7.
+  v[0] = _mm512_unpacklo_epi64(u[0], u[2]);
+  v[1] = _mm512_unpackhi_epi64(u[0], u[2]);
+  v[2] = _mm512_unpacklo_epi64(u[1], u[3]);
+  v[3] = _mm512_unpackhi_epi64(u[1], u[3]);
+  w[0] = _mm512_unpacklo_epi64(u[4], u[6]);
+  w[1] = _mm512_unpackhi_epi64(u[4], u[6]);
+  w[2] = _mm512_unpacklo_epi64(u[5], u[7]);
+  w[3] = _mm512_unpackhi_epi64(u[5], u[7]);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i m255 = _mm512_set1_epi32(255), m127 = _mm512_set1_epi32(127);
+  // Group pairs (g, g + 2) for g in {0, 1, 4, 5}: dwords 2g / 2g + 1 are column c = 2(g%2)
+  // (+1) of lanes qa = g/2 and qa + 1.
+  #pragma GCC unroll 16
+  for (int g : {0, 1, 4, 5}) {
+    const int c = 2 * (g % 2);
+    const long long qa = g / 2, qb = qa + 1;
+    const __m512i sel = _mm512_setr_epi64(2 * qa, 2 * qa + 1, 8 + 2 * qa, 9 + 2 * qa, 2 * qb, 2 * qb + 1,
+                                          8 + 2 * qb, 9 + 2 * qb);
+    const __m512i x0 = _mm512_permutex2var_epi64(v[c], sel, w[c]);          // a0: g | g + 2
+    const __m512i x1 = _mm512_permutex2var_epi64(v[c + 1], sel, w[c + 1]);  // a1: g | g + 2
+    const __m512i ls = _mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(x1, 28), 1), _mm512_set1_epi32(1));
+    #pragma GCC unroll 16
+    for (int h = 0; h < 2; ++h) {
+      const __m512i l64 = _mm512_cvtepu32_epi64(h == 0 ? _mm512_castsi512_si256(ls) : _mm512_extracti64x4_epi64(ls, 1));
+      out->ls[g + 2 * h] = _mm512_or_si512(l64, _mm512_slli_epi64(l64, 32));
+    }
+    #pragma GCC unroll 16
+    for (int l = 0; l < 4; ++l) {
+      const __m512i gi = _mm512_and_si512(_mm512_srli_epi32(x0, 8 * l), m255);
+      const __m512i si = _mm512_and_si512(_mm512_srli_epi32(x1, 7 * l), m127);
+      const __m512i idx = _mm512_or_si512(_mm512_slli_epi32(gi, 7), si);
+      out->w[g][l] = _mm512_xor_si512(_mm512_i32gather_epi64(_mm512_castsi512_si256(idx), table, 8), bias);
+      out->w[g + 2][l] = _mm512_xor_si512(_mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), table, 8), bias);
+    }
+  }
+}
+
+template <int R>
+struct Iq2Lanes {
+  static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+    const int64_t nb = a.n_cols / quant::kQKK;
+    if (nb == 0 || nb > kIq2LanesMaxBlocks || o_end - o_begin < 8) {
+      iq2_xxs_rows_x86<Iq2AccVnni>(a, o_begin, o_end);
+      return;
+    }
+    const BlockQ8K* x[R];
+    #pragma GCC unroll 16
+    for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+    // corr[k][b][g] = −128·Σ x[k][b].qs[32g, 32g + 32) (exact), as the low dword of a qword.
+    alignas(64) int64_t corr[R][kIq2LanesMaxBlocks][8];
+    const __m256i bias8 = _mm256_set1_epi8(static_cast<char>(0x80));
+    #pragma GCC unroll 16
+    for (int k = 0; k < R; ++k) {
+      for (int64_t b = 0; b < nb; ++b) {
+        #pragma GCC unroll 16
+        for (int g = 0; g < 8; ++g) {
+          const __m256i v =
+              _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][b].qs + 32 * g)), bias8);
+          const __m256i sad = _mm256_sad_epu8(v, _mm256_setzero_si256());
+          const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+          const int64_t biased = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1);
+          corr[k][b][g] = static_cast<int64_t>(static_cast<uint32_t>(static_cast<int32_t>(-128 * (biased - 32 * 128))));
+        }
+      }
+    }
+    const long long* table = reinterpret_cast<const long long*>(iq2_signed_grid());
+    alignas(32) int32_t offs_a[8];
+    #pragma GCC unroll 16
+    for (int i = 0; i < 8; ++i) offs_a[i] = static_cast<int32_t>(i * a.row_bytes);
+    const __m256i offs = _mm256_load_si256(reinterpret_cast<const __m256i*>(offs_a));
+    int64_t o = o_begin;
+    for (; o + 8 <= o_end; o += 8) {
+      __m256 sumf[R];
+      #pragma GCC unroll 16
+      for (int k = 0; k < R; ++k) sumf[k] = _mm256_setzero_ps();
+      const uint8_t* base = a.w + o * a.row_bytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        Iq2LaneBlock wb;
+        iq2_lanes_decode(a, o, b, table, &wb);
+        const __m256i dw = _mm256_i32gather_epi32(reinterpret_cast<const int*>(base + b * sizeof(BlockIQ2XXS)), offs, 1);
+        const __m256 wd = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dw));
+        #pragma GCC unroll 16
+        for (int k = 0; k < R; ++k) {
+          const long long* xq = reinterpret_cast<const long long*>(x[k][b].qs);
+          __m512i tot = _mm512_setzero_si512();
+          #pragma GCC unroll 16
+          for (int g = 0; g < 8; ++g) {
+            __m512i acc = _mm512_set1_epi64(corr[k][b][g]);
+            #pragma GCC unroll 16
+            for (int l = 0; l < 4; ++l) acc = _mm512_dpbusd_epi32(acc, wb.w[g][l], _mm512_set1_epi64(xq[4 * g + l]));
+            tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(acc, wb.ls[g]));
+          }
+          // Lane i: dword 2i + dword 2i + 1 = the block's integer sum of output i.
+          const __m256i bsum = _mm512_cvtepi64_epi32(_mm512_add_epi32(tot, _mm512_srli_epi64(tot, 32)));
+          const __m256 d = _mm256_mul_ps(wd, _mm256_set1_ps(x[k][b].d));
+          sumf[k] = _mm256_add_ps(sumf[k], _mm256_mul_ps(d, _mm256_cvtepi32_ps(bsum)));
+        }
+      }
+      #pragma GCC unroll 16
+      for (int k = 0; k < R; ++k) {
+        alignas(32) float t[8];
+        _mm256_store_ps(t, _mm256_mul_ps(_mm256_set1_ps(0.125f), sumf[k]));
+        float* y = a.y + k * a.y_stride + o;
+        #pragma GCC unroll 16
+        for (int i = 0; i < 8; ++i) y[i] = t[i];
+      }
+    }
+    if (o < o_end) iq2_xxs_rows_x86<Iq2AccVnni>(a, o, o_end);
+  }
+};
+
+void iq2_xxs_rows_avx512(const RowsArgs& a, int64_t b, int64_t e) {
+  // The fallback inside Iq2Lanes dispatches on a.r itself.
+  dispatch_r<Iq2Lanes>(a, b, e);
+}
+
+// ---- Q2_K, outputs in lanes ------------------------------------------------------------------
+// 16 outputs per tile in the int32 lanes (natural order). Per block the 16 rows' qs (16 dwords
+// each) and scales (4 dwords each) are transposed; W[d][j] = the 2-bit quants of qs dword d
+// shifted by 2j, times their sub-block scale (q·sc <= 45: one vpmullw on the byte pairs is
+// exact, no carry between bytes), i.e. elements 128n + 32j + 4lq .. +3 (d = 8n + lq) of every
+// output. A row then costs 64 vpdpbusd (u8 weights × s8 broadcast activation dword, exact)
+// for isum and 8 vpdpwssd (mins × bsums pairs) for summs, for all 16 outputs. The float part
+// is the reference sequence per (output, row), lane-wise.
+__attribute__((always_inline)) inline void transpose16x16(__m512i* r) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 16
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
+  }
+#pragma GCC unroll 16
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+  }
+  // u[4q + c], 128-bit lane L: rows 4q..4q+3 of dword 4L + c.
+#pragma GCC unroll 16
+  for (int c = 0; c < 4; ++c) {
+    const __m512i a0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);       // r0-7: dw c, 8+c
+    const __m512i a1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);       // r0-7: dw 4+c, 12+c
+    const __m512i b0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);  // r8-15
+    const __m512i b1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
+    r[4 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
+  }
+}
+
+struct Q2LaneBlock {
+  __m512i w[16][4];  // [qs dword d][shift j] scaled quants, lane = output
+  __m512i mins[8];   // int16 pairs (min[2p], min[2p+1]) per lane
+};
+
+__attribute__((always_inline)) inline void q2_lanes_decode(const RowsArgs& a, int64_t o0, int64_t b,
+                                                           Q2LaneBlock* out) {
+  __m512i q[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    const BlockQ2K* blk = reinterpret_cast<const BlockQ2K*>(a.w + (o0 + i) * a.row_bytes) + b;
+    q[i] = _mm512_loadu_si512(blk->qs);
+  }
+  transpose16x16(q);
+  // Scales: Z[m] int32 lane o = scales dword m of output o.
+  __m512i z[4];
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    auto ld = [&](int i) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+          (reinterpret_cast<const BlockQ2K*>(a.w + (o0 + i) * a.row_bytes) + b)->scales));
+    };
+    // 128-bit lane L = output m + 4L (all 4 scale dwords).
+    __m512i v = _mm512_castsi128_si512(ld(m));
+    v = _mm512_inserti32x4(v, ld(m + 4), 1);
+    v = _mm512_inserti32x4(v, ld(m + 8), 2);
+    z[m] = _mm512_inserti32x4(v, ld(m + 12), 3);
+  }
+  // Transpose 4x4 within each 128-bit lane: s[m] lane 4L + e = scales dword m of output 4L + e.
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  const __m512i s[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                        _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+  const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi8(3);
+  __m512i sc16[16];
+#pragma GCC unroll 16
+  for (int sb = 0; sb < 16; ++sb) {
+    const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(s[sb / 4], 8 * (sb % 4)), m15);
+    sc16[sb] = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    const int sb = 2 * p;
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(s[sb / 4], 8 * (sb % 4) + 4), m15);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(s[(sb + 1) / 4], 8 * ((sb + 1) % 4) + 4), m15);
+    out->mins[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+  }
+#pragma GCC unroll 16
+  for (int d = 0; d < 16; ++d) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const int sb = 8 * (d / 8) + 2 * j + ((d % 8) >= 4 ? 1 : 0);
+      out->w[d][j] = _mm512_mullo_epi16(_mm512_and_si512(_mm512_srli_epi32(q[d], 2 * j), m3), sc16[sb]);
+    }
+  }
+}
+
+template <int R>
+struct Q2Lanes {
+  static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+    const int64_t nb = a.n_cols / quant::kQKK;
+    if (nb == 0 || o_end - o_begin < 16) {
+      KQuantK<false, Q2KDotVnni>::K<R>::run(a, o_begin, o_end);
+      return;
+    }
+    const BlockQ8K* x[R];
+    for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+    alignas(64) int32_t offs_a[16];
+    for (int i = 0; i < 16; ++i) offs_a[i] = static_cast<int32_t>(i * a.row_bytes);
+    const __m512i offs = _mm512_load_si512(offs_a);
+    int64_t o = o_begin;
+    for (; o + 16 <= o_end; o += 16) {
+      __m512 sumf[R];
+      for (int k = 0; k < R; ++k) sumf[k] = _mm512_setzero_ps();
+      const uint8_t* base = a.w + o * a.row_bytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        Q2LaneBlock wb;
+        q2_lanes_decode(a, o, b, &wb);
+        // (d | dmin << 16) of the 16 outputs.
+        const __m512i dd = _mm512_i32gather_epi32(offs, base + b * sizeof(BlockQ2K) + offsetof(BlockQ2K, d), 1);
+        const __m512 wd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        const __m512 wm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        for (int k = 0; k < R; ++k) {
+          const int32_t* xq = reinterpret_cast<const int32_t*>(x[k][b].qs);
+          const int32_t* bs = reinterpret_cast<const int32_t*>(x[k][b].bsums);
+          __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+#pragma GCC unroll 16
+          for (int d = 0; d < 16; ++d) {
+            const int n = d / 8, lq = d % 8;
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j += 2) {
+              i0 = _mm512_dpbusd_epi32(i0, wb.w[d][j], _mm512_set1_epi32(xq[32 * n + 8 * j + lq]));
+              i1 = _mm512_dpbusd_epi32(i1, wb.w[d][j + 1], _mm512_set1_epi32(xq[32 * n + 8 * (j + 1) + lq]));
+            }
+          }
+          __m512i sm = _mm512_setzero_si512();
+#pragma GCC unroll 8
+          for (int p = 0; p < 8; ++p) sm = _mm512_dpwssd_epi32(sm, wb.mins[p], _mm512_set1_epi32(bs[p]));
+          const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+          const __m512 summs = _mm512_cvtepi32_ps(sm);
+          const __m512 yd = _mm512_set1_ps(x[k][b].d);
+          const __m512 ta = _mm512_mul_ps(_mm512_mul_ps(yd, wd), isum);
+          const __m512 tc = _mm512_mul_ps(_mm512_mul_ps(yd, wm), summs);
+          sumf[k] = _mm512_add_ps(sumf[k], _mm512_sub_ps(ta, tc));
+        }
+      }
+      for (int k = 0; k < R; ++k) _mm512_storeu_ps(a.y + k * a.y_stride + o, sumf[k]);
+    }
+    if (o < o_end) KQuantK<false, Q2KDotVnni>::K<R>::run(a, o, o_end);
+  }
+};
+
+void q2_k_rows_avx512(const RowsArgs& a, int64_t b, int64_t e) { dispatch_r<Q2Lanes>(a, b, e); }
+
+// ---- activation quantization ------------------------------------------------------------------
+// Byte-exact twins of quant::quantize_q8_0_act / quantize_q8_k_act:
+//  * amax: max(|x|, running) with the running value as the NaN-wins operand, so NaN inputs
+//    are skipped exactly like `if (av > amax)`; max is exact in any order;
+//  * the Q8_K sign source is the FIRST element whose |x| equals amax (the scalar loop keeps
+//    the first strict maximum);
+//  * q = cvtps_epi32(x·s) rounds to nearest even like lrintf; NaN / ±inf / |v| >= 2^31 give
+//    INT_MIN, and the scalar lrintf gives LONG_MIN for NaN / ±inf, both clamp to −128. A finite
+//    |v| in [2^31, 2^63) cannot occur: |x·s| <= ~2·127 by construction of s.
+inline __m512 abs512(__m512 v) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); }
+
+inline __m512i quant_lanes(__m512 x, __m512 s) {
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(x, s));
+  return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-128)), _mm512_set1_epi32(127));
+}
+
+void quantize_q8_0_act_avx512(const float* x, BlockQ8_0Act* out, int64_t n) {
+  for (int64_t b = 0; b < n / quant::kQK8_0; ++b) {
+    const float* xb = x + b * quant::kQK8_0;
+    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    __m512 m = _mm512_max_ps(abs512(x0), _mm512_setzero_ps());
+    m = _mm512_max_ps(abs512(x1), m);
+    const float amax = _mm512_reduce_max_ps(m);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = d;
+    const __m512 s = _mm512_set1_ps(id);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs), _mm512_cvtepi32_epi8(quant_lanes(x0, s)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs + 16), _mm512_cvtepi32_epi8(quant_lanes(x1, s)));
+  }
+}
+
+void quantize_q8_k_act_avx512(const float* x, BlockQ8K* out, int64_t n) {
+  for (int64_t b = 0; b < n / quant::kQKK; ++b) {
+    const float* xb = x + b * quant::kQKK;
+    BlockQ8K& y = out[b];
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < quant::kQKK; i += 16) m = _mm512_max_ps(abs512(_mm512_loadu_ps(xb + i)), m);
+    const float amax = _mm512_reduce_max_ps(m);
+    if (amax == 0.0f) {
+      y.d = 0.0f;
+      std::memset(y.qs, 0, sizeof y.qs);
+      std::memset(y.bsums, 0, sizeof y.bsums);
+      continue;
+    }
+    float max = 0.0f;
+    const __m512 va = _mm512_set1_ps(amax);
+    for (int i = 0; i < quant::kQKK; i += 16) {
+      const __mmask16 hit = _mm512_cmp_ps_mask(abs512(_mm512_loadu_ps(xb + i)), va, _CMP_EQ_OQ);
+      if (hit != 0) {
+        max = xb[i + __builtin_ctz(hit)];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m512 s = _mm512_set1_ps(iscale);
+    for (int j = 0; j < quant::kQKK / 16; ++j) {
+      const __m512i q = quant_lanes(_mm512_loadu_ps(xb + 16 * j), s);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs + 16 * j), _mm512_cvtepi32_epi8(q));
+      y.bsums[j] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y.d = 1.0f / iscale;
+  }
 }
 
 }  // namespace
@@ -263,7 +745,9 @@ const KernelTable* avx512_table() {
     k.dot_f32 = dot_f32_avx512;
     k.q8_0 = q8_0_rows_avx512;
     k.q2_k = q2_k_rows_avx512;
-    k.iq2_xxs = iq2_xxs_rows_x86<Iq2AccVnni>;
+    k.iq2_xxs = iq2_xxs_rows_avx512;
+    k.quantize_q8_0_act = quantize_q8_0_act_avx512;
+    k.quantize_q8_k_act = quantize_q8_k_act_avx512;
     return k;
   }();
   return &t;

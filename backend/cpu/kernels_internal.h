@@ -38,6 +38,9 @@ struct KernelTable {
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
   void (*scale)(float a, float* y, int64_t n) = nullptr;
   void (*f16_to_f32_row)(const uint16_t* src, float* dst, int64_t n) = nullptr;
+  // Same bytes as quant::quantize_q8_0_act / quantize_q8_k_act.
+  void (*quantize_q8_0_act)(const float* x, quant::BlockQ8_0Act* out, int64_t n) = nullptr;
+  void (*quantize_q8_k_act)(const float* x, quant::BlockQ8K* out, int64_t n) = nullptr;
 };
 
 const KernelTable& scalar_table();

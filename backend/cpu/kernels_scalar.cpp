@@ -9,6 +9,7 @@
 
 #include "backend/cpu/kernels_internal.h"
 #include "quant/dot.h"
+#include "quant/quant.h"
 #include "quant/half.h"
 #include "quant/iq2_tables.h"
 
@@ -179,6 +180,8 @@ const KernelTable& scalar_table() {
     k.axpy = axpy_scalar;
     k.scale = scale_scalar;
     k.f16_to_f32_row = f16_row_scalar;
+    k.quantize_q8_0_act = quant::quantize_q8_0_act;
+    k.quantize_q8_k_act = quant::quantize_q8_k_act;
     return k;
   }();
   return t;

@@ -24,6 +24,7 @@
 #include "backend/cpu/kernels_internal.h"
 #include "quant/blocks.h"
 #include "quant/iq2_tables.h"
+#include "quant/quant.h"
 
 namespace ds4::cpu::detail {
 namespace {
@@ -710,6 +711,8 @@ inline KernelTable make_x86_table() {
   k.axpy = axpy_avx2;
   k.scale = scale_avx2;
   k.f16_to_f32_row = f16_row_avx2;
+  k.quantize_q8_0_act = quant::quantize_q8_0_act;
+  k.quantize_q8_k_act = quant::quantize_q8_k_act;
   return k;
 }
 

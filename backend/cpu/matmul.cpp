@@ -38,11 +38,12 @@ void Matmul::matmul(const MatmulParams& p) {
       auto& buf = act_buffer();
       if (buf.size() < static_cast<size_t>(nb * p.n_rows)) buf.resize(static_cast<size_t>(nb * p.n_rows));
       quant::BlockQ8_0Act* xq = buf.data();
-      for (int i = 0; i < p.n_rows; ++i) quant::quantize_q8_0_act(p.x + i * p.x_stride, xq + i * nb, n_in);
 #ifdef DS4_HAVE_CPU_KERNELS
+      for (int i = 0; i < p.n_rows; ++i) ds4::cpu::quantize_q8_0_act(p.x + i * p.x_stride, xq + i * nb, n_in);
       ds4::cpu::matmul_q8_0(rows_of(w), xq, p.n_rows, p.y, w.n_out, pool_, nb, p.y_stride);
       return;
 #endif
+      for (int i = 0; i < p.n_rows; ++i) quant::quantize_q8_0_act(p.x + i * p.x_stride, xq + i * nb, n_in);
       parallel_for(pool_, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
         for (int64_t o = b; o < e; ++o) {
           const auto* row = reinterpret_cast<const quant::BlockQ8_0*>(w.data + o * w.row_bytes);
@@ -122,6 +123,14 @@ void expert_matmul(const Matrix& w, const quant::BlockQ8K* x, int64_t x_stride, 
 #endif
 }
 
+void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n) {
+#ifdef DS4_HAVE_CPU_KERNELS
+  ds4::cpu::quantize_q8_k_act(x, out, n);
+#else
+  quant::quantize_q8_k_act(x, out, n);
+#endif
+}
+
 float dot_f32(const float* a, const float* b, int64_t n) {
 #ifdef DS4_HAVE_CPU_KERNELS
   return ds4::cpu::dot_f32(a, b, n);
@@ -135,6 +144,14 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   ds4::cpu::axpy(a, x, y, n);
 #else
   for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+#endif
+}
+
+void scale(float a, float* y, int64_t n) {
+#ifdef DS4_HAVE_CPU_KERNELS
+  ds4::cpu::scale(a, y, n);
+#else
+  for (int64_t j = 0; j < n; ++j) y[j] = y[j] * a;
 #endif
 }
 

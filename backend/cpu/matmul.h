@@ -38,8 +38,13 @@ float dot_expert_row(const Matrix& w, int64_t r, const quant::BlockQ8K* x);
 void expert_matmul(const Matrix& w, const quant::BlockQ8K* x, int64_t x_stride, int n_rows,
                    float* y, int64_t y_stride, ThreadPool* pool);
 
+// quant::quantize_q8_k_act, byte for byte (SIMD when the kernels are built).
+void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n);
+
 // Canonical dense dot and axpy (kernels when built, else the quant reference): same bits.
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
+// y[i] = y[i]·a, elementwise.
+void scale(float a, float* y, int64_t n);
 
 }  // namespace ds4::backend::cpu
