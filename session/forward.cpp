@@ -5,11 +5,15 @@
 // batched op over the n rows, and the state-dependent steps (RoPE, FP8, raw push, compressor
 // steps, indexer, sink attention) run row by row in token order, exactly as a decode step
 // (§5.1, §6.4). Every batched op is batch invariant, so a row's bits never depend on n.
+// The block steps shared with the DSpark drafter (HC pre/post, projections, RoPE, sink
+// attention of a row, output LoRA, FFN sublayer) live in session/block.h; this file keeps the
+// target-only parts: embedding, compressors, indexer, raw window, prefix slots, output head.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "quant/quant.h"
+#include "session/block.h"
 #include "session/scratch.h"
 #include "session/session.h"
 
@@ -75,47 +79,6 @@ ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64
   row_logits.assign(kMaxBatchRows * c.n_vocab, 0.0f);
 }
 
-namespace {
-
-void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y,
-            int64_t ys, int n) {
-  backend::MatmulParams p;
-  p.w = w;
-  p.x = x;
-  p.x_stride = xs;
-  p.y = y;
-  p.y_stride = ys;
-  p.n_rows = n;
-  be.matmul(p);
-}
-
-void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim,
-              int n_rows, float eps) {
-  backend::RmsNormParams p;
-  p.x = x;
-  p.weight = w;
-  p.out = out;
-  p.n = dim;
-  p.n_rows = n_rows;
-  p.eps = eps;
-  be.rms_norm(p);
-}
-
-void rope(backend::Backend& be, float* x, int n_head, int head_dim, int n_rot, int64_t pos,
-          const model::RopeParams& rp, bool inverse) {
-  backend::RopeTailParams p;
-  p.x = x;
-  p.n_head = n_head;
-  p.head_dim = head_dim;
-  p.n_rot = n_rot;
-  p.pos = pos;
-  p.rope = rp;
-  p.inverse = inverse;
-  be.rope_tail(p);
-}
-
-}  // namespace
-
 void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots) {
   DS4_CHECK(n >= 1 && n <= kMaxChunkRows);
   DS4_CHECK(n - logits_first <= kMaxBatchRows);
@@ -166,9 +129,8 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   Scratch& s = *s_;
   const LayerMats& m = mats_[il];
   LayerState& L = state_.layers()[il];
-  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim(), D = cfg_.head_dim;
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t QL = cfg_.q_lora_rank, Q = cfg_.q_dim();
-  const int nh = static_cast<int>(cfg_.n_head);
   const int n_rot = static_cast<int>(cfg_.n_rot);
   const int ratio = L.ratio;
   const int64_t W = ratio == 4 ? 2 * D : D;
@@ -178,31 +140,9 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   const float eps = cfg_.rms_eps;
   const model::RopeParams rp = cfg_.rope_params(static_cast<uint32_t>(il));
 
-  backend::HcPreParams hp;
-  hp.x = s.x.data();
-  hp.fn = m.hc_attn_fn;
-  hp.scale = m.hc_attn_scale;
-  hp.base = m.hc_attn_base;
-  hp.n_hc = static_cast<int>(cfg_.n_hc);
-  hp.n_embd = E;
-  hp.sinkhorn_iters = static_cast<int>(cfg_.n_hc_sinkhorn_iter);
-  hp.norm_eps = eps;
-  hp.hc_eps = cfg_.hc_eps;
-  hp.n_rows = n;
-  hp.flat = s.flat.data();
-  hp.mix = s.mix.data();
-  hp.y = s.y.data();
-  hp.post = s.post.data();
-  hp.comb = s.comb.data();
-  be_.hc_pre(hp);
-
-  rms_norm(be_, s.y.data(), m.attn_norm, s.h.data(), E, n, eps);
-  matmul(be_, m.attn_q_a, s.h.data(), E, s.qa.data(), QL, n);
-  rms_norm(be_, s.qa.data(), m.q_a_norm, s.qr.data(), QL, n, eps);
-  matmul(be_, m.attn_q_b, s.qr.data(), QL, s.q.data(), Q, n);
-  rms_norm(be_, s.q.data(), nullptr, s.q.data(), D, n * nh, eps);  // per-head, no weight
-  matmul(be_, m.attn_kv, s.h.data(), E, s.kv.data(), D, n);
-  rms_norm(be_, s.kv.data(), m.kv_a_norm, s.kv.data(), D, n, eps);
+  const AttnMats am = attn_mats(m);
+  const BlockScratch bs = block_scratch(s);
+  attention_projections(be_, cfg_, am, bs, n);
   if (ratio != 0) {
     matmul(be_, m.cmp_kv, s.h.data(), E, s.ckv.data(), W, n);
     matmul(be_, m.cmp_gate, s.h.data(), E, s.csc.data(), W, n);
@@ -231,9 +171,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     const int64_t pos = pos0 + i;
     float* q = s.q.data() + i * Q;
     float* kv = s.kv.data() + i * D;
-    rope(be_, q, nh, static_cast<int>(D), n_rot, pos, rp, false);
-    rope(be_, kv, 1, static_cast<int>(D), n_rot, pos, rp, false);
-    quant::fp8_e4m3_roundtrip(kv, static_cast<int>(D) - n_rot);
+    rope_q_kv_row(be_, cfg_, q, kv, pos, rp);
     float* raw_row = L.raw.data() + (pos % raw_cap) * D;
     for (int64_t j = 0; j < D; ++j) raw_row[j] = quant::f16_round(kv[j]);
 
@@ -289,7 +227,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         DS4_CHECK(i >= first_idx_row);
         float* iq = s.iq.data() + i * IQ;
         float* iw = s.iw.data() + i * n_ih;
-        rope(be_, iq, n_ih, static_cast<int>(IDX), n_rot, pos, rp, false);
+        rope_tail(be_, iq, n_ih, static_cast<int>(IDX), n_rot, pos, rp, false);
         for (int k = 0; k < n_ih; ++k) quant::indexer_qat_row(iq + k * IDX);
         for (int k = 0; k < n_ih; ++k) iw[k] = iw[k] * idx_w_scale;
         backend::IndexerSelectParams ip;
@@ -312,128 +250,20 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     const int64_t first = std::max<int64_t>(0, pos - swa + 1);
     int n_raw = 0;
     for (int64_t p = first; p <= pos; ++p) s.raw_ptrs[n_raw++] = L.raw.data() + (p % raw_cap) * D;
-    backend::SinkAttentionParams ap;
-    ap.q = q;
-    ap.raw = s.raw_ptrs.data();
-    ap.n_raw = n_raw;
-    ap.comp = ratio != 0 ? L.comp.data() : nullptr;
-    ap.n_comp = ratio != 0 ? L.n_comp : 0;
-    ap.comp_allowed = allowed;
-    ap.sinks = m.sinks;
-    ap.n_head = nh;
-    ap.head_dim = static_cast<int>(D);
-    ap.scores = s.attn_scores.data();
-    ap.out = s.heads.data() + i * Q;
-    be_.sink_attention(ap);
-    rope(be_, s.heads.data() + i * Q, nh, static_cast<int>(D), n_rot, pos, rp, true);
+    attend_row(be_, cfg_, q, s.raw_ptrs.data(), n_raw, ratio != 0 ? L.comp.data() : nullptr,
+               ratio != 0 ? L.n_comp : 0, allowed, m.sinks, s.attn_scores.data(), s.heads.data() + i * Q, pos, rp);
     // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
     // the live one, so its slot is never restored and not saved.
     if (capture_slots && i + 1 < n) state_.save_layer_frontier(il, slots_[i]);
   }
 
-  // Grouped output LoRA: group g reads heads [g*hpg, (g+1)*hpg) and rows [g*OLr, (g+1)*OLr).
-  const int64_t G = cfg_.group_dim(), OLr = cfg_.o_lora_rank, OL = cfg_.o_low_dim();
-  for (uint32_t g = 0; g < cfg_.n_out_group; ++g) {
-    matmul(be_, m.attn_output_a.rows(g * OLr, OLr), s.heads.data() + g * G, Q, s.low.data() + g * OLr, OL, n);
-  }
-  matmul(be_, m.attn_output_b, s.low.data(), OL, s.o.data(), E, n);
-
-  backend::HcPostParams pp;
-  pp.f = s.o.data();
-  pp.x = s.x.data();
-  pp.post = s.post.data();
-  pp.comb = s.comb.data();
-  pp.out = s.x2.data();
-  pp.n_hc = static_cast<int>(cfg_.n_hc);
-  pp.n_embd = E;
-  pp.n_rows = n;
-  be_.hc_post(pp);
+  attention_output(be_, cfg_, am, bs, n);
   std::swap(s.x, s.x2);
-  (void)HC;
 }
 
 void ModelSession::ffn_layer(int il, int n, const int32_t* tokens) {
   Scratch& s = *s_;
-  const LayerMats& m = mats_[il];
-  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
-  const int X = static_cast<int>(cfg_.n_expert);
-  const int U = static_cast<int>(cfg_.n_expert_used);
-  const float eps = cfg_.rms_eps;
-  const float clamp = cfg_.swiglu_clamp[il];
-
-  backend::HcPreParams hp;
-  hp.x = s.x.data();
-  hp.fn = m.hc_ffn_fn;
-  hp.scale = m.hc_ffn_scale;
-  hp.base = m.hc_ffn_base;
-  hp.n_hc = static_cast<int>(cfg_.n_hc);
-  hp.n_embd = E;
-  hp.sinkhorn_iters = static_cast<int>(cfg_.n_hc_sinkhorn_iter);
-  hp.norm_eps = eps;
-  hp.hc_eps = cfg_.hc_eps;
-  hp.n_rows = n;
-  hp.flat = s.flat.data();
-  hp.mix = s.mix.data();
-  hp.y = s.y.data();
-  hp.post = s.post.data();
-  hp.comb = s.comb.data();
-  be_.hc_pre(hp);
-  rms_norm(be_, s.y.data(), m.ffn_norm, s.h.data(), E, n, eps);
-
-  // Router (§4.6): sqrt-softplus scores; hash layers take the table row of the row's token.
-  matmul(be_, m.ffn_gate_inp, s.h.data(), E, s.router.data(), X, n);
-  backend::RouteParams rt;
-  rt.logits = s.router.data();
-  rt.bias = m.exp_probs_b;
-  rt.tid2eid = m.tid2eid;
-  rt.tokens = tokens;
-  rt.n_rows = n;
-  rt.n_expert = X;
-  rt.n_used = U;
-  rt.renorm = cfg_.expert_weights_norm;
-  rt.scale = cfg_.expert_weights_scale;
-  rt.probs = s.probs.data();
-  rt.sel = s.sel.data();
-  rt.wt = s.wt.data();
-  be_.route(rt);
-
-  backend::MoeParams mp;
-  mp.x = s.h.data();
-  mp.sel = s.sel.data();
-  mp.wt = s.wt.data();
-  mp.n_used = U;
-  mp.n_rows = n;
-  mp.gate = m.gate_exps;
-  mp.up = m.up_exps;
-  mp.down = m.down_exps;
-  mp.clamp = clamp;
-  mp.out = s.moe_out.data();
-  mp.scratch = s.moe_scratch.data();
-  be_.moe(mp);
-
-  // Shared expert (Q8_0): silu(min(g, c)) * clamp(u, -c, c), then down.
-  matmul(be_, m.ffn_gate_shexp, s.h.data(), E, s.sg.data(), F, n);
-  matmul(be_, m.ffn_up_shexp, s.h.data(), E, s.su.data(), F, n);
-  backend::SwigluParams sw;
-  sw.gate = s.sg.data();
-  sw.up = s.su.data();
-  sw.out = s.sg.data();
-  sw.n = n * F;
-  sw.clamp = clamp;
-  be_.swiglu(sw);
-  matmul(be_, m.ffn_down_shexp, s.sg.data(), F, s.sh_out.data(), E, n);
-  for (int64_t k = 0; k < n * E; ++k) s.o[k] = s.moe_out[k] + s.sh_out[k];
-
-  backend::HcPostParams pp;
-  pp.f = s.o.data();
-  pp.x = s.x.data();
-  pp.post = s.post.data();
-  pp.comb = s.comb.data();
-  pp.out = s.x2.data();
-  pp.n_hc = static_cast<int>(cfg_.n_hc);
-  pp.n_embd = E;
-  pp.n_rows = n;
-  be_.hc_post(pp);
+  ffn_sublayer(be_, cfg_, ffn_mats(mats_[il]), block_scratch(s), n, tokens, cfg_.swiglu_clamp[il]);
   std::swap(s.x, s.x2);
 }
 

@@ -1,9 +1,9 @@
 // spec/drafter.cpp — DSpark drafter forward (see drafter.h; dspark-drafter.md §2-§11).
 //
 // A stage is the target's V4 block with the attention swapped for the DSpark one (§3-§4); its
-// math here calls the same backend ops in the same order as session/forward.cpp
-// (attention_layer / ffn_layer for a ratio-0, non-hash layer), so a stage with the target's
-// weights would reproduce a dense target layer on the same keys.
+// block steps are the target's own (session/block.h: projections, RoPE, sink attention of a
+// row, output LoRA, FFN sublayer), so a stage with the target's weights would reproduce a
+// dense (ratio-0, non-hash) target layer on the same keys. Only the key set is drafter code.
 #include "spec/drafter.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "quant/quant.h"
+#include "session/block.h"
 
 namespace ds4::spec {
 
@@ -19,40 +20,8 @@ namespace {
 
 constexpr int kCommitRows = 8;  // rows per commit chunk (batched main_proj / attn_kv)
 
-void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys, int n) {
-  backend::MatmulParams p;
-  p.w = w;
-  p.x = x;
-  p.x_stride = xs;
-  p.y = y;
-  p.y_stride = ys;
-  p.n_rows = n;
-  be.matmul(p);
-}
-
-void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim, int n_rows, float eps) {
-  backend::RmsNormParams p;
-  p.x = x;
-  p.weight = w;
-  p.out = out;
-  p.n = dim;
-  p.n_rows = n_rows;
-  p.eps = eps;
-  be.rms_norm(p);
-}
-
-void rope(backend::Backend& be, float* x, int n_head, int head_dim, int n_rot, int64_t pos,
-          const model::RopeParams& rp, bool inverse) {
-  backend::RopeTailParams p;
-  p.x = x;
-  p.n_head = n_head;
-  p.head_dim = head_dim;
-  p.n_rot = n_rot;
-  p.pos = pos;
-  p.rope = rp;
-  p.inverse = inverse;
-  be.rope_tail(p);
-}
+using session::matmul;
+using session::rms_norm;
 
 }  // namespace
 
@@ -203,19 +172,15 @@ void Drafter::commit_rows(int64_t pos0, int n, const float* hidden) {
 void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
   Scratch& s = *s_;
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
-  const float eps = cfg_.rms_eps;
-  const int n_rot = static_cast<int>(cfg_.n_rot);
   const model::RopeParams rp = cfg_.rope_params(0);
   matmul(be_, w_->main_proj, hidden, capture_width(), s.main_x.data(), E, n);
-  rms_norm(be_, s.main_x.data(), w_->main_norm, s.main_x.data(), E, n, eps);
+  rms_norm(be_, s.main_x.data(), w_->main_norm, s.main_x.data(), E, n, cfg_.rms_eps);
   for (int st = 0; st < w_->config.n_stages; ++st) {
     const StageWeights& sw = w_->stages[st];
-    matmul(be_, sw.attn_kv, s.main_x.data(), E, s.ckv.data(), D, n);
-    rms_norm(be_, s.ckv.data(), sw.kv_a_norm, s.ckv.data(), D, n, eps);
+    session::kv_projection(be_, cfg_, sw.attn_kv, sw.kv_a_norm, s.main_x.data(), E, s.ckv.data(), n);
     for (int i = 0; i < n; ++i) {
       float* kv = s.ckv.data() + i * D;
-      rope(be_, kv, 1, static_cast<int>(D), n_rot, pos0 + i, rp, false);
-      quant::fp8_e4m3_roundtrip(kv, static_cast<int>(D) - n_rot);
+      session::rope_kv_row(be_, cfg_, kv, pos0 + i, rp);
       std::memcpy(ring_.data() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, kv, sizeof(float) * D);
     }
   }
@@ -225,45 +190,13 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
 
 void Drafter::stage_attention(int st, int64_t pos) {
   Scratch& s = *s_;
-  const StageWeights& m = w_->stages[st];
   const int n = B_;
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, QL = cfg_.q_lora_rank, Q = cfg_.q_dim();
-  const int nh = static_cast<int>(cfg_.n_head);
-  const int n_rot = static_cast<int>(cfg_.n_rot);
-  const float eps = cfg_.rms_eps;
+  const int64_t D = cfg_.head_dim, Q = cfg_.q_dim();
   const model::RopeParams rp = cfg_.rope_params(0);  // ratio 0: base theta, no YaRN (§3.3)
-
-  backend::HcPreParams hp;
-  hp.x = s.x.data();
-  hp.fn = m.hc_attn_fn;
-  hp.scale = m.hc_attn_scale;
-  hp.base = m.hc_attn_base;
-  hp.n_hc = static_cast<int>(cfg_.n_hc);
-  hp.n_embd = E;
-  hp.sinkhorn_iters = static_cast<int>(cfg_.n_hc_sinkhorn_iter);
-  hp.norm_eps = eps;
-  hp.hc_eps = cfg_.hc_eps;
-  hp.n_rows = n;
-  hp.flat = s.flat.data();
-  hp.mix = s.mix.data();
-  hp.y = s.y.data();
-  hp.post = s.post.data();
-  hp.comb = s.comb.data();
-  be_.hc_pre(hp);
-
-  rms_norm(be_, s.y.data(), m.attn_norm, s.h.data(), E, n, eps);
-  matmul(be_, m.attn_q_a, s.h.data(), E, s.qa.data(), QL, n);
-  rms_norm(be_, s.qa.data(), m.q_a_norm, s.qr.data(), QL, n, eps);
-  matmul(be_, m.attn_q_b, s.qr.data(), QL, s.q.data(), Q, n);
-  rms_norm(be_, s.q.data(), nullptr, s.q.data(), D, n * nh, eps);  // per-head, no weight
-  matmul(be_, m.attn_kv, s.h.data(), E, s.kv.data(), D, n);
-  rms_norm(be_, s.kv.data(), m.kv_a_norm, s.kv.data(), D, n, eps);
-  for (int i = 0; i < n; ++i) {
-    rope(be_, s.q.data() + i * Q, nh, static_cast<int>(D), n_rot, pos + i, rp, false);
-    float* kv = s.kv.data() + i * D;
-    rope(be_, kv, 1, static_cast<int>(D), n_rot, pos + i, rp, false);
-    quant::fp8_e4m3_roundtrip(kv, static_cast<int>(D) - n_rot);
-  }
+  const session::AttnMats am = session::attn_mats(w_->stages[st]);
+  const session::BlockScratch bs = session::block_scratch(s);
+  session::attention_projections(be_, cfg_, am, bs, n);
+  for (int i = 0; i < n; ++i) session::rope_q_kv_row(be_, cfg_, s.q.data() + i * Q, s.kv.data() + i * D, pos + i, rp);
   // Key set (identical for every slot): ring rows of positions max(start, P-W)..P-1, then the
   // block rows, bidirectionally (§3.3).
   int n_keys = 0;
@@ -271,145 +204,18 @@ void Drafter::stage_attention(int st, int64_t pos) {
   for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.data() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
   for (int i = 0; i < n; ++i) s.ptrs[n_keys++] = s.kv.data() + i * D;
   for (int i = 0; i < n; ++i) {
-    backend::SinkAttentionParams ap;
-    ap.q = s.q.data() + i * Q;
-    ap.raw = s.ptrs.data();
-    ap.n_raw = n_keys;
-    ap.comp = nullptr;
-    ap.n_comp = 0;
-    ap.comp_allowed = nullptr;
-    ap.sinks = m.sinks;
-    ap.n_head = nh;
-    ap.head_dim = static_cast<int>(D);
-    ap.scores = s.scores.data();
-    ap.out = s.heads.data() + i * Q;
-    be_.sink_attention(ap);
-    rope(be_, s.heads.data() + i * Q, nh, static_cast<int>(D), n_rot, pos + i, rp, true);
+    session::attend_row(be_, cfg_, s.q.data() + i * Q, s.ptrs.data(), n_keys, nullptr, 0, nullptr, am.sinks,
+                        s.scores.data(), s.heads.data() + i * Q, pos + i, rp);
   }
-  const int64_t G = cfg_.group_dim(), OLr = cfg_.o_lora_rank, OL = cfg_.o_low_dim();
-  for (uint32_t g = 0; g < cfg_.n_out_group; ++g) {
-    matmul(be_, m.attn_output_a.rows(g * OLr, OLr), s.heads.data() + g * G, Q, s.low.data() + g * OLr, OL, n);
-  }
-  matmul(be_, m.attn_output_b, s.low.data(), OL, s.o.data(), E, n);
-
-  backend::HcPostParams pp;
-  pp.f = s.o.data();
-  pp.x = s.x.data();
-  pp.post = s.post.data();
-  pp.comb = s.comb.data();
-  pp.out = s.x2.data();
-  pp.n_hc = static_cast<int>(cfg_.n_hc);
-  pp.n_embd = E;
-  pp.n_rows = n;
-  be_.hc_post(pp);
+  session::attention_output(be_, cfg_, am, bs, n);
   std::swap(s.x, s.x2);
 }
 
+// Learned routing (§4): top-U by score + exp_probs_b (no hash table), shared expert, HC post.
 void Drafter::stage_ffn(int st) {
   Scratch& s = *s_;
-  const StageWeights& m = w_->stages[st];
-  const int n = B_;
-  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
-  const int X = static_cast<int>(cfg_.n_expert);
-  const int U = static_cast<int>(cfg_.n_expert_used);
-  const float eps = cfg_.rms_eps;
-  const float clamp = cfg_.swiglu_clamp.back();
-
-  backend::HcPreParams hp;
-  hp.x = s.x.data();
-  hp.fn = m.hc_ffn_fn;
-  hp.scale = m.hc_ffn_scale;
-  hp.base = m.hc_ffn_base;
-  hp.n_hc = static_cast<int>(cfg_.n_hc);
-  hp.n_embd = E;
-  hp.sinkhorn_iters = static_cast<int>(cfg_.n_hc_sinkhorn_iter);
-  hp.norm_eps = eps;
-  hp.hc_eps = cfg_.hc_eps;
-  hp.n_rows = n;
-  hp.flat = s.flat.data();
-  hp.mix = s.mix.data();
-  hp.y = s.y.data();
-  hp.post = s.post.data();
-  hp.comb = s.comb.data();
-  be_.hc_pre(hp);
-  rms_norm(be_, s.y.data(), m.ffn_norm, s.h.data(), E, n, eps);
-
-  // Learned routing (§4): sqrt-softplus scores, top-U by score + exp_probs_b (ties -> lower
-  // expert id), weights = chosen unbiased scores, normalized, x expert_weights_scale.
-  matmul(be_, m.ffn_gate_inp, s.h.data(), E, s.router.data(), X, n);
-  for (int i = 0; i < n; ++i) {
-    const float* logits = s.router.data() + i * X;
-    float* p = s.probs.data();
-    for (int e = 0; e < X; ++e) p[e] = sqrtf(backend::cpu::softplus_stable(logits[e]));
-    int32_t* sel = s.sel.data() + i * U;
-    float* wt = s.wt.data() + i * U;
-    float best[64];
-    int cnt = 0;
-    for (int e = 0; e < X; ++e) {
-      const float sc = p[e] + m.exp_probs_b[e];
-      int at = cnt;
-      for (int j = 0; j < cnt; ++j) {
-        if (best[j] < sc) {
-          at = j;
-          break;
-        }
-      }
-      if (at >= U) continue;
-      const int last = std::min(cnt, U - 1);
-      for (int j = last; j > at; --j) {
-        best[j] = best[j - 1];
-        sel[j] = sel[j - 1];
-      }
-      best[at] = sc;
-      sel[at] = e;
-      if (cnt < U) ++cnt;
-    }
-    float sum = 0.0f;
-    for (int j = 0; j < U; ++j) {
-      wt[j] = p[sel[j]];
-      sum += wt[j];
-    }
-    if (cfg_.expert_weights_norm) {
-      const float denom = std::max(sum, 6.103515625e-5f);
-      for (int j = 0; j < U; ++j) wt[j] = wt[j] / denom * cfg_.expert_weights_scale;
-    } else {
-      for (int j = 0; j < U; ++j) wt[j] = wt[j] * cfg_.expert_weights_scale;
-    }
-  }
-  backend::MoeParams mp;
-  mp.x = s.h.data();
-  mp.sel = s.sel.data();
-  mp.wt = s.wt.data();
-  mp.n_used = U;
-  mp.n_rows = n;
-  mp.gate = m.gate_exps;
-  mp.up = m.up_exps;
-  mp.down = m.down_exps;
-  mp.clamp = clamp;
-  mp.out = s.moe_out.data();
-  mp.scratch = s.moe_scratch.data();
-  be_.moe(mp);
-
-  matmul(be_, m.ffn_gate_shexp, s.h.data(), E, s.sg.data(), F, n);
-  matmul(be_, m.ffn_up_shexp, s.h.data(), E, s.su.data(), F, n);
-  for (int64_t k = 0; k < n * F; ++k) {
-    const float g = std::min(s.sg[k], clamp);
-    const float u = std::min(std::max(s.su[k], -clamp), clamp);
-    s.sg[k] = backend::cpu::silu(g) * u;
-  }
-  matmul(be_, m.ffn_down_shexp, s.sg.data(), F, s.sh_out.data(), E, n);
-  for (int64_t k = 0; k < n * E; ++k) s.o[k] = s.moe_out[k] + s.sh_out[k];
-
-  backend::HcPostParams pp;
-  pp.f = s.o.data();
-  pp.x = s.x.data();
-  pp.post = s.post.data();
-  pp.comb = s.comb.data();
-  pp.out = s.x2.data();
-  pp.n_hc = static_cast<int>(cfg_.n_hc);
-  pp.n_embd = E;
-  pp.n_rows = n;
-  be_.hc_post(pp);
+  session::ffn_sublayer(be_, cfg_, session::ffn_mats(w_->stages[st]), session::block_scratch(s), B_, nullptr,
+                        cfg_.swiglu_clamp.back());
   std::swap(s.x, s.x2);
 }
 

@@ -235,7 +235,9 @@ TEST(ForwardSanity, LogitsAreFiniteAndInformative) {
     }
     const double mean = sum / l.size();
     EXPECT_GT(sq / l.size() - mean * mean, 1e-6);
-    if (!prev.empty()) EXPECT_FALSE(testing_tiny::same_floats(l, prev));
+    if (!prev.empty()) {
+      EXPECT_FALSE(testing_tiny::same_floats(l, prev));
+    }
     prev.assign(l.begin(), l.end());
     argmaxes.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
   }

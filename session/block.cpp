@@ -1,0 +1,201 @@
+// session/block.cpp — the shared V4 block steps (see block.h). Each function issues the
+// backend ops of one block step in the order the target forward has always used; the drafter
+// stages call the same functions, so both paths produce identical bits on identical inputs.
+#include "session/block.h"
+
+#include "quant/quant.h"
+
+namespace ds4::session {
+
+void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys,
+            int n) {
+  backend::MatmulParams p;
+  p.w = w;
+  p.x = x;
+  p.x_stride = xs;
+  p.y = y;
+  p.y_stride = ys;
+  p.n_rows = n;
+  be.matmul(p);
+}
+
+void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim, int n_rows, float eps) {
+  backend::RmsNormParams p;
+  p.x = x;
+  p.weight = w;
+  p.out = out;
+  p.n = dim;
+  p.n_rows = n_rows;
+  p.eps = eps;
+  be.rms_norm(p);
+}
+
+void rope_tail(backend::Backend& be, float* x, int n_head, int head_dim, int n_rot, int64_t pos,
+               const model::RopeParams& rp, bool inverse) {
+  backend::RopeTailParams p;
+  p.x = x;
+  p.n_head = n_head;
+  p.head_dim = head_dim;
+  p.n_rot = n_rot;
+  p.pos = pos;
+  p.rope = rp;
+  p.inverse = inverse;
+  be.rope_tail(p);
+}
+
+void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n) {
+  backend::HcPreParams hp;
+  hp.x = s.x;
+  hp.fn = w.fn;
+  hp.scale = w.scale;
+  hp.base = w.base;
+  hp.n_hc = static_cast<int>(c.n_hc);
+  hp.n_embd = c.n_embd;
+  hp.sinkhorn_iters = static_cast<int>(c.n_hc_sinkhorn_iter);
+  hp.norm_eps = c.rms_eps;
+  hp.hc_eps = c.hc_eps;
+  hp.n_rows = n;
+  hp.flat = s.flat;
+  hp.mix = s.mix;
+  hp.y = s.y;
+  hp.post = s.post;
+  hp.comb = s.comb;
+  be.hc_pre(hp);
+}
+
+void hc_post_rows(backend::Backend& be, const model::ModelConfig& c, const BlockScratch& s, int n) {
+  backend::HcPostParams pp;
+  pp.f = s.o;
+  pp.x = s.x;
+  pp.post = s.post;
+  pp.comb = s.comb;
+  pp.out = s.x_next;
+  pp.n_hc = static_cast<int>(c.n_hc);
+  pp.n_embd = c.n_embd;
+  pp.n_rows = n;
+  be.hc_post(pp);
+}
+
+void kv_projection(backend::Backend& be, const model::ModelConfig& c, const backend::Matrix& attn_kv,
+                   const float* kv_a_norm, const float* h, int64_t h_stride, float* kv, int n) {
+  const int64_t D = c.head_dim;
+  matmul(be, attn_kv, h, h_stride, kv, D, n);
+  rms_norm(be, kv, kv_a_norm, kv, D, n, c.rms_eps);
+}
+
+void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
+                           const BlockScratch& s, int n) {
+  const int64_t E = c.n_embd, D = c.head_dim, QL = c.q_lora_rank, Q = c.q_dim();
+  const int nh = static_cast<int>(c.n_head);
+  const float eps = c.rms_eps;
+  hc_pre_rows(be, c, m.hc, s, n);
+  rms_norm(be, s.y, m.norm, s.h, E, n, eps);
+  matmul(be, m.q_a, s.h, E, s.qa, QL, n);
+  rms_norm(be, s.qa, m.q_a_norm, s.qr, QL, n, eps);
+  matmul(be, m.q_b, s.qr, QL, s.q, Q, n);
+  rms_norm(be, s.q, nullptr, s.q, D, n * nh, eps);  // per-head, no weight
+  kv_projection(be, c, m.kv, m.kv_a_norm, s.h, E, s.kv, n);
+}
+
+void rope_kv_row(backend::Backend& be, const model::ModelConfig& c, float* kv, int64_t pos,
+                 const model::RopeParams& rp) {
+  const int D = static_cast<int>(c.head_dim), n_rot = static_cast<int>(c.n_rot);
+  rope_tail(be, kv, 1, D, n_rot, pos, rp, false);
+  quant::fp8_e4m3_roundtrip(kv, D - n_rot);
+}
+
+void rope_q_kv_row(backend::Backend& be, const model::ModelConfig& c, float* q, float* kv, int64_t pos,
+                   const model::RopeParams& rp) {
+  rope_tail(be, q, static_cast<int>(c.n_head), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), pos, rp,
+            false);
+  rope_kv_row(be, c, kv, pos, rp);
+}
+
+void attend_row(backend::Backend& be, const model::ModelConfig& c, const float* q, const float* const* keys,
+                int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed, const float* sinks,
+                float* scores, float* out, int64_t pos, const model::RopeParams& rp) {
+  const int nh = static_cast<int>(c.n_head), D = static_cast<int>(c.head_dim);
+  backend::SinkAttentionParams ap;
+  ap.q = q;
+  ap.raw = keys;
+  ap.n_raw = n_keys;
+  ap.comp = comp;
+  ap.n_comp = n_comp;
+  ap.comp_allowed = allowed;
+  ap.sinks = sinks;
+  ap.n_head = nh;
+  ap.head_dim = D;
+  ap.scores = scores;
+  ap.out = out;
+  be.sink_attention(ap);
+  rope_tail(be, out, nh, D, static_cast<int>(c.n_rot), pos, rp, true);
+}
+
+void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,
+                      int n) {
+  // Grouped output LoRA: group g reads heads [g*hpg, (g+1)*hpg) and rows [g*OLr, (g+1)*OLr).
+  const int64_t E = c.n_embd, Q = c.q_dim(), G = c.group_dim(), OLr = c.o_lora_rank, OL = c.o_low_dim();
+  for (uint32_t g = 0; g < c.n_out_group; ++g) {
+    matmul(be, m.output_a.rows(g * OLr, OLr), s.heads + g * G, Q, s.low + g * OLr, OL, n);
+  }
+  matmul(be, m.output_b, s.low, OL, s.o, E, n);
+  hc_post_rows(be, c, s, n);
+}
+
+void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMats& m, const BlockScratch& s,
+                  int n, const int32_t* tokens, float clamp) {
+  const int64_t E = c.n_embd, F = c.n_ff_exp;
+  const int X = static_cast<int>(c.n_expert);
+  const int U = static_cast<int>(c.n_expert_used);
+  hc_pre_rows(be, c, m.hc, s, n);
+  rms_norm(be, s.y, m.norm, s.h, E, n, c.rms_eps);
+
+  // Router (§4.6): sqrt-softplus scores; hash layers take the table row of the row's token,
+  // the others the top-U by score + exp_probs_b.
+  matmul(be, m.gate_inp, s.h, E, s.router, X, n);
+  backend::RouteParams rt;
+  rt.logits = s.router;
+  rt.bias = m.exp_probs_b;
+  rt.tid2eid = m.tid2eid;
+  rt.tokens = tokens;
+  rt.n_rows = n;
+  rt.n_expert = X;
+  rt.n_used = U;
+  rt.renorm = c.expert_weights_norm;
+  rt.scale = c.expert_weights_scale;
+  rt.probs = s.probs;
+  rt.sel = s.sel;
+  rt.wt = s.wt;
+  be.route(rt);
+
+  backend::MoeParams mp;
+  mp.x = s.h;
+  mp.sel = s.sel;
+  mp.wt = s.wt;
+  mp.n_used = U;
+  mp.n_rows = n;
+  mp.gate = m.gate_exps;
+  mp.up = m.up_exps;
+  mp.down = m.down_exps;
+  mp.clamp = clamp;
+  mp.out = s.moe_out;
+  mp.scratch = s.moe_scratch;
+  be.moe(mp);
+
+  // Shared expert (Q8_0): silu(min(g, c)) * clamp(u, -c, c), then down.
+  matmul(be, m.gate_shexp, s.h, E, s.sg, F, n);
+  matmul(be, m.up_shexp, s.h, E, s.su, F, n);
+  backend::SwigluParams sw;
+  sw.gate = s.sg;
+  sw.up = s.su;
+  sw.out = s.sg;
+  sw.n = n * F;
+  sw.clamp = clamp;
+  be.swiglu(sw);
+  matmul(be, m.down_shexp, s.sg, F, s.sh_out, E, n);
+  for (int64_t k = 0; k < n * E; ++k) s.o[k] = s.moe_out[k] + s.sh_out[k];
+
+  hc_post_rows(be, c, s, n);
+}
+
+}  // namespace ds4::session
