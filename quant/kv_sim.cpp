@@ -1,11 +1,15 @@
 // quant/kv_sim.cpp — FP8-E4M3 KV and Hadamard+FP4 indexer round trips (quant/kv_sim.h).
 //
-// The nearest-value searches compare |v − t| in f32 between the two table neighbours that
-// bracket v; both differences are exact (Sterbenz), so this equals a full linear scan by
-// absolute difference with ties to the even index (tests check it against one).
+// Nearest-value rounding is closed form (grid_nearest: round-half-even on the f32 bit pattern
+// for normal grid values, an add/subtract of a power of two on the uniform subnormal part).
+// Nearest by |v − t| with exact ties to the even table index is exactly round-to-nearest-even
+// onto the grid (index parity = mantissa parity); kv_sim_exhaustive_test checks it bit for
+// bit against the former binary search and a linear scan.
 #include "quant/kv_sim.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/status.h"
 
@@ -37,19 +41,31 @@ static_assert(kE4M3.v[126] == 448.0f && kE4M3.v[1] == 0x1p-9f && kE4M3.v[56] == 
 
 constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
-// Index of the nearest table entry to a (0 <= a <= table[count-1]); ties -> even index.
-int nearest_index(const float* table, int count, float a) {
-  int lo = 0, hi = count - 1;  // largest index with table[idx] <= a
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (table[mid] <= a) lo = mid; else hi = mid - 1;
-  }
-  if (lo + 1 < count) {
-    const float d0 = std::fabs(a - table[lo]);
-    const float d1 = std::fabs(a - table[lo + 1]);
-    if (d1 < d0 || (d1 == d0 && ((lo + 1) & 1) == 0)) return lo + 1;
-  }
-  return lo;
+// Closed-form nearest grid magnitude of a (0 <= a <= grid max, or NaN), equal to the nearest
+// table entry by |difference| with exact ties to the even index (index = e*2^mbits + m, so
+// "even index" is "even mantissa": plain round-to-nearest-even onto the grid).
+//  * a >= kMinNormal (the smallest normal grid value): drop the low 23 - kMbits bits of the
+//    f32 mantissa with round-half-even on the bit pattern; a carry into the exponent is the
+//    correct next binade value. Never passes the grid max, which is representable.
+//  * a < kMinNormal: the grid is uniform with step kStep = kMinNormal / 2^kMbits; adding and
+//    subtracting kBig (ulp(kBig) == kStep, a < kBig) rounds to a step multiple, ties to even
+//    under the default rounding mode (needs no fast-math / contraction, as every TU here).
+// NaN reaches here for a signaling-NaN input (fmin(sNaN, max) is NaN; a quiet NaN gives max):
+// the search found index 0 for it (every comparison false), so NaN -> 0.
+template <int kMbits, int kMinNormalExp>
+float grid_nearest(float a) {
+  constexpr uint32_t kDrop = 23 - kMbits;
+  constexpr uint32_t kHalf = (1u << (kDrop - 1)) - 1u;
+  constexpr float kMinNormal = exact_pow2(kMinNormalExp);
+  constexpr float kBig = exact_pow2(kMinNormalExp - kMbits + 23);
+  uint32_t b;
+  std::memcpy(&b, &a, sizeof b);
+  b = (b + kHalf + ((b >> kDrop) & 1u)) & ~((1u << kDrop) - 1u);
+  float normal;
+  std::memcpy(&normal, &b, sizeof normal);
+  const float sub = (a + kBig) - kBig;
+  if (a >= kMinNormal) return normal;
+  return a < kMinNormal ? sub : 0.0f;
 }
 
 }  // namespace
@@ -62,7 +78,7 @@ float e4m3_value(int i) {
 float e4m3_nearest(float v) {
   const float sign = v < 0.0f ? -1.0f : 1.0f;
   const float a = std::fmin(std::fabs(v), kE4M3Max);
-  return sign * kE4M3.v[nearest_index(kE4M3.v, kE4M3Count, a)];
+  return sign * grid_nearest<3, -6>(a);
 }
 
 void fp8_e4m3_roundtrip(float* x, int n_leading) {
@@ -92,7 +108,7 @@ float e2m1_value(int i) {
 float e2m1_nearest(float v) {
   const float sign = v < 0.0f ? -1.0f : 1.0f;
   const float a = std::fmin(std::fabs(v), kE2M1Max);
-  return sign * kE2M1[nearest_index(kE2M1, 8, a)];
+  return sign * grid_nearest<1, 0>(a);
 }
 
 void fp4_e2m1_roundtrip_row(float* x, int n) {

@@ -111,38 +111,92 @@ Frontier State::make_frontier() const {
   f.n_comp.assign(layers_.size(), 0);
   f.n_index.assign(layers_.size(), 0);
   f.states.assign(frontier_floats_, 0.0f);
+  f.row_base.assign(layers_.size(), -1);
   return f;
 }
 
-void State::save_layer_frontier(int il, Frontier& f) const {
-  const LayerState& L = layers_[il];
-  f.n_comp[il] = L.n_comp;
-  f.n_index[il] = L.n_index;
-  float* dst = f.states.data() + state_offsets_[il];
+namespace {
+
+// A layer whose compressor writes one phase row per step and never shifts rows, with more
+// phase rows than a verify batch can touch: its prefix slots store rows only.
+bool rows_only(const LayerState& L) { return L.ratio > kMaxBatchRows && L.idx_kv.empty(); }
+
+void copy_states_out(const LayerState& L, float* dst) {
   for (const std::vector<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
     if (!v->empty()) std::memcpy(dst, v->data(), v->size() * sizeof(float));
     dst += v->size();
   }
 }
 
+void copy_states_in(LayerState& L, const float* src) {
+  for (std::vector<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
+    if (!v->empty()) std::memcpy(v->data(), src, v->size() * sizeof(float));
+    src += v->size();
+  }
+}
+
+}  // namespace
+
+void State::save_layer_frontier(int il, Frontier& f) const {
+  const LayerState& L = layers_[il];
+  f.n_comp[il] = L.n_comp;
+  f.n_index[il] = L.n_index;
+  float* dst = f.states.data() + state_offsets_[il];
+  if (!rows_only(L)) {
+    f.row_base[il] = -1;
+    copy_states_out(L, dst);
+    return;
+  }
+  // Rows the batch's rows 1 .. kMaxBatchRows-1 write (positions base+j). Those of rows up to
+  // this one already hold this row's state (never written again in the batch: distinct phase
+  // rows); the later ones still hold their pre-batch values, which a restore puts back.
+  const int64_t base = static_cast<int64_t>(tokens_.size());
+  const int64_t W = static_cast<int64_t>(L.cmp_kv.size()) / L.ratio;
+  f.row_base[il] = base;
+  for (int j = 1; j < kMaxBatchRows; ++j) {
+    const int64_t r = (base + j) % L.ratio;
+    std::memcpy(dst, L.cmp_kv.data() + r * W, W * sizeof(float));
+    std::memcpy(dst + W, L.cmp_score.data() + r * W, W * sizeof(float));
+    dst += 2 * W;
+  }
+}
+
 void State::save_frontier(Frontier& f) const {
   f.n_tokens = static_cast<int64_t>(tokens_.size());
-  for (size_t il = 0; il < layers_.size(); ++il) save_layer_frontier(static_cast<int>(il), f);
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const LayerState& L = layers_[il];
+    f.n_comp[il] = L.n_comp;
+    f.n_index[il] = L.n_index;
+    f.row_base[il] = -1;
+    copy_states_out(L, f.states.data() + state_offsets_[il]);
+  }
 }
 
 void State::restore_frontier(const Frontier& f) {
-  DS4_CHECK(f.n_tokens <= static_cast<int64_t>(tokens_.size()));
-  tokens_.resize(f.n_tokens);
+  const int64_t live = static_cast<int64_t>(tokens_.size());
+  DS4_CHECK(f.n_tokens <= live);
   for (size_t il = 0; il < layers_.size(); ++il) {
     LayerState& L = layers_[il];
     L.n_comp = f.n_comp[il];
     L.n_index = f.n_index[il];
     const float* src = f.states.data() + state_offsets_[il];
-    for (std::vector<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
-      if (!v->empty()) std::memcpy(v->data(), src, v->size() * sizeof(float));
-      src += v->size();
+    const int64_t base = f.row_base[il];
+    if (base < 0) {
+      copy_states_in(L, src);
+      continue;
+    }
+    // Prefix slot of the batch [base, live): undo the steps of positions f.n_tokens .. live-1.
+    DS4_CHECK_MSG(rows_only(L) && base < f.n_tokens && live - base <= kMaxBatchRows,
+                  "restore_frontier: a prefix slot restores only onto the end of its own batch");
+    const int64_t W = static_cast<int64_t>(L.cmp_kv.size()) / L.ratio;
+    for (int64_t p = f.n_tokens; p < live; ++p) {
+      const int64_t r = p % L.ratio;
+      const float* row = src + (p - base - 1) * 2 * W;
+      std::memcpy(L.cmp_kv.data() + r * W, row, W * sizeof(float));
+      std::memcpy(L.cmp_score.data() + r * W, row + W, W * sizeof(float));
     }
   }
+  tokens_.resize(f.n_tokens);
 }
 
 uint64_t State::payload_bytes() const {

@@ -11,6 +11,13 @@
 //    counters are invisible garbage (left by rolled-back tokens) and are overwritten later;
 //  * compressor states start at kv = 0, score = -1e30 (NEG_INF of ds4);
 //  * Frontier (checkpoint / prefix slot) = counters + compressor states only: O(layers).
+//    save_frontier() copies every state in full (checkpoint). A prefix slot written by
+//    save_layer_frontier() during a verify batch stores, for a layer whose compressor ratio is
+//    above kMaxBatchRows (ratio 128), only the kMaxBatchRows − 1 phase rows that the batch's
+//    later rows can overwrite (ratio-128 steps write one phase row and never shift); other
+//    layers (ratio 4, whose pooling shifts rows, and its indexer) are copied in full. Such a
+//    slot may only be restored onto the live state at the end of that same batch (what
+//    ModelSession::commit_prefix does); restore_frontier checks the token counts for it.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +54,10 @@ struct Frontier {
   std::vector<int64_t> n_comp;   // [n_layer]
   std::vector<int64_t> n_index;  // [n_layer]
   std::vector<float> states;     // all layers' cmp_kv, cmp_score, idx_kv, idx_score, packed
+  // [n_layer] -1: layer il's states are stored in full; else the layer holds a prefix-slot
+  // delta taken during the verify batch that starts at this token count: rows
+  // (row_base + j) % ratio for j = 1 .. kMaxBatchRows-1, each as cmp_kv row then cmp_score row.
+  std::vector<int64_t> row_base;
 };
 
 class State {
@@ -76,7 +87,10 @@ class State {
   void save_frontier(Frontier& f) const;      // f must come from make_frontier()
   void restore_frontier(const Frontier& f);   // truncates tokens to f.n_tokens
   Frontier make_frontier() const;             // allocates one (outside hot loops)
-  // Copies one layer's counters + compressor states into f (prefix-slot capture per row).
+  // Prefix-slot capture of one layer after one verify row's compressor steps: counters plus
+  // what restore_frontier needs to bring the end-of-batch live state back to this row (see
+  // the header comment). Must be called while tokens().size() is the batch's first position
+  // (ModelSession appends the batch tokens after all layers).
   void save_layer_frontier(int il, Frontier& f) const;
 
   // Canonical serialization: tokens, logits, per layer counters, live raw rows in position
