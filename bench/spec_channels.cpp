@@ -1,0 +1,535 @@
+// bench/spec_channels.cpp — `ds4-bench-spec`: plain vs DSpark greedy decoding per prompt
+// channel and per DSpark policy (issue #5; dspark.md §2.2–2.6, §4).
+//
+// Loads the target + drafter ONCE. For each channel (a JSONL prompt set, one object per line
+// with a "text" field; the channel name is the file stem) it takes the first --prompts
+// prompts, tokenizes each as plain text (BOS + text, cut to --max-prompt-tokens), and for each
+// policy configuration and prompt runs, in this order, a plain greedy generation and a DSpark
+// one, each in a NEW session (the speculative decoder is created before the prefill).
+// Generation is greedy with EOS excluded (banned), so every run yields exactly --gen-tokens
+// tokens (the same convention as ds4-bench's probe). Timings are GenerateStats::gen_s (the
+// prefill is not timed).
+// Policies (--policies): baseline = scheduler on, fold off, flat --confidence; fold, grid
+// (--grid thresholds), backoff, margin (--margin-gate) = baseline + that one knob; all = every
+// knob on; noscheduler (opt-in) = baseline with the scheduler off.
+//
+// Invariants checked (exit 1 on any failure, after printing the table):
+//   * every DSpark output equals the plain output token for token;
+//   * every plain run of a prompt gives the same tokens (plain determinism);
+//   * the final next-token logits of the DSpark session equal the plain session's bit for bit
+//     (speculative.h: the final session state is identical).
+// Output: a table per channel x policy on stdout (tokens/s plain and DSpark, ratio, acceptance
+// rate, accepted drafts per cycle, tokens per cycle, DSpark time split from stats_report()),
+// then one "ALL" row per policy (sums over the channels), optionally --csv FILE (same rows)
+// and --outputs-dir DIR (<channel>.jsonl with prompt/output texts, for
+// tools/ngram_similarity/ngram_similarity.py).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/flags.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/speculative.h"
+#include "engine/text.h"
+
+#ifndef DS4_MODELS_DIR
+#define DS4_MODELS_DIR "models"
+#endif
+#ifndef DS4_PROMPTS_DIR
+#define DS4_PROMPTS_DIR "data/prompts"
+#endif
+
+namespace ds4::bench {
+namespace {
+
+constexpr const char* kDefaultModel = "ds4-tiny.gguf";
+constexpr const char* kDefaultDrafter = "ds4-tiny-dspark.gguf";
+constexpr const char* kDefaultChannels = "structured,code,english,italian";
+constexpr const char* kAllPolicies = "baseline,fold,grid,backoff,margin,all";
+
+struct Options {
+  std::string model;
+  std::string mtp;
+  std::string prompts_dir = DS4_PROMPTS_DIR;
+  std::string channels = kDefaultChannels;
+  std::string policies = kAllPolicies;
+  int prompts = 4;
+  int gen_tokens = 128;
+  int max_prompt_tokens = 512;
+  float confidence = 0.6f;
+  std::string grid = "0.55,0.6,0.65";
+  float margin = 2.0f;
+  int warmup = 1;
+  std::string csv;
+  std::string outputs_dir;
+  int threads = 0;
+  bool cpu = false;
+  bool cuda = false;
+  std::string isa = "auto";
+  bool stats = false;
+  bool verbose = false;
+  bool corrupt_check = false;  // checker self-test: flip the last DSpark token of every run
+};
+
+struct Policy {
+  std::string name;
+  SpecOptions spec;
+};
+
+struct Prompt {
+  std::string id;
+  std::string text;
+  std::vector<int32_t> tokens;  // BOS + tokenize(text), cut to max_prompt_tokens
+};
+
+struct Channel {
+  std::string name;
+  std::vector<Prompt> prompts;
+};
+
+// Sums over the prompts of one channel x policy cell.
+struct Cell {
+  double plain_s = 0, spec_s = 0;
+  int64_t plain_tokens = 0, spec_tokens = 0;
+  std::map<std::string, double> stats;  // summed numeric fields of stats_report()
+  int token_mismatches = 0, logits_mismatches = 0, plain_nondeterministic = 0;
+};
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "ds4-bench-spec: error: %s\n", message.c_str());
+  return 1;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Every "key=number" token of stats_report() (a trailing '%' is dropped; the time line's
+// keys get a "time_" prefix: "time_decode" is milliseconds). Histogram lists are skipped.
+void accumulate_stats(const std::string& report, std::map<std::string, double>* sum) {
+  std::stringstream lines(report);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const bool time_line = line.find("time_ms") != std::string::npos;
+    std::stringstream words(line);
+    std::string w;
+    while (words >> w) {
+      const size_t eq = w.find('=');
+      if (eq == std::string::npos || eq == 0) continue;
+      std::string value = w.substr(eq + 1);
+      if (!value.empty() && value.back() == '%') value.pop_back();
+      if (value.find(',') != std::string::npos) continue;
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0') continue;
+      (*sum)[(time_line ? "time_" : "") + w.substr(0, eq)] += v;
+    }
+  }
+}
+
+void merge(const Cell& from, Cell* into) {
+  into->plain_s += from.plain_s;
+  into->spec_s += from.spec_s;
+  into->plain_tokens += from.plain_tokens;
+  into->spec_tokens += from.spec_tokens;
+  for (const auto& [k, v] : from.stats) into->stats[k] += v;
+  into->token_mismatches += from.token_mismatches;
+  into->logits_mismatches += from.logits_mismatches;
+  into->plain_nondeterministic += from.plain_nondeterministic;
+}
+
+double stat(const Cell& c, const std::string& key) {
+  auto it = c.stats.find(key);
+  return it == c.stats.end() ? 0.0 : it->second;
+}
+
+Status validate(const Options& o) {
+  if (o.prompts < 1) return invalid_argument("--prompts must be >= 1, got %d", o.prompts);
+  if (o.gen_tokens < 1) return invalid_argument("--gen-tokens must be >= 1, got %d", o.gen_tokens);
+  if (o.max_prompt_tokens < 2) {
+    return invalid_argument("--max-prompt-tokens must be >= 2, got %d", o.max_prompt_tokens);
+  }
+  if (o.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", o.threads);
+  if (o.warmup < 0) return invalid_argument("--warmup must be >= 0, got %d", o.warmup);
+  if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
+  if (!(o.confidence >= 0.0f && o.confidence <= 1.0f)) {
+    return invalid_argument("--confidence must be in [0, 1], got %g", o.confidence);
+  }
+  if (!(o.margin >= 0.0f)) return invalid_argument("--margin-gate must be >= 0, got %g", o.margin);
+  if (split_list(o.channels).empty()) return invalid_argument("--channels is empty");
+  if (split_list(o.policies).empty()) return invalid_argument("--policies is empty");
+  return Status();
+}
+
+// The named policy configurations: each "+X" changes one knob from the baseline
+// (scheduler on, fold off, flat confidence); "all" turns every knob on.
+Expected<std::vector<Policy>> make_policies(const Options& o) {
+  SpecOptions base;
+  base.confidence = o.confidence;
+  base.scheduler = true;
+  base.fold = false;
+  std::vector<float> grid;
+  DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.grid, &grid));
+  std::vector<Policy> out;
+  for (const std::string& name : split_list(o.policies)) {
+    Policy p{name, base};
+    if (name == "baseline") {
+    } else if (name == "fold") {
+      p.spec.fold = true;
+    } else if (name == "grid") {
+      p.spec.confidence_grid = grid;
+    } else if (name == "backoff") {
+      p.spec.backoff = true;
+    } else if (name == "margin") {
+      p.spec.margin_gate = o.margin;
+    } else if (name == "noscheduler") {
+      p.spec.scheduler = false;
+    } else if (name == "all") {
+      p.spec.fold = true;
+      p.spec.confidence_grid = grid;
+      p.spec.backoff = true;
+      p.spec.margin_gate = o.margin;
+    } else {
+      return invalid_argument("unknown policy '%s' (known: %s,noscheduler)", name.c_str(),
+                              kAllPolicies);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Expected<Channel> load_channel(const Options& o, const TextCodec& codec, const std::string& name) {
+  const std::string path = (std::filesystem::path(o.prompts_dir) / (name + ".jsonl")).string();
+  std::ifstream in(path);
+  if (!in) return not_found("cannot read prompt set '%s'", path.c_str());
+  Channel ch{name, {}};
+  std::string line;
+  int line_no = 0;
+  while (static_cast<int>(ch.prompts.size()) < o.prompts && std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (rec.is_discarded() || !rec.is_object() || !rec.contains("text") || !rec["text"].is_string()) {
+      return corrupt("%s:%d: not a JSON object with a string \"text\" field", path.c_str(), line_no);
+    }
+    Prompt p;
+    p.id = rec.contains("id") ? rec["id"].dump() : std::to_string(line_no - 1);
+    p.text = rec["text"].get<std::string>();
+    p.tokens.push_back(codec.bos());
+    std::vector<int32_t> body = codec.tokenize(p.text);
+    const size_t room = static_cast<size_t>(o.max_prompt_tokens) - 1;
+    if (body.size() > room) body.resize(room);
+    p.tokens.insert(p.tokens.end(), body.begin(), body.end());
+    ch.prompts.push_back(std::move(p));
+  }
+  if (ch.prompts.empty()) return invalid_argument("prompt set '%s' has no prompts", path.c_str());
+  if (static_cast<int>(ch.prompts.size()) < o.prompts) {
+    DS4_LOG_WARN("channel %s: only %zu prompts (asked for %d)", name.c_str(), ch.prompts.size(), o.prompts);
+  }
+  return ch;
+}
+
+struct RunResult {
+  GenerateStats gen;
+  std::vector<float> final_logits;  // [n_vocab] f32 after the last token
+  std::string report;               // stats_report() ("" for plain)
+};
+
+// One greedy generation in a fresh session; `spec` null = plain decoding.
+Expected<RunResult> run_one(Engine& engine, const Prompt& p, int gen_tokens, const SpecOptions* spec) {
+  const int n_ctx = static_cast<int>(p.tokens.size()) + gen_tokens + 16;
+  DS4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine.new_session(n_ctx));
+  std::unique_ptr<SpeculativeDecoder> decoder;
+  if (spec != nullptr) {
+    DS4_ASSIGN_OR_RETURN(decoder, new_speculative_decoder(engine, *session, *spec));  // before prefill
+  }
+  GenerateOptions go;
+  go.max_tokens = gen_tokens;
+  go.sampler.temperature = 0.0f;
+  go.stop_at_eos = false;  // EOS banned: exactly gen_tokens tokens
+  go.decoder = decoder.get();
+  RunResult r;
+  DS4_ASSIGN_OR_RETURN(r.gen, generate(*session, engine.text(), p.tokens, go, nullptr));
+  std::span<const float> logits = session->logits();
+  r.final_logits.assign(logits.begin(), logits.end());
+  if (decoder) r.report = decoder->stats_report();
+  decoder.reset();  // the decoder must not outlive its session
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void print_header(FILE* f) {
+  std::fprintf(f, "%-11s %-9s %5s %9s %9s %6s %7s %8s %8s %6s %6s %6s %6s %6s %s\n", "channel",
+               "policy", "tok", "plain_t/s", "spark_t/s", "ratio", "accept%", "acc/cyc",
+               "tok/cyc", "dec%", "prop%", "ver%", "com%", "oth%", "identity");
+}
+
+const char* csv_header() {
+  return "channel,policy,prompts,gen_tokens,plain_tps,dspark_tps,ratio,cycles,proposed,accepted,"
+         "accept_rate,accepted_per_cycle,tokens_per_cycle,full_accepts,partial_accepts,"
+         "first_misses,no_draft,scheduler_skips,margin_skips,folded_seeds,verify_calls,"
+         "verify_rows,t_total_ms,t_decode_ms,t_propose_ms,t_sync_ms,t_verify_ms,t_commit_ms,"
+         "t_replay_ms,token_mismatches,logits_mismatches\n";
+}
+
+void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string& policy, int n_prompts,
+               const Cell& c) {
+  const double plain_tps = c.plain_s > 0 ? c.plain_tokens / c.plain_s : 0.0;
+  const double spec_tps = c.spec_s > 0 ? c.spec_tokens / c.spec_s : 0.0;
+  const double ratio = plain_tps > 0 ? spec_tps / plain_tps : 0.0;
+  const double cycles = stat(c, "cycles"), proposed = stat(c, "proposed"), accepted = stat(c, "accepted");
+  const double accept = proposed > 0 ? 100.0 * accepted / proposed : 0.0;
+  const double acc_cyc = cycles > 0 ? accepted / cycles : 0.0;
+  const double tok_cyc = cycles > 0 ? c.spec_tokens / cycles : 0.0;
+  const double total = stat(c, "time_total");
+  auto pct = [&](const char* k) { return total > 0 ? 100.0 * stat(c, k) / total : 0.0; };
+  const double other = total > 0 ? 100.0 - pct("time_decode") - pct("time_propose") -
+                                       pct("time_verify") - pct("time_commit")
+                                 : 0.0;
+  const bool ok = c.token_mismatches == 0 && c.logits_mismatches == 0 && c.plain_nondeterministic == 0;
+  char ident[96];
+  if (ok) {
+    std::snprintf(ident, sizeof ident, "ok %d/%d", n_prompts, n_prompts);
+  } else {
+    std::snprintf(ident, sizeof ident, "FAIL tok=%d logits=%d plain=%d", c.token_mismatches,
+                  c.logits_mismatches, c.plain_nondeterministic);
+  }
+  std::fprintf(f, "%-11s %-9s %5lld %9.2f %9.2f %6.3f %7.1f %8.3f %8.3f %6.1f %6.1f %6.1f %6.1f %6.1f %s\n",
+               channel.c_str(), policy.c_str(), static_cast<long long>(c.spec_tokens), plain_tps,
+               spec_tps, ratio, accept, acc_cyc, tok_cyc, pct("time_decode"), pct("time_propose"),
+               pct("time_verify"), pct("time_commit"), other, ident);
+  std::fflush(f);
+  if (csv != nullptr) {
+    std::fprintf(csv,
+                 "%s,%s,%d,%lld,%.3f,%.3f,%.4f,%.0f,%.0f,%.0f,%.4f,%.4f,%.4f,%.0f,%.0f,%.0f,%.0f,%.0f,"
+                 "%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d\n",
+                 channel.c_str(), policy.c_str(), n_prompts, static_cast<long long>(c.spec_tokens),
+                 plain_tps, spec_tps, ratio, cycles, proposed, accepted, accept / 100.0, acc_cyc,
+                 tok_cyc, stat(c, "full"), stat(c, "partial"), stat(c, "miss_first"),
+                 stat(c, "no_draft"), stat(c, "scheduler_skips"), stat(c, "margin_skips"),
+                 stat(c, "folded_seeds"), stat(c, "verify_calls"), stat(c, "verify_rows"), total,
+                 stat(c, "time_decode"), stat(c, "time_propose"), stat(c, "time_sync"),
+                 stat(c, "time_verify"), stat(c, "time_commit"), stat(c, "time_replay"),
+                 c.token_mismatches, c.logits_mismatches);
+    std::fflush(csv);
+  }
+}
+
+Status write_outputs(const std::string& dir, const Channel& ch,
+                     const std::vector<std::vector<int32_t>>& outputs, const TextCodec& codec) {
+  const std::string path = (std::filesystem::path(dir) / (ch.name + ".jsonl")).string();
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return resource_error("cannot write '%s'", path.c_str());
+  for (size_t i = 0; i < ch.prompts.size(); ++i) {
+    nlohmann::json rec;
+    rec["channel"] = ch.name;
+    rec["id"] = ch.prompts[i].id;
+    rec["prompt"] = ch.prompts[i].text;
+    rec["output"] = codec.detokenize(outputs[i]);
+    rec["output_tokens"] = outputs[i];
+    out << rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  if (!out) return resource_error("short write to '%s'", path.c_str());
+  return Status();
+}
+
+int main_impl(int argc, char** argv) {
+  Options o;
+  FlagTable t("ds4-bench-spec",
+              "ds4-bench-spec — plain vs DSpark greedy decoding per prompt channel and policy");
+  t.option("-m,--model", &o.model,
+           std::string("Target GGUF (default: ") + DS4_MODELS_DIR + "/" + kDefaultModel + ")",
+           "DS4_MODEL", "FILE")
+      .option("--mtp", &o.mtp,
+              std::string("DSpark support GGUF (default: ") + DS4_MODELS_DIR + "/" +
+                  kDefaultDrafter + ")",
+              "DS4_MTP", "FILE")
+      .option("--prompts-dir", &o.prompts_dir, "Folder with <channel>.jsonl prompt sets", "", "DIR")
+      .option("--channels", &o.channels, "Comma-separated channels (file stems)", "", "LIST")
+      .option("--policies", &o.policies,
+              std::string("Comma-separated policies: ") + kAllPolicies + ",noscheduler", "", "LIST")
+      .option("-n,--prompts", &o.prompts, "Prompts per channel (the first N lines)")
+      .option("--gen-tokens", &o.gen_tokens, "Greedy tokens per run (EOS excluded)")
+      .option("--max-prompt-tokens", &o.max_prompt_tokens, "Cut each prompt to this many tokens (BOS included)")
+      .option("--confidence", &o.confidence, "Flat DSpark confidence threshold (all policies)")
+      .option("--grid", &o.grid, "Confidence grid of the 'grid' and 'all' policies", "", "LIST")
+      .option("--margin-gate", &o.margin, "Logit margin of the 'margin' and 'all' policies")
+      .option("--warmup", &o.warmup, "Untimed plain + DSpark warm-up runs (16 tokens, first prompt)")
+      .option("--csv", &o.csv, "Also write the table as CSV here", "", "FILE")
+      .option("--outputs-dir", &o.outputs_dir,
+              "Write <channel>.jsonl (prompt, output, output_tokens) for ngram_similarity.py", "", "DIR")
+      .option("-t,--threads", &o.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
+      .flag("--cpu", &o.cpu, "CPU backend (default)")
+      .flag("--cuda", &o.cuda, "CUDA backend")
+      .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512", "DS4_CPU_ISA", "ISA")
+      .flag("--self-test-corrupt", &o.corrupt_check,
+            "Checker self-test: alter each DSpark output before comparing (must exit 1)")
+      .flag("--stats", &o.stats, "Print each DSpark run's stats_report() on stderr")
+      .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
+  ParseResult pr = t.parse(argc, argv);
+  if (pr.should_exit()) {
+    std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n", pr.message.c_str());
+    return pr.exit_code;
+  }
+  set_log_level(o.verbose ? LogLevel::kInfo : LogLevel::kWarn);
+  if (Status s = validate(o); !s.ok()) {
+    std::fprintf(stderr, "ds4-bench-spec: error: %s\nRun 'ds4-bench-spec --help' for the list of flags.\n",
+                 s.message().c_str());
+    return 2;
+  }
+  Expected<std::vector<Policy>> policies = make_policies(o);
+  if (!policies.ok()) {
+    std::fprintf(stderr, "ds4-bench-spec: error: %s\n", policies.status().message().c_str());
+    return 2;
+  }
+
+  std::error_code ec;
+  const std::string model = o.model.empty() ? std::string(DS4_MODELS_DIR) + "/" + kDefaultModel : o.model;
+  const std::string mtp = o.mtp.empty() ? std::string(DS4_MODELS_DIR) + "/" + kDefaultDrafter : o.mtp;
+  if (!std::filesystem::exists(model, ec)) return fail("target file '" + model + "' does not exist");
+  if (!std::filesystem::exists(mtp, ec)) return fail("drafter file '" + mtp + "' does not exist");
+  if (!o.outputs_dir.empty()) {
+    std::filesystem::create_directories(o.outputs_dir, ec);
+    if (ec) return fail("cannot create '" + o.outputs_dir + "': " + ec.message());
+  }
+
+  EngineOptions eo;
+  eo.model_path = model;
+  eo.mtp_path = mtp;
+  eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
+  eo.n_threads = o.threads;
+  eo.cpu_isa = o.isa;
+  Expected<std::unique_ptr<Engine>> opened = Engine::open(eo);
+  if (!opened.ok()) return fail(opened.status().message());
+  Engine& engine = **opened;
+  const TextCodec& codec = engine.text();
+
+  std::vector<Channel> channels;
+  for (const std::string& name : split_list(o.channels)) {
+    Expected<Channel> ch = load_channel(o, codec, name);
+    if (!ch.ok()) return fail(ch.status().message());
+    channels.push_back(std::move(ch).value());
+  }
+
+  FILE* csv = nullptr;
+  if (!o.csv.empty()) {
+    csv = std::fopen(o.csv.c_str(), "w");
+    if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
+    std::fputs(csv_header(), csv);
+  }
+  std::printf("# ds4-bench-spec: target %s\n# drafter %s\n", model.c_str(), mtp.c_str());
+  std::printf("# %d prompt(s)/channel (<= %d prompt tokens), %d greedy tokens/run (EOS banned), "
+              "confidence %.2f, grid %s, margin %.2f; plain and DSpark alternate per prompt\n",
+              o.prompts, o.max_prompt_tokens, o.gen_tokens, o.confidence, o.grid.c_str(), o.margin);
+  std::printf("# accept%%=accepted/proposed drafts; acc/cyc=accepted drafts per cycle; tok/cyc=tokens "
+              "per cycle; dec/prop/ver/com/oth%% = DSpark time split (stats time_ms)\n");
+
+  for (int w = 0; w < o.warmup; ++w) {
+    const Prompt& p = channels.front().prompts.front();
+    Expected<RunResult> a = run_one(engine, p, 16, nullptr);
+    if (!a.ok()) return fail("warm-up (plain): " + a.status().message());
+    Expected<RunResult> b = run_one(engine, p, 16, &policies->front().spec);
+    if (!b.ok()) return fail("warm-up (DSpark): " + b.status().message());
+  }
+
+  print_header(stdout);
+  std::fflush(stdout);
+  int failures = 0;
+  std::vector<Cell> totals(policies->size());  // per policy, over all channels
+  int total_prompts = 0;
+  for (const Channel& ch : channels) {
+    total_prompts += static_cast<int>(ch.prompts.size());
+    std::vector<std::vector<int32_t>> reference(ch.prompts.size());
+    std::vector<std::vector<float>> reference_logits(ch.prompts.size());
+    for (size_t pi = 0; pi < policies->size(); ++pi) {
+      const Policy& pol = (*policies)[pi];
+      Cell cell;
+      for (size_t i = 0; i < ch.prompts.size(); ++i) {
+        const Prompt& p = ch.prompts[i];
+        Expected<RunResult> plain = run_one(engine, p, o.gen_tokens, nullptr);
+        if (!plain.ok()) return fail(ch.name + "/" + p.id + " plain: " + plain.status().message());
+        Expected<RunResult> spark = run_one(engine, p, o.gen_tokens, &pol.spec);
+        if (!spark.ok()) {
+          return fail(ch.name + "/" + p.id + " " + pol.name + ": " + spark.status().message());
+        }
+        if (o.corrupt_check && !spark->gen.tokens.empty()) spark->gen.tokens.back() ^= 1;
+        if (reference[i].empty()) {
+          reference[i] = plain->gen.tokens;
+          reference_logits[i] = plain->final_logits;
+        } else if (plain->gen.tokens != reference[i] || !same_bits(plain->final_logits, reference_logits[i])) {
+          ++cell.plain_nondeterministic;
+          std::fprintf(stderr, "ds4-bench-spec: %s/%s: plain output changed between runs\n",
+                       ch.name.c_str(), p.id.c_str());
+        }
+        if (spark->gen.tokens != plain->gen.tokens) {
+          ++cell.token_mismatches;
+          size_t k = 0;
+          while (k < spark->gen.tokens.size() && k < plain->gen.tokens.size() &&
+                 spark->gen.tokens[k] == plain->gen.tokens[k]) {
+            ++k;
+          }
+          std::fprintf(stderr,
+                       "ds4-bench-spec: %s/%s policy %s: DSpark output differs from plain at token "
+                       "%zu (%zu vs %zu tokens)\n",
+                       ch.name.c_str(), p.id.c_str(), pol.name.c_str(), k, spark->gen.tokens.size(),
+                       plain->gen.tokens.size());
+        } else if (!same_bits(spark->final_logits, plain->final_logits)) {
+          ++cell.logits_mismatches;
+          std::fprintf(stderr, "ds4-bench-spec: %s/%s policy %s: same tokens but final logits differ\n",
+                       ch.name.c_str(), p.id.c_str(), pol.name.c_str());
+        }
+        if (o.stats) {
+          std::fprintf(stderr, "--- %s/%s policy %s\n%s", ch.name.c_str(), p.id.c_str(),
+                       pol.name.c_str(), spark->report.c_str());
+        }
+        cell.plain_s += plain->gen.gen_s;
+        cell.plain_tokens += plain->gen.gen_tokens;
+        cell.spec_s += spark->gen.gen_s;
+        cell.spec_tokens += spark->gen.gen_tokens;
+        accumulate_stats(spark->report, &cell.stats);
+      }
+      failures += cell.token_mismatches + cell.logits_mismatches + cell.plain_nondeterministic;
+      print_row(stdout, csv, ch.name, pol.name, static_cast<int>(ch.prompts.size()), cell);
+      merge(cell, &totals[pi]);
+    }
+    if (!o.outputs_dir.empty()) {
+      if (Status s = write_outputs(o.outputs_dir, ch, reference, codec); !s.ok()) return fail(s.message());
+    }
+  }
+  if (channels.size() > 1) {
+    for (size_t pi = 0; pi < policies->size(); ++pi) {
+      print_row(stdout, csv, "ALL", (*policies)[pi].name, total_prompts, totals[pi]);
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
+  if (failures > 0) {
+    std::printf("# IDENTITY FAILED: %d run(s) differ (details on stderr)\n", failures);
+    return 1;
+  }
+  std::printf("# identity: every DSpark output equals the plain output (tokens and final logits)\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace ds4::bench
+
+int main(int argc, char** argv) { return ds4::bench::main_impl(argc, argv); }

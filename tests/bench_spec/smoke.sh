@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# tests/bench_spec/smoke.sh CHECK BENCH TARGET DRAFTER SRC WORK — one smoke check of
+# ds4-bench-spec (see tests.cmake). Exits non-zero with a message on the first failure.
+#   smoke     1 prompt/channel, 16 tokens, all six policies, confidence 0 (the random drafter
+#             then proposes on every unpaused cycle): exit 0, 24 rows "ok 1/1" + 6 ALL rows,
+#             the identity line, a CSV with a header + 30 rows, one outputs file per channel.
+#   bad_flags unknown policy / bad grid / zero tokens exit 2; a missing drafter exits 1;
+#             --self-test-corrupt (alters each DSpark output) exits 1 naming the position.
+#   script    scripts/bench_spec.sh with MODEL/MTP overrides prints the table and the n-gram
+#             rates of every channel.
+set -uo pipefail
+CHECK=$1 BENCH=$2 TARGET=$3 DRAFTER=$4 SRC=$5 WORK=$6
+rm -rf "$WORK"; mkdir -p "$WORK"
+die() { echo "FAIL [$CHECK]: $*" >&2; [ -f "$WORK/out.txt" ] && cat "$WORK/out.txt" >&2; exit 1; }
+COMMON=(-m "$TARGET" --mtp "$DRAFTER" --prompts-dir "$SRC/data/prompts" -n 1 --gen-tokens 16
+        --max-prompt-tokens 48 -t 1 --warmup 0)
+
+case "$CHECK" in
+  smoke)
+    "$BENCH" "${COMMON[@]}" --confidence 0 --csv "$WORK/t.csv" --outputs-dir "$WORK/out" \
+      > "$WORK/out.txt" 2> "$WORK/err.txt" || die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
+    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|fold|grid|backoff|margin|all) +16 .* ok 1/1$' "$WORK/out.txt")
+    [ "$rows" = 24 ] || die "expected 24 table rows with 16 tokens and 'ok 1/1', got $rows"
+    grep -q '^# identity: every DSpark output equals the plain output' "$WORK/out.txt" || die "no identity line"
+    grep -q FAIL "$WORK/out.txt" && die "a FAIL row"
+    grep -cE '^ALL +(baseline|fold|grid|backoff|margin|all) +64 .* ok 4/4$' "$WORK/out.txt" | grep -qx 6 ||
+      die "expected 6 ALL rows with 64 tokens and 'ok 4/4'"
+    [ "$(wc -l < "$WORK/t.csv")" = 31 ] || die "CSV should have 31 lines"
+    head -1 "$WORK/t.csv" | grep -q '^channel,policy,prompts,gen_tokens,plain_tps,dspark_tps,ratio,' || die "CSV header"
+    # confidence 0: the baseline policy proposed drafts (counts parsed from stats_report()).
+    awk -F, '$1 != "ALL" && $2 == "baseline" && $9 > 0 {n++} END {exit n == 4 ? 0 : 1}' "$WORK/t.csv" ||
+      die "baseline rows should report proposed drafts > 0 in every channel"
+    for ch in structured code english italian; do
+      python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r)==1 and len(r[0]['output_tokens'])==16" \
+        "$WORK/out/$ch.jsonl" || die "outputs file for $ch"
+    done
+    ;;
+  bad_flags)
+    "$BENCH" "${COMMON[@]}" --policies baseline,nope > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 2 ] || die "unknown policy: exit $rc, want 2"
+    grep -q "unknown policy 'nope'" "$WORK/out.txt" || die "unknown policy message"
+    "$BENCH" "${COMMON[@]}" --grid 0.5,x > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 2 ] || die "bad grid: exit $rc, want 2"
+    "$BENCH" "${COMMON[@]}" --gen-tokens 0 > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 2 ] || die "--gen-tokens 0: exit $rc, want 2"
+    "$BENCH" -m "$TARGET" --mtp "$WORK/none.gguf" > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 1 ] || die "missing drafter: exit $rc, want 1"
+    grep -q "drafter file" "$WORK/out.txt" || die "missing drafter message"
+    # The identity checker itself: an altered DSpark output must fail the run.
+    "$BENCH" "${COMMON[@]}" --channels code --policies baseline --self-test-corrupt \
+      > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 1 ] || die "--self-test-corrupt: exit $rc, want 1"
+    grep -q "IDENTITY FAILED" "$WORK/out.txt" || die "no IDENTITY FAILED line"
+    grep -q "DSpark output differs from plain at token 15" "$WORK/out.txt" || die "no mismatch position"
+    ;;
+  script)
+    BUILD="$WORK/build"
+    mkdir -p "$BUILD/bin"; ln -s "$BENCH" "$BUILD/bin/ds4-bench-spec"
+    MODEL="$TARGET" MTP="$DRAFTER" PROMPTS=1 GEN=8 MAX_PROMPT=48 THREADS=1 POLICIES=baseline,fold \
+      bash "$SRC/scripts/bench_spec.sh" "$BUILD" > "$WORK/out.txt" 2> "$WORK/err.txt" ||
+      die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
+    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|fold) +8 .* ok 1/1$' "$WORK/out.txt")
+    [ "$rows" = 8 ] || die "expected 8 table rows, got $rows"
+    for ch in structured code english italian; do
+      grep -qE "^$ch +1:[0-9.]+ 2:[0-9.]+ 3:[0-9.]+ 4:[0-9.]+ +1:[0-9.]+ " "$WORK/out.txt" ||
+        die "no n-gram line for $ch"
+    done
+    [ -f "$BUILD/bench/spec_channels.csv" ] || die "no CSV under BUILD/bench"
+    ;;
+  *) die "unknown check" ;;
+esac
+echo "ok [$CHECK]"
