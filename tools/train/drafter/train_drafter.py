@@ -265,9 +265,11 @@ def cmd_train(a) -> int:
     B = dcfg.block_size
     log(f"target {a.target}: {tcfg.n_layer} layers, E {tcfg.n_embd}, V {tcfg.n_vocab}; drafter {dcfg}")
 
+    if a.max_gen:
+        gen_p = gen_p[:a.max_gen]
     t0 = time.time()
-    gen = greedy_extend(target, gen_p.to(dev), T, a.gen_chunk)
-    ev = greedy_extend(target, eval_p.to(dev), T, a.gen_chunk)
+    both = greedy_extend(target, torch.cat([gen_p, eval_p]).to(dev), T, a.gen_chunk)
+    gen, ev = both[:gen_p.shape[0]], both[gen_p.shape[0]:]
     if dev.startswith("cuda"):
         torch.cuda.synchronize()
     t_gen = time.time() - t0
@@ -282,6 +284,9 @@ def cmd_train(a) -> int:
 
     dr = DSparkDrafter(tcfg, dcfg)
     dr.init_weights(a.seed)
+    if a.init_from:  # continue training from the shards of an earlier run (optimizer restarts)
+        load_shards(dr, Path(a.init_from))
+        log(f"initialised from {a.init_from}")
     dr.to(dev).train()
     n_params = sum(p.numel() for p in dr.parameters())
     decay, no_decay = [], []
@@ -485,6 +490,8 @@ def main() -> int:
     p.add_argument("--conf-target", choices=("greedy", "tv"), default="greedy")
     p.add_argument("--bias-rate", type=float, default=1e-3)
     p.add_argument("--gen-chunk", type=int, default=1024)
+    p.add_argument("--max-gen", type=int, default=0, help="use only the first N generation prompts")
+    p.add_argument("--init-from", default="", help="run directory whose weight shards start training")
     p.add_argument("--pass-chunk", type=int, default=512)
     p.add_argument("--eval-chunk", type=int, default=64)
     p.add_argument("--log-every", type=int, default=100)
