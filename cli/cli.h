@@ -41,6 +41,7 @@ struct Options {
   float dspark_confidence = 0.6f;
   std::string dspark_grid;       // "a,b,c" per-position thresholds (last extends)
   bool dspark_fold = false;
+  int dspark_fold_partial = 0;   // 0/1: also fold after a partial accept (see spec/runtime.h)
   int dspark_scheduler = 1;      // 0 = off
   bool dspark_backoff = false;
   float dspark_margin_gate = 0.0f;

@@ -83,6 +83,7 @@ Status attach_decoder(const Options& o, Loaded& loaded) {
     DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &so.confidence_grid));
   }
   so.fold = o.dspark_fold;
+  so.fold_after_partial = o.dspark_fold_partial != 0;
   so.scheduler = o.dspark_scheduler != 0;
   so.backoff = o.dspark_backoff;
   so.margin_gate = o.dspark_margin_gate;

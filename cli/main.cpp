@@ -26,9 +26,11 @@
 #endif
 
 namespace ds4::cli {
+
 namespace {
 
 constexpr const char* kDefaultModelName = "ds4-tiny.gguf";
+constexpr const char* kDefaultDrafterName = "ds4-tiny-dspark.gguf";
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "ds4: error: %s\n", message.c_str());
@@ -66,7 +68,8 @@ void declare_flags(FlagTable& t, Options& o) {
       .flag("-i,--interactive", &o.interactive, "Interactive chat even when stdin is not a TTY")
       .option("--mtp", &o.mtp, "DSpark support GGUF (drafter)", "DS4_MTP", "FILE")
       .flag("--dspark", &o.dspark,
-            "DSpark speculative decoding (needs --mtp; greedy only: same output, faster)")
+            "DSpark speculative decoding, greedy only, output identical to plain decoding "
+            "(drafter: --mtp, or the bundled one with the default model)")
       .option("--dspark-confidence", &o.dspark_confidence,
               "DSpark: sigmoid confidence threshold per draft position, 0..1",
               "DS4_DSPARK_CONFIDENCE")
@@ -75,6 +78,9 @@ void declare_flags(FlagTable& t, Options& o) {
               "DS4_DSPARK_CONFIDENCE_GRID", "LIST")
       .flag("--dspark-fold", &o.dspark_fold,
             "DSpark: verify the seed as row 0 after a full accept", "DS4_DSPARK_FOLD")
+      .option("--dspark-fold-partial", &o.dspark_fold_partial,
+              "DSpark: with --dspark-fold, also fold after a partial accept 0/1",
+              "DS4_DSPARK_FOLD_PARTIAL")
       .option("--dspark-scheduler", &o.dspark_scheduler,
               "DSpark: windowed pause scheduler (counters only) 0/1", "DS4_DSPARK_SCHEDULER")
       .flag("--dspark-scheduler-backoff", &o.dspark_backoff,
@@ -122,9 +128,22 @@ Status validate(const Options& o) {
     std::vector<float> grid;
     DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &grid));
   }
-  if (o.dspark && o.mtp.empty()) {
+  if (o.dspark && o.mtp.empty() && !o.model.empty()) {
     return invalid_argument("--dspark needs the drafter GGUF: pass it with --mtp FILE");
   }
+  return Status();
+}
+
+// --dspark with the bundled default model and no --mtp uses the bundled drafter.
+Status resolve_drafter(Options& o) {
+  if (!o.dspark || !o.mtp.empty()) return Status();
+  const std::string def = std::string(DS4_MODELS_DIR) + "/" + kDefaultDrafterName;
+  std::error_code ec;
+  if (!std::filesystem::exists(def, ec)) {
+    return not_found("--dspark without --mtp uses the bundled drafter '%s', which does not exist; "
+                     "pass one with --mtp FILE", def.c_str());
+  }
+  o.mtp = def;
   return Status();
 }
 
@@ -235,6 +254,7 @@ int main_impl(int argc, char** argv) {
 
   Expected<std::string> model_path = resolve_model(o);
   if (!model_path.ok()) return fail(model_path.status().message());
+  if (Status s = resolve_drafter(o); !s.ok()) return fail(s.message());
 
   install_sigint_handler();
   Loaded loaded;

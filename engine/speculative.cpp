@@ -25,6 +25,7 @@ std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(spec::Drafter& dr
   cfg.confidence = o.confidence;
   cfg.confidence_grid = o.confidence_grid;
   cfg.fold = o.fold;
+  cfg.fold_after_partial = o.fold_after_partial;
   cfg.scheduler = o.scheduler;
   cfg.backoff = o.backoff;
   cfg.margin_gate = o.margin_gate;

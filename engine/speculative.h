@@ -38,12 +38,13 @@ class Backend;
 namespace ds4 {
 
 // DSpark policies (spec::SpecConfig; flag / environment names documented in spec/runtime.h:
-// DS4_DSPARK_CONFIDENCE, _CONFIDENCE_GRID, _FOLD, _SCHEDULER, _SCHEDULER_BACKOFF,
+// DS4_DSPARK_CONFIDENCE, _CONFIDENCE_GRID, _FOLD, _FOLD_PARTIAL, _SCHEDULER, _SCHEDULER_BACKOFF,
 // _MARGIN_GATE, _REPLAY, _STATS).
 struct SpecOptions {
   float confidence = 0.6f;             // σ threshold per draft position
   std::vector<float> confidence_grid;  // per-position thresholds, last extends (empty = flat)
   bool fold = false;                   // seed as row 0 of the verify batch after full accepts
+  bool fold_after_partial = false;     // with fold: also fold after partial accepts (runtime.h)
   bool scheduler = true;               // windowed pause scheduler (counters only)
   bool backoff = false;                // scheduler backoff ladder
   float margin_gate = 0.0f;            // skip standalone proposals below this logit margin

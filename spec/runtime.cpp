@@ -2,6 +2,7 @@
 #include "spec/runtime.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -135,6 +136,15 @@ void Runtime::reset_policy() {
   pause_ = 0;
   win_cycles_ = win_accepted_ = win_no_draft_ = 0;
   streak_ = 0;
+  d0_hits_ = 0;
+}
+
+void Runtime::note_d0(bool hit) {
+  d0_hits_ = ((d0_hits_ << 1) | (hit ? 1u : 0u)) & 0xffu;
+}
+
+bool Runtime::fold_after_partial_open() const {
+  return cfg_.fold && cfg_.fold_after_partial && std::popcount(d0_hits_) >= cfg_.fold_partial_min_hits;
 }
 
 int32_t Runtime::choose(std::span<const float> logits) const {
@@ -310,7 +320,9 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out)
   }
   stats_.proposed_tokens += n;
   // Free check: the seed's logits already say whether d_0 is right.
-  if (choose(lg) != prop_.tokens[0]) {
+  const bool d0_hit = choose(lg) == prop_.tokens[0];
+  note_d0(d0_hit);
+  if (!d0_hit) {
     ++stats_.first_misses;
     ++stats_.accepted_len_hist[0];
     scheduler_note(true, 0);
@@ -346,6 +358,9 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out)
     fold_armed_ = cfg_.fold;
   } else {
     ++stats_.partial_accepts;
+    // The verify rows of the kept drafts were captured and are committed: the ring ends at the
+    // next seed's position - 1 and the seed's logits are in hand, so the next cycle may fold.
+    fold_armed_ = fold_after_partial_open();
   }
   scheduler_note(true, accepted);
   return Status();
@@ -411,6 +426,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
       ++accepted;
     }
   }
+  note_d0(accepted > 0);
   DS4_RETURN_IF_ERROR(commit(1 + accepted, n + 1, rows_));
   for (int i = 0; i <= accepted; ++i) out->push_back(rows_[i]);
   stats_.accepted_draft_tokens += accepted;
@@ -418,9 +434,11 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   if (accepted == 0) ++stats_.first_misses;
   if (accepted == n) {
     ++stats_.full_accepts;
+  } else if (accepted > 0) {
+    ++stats_.partial_accepts;
+    fold_armed_ = fold_after_partial_open();  // rows L..L+accepted captured by this verify
   } else {
-    if (accepted > 0) ++stats_.partial_accepts;
-    fold_armed_ = false;
+    fold_armed_ = false;  // d_0 miss: the next seed decodes standalone (free check again)
   }
   scheduler_note(true, accepted);
   return Status();

@@ -26,6 +26,27 @@
 //   --dspark-fold               DS4_DSPARK_FOLD=1            seed verified as row 0 of the
 //                                                            verify batch; armed only after a
 //                                                            full accept
+//   --dspark-fold-partial N     DS4_DSPARK_FOLD_PARTIAL=0/1  with fold: also stay/arm after a
+//                                                            partial accept (k >= 1 drafts kept):
+//                                                            the verify rows already captured the
+//                                                            committed rows, so the next seed
+//                                                            folds without a standalone decode.
+//                                                            A d_0 miss still disarms. Default 0
+//                                                            (the seed's rule), measured below.
+//
+// fold_after_partial default (tests/spec/fold_bench_test.cpp, DISABLED_ bench; models/ds4-tiny.gguf,
+// CPU 1 thread, 9 prompts x 128 tokens, best of 3 interleaved rounds; same proposals at the same
+// positions, so tokens/cycle is identical across the policies). tok/s of fold-after-partial over
+// fold-seed-rule (tokens per cycle in brackets):
+//   position-keyed oracle, per-draft accept c: 0.50 -> 0.860 (1.76), 0.70 -> 0.873 (2.45),
+//     0.80 -> 1.004 (3.32), 0.90 -> 1.049 (4.04), 0.95 -> 1.006 (4.32)
+//   trained drafter models/ds4-tiny-dspark.gguf: conf 0.6 -> 1.006 (1.29; 3 partials in 9
+//     prompts), conf 0.3 -> 0.986 (1.57)
+//   gated variant (fold_partial_min_hits = 6 of the last 8 d_0 checks): 0.934 / 0.900 / 1.017 /
+//     1.030 / 1.012 (oracle), 1.004 / 0.996 (drafter)
+// A d_0 miss of a folded seed costs a verify of n+1 rows for one token where the standalone
+// path's free check costs nothing; after a partial accept that loses more than the saved seed
+// decode gains unless per-draft acceptance is >= ~0.8. So the seed's rule stays the default.
 //   --dspark-scheduler          DS4_DSPARK_SCHEDULER=0/1     windowed pause scheduler (on)
 //   --dspark-scheduler-backoff  DS4_DSPARK_SCHEDULER_BACKOFF=1  pause ×2 per consecutive
 //                                                            unproductive cycle (≤ ×8), pos-0
@@ -54,6 +75,11 @@ struct SpecConfig {
   float confidence = 0.6f;               // flat σ threshold (all positions)
   std::vector<float> confidence_grid;    // per-position thresholds (last extends); empty = flat
   bool fold = false;
+  // Fold also after partial accepts (only with fold). Default false: figures in the header.
+  bool fold_after_partial = false;
+  // Gate of fold_after_partial: arm after a partial only when at least this many of the last
+  // 8 d_0 checks hit (a folded d_0 miss costs a whole verify for one token). 0 = always.
+  int fold_partial_min_hits = 0;
   bool scheduler = true;
   int sched_window = 4;                  // cycles per profitability window
   int sched_skip = 2;                    // pause after a low-acceptance window
@@ -160,6 +186,8 @@ class Runtime {
   Status commit(int keep, int rows, const int32_t* row_tokens);
   bool scheduler_paused();
   void scheduler_note(bool drafted, int accepted);
+  void note_d0(bool hit);
+  bool fold_after_partial_open() const;  // fold_after_partial and its gate
 
   session::ModelSession& s_;
   Proposer& p_;
@@ -171,6 +199,7 @@ class Runtime {
   int pause_ = 0;
   int win_cycles_ = 0, win_accepted_ = 0, win_no_draft_ = 0;
   int streak_ = 0;  // consecutive unproductive cycles (backoff)
+  uint32_t d0_hits_ = 0;  // last 8 d_0 checks, newest in bit 0 (1 = hit)
   Proposal prop_;
   int32_t rows_[session::kMaxBatchRows] = {};
 };

@@ -76,13 +76,22 @@ class OracleProposer final : public spec::Proposer {
   int64_t calls_ = 0;
 };
 
+// *folded_after_partial (optional) counts steps that folded their seed right after a step that
+// ended in a partial accept.
 std::vector<int32_t> spec_greedy(session::ModelSession& s, spec::Runtime& rt, const std::vector<int32_t>& prompt,
-                                 int n, int32_t stop = -1, int32_t banned = -1) {
+                                 int n, int32_t stop = -1, int32_t banned = -1,
+                                 int64_t* folded_after_partial = nullptr) {
   std::vector<int32_t> gen, step;
   EXPECT_TRUE(s.prefill(prompt).ok());
   bool done = false;
+  int64_t prev_partial = rt.stats().partial_accepts;
+  bool after_partial = false;
   while (!done && static_cast<int>(gen.size()) < n) {
+    const int64_t folded_before = rt.stats().folded_seeds;
     const Status st = rt.step(n - static_cast<int>(gen.size()), stop, banned, &step);
+    if (folded_after_partial && after_partial && rt.stats().folded_seeds > folded_before) ++*folded_after_partial;
+    after_partial = rt.stats().partial_accepts > prev_partial;
+    prev_partial = rt.stats().partial_accepts;
     EXPECT_TRUE(st.ok()) << st.to_string();
     if (!st.ok() || step.empty()) break;
     EXPECT_LE(static_cast<int>(gen.size() + step.size()), n + 1);
@@ -101,15 +110,20 @@ std::vector<int32_t> spec_greedy(session::ModelSession& s, spec::Runtime& rt, co
 
 struct Combo {
   bool fold, grid, backoff, margin, replay;
+  bool fold_partial = false;  // fold also after partial accepts (only meaningful with fold)
   std::string name() const {
-    return std::string(fold ? "fold" : "nofold") + (grid ? "+grid" : "") + (backoff ? "+backoff" : "") +
-           (margin ? "+margin" : "") + (replay ? "+replay" : "");
+    return std::string(fold ? (fold_partial ? "foldpartial" : "fold") : "nofold") + (grid ? "+grid" : "") +
+           (backoff ? "+backoff" : "") + (margin ? "+margin" : "") + (replay ? "+replay" : "");
   }
 };
 
+// 32 combinations of the seed's knobs, plus the 16 fold ones again with fold_after_partial.
 std::vector<Combo> all_combos() {
   std::vector<Combo> c;
   for (int m = 0; m < 32; ++m) c.push_back(Combo{bool(m & 1), bool(m & 2), bool(m & 4), bool(m & 8), bool(m & 16)});
+  for (int m = 0; m < 32; ++m) {
+    if (m & 1) c.push_back(Combo{true, bool(m & 2), bool(m & 4), bool(m & 8), bool(m & 16), true});
+  }
   return c;
 }
 
@@ -118,6 +132,8 @@ spec::SpecConfig config_for(const Combo& c, float flat_conf) {
   cfg.confidence = flat_conf;
   if (c.grid) cfg.confidence_grid = {0.0f, 0.2f, 0.45f};
   cfg.fold = c.fold;
+  cfg.fold_after_partial = c.fold_partial;
+  cfg.fold_partial_min_hits = 0;  // ungated: fold after every partial
   cfg.backoff = c.backoff;
   cfg.margin_gate = c.margin ? 0.4f : 0.0f;
   cfg.replay = c.replay;
@@ -145,7 +161,7 @@ TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
   const Combo c = GetParam();
   const uint32_t V = stack_->model->config().n_vocab;
   int64_t accept_hist[spec::kMaxBlockSize + 1] = {};
-  int64_t partial = 0, full = 0, misses = 0, folded = 0;
+  int64_t partial = 0, full = 0, misses = 0, folded = 0, folded_after_partial = 0;
   for (uint64_t pseed : {1ull, 2ull}) {
     SCOPED_TRACE("prompt " + std::to_string(pseed));
     const std::vector<int32_t> prompt = prompt_tokens(pseed == 1 ? 9 : 23, V, pseed);
@@ -159,7 +175,7 @@ TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
     spec::SpecConfig cfg = config_for(c, 0.0f);
     cfg.scheduler = c.backoff;  // scheduler pauses exercised together with the backoff ladder
     spec::Runtime rt(*s, oracle, cfg);
-    const std::vector<int32_t> got = spec_greedy(*s, rt, prompt, kGen);
+    const std::vector<int32_t> got = spec_greedy(*s, rt, prompt, kGen, -1, -1, &folded_after_partial);
     ASSERT_EQ(got, ref);
     EXPECT_EQ(state_bytes(*s), state_bytes(*plain_s));
     ASSERT_EQ(s->logits().size(), plain_s->logits().size());
@@ -187,6 +203,12 @@ TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
   EXPECT_GT(misses, 0);
   if (c.fold) {
     EXPECT_GT(folded, 0);
+  }
+  // The seed's rule never folds the cycle after a partial accept; fold_after_partial does.
+  if (c.fold && c.fold_partial) {
+    EXPECT_GT(folded_after_partial, 0);
+  } else {
+    EXPECT_EQ(folded_after_partial, 0);
   }
   // Without threshold cuts and scheduler pauses, every accepted length 0..5 occurs.
   if (!c.grid && !c.backoff) {
@@ -226,7 +248,7 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& i) {
 std::vector<Combo> random_combos() {
   std::vector<Combo> out;
   for (const Combo& c : all_combos()) {
-    if (!c.replay && c.grid == c.fold) out.push_back(c);
+    if (!c.replay && c.grid == c.fold && (!c.fold_partial || (!c.backoff && !c.margin))) out.push_back(c);
   }
   return out;
 }
@@ -245,7 +267,10 @@ TEST_F(RuntimeTest, RingHoldsOnlyCommittedRows) {
   std::vector<int32_t> timeline = prompt;
   timeline.insert(timeline.end(), ref.begin(), ref.end());
 
-  for (bool replay : {false, true}) {
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool replay = mode & 1;
+    const bool fold_partial = mode & 2;
+    SCOPED_TRACE(std::string(replay ? "replay" : "direct") + (fold_partial ? " fold_after_partial" : " fold"));
     auto d_spec = stack_->drafter(3);
     auto d_ref = stack_->drafter(3);
     ASSERT_TRUE(d_spec && d_ref);
@@ -257,10 +282,16 @@ TEST_F(RuntimeTest, RingHoldsOnlyCommittedRows) {
     cfg.scheduler = false;
     cfg.replay = replay;
     cfg.fold = true;
+    cfg.fold_after_partial = fold_partial;
+    cfg.fold_partial_min_hits = 0;
     {
       spec::Runtime rt(*s, oracle, cfg);
-      ASSERT_EQ(spec_greedy(*s, rt, prompt, 120), ref);
+      int64_t folded_after_partial = 0;
+      ASSERT_EQ(spec_greedy(*s, rt, prompt, 120, -1, -1, &folded_after_partial), ref);
       EXPECT_GT(rt.stats().partial_accepts, 0);
+      if (fold_partial) {
+        EXPECT_GT(folded_after_partial, 0);
+      }
     }
     inner.sync(s->n_tokens());
 
@@ -310,8 +341,10 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
     if (c > freq[banned]) banned = t;
   }
 
-  for (bool fold : {false, true}) {
-    SCOPED_TRACE(fold ? "fold" : "standalone");
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool fold = mode > 0;
+    const bool fold_partial = mode == 2;
+    SCOPED_TRACE(fold ? (fold_partial ? "fold_after_partial" : "fold") : "standalone");
     {  // stop token inside drafts
       auto p = stack_->session(kCtx);
       const std::vector<int32_t> want = plain_greedy(*p, prompt, 200, stop);
@@ -320,6 +353,8 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
       spec::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
+      cfg.fold_after_partial = fold_partial;
+      cfg.fold_partial_min_hits = 0;
       spec::Runtime rt(*s, oracle, cfg);
       EXPECT_EQ(spec_greedy(*s, rt, prompt, 200, stop), want);
       EXPECT_EQ(state_bytes(*s), state_bytes(*p));
@@ -334,6 +369,8 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
       spec::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
+      cfg.fold_after_partial = fold_partial;
+      cfg.fold_partial_min_hits = 0;
       spec::Runtime rt(*s, oracle, cfg);
       EXPECT_EQ(spec_greedy(*s, rt, prompt, 200, -1, banned), want);
       EXPECT_EQ(state_bytes(*s), state_bytes(*p));
@@ -348,6 +385,8 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
       spec::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
+      cfg.fold_after_partial = fold_partial;
+      cfg.fold_partial_min_hits = 0;
       cfg.tail_min_tokens = 0;
       spec::Runtime rt(*s, oracle, cfg);
       EXPECT_EQ(spec_greedy(*s, rt, prompt, 1000), want);
@@ -362,6 +401,8 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
       spec::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
+      cfg.fold_after_partial = fold_partial;
+      cfg.fold_partial_min_hits = 0;
       cfg.tail_min_tokens = 0;
       spec::Runtime rt(*s, oracle, cfg);
       ASSERT_TRUE(s->prefill(prompt).ok());
@@ -391,6 +432,8 @@ TEST_F(RuntimeTest, WorstArgmaxGapIsZero) {
   spec::SpecConfig cfg;
   cfg.confidence = 0;
   cfg.fold = true;
+  cfg.fold_after_partial = true;
+  cfg.fold_partial_min_hits = 0;
   spec::Runtime rt(*s, oracle, cfg);
   const std::vector<int32_t> got = spec_greedy(*s, rt, prompt, 256);
   ASSERT_EQ(got.size(), 256u);
@@ -474,6 +517,121 @@ TEST_F(RuntimeTest, SchedulerBackoffLadder) {
       EXPECT_NEAR(prop.thr0[i], want, 1e-6) << "proposal " << i;
     }
     EXPECT_EQ(rt.stats().full_accepts, 1);
+  }
+}
+
+// Arming: full accept arms; a partial accept keeps/arms fold only with fold_after_partial; a
+// d_0 miss always disarms. The folded cycle after a partial proposes from the right anchor and
+// position (OracleProposer checks the sync and the anchor) and the stream stays plain greedy.
+class PartialScriptProposer final : public spec::Proposer {
+ public:
+  PartialScriptProposer(std::vector<int32_t> timeline, uint32_t V) : t_(std::move(timeline)), V_(V) {}
+  int block_size() const override { return 4; }
+  void sync(int64_t n) override { last_sync = n; }
+  void propose(int32_t anchor, int64_t pos, int n_max, std::span<const float>, spec::Proposal* out) override {
+    EXPECT_EQ(last_sync, pos);
+    EXPECT_EQ(anchor, t_[pos]);
+    *out = spec::Proposal();
+    for (int k = 0; k < n_max; ++k) out->tokens[k] = t_[pos + 1 + k];
+    out->n = n_max;
+    if (wrong_at >= 0 && wrong_at < n_max) {
+      out->tokens[wrong_at] = static_cast<int32_t>((t_[pos + 1 + wrong_at] + 1) % V_);
+    }
+  }
+  int wrong_at = -1;  // -1: all right (full accept); 0: d_0 miss; k: partial accept of k
+  int64_t last_sync = -1;
+
+ private:
+  std::vector<int32_t> t_;
+  uint32_t V_;
+};
+
+TEST_F(RuntimeTest, FoldAfterPartialArming) {
+  const uint32_t V = stack_->model->config().n_vocab;
+  const std::vector<int32_t> prompt = prompt_tokens(14, V, 77);
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 100);
+  std::vector<int32_t> timeline = prompt;
+  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  for (bool fold_partial : {false, true}) {
+    SCOPED_TRACE(fold_partial ? "fold_after_partial" : "seed rule");
+    auto s = stack_->session(kCtx);
+    PartialScriptProposer prop(timeline, V);
+    spec::SpecConfig cfg;
+    cfg.confidence = 0.0f;
+    cfg.scheduler = false;
+    cfg.tail_min_tokens = 0;
+    cfg.fold = true;
+    cfg.fold_after_partial = fold_partial;
+    cfg.fold_partial_min_hits = 0;
+    spec::Runtime rt(*s, prop, cfg);
+    ASSERT_TRUE(s->prefill(prompt).ok());
+    std::vector<int32_t> got, out;
+    struct Want {
+      int wrong_at;
+      bool folded;   // this step verified its seed as row 0
+      bool armed;    // fold armed after the step
+      size_t n_out;  // tokens appended
+    };
+    // Standalone partial (seed + 2 drafts), then folds while fold_after_partial keeps arming.
+    const std::vector<Want> script = {
+        {2, false, fold_partial, 3},          // standalone: seed, d_0, d_1 kept
+        {1, fold_partial, fold_partial, 2},   // folded: seed + d_0 (row 0 checks d_0)
+        {3, fold_partial, fold_partial, 4},   // folded again after a partial
+        {0, fold_partial, false, 1},          // d_0 miss disarms (folded: seed only)
+        {-1, false, true, 5},                 // standalone full accept arms
+        {2, true, fold_partial, 3},           // folded partial: stays armed only with the flag
+        {-1, fold_partial, true, 5},
+    };
+    for (size_t i = 0; i < script.size(); ++i) {
+      SCOPED_TRACE("step " + std::to_string(i));
+      prop.wrong_at = script[i].wrong_at;
+      const int64_t folded_before = rt.stats().folded_seeds;
+      ASSERT_TRUE(rt.step(100, -1, -1, &out).ok());
+      EXPECT_EQ(rt.stats().folded_seeds - folded_before, script[i].folded ? 1 : 0);
+      EXPECT_EQ(rt.fold_armed(), script[i].armed);
+      EXPECT_EQ(out.size(), script[i].n_out);
+      got.insert(got.end(), out.begin(), out.end());
+    }
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), ref.begin()));
+    // Finish plainly and compare the whole state with plain decoding.
+    while (static_cast<int>(got.size()) < 100) {
+      prop.wrong_at = static_cast<int>(got.size() % 5);
+      ASSERT_TRUE(rt.step(100 - static_cast<int>(got.size()), -1, -1, &out).ok());
+      got.insert(got.end(), out.begin(), out.end());
+    }
+    EXPECT_EQ(got, ref);
+    EXPECT_EQ(state_bytes(*s), state_bytes(*plain_s));
+  }
+  {  // Gate: arm after a partial only when >= 3 of the last 8 d_0 checks hit.
+    auto s = stack_->session(kCtx);
+    PartialScriptProposer prop(timeline, V);
+    spec::SpecConfig cfg;
+    cfg.confidence = 0.0f;
+    cfg.scheduler = false;
+    cfg.tail_min_tokens = 0;
+    cfg.fold = true;
+    cfg.fold_after_partial = true;
+    cfg.fold_partial_min_hits = 3;
+    spec::Runtime rt(*s, prop, cfg);
+    ASSERT_TRUE(s->prefill(prompt).ok());
+    std::vector<int32_t> got, out;
+    // wrong_at, armed after: partial (1 hit), miss (1), partial (2), partial (3: armed), miss
+    // while folded (disarms), partial (hits still 3 in the window: armed).
+    const std::vector<std::pair<int, bool>> script = {{2, false}, {0, false}, {1, false},
+                                                      {3, true},  {0, false}, {2, true}};
+    for (size_t i = 0; i < script.size(); ++i) {
+      SCOPED_TRACE("gated step " + std::to_string(i));
+      prop.wrong_at = script[i].first;
+      ASSERT_TRUE(rt.step(100, -1, -1, &out).ok());
+      EXPECT_EQ(rt.fold_armed(), script[i].second);
+      got.insert(got.end(), out.begin(), out.end());
+    }
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), ref.begin()));
+    rt.reset_policy();
+    prop.wrong_at = 2;
+    ASSERT_TRUE(rt.step(100, -1, -1, &out).ok());
+    EXPECT_FALSE(rt.fold_armed()) << "reset_policy clears the d_0 history";
   }
 }
 
