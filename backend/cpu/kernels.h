@@ -10,7 +10,7 @@
 //     so row k's result does not depend on r, on the other rows, on the thread count or on
 //     the ISA (scalar / AVX2 / AVX-512);
 //   * threads split OUTPUT rows o (deterministic chunk boundaries), never a reduction;
-//   * no allocation, no getenv; the ISA is chosen once by detect_isa() and can be forced
+//   * no allocation, no environment reads; the ISA is chosen once by detect_isa() and can be forced
 //     with set_isa() (the flag table maps DS4_CPU_ISA onto it);
 //   * any r >= 0 is accepted (rows are processed in groups of at most kMaxTileRows, which
 //     cannot change a row's result); n_cols must be a multiple of the type's block size.

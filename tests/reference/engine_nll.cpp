@@ -14,9 +14,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/flags.h"
 #include "engine/engine.h"
 
 int main(int argc, char** argv) {
@@ -52,7 +54,9 @@ int main(int argc, char** argv) {
   const size_t n_win = toks.size() / static_cast<size_t>(window);
   // DS4_DUMP_LOGITS=FILE: also write every logits row ([windows*(window-1), n_vocab] f32).
   std::FILE* dump = nullptr;
-  if (const char* dp = std::getenv("DS4_DUMP_LOGITS")) dump = std::fopen(dp, "wb");
+  if (const std::optional<std::string> dp = ds4::process_env()("DS4_DUMP_LOGITS")) {
+    dump = std::fopen(dp->c_str(), "wb");
+  }
   double nll_sum = 0.0;
   uint64_t n = 0;
   for (size_t w = 0; w < n_win; ++w) {

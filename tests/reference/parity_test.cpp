@@ -44,9 +44,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/flags.h"
 #include "engine/engine.h"
 #include "model/profiles.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
@@ -135,11 +137,9 @@ void check_parity(const std::string& label, const std::string& model_path, const
   ASSERT_TRUE(session.ok()) << session.status().to_string();
 
   // DS4_PARITY_DUMP=DIR writes the engine's logits ([n_tokens, n_vocab] f32) for debugging.
-  const char* dump_dir = std::getenv("DS4_PARITY_DUMP");
+  const std::optional<std::string> dump_dir = ds4::process_env()("DS4_PARITY_DUMP");
   std::ofstream dump;
-  if (dump_dir != nullptr) {
-    dump.open(std::string(dump_dir) + "/engine_" + label + ".f32", std::ios::binary);
-  }
+  if (dump_dir) dump.open(*dump_dir + "/engine_" + label + ".f32", std::ios::binary);
   float max_top5 = 0.0f, max_full = 0.0f;
   double sum_top5 = 0.0;
   int excluded = 0, mismatched = 0, agree = 0;

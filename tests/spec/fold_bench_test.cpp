@@ -20,9 +20,11 @@
 #include <nlohmann/json.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/flags.h"
 #include "core/timer.h"
 #include "spec/runtime.h"
 #include "tokenizer/tokenizer.h"
@@ -31,9 +33,10 @@
 namespace ds4::spec_test {
 namespace {
 
+// Bench knobs come from the environment through core's one lookup (core/flags.h).
 int env_int(const char* name, int def) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : def;
+  const std::optional<std::string> v = ds4::process_env()(name);
+  return v && !v->empty() ? std::atoi(v->c_str()) : def;
 }
 
 uint64_t mix64(uint64_t z) {
@@ -122,8 +125,9 @@ TEST(FoldBench, DISABLED_FoldSeedRuleVsFoldAfterPartial) {
   const int n_gen = env_int("DS4_FOLD_BENCH_TOKENS", 128);
   const int rounds = env_int("DS4_FOLD_BENCH_ROUNDS", 3);
   const int threads = env_int("DS4_FOLD_BENCH_THREADS", 1);
-  const char* dp = std::getenv("DS4_FOLD_BENCH_DRAFTER");
-  const std::string drafter_path = dp && *dp ? dp : std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
+  const std::optional<std::string> dp = ds4::process_env()("DS4_FOLD_BENCH_DRAFTER");
+  const std::string drafter_path =
+      dp && !dp->empty() ? *dp : std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
 
   auto m = model::Model::open(target);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
