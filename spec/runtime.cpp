@@ -171,6 +171,30 @@ int Runtime::clean_drafts(Proposal& p) const {
   return p.n;
 }
 
+// One proposal from the seed at position L (ring synced to the committed rows first), drafts
+// cleaned of invalid/banned/stop ids; counts it in the stats. Returns the number of drafts.
+int Runtime::propose_drafts(int32_t seed, int64_t L, int n_allow) {
+  {
+    Timer t;
+    p_.sync(L);
+    stats_.t_sync += t.seconds();
+  }
+  float thr[kMaxBlockSize];
+  thresholds(thr, n_allow);
+  {
+    Timer t;
+    p_.propose(seed, L, n_allow, std::span<const float>(thr, n_allow), &prop_);
+    stats_.t_propose += t.seconds();
+  }
+  ++stats_.proposals;
+  if (prop_.conf0_rejected) ++stats_.conf0_rejects;
+  const int raw_n = prop_.n;
+  const int n = clean_drafts(prop_);
+  if (n < raw_n) ++stats_.invalid_draft;
+  ++stats_.draft_len_hist[n];
+  return n;
+}
+
 bool Runtime::scheduler_paused() {
   if (pause_ > 0) {
     --pause_;
@@ -295,24 +319,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out)
       return Status();
     }
   }
-  {
-    Timer t;
-    p_.sync(L);
-    stats_.t_sync += t.seconds();
-  }
-  float thr[kMaxBlockSize];
-  thresholds(thr, n_allow);
-  {
-    Timer t;
-    p_.propose(seed, L, n_allow, std::span<const float>(thr, n_allow), &prop_);
-    stats_.t_propose += t.seconds();
-  }
-  ++stats_.proposals;
-  if (prop_.conf0_rejected) ++stats_.conf0_rejects;
-  const int raw_n = prop_.n;
-  const int n = clean_drafts(prop_);
-  if (n < raw_n) ++stats_.invalid_draft;
-  ++stats_.draft_len_hist[n];
+  const int n = propose_drafts(seed, L, n_allow);
   if (n == 0) {
     ++stats_.no_draft;
     scheduler_note(false, 0);
@@ -379,24 +386,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
     return Status();
   }
   *handled = true;
-  {
-    Timer t;
-    p_.sync(L);
-    stats_.t_sync += t.seconds();
-  }
-  float thr[kMaxBlockSize];
-  thresholds(thr, n_allow);
-  {
-    Timer t;
-    p_.propose(seed, L, n_allow, std::span<const float>(thr, n_allow), &prop_);
-    stats_.t_propose += t.seconds();
-  }
-  ++stats_.proposals;
-  if (prop_.conf0_rejected) ++stats_.conf0_rejects;
-  const int raw_n = prop_.n;
-  const int n = clean_drafts(prop_);
-  if (n < raw_n) ++stats_.invalid_draft;
-  ++stats_.draft_len_hist[n];
+  const int n = propose_drafts(seed, L, n_allow);
   ++stats_.seeds;
   if (n == 0) {
     ++stats_.no_draft;

@@ -183,6 +183,7 @@ class Runtime {
   Status standalone(int32_t seed, int max_new, std::vector<int32_t>* out);
   Status fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out, bool* handled);
   int clean_drafts(Proposal& p) const;  // cut at invalid/banned/stop ids; returns n
+  int propose_drafts(int32_t seed, int64_t L, int n_allow);  // sync + propose + clean + stats
   Status commit(int keep, int rows, const int32_t* row_tokens);
   bool scheduler_paused();
   void scheduler_note(bool drafted, int accepted);
