@@ -193,6 +193,7 @@ int run_one_shot(const Options& o, Loaded& loaded, const std::string& prompt_tex
 
   GenerateOptions g = generate_options(o);
   g.decoder = loaded.decoder.get();
+  g.cancel_prefill = [] { return interrupted(); };
   g.prefill_progress = prefill_progress(o.verbose);
   set_busy(true);
   Expected<GenerateStats> r =

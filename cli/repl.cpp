@@ -184,6 +184,7 @@ class Repl {
     GenerateOptions g = generate_options(options_);
     g.decoder = loaded_.decoder.get();
     g.persistent_sampler = &sampler_;
+    g.cancel_prefill = [] { return interrupted(); };
     g.prefill_progress = prefill_progress(options_.verbose);
     clear_interrupt();
     set_busy(true);
@@ -199,6 +200,11 @@ class Repl {
     std::printf("\n");
     if (!r.ok()) {
       std::printf("error: %s; starting a new conversation\n", r.status().message().c_str());
+      start_conversation();
+      return;
+    }
+    if (r->prefill_cancelled) {
+      std::printf("[interrupted while reading the prompt; starting a new conversation]\n");
       start_conversation();
       return;
     }

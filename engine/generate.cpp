@@ -56,7 +56,23 @@ Expected<GenerateStats> generate(Session& session, const TextCodec& text,
   stats.prompt_tokens = static_cast<int>(prompt.size());
   if (!prompt.empty()) {
     Timer timer;
-    DS4_RETURN_IF_ERROR(session.prefill(prompt, options.prefill_progress));
+    const int total = static_cast<int>(prompt.size());
+    for (int done = 0; done < total;) {
+      if (options.cancel_prefill && options.cancel_prefill()) {
+        stats.prefill_s = timer.seconds();
+        stats.prompt_tokens = done;
+        stats.prefill_cancelled = true;
+        stats.stop = StopReason::kCancelled;
+        return stats;
+      }
+      const int n = std::min(kPrefillSlice, total - done);
+      ProgressFn progress;
+      if (options.prefill_progress) {
+        progress = [&](int d, int) { options.prefill_progress(done + d, total); };
+      }
+      DS4_RETURN_IF_ERROR(session.prefill(prompt.subspan(done, n), progress));
+      done += n;
+    }
     stats.prefill_s = timer.seconds();
   }
 

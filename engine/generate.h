@@ -76,7 +76,14 @@ struct GenerateOptions {
   ProgressFn prefill_progress;      // optional: (done, total) during the prompt prefill
   Sampler* persistent_sampler = nullptr;  // optional: keeps its RNG state across calls
   Decoder* decoder = nullptr;             // optional: nullptr = PlainDecoder
+  // optional: polled between prefill slices (kPrefillSlice tokens); true stops the prefill
+  // (Ctrl+C). The session then holds only the part of the prompt prefilled so far.
+  std::function<bool()> cancel_prefill;
 };
+
+// Prompt tokens prefilled between two cancel_prefill polls. Slicing never changes a bit:
+// prefill of N tokens equals any split into pieces (tests/model).
+inline constexpr int kPrefillSlice = 256;
 
 struct GenerateStats {
   int prompt_tokens = 0;    // tokens prefilled by this call
@@ -84,6 +91,7 @@ struct GenerateStats {
   int gen_tokens = 0;       // tokens generated and appended (EOS excluded)
   double gen_s = 0.0;
   StopReason stop = StopReason::kMaxTokens;
+  bool prefill_cancelled = false;  // cancel_prefill stopped the prompt part way (stop = kCancelled)
   std::vector<int32_t> tokens;  // the generated ids, in order (EOS excluded)
 
   double prefill_tps() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0.0; }

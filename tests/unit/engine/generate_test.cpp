@@ -227,6 +227,40 @@ TEST_F(GenerateTest, ZeroMaxTokensOnlyPrefills) {
   EXPECT_EQ(s.n_tokens(), 3);
 }
 
+TEST_F(GenerateTest, CancelDuringPrefillStopsBetweenSlicesWithProgressOverTheWholePrompt) {
+  const int n_prompt = 2 * kPrefillSlice + 10;
+  FakeSession s(n_prompt + 100, 1000);
+  std::vector<int32_t> prompt(n_prompt, 9);
+  GenerateOptions o = greedy(8);
+  int polls = 0;
+  int last_done = 0, last_total = 0;
+  o.cancel_prefill = [&] { return ++polls == 3; };  // cancel before the third slice
+  o.prefill_progress = [&](int done, int total) {
+    EXPECT_GT(done, last_done);  // progress counts over the whole prompt, never restarts
+    last_done = done;
+    last_total = total;
+  };
+  auto r = generate(s, *codec_, prompt, o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->prefill_cancelled);
+  EXPECT_EQ(r->stop, StopReason::kCancelled);
+  EXPECT_EQ(r->prompt_tokens, 2 * kPrefillSlice);
+  EXPECT_EQ(s.n_tokens(), 2 * kPrefillSlice);
+  EXPECT_EQ(r->gen_tokens, 0);
+  EXPECT_EQ(last_done, 2 * kPrefillSlice);
+  EXPECT_EQ(last_total, n_prompt);
+
+  // Without a cancel the whole prompt goes in and generation follows.
+  FakeSession s2(n_prompt + 100, 1000);
+  o.cancel_prefill = [] { return false; };
+  last_done = 0;
+  auto r2 = generate(s2, *codec_, prompt, o, nullptr);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_FALSE(r2->prefill_cancelled);
+  EXPECT_EQ(r2->prompt_tokens, n_prompt);
+  EXPECT_EQ(r2->gen_tokens, 8);
+}
+
 TEST(TextCodec, PromptAndConversationUseTheSpecialTokens) {
   auto codec = TextCodec::synthetic(kVocab);
   ASSERT_TRUE(codec.ok());
