@@ -175,54 +175,42 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     float* raw_row = L.raw.data() + (pos % raw_cap) * D;
     for (int64_t j = 0; j < D; ++j) raw_row[j] = quant::f16_round(kv[j]);
 
-    if (ratio != 0) {
+    // One compressor step (§4.4); a row emitted at this position is f16-rounded and
+    // appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
+    auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
+                        const uint16_t* ape, const float* norm, int r, int64_t dim,
+                        bool indexer, float* rows, int64_t& n_rows) {
       backend::CompressorStepParams cp;
-      cp.state_kv = L.cmp_kv.data();
-      cp.state_score = L.cmp_score.data();
-      cp.kv_cur = s.ckv.data() + i * W;
-      cp.sc_cur = s.csc.data() + i * W;
-      cp.ape = m.cmp_ape;
-      cp.norm = m.cmp_norm;
-      cp.ratio = ratio;
-      cp.head_dim = static_cast<int>(D);
+      cp.state_kv = st_kv;
+      cp.state_score = st_sc;
+      cp.kv_cur = kv_cur;
+      cp.sc_cur = sc_cur;
+      cp.ape = ape;
+      cp.norm = norm;
+      cp.ratio = r;
+      cp.head_dim = static_cast<int>(dim);
       cp.n_rot = n_rot;
       cp.pos = pos;
       cp.eps = eps;
       cp.rope = rp;
-      cp.indexer = false;
+      cp.indexer = indexer;
       cp.pooled = s.pooled.data();
       cp.out_row = s.crow.data();
-      if (be_.compressor_step(cp)) {
-        DS4_CHECK(L.n_comp < state_.comp_cap(il));
-        float* dst = L.comp.data() + L.n_comp * D;
-        for (int64_t j = 0; j < D; ++j) dst[j] = quant::f16_round(s.crow[j]);
-        ++L.n_comp;
-      }
+      if (!be_.compressor_step(cp)) return;
+      DS4_CHECK(n_rows < state_.comp_cap(il));
+      float* dst = rows + n_rows * dim;
+      for (int64_t j = 0; j < dim; ++j) dst[j] = quant::f16_round(s.crow[j]);
+      ++n_rows;
+    };
+    if (ratio != 0) {
+      compress(L.cmp_kv.data(), L.cmp_score.data(), s.ckv.data() + i * W, s.csc.data() + i * W,
+               m.cmp_ape, m.cmp_norm, ratio, D, false, L.comp.data(), L.n_comp);
     }
     const uint8_t* allowed = nullptr;
     if (ratio == 4) {
-      backend::CompressorStepParams cp;
-      cp.state_kv = L.idx_kv.data();
-      cp.state_score = L.idx_score.data();
-      cp.kv_cur = s.ikv.data() + i * IW;
-      cp.sc_cur = s.isc.data() + i * IW;
-      cp.ape = m.idx_cmp_ape;
-      cp.norm = m.idx_cmp_norm;
-      cp.ratio = 4;
-      cp.head_dim = static_cast<int>(IDX);
-      cp.n_rot = n_rot;
-      cp.pos = pos;
-      cp.eps = eps;
-      cp.rope = rp;
-      cp.indexer = true;
-      cp.pooled = s.pooled.data();
-      cp.out_row = s.crow.data();
-      if (be_.compressor_step(cp)) {
-        DS4_CHECK(L.n_index < state_.comp_cap(il));
-        float* dst = L.index.data() + L.n_index * IDX;
-        for (int64_t j = 0; j < IDX; ++j) dst[j] = quant::f16_round(s.crow[j]);
-        ++L.n_index;
-      }
+      compress(L.idx_kv.data(), L.idx_score.data(), s.ikv.data() + i * IW,
+               s.isc.data() + i * IW, m.idx_cmp_ape, m.idx_cmp_norm, 4, IDX, true,
+               L.index.data(), L.n_index);
       if (L.n_index > top_k) {
         DS4_CHECK(i >= first_idx_row);
         float* iq = s.iq.data() + i * IQ;

@@ -18,6 +18,7 @@
 #include "session/session.h"
 #include "spec/drafter.h"
 #include "spec/drafter_gen.h"
+#include "tests/model/tiny_model.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
 namespace ds4::spec_test {
@@ -81,23 +82,9 @@ struct Stack {
   }
 };
 
-inline std::vector<int32_t> prompt_tokens(int n, uint32_t n_vocab, uint64_t seed) {
-  std::vector<int32_t> t(n);
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (int i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    t[i] = static_cast<int32_t>(x % n_vocab);
-  }
-  return t;
-}
-
-inline std::vector<uint8_t> state_bytes(const session::ModelSession& s) {
-  std::vector<uint8_t> b;
-  s.serialize_state(b);
-  return b;
-}
+// Prompt ids and state bytes: the same helpers as the invariance tests (tests/model).
+using testing_tiny::prompt_tokens;
+using testing_tiny::state_bytes;
 
 inline int32_t choose(std::span<const float> logits, int32_t banned) {
   return banned >= 0 ? argmax_excluding(logits, banned) : argmax(logits);
