@@ -56,6 +56,8 @@ struct ExpertMatrix {
 
 // y[i][o] = dot(W row o, x[i]) for i < n_rows. Q8_0 weights: each x row is first quantized to
 // Q8_0 activation blocks (lrintf, f32 scale, §3.3); F16/F32 weights: canonical dense dot.
+// Under ActivationNumerics::kF32 a Q8_0 row is dequantized and dotted with the f32 x row
+// (quant::dot_f32 order) instead.
 struct MatmulParams {
   Matrix w;
   const float* x = nullptr;  // [n_rows, x_stride] f32, first w.n_in used
@@ -216,6 +218,8 @@ struct SwigluParams {
 // Routed experts (§4.6) of n_rows tokens: row i uses experts sel[i][0..n_used) with weights
 // wt[i][..]; x quantized to Q8_K, gate/up dots, clamp + SiLU, router weight before down,
 // mid re-quantized to Q8_K, down outputs summed in slot order into out (overwritten).
+// Under ActivationNumerics::kF32 nothing is quantized: every dot is quant::dot_f32 of the
+// dequantized weight row and the f32 x / mid row.
 // Rows may share expert weight reads; each row's bits equal its single-row result.
 struct MoeParams {
   const float* x = nullptr;        // [n_rows, n_embd] ffn-normed input
@@ -252,7 +256,17 @@ class Backend {
 // Scratch bytes MoeParams::scratch needs.
 size_t moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
 
+// How matvecs against quantized weights (Q8_0 dense, IQ2_XXS/Q2_K/Q4_K routed experts) treat
+// their f32 activations. F16/F32 weights and every other numeric step (FP8/f16 KV, FP4
+// indexer, ...) are the same in both modes.
+enum class ActivationNumerics {
+  kQuantized,  // the model's production numerics: activations -> Q8_0 / Q8_K (§3.3-3.4)
+  kF32,        // reference numerics (slower; for parity checks): dequantized weight row ·
+               // f32 activation, quant::dot_f32 order; still batch and thread invariant
+};
+
 // The CPU backend (the oracle). n_threads <= 0 picks hardware concurrency.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads,
+                                          ActivationNumerics act = ActivationNumerics::kQuantized);
 
 }  // namespace ds4::backend

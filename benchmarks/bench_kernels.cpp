@@ -7,7 +7,8 @@
 // Weights rotate over several copies (~64 MiB in all) so big shapes stream from outside L2;
 // they are random valid blocks (quant::fill_random_blocks), never real model weights.
 // Flags (before Google Benchmark's own): --isa=scalar|avx2|avx512, --threads=N (ratio table
-// pool size, default 1), --ratios_only, --no_ratios.
+// pool size, default 1), --ratios_only, --no_ratios, --all_shapes (the ratio table also
+// covers the tiny shapes).
 #include <benchmark/benchmark.h>
 #include <time.h>
 
@@ -50,6 +51,8 @@ const Spec kSpecs[] = {
     {"q4_k_expert_4096to2048", GgmlType::kQ4_K, 4096, 2048, true},
     {"q8_0_tiny_256x256", GgmlType::kQ8_0, 256, 256, false},
     {"f16_tiny_256x64", GgmlType::kF16, 256, 64, false},
+    {"f16_tiny_256x256", GgmlType::kF16, 256, 256, false},
+    {"f16_tiny_hc_1024x24", GgmlType::kF16, 1024, 24, false},
     {"iq2_xxs_tiny_256to128", GgmlType::kIQ2_XXS, 256, 128, false},
     {"q2_k_tiny_128to256", GgmlType::kQ2_K, 256, 256, false},
 };
@@ -145,7 +148,7 @@ double now_seconds(int threads) {
 }
 
 // Seconds per call of the r-row kernel, best of 11 interleaved rounds.
-void ratio_table(int threads) {
+void ratio_table(int threads, bool all_shapes) {
   std::printf("\nverify(r)/decode(1) = time(r-row kernel) / time(1-row kernel), isa=%s, threads=%d (%s)\n",
               cpu::isa_name(cpu::active_isa()), threads, threads == 1 ? "thread CPU time" : "wall time");
   std::printf("%-28s %10s", "shape", "1row_us");
@@ -154,7 +157,7 @@ void ratio_table(int threads) {
   std::vector<std::string> csv;
   ThreadPool pool(threads);
   for (const Spec& s : kSpecs) {
-    if (!s.flash) continue;
+    if (!s.flash && !all_shapes) continue;
     Data d(s);
     std::vector<float> y(static_cast<size_t>(kMaxR * s.n_out));
     // Calls per measurement: about 20 ms of 1-row work.
@@ -190,7 +193,7 @@ void ratio_table(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool ratios_only = false, no_ratios = false;
+  bool ratios_only = false, no_ratios = false, all_shapes = false;
   int threads = 1;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
@@ -205,6 +208,8 @@ int main(int argc, char** argv) {
       threads = std::max(1, std::atoi(a.c_str() + 10));
     } else if (a == "--ratios_only") {
       ratios_only = true;
+    } else if (a == "--all_shapes") {
+      all_shapes = true;
     } else if (a == "--no_ratios") {
       no_ratios = true;
     } else {
@@ -229,7 +234,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, rest.data());
   std::printf("isa=%s\n", cpu::isa_name(cpu::active_isa()));
   if (!ratios_only) benchmark::RunSpecifiedBenchmarks();
-  if (!no_ratios) ratio_table(threads);
+  if (!no_ratios) ratio_table(threads, all_shapes);
   benchmark::Shutdown();
   return 0;
 }

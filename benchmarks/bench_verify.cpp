@@ -9,8 +9,10 @@
 // timers). Flags: --model=PATH (default: generate tiny q2, seed 1234, random blocks, into
 // /tmp), --quant=q2|q4, --threads=N (default 2), --ctx=N prompt tokens (default 96),
 // --rounds=N (default 15), --isa=scalar|avx2|avx512, --profile, --profile_r=R (default 6),
-// --csv. Timing is wall time (best of the rounds is the figure least disturbed by a shared
-// machine); with --threads=1 it is this thread's CPU time. Nothing here is a test.
+// --csv, --only_r=R (0 = decode) with --only_calls=N (default 200): time only that call, N
+// times (for an external profiler such as perf). Timing is wall time (best of the rounds is
+// the figure least disturbed by a shared machine); with --threads=1 it is this thread's CPU
+// time. Nothing here is a test.
 #include <time.h>
 #include <unistd.h>
 
@@ -142,7 +144,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string model_path;
   model::ExpertQuant quant = model::ExpertQuant::kQ2;
-  int threads = 2, ctx = 96, rounds = 15, profile_r = 6;
+  int threads = 2, ctx = 96, rounds = 15, profile_r = 6, only_r = -1, only_calls = 200;
   bool profile = false, csv = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -164,6 +166,10 @@ int main(int argc, char** argv) {
       profile = true;
     } else if (a == "--profile") {
       profile = true;
+    } else if (a.rfind("--only_r=", 0) == 0) {
+      only_r = std::clamp(std::atoi(val("--only_r=").c_str()), 0, session::kMaxBatchRows);
+    } else if (a.rfind("--only_calls=", 0) == 0) {
+      only_calls = std::max(1, std::atoi(val("--only_calls=").c_str()));
     } else if (a == "--csv") {
       csv = true;
     } else if (a.rfind("--isa=", 0) == 0) {
@@ -203,6 +209,17 @@ int main(int argc, char** argv) {
   if (Status st = s.prefill(prompt); !st.ok()) return die("prefill", st);
   s.checkpoint();
   const auto rows = tokens(session::kMaxBatchRows, cfg.n_vocab, 7);
+
+  if (only_r >= 0) {
+    // Only one call kind, repeated (for an external profiler such as perf).
+    std::vector<double> tt;
+    for (int i = 0; i < only_calls; ++i) tt.push_back(timed_call(s, only_r, rows));
+    std::printf("only %s: best %.3f ms, median %.3f ms (%d calls)\n",
+                only_r == 0 ? "decode(1)" : ("verify(" + std::to_string(only_r) + ")").c_str(),
+                *std::min_element(tt.begin(), tt.end()) * 1e3, median(tt) * 1e3, only_calls);
+    if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());
+    return 0;
+  }
 
   constexpr int kR = session::kMaxBatchRows;
   std::vector<std::vector<double>> t(kR + 1);

@@ -197,7 +197,9 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           ? options.n_threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ModelInfo info = make_info(**model, options.model_path);
-  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend(threads);
+  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend(
+      threads, options.f32_activations ? backend::ActivationNumerics::kF32
+                                       : backend::ActivationNumerics::kQuantized);
   std::unique_ptr<spec::Drafter> drafter;
   if (!options.mtp_path.empty()) {
     auto d = load_dspark_drafter(**model, *be, options.mtp_path);

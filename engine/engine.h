@@ -34,6 +34,12 @@ struct EngineOptions {
   BackendKind backend = BackendKind::kCpu;
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
+  // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0
+  // dense incl. the output head and shared expert, IQ2_XXS/Q2_K/Q4_K routed experts) use the
+  // f32 activation against the dequantized weight row instead of quantizing the activation
+  // to Q8_0/Q8_K. Everything else (FP8/f16 KV, FP4 indexer) is unchanged; results stay batch
+  // and thread invariant. Default off: the production numerics (canonical hashes).
+  bool f32_activations = false;
 };
 
 // What frontends may know about the loaded model (no tensors).

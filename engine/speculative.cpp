@@ -7,6 +7,13 @@
 
 namespace ds4 {
 
+// SpecOptions' cost defaults mirror spec::SpecConfig's (one set of measured CPU figures).
+static_assert(SpecOptions{}.cost_verify_base == spec::kCpuCostVerifyBase);
+static_assert(SpecOptions{}.cost_verify_row == spec::kCpuCostVerifyRow);
+static_assert(SpecOptions{}.cost_draft == spec::kCpuCostDraft);
+static_assert(SpecOptions{}.cost_draft_reject == spec::kCpuCostDraftReject);
+static_assert(SpecOptions{}.cost_window == spec::SpecConfig{}.cost_window);
+
 struct SpeculativeDecoder::Impl {
   Impl(spec::Drafter& d, session::ModelSession& s, const spec::SpecConfig& cfg)
       : ms(s), proposer(d), runtime(s, proposer, cfg) {}
@@ -33,6 +40,12 @@ std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(spec::Drafter& dr
   cfg.stats = o.stats;
   cfg.max_draft = o.max_draft;
   cfg.tail_min_tokens = o.tail_min_tokens;
+  cfg.cost_gate = o.cost_gate;
+  cfg.cost_verify_base = o.cost_verify_base;
+  cfg.cost_verify_row = o.cost_verify_row;
+  cfg.cost_draft = o.cost_draft;
+  cfg.cost_draft_reject = o.cost_draft_reject;
+  cfg.cost_window = o.cost_window;
   std::unique_ptr<SpeculativeDecoder> d(new SpeculativeDecoder());
   d->impl_ = std::make_unique<Impl>(drafter, ms, cfg);
   return d;

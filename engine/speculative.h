@@ -39,7 +39,8 @@ namespace ds4 {
 
 // DSpark policies (spec::SpecConfig; flag / environment names documented in spec/runtime.h:
 // DS4_DSPARK_CONFIDENCE, _CONFIDENCE_GRID, _FOLD, _FOLD_PARTIAL, _SCHEDULER, _SCHEDULER_BACKOFF,
-// _MARGIN_GATE, _REPLAY, _STATS).
+// _MARGIN_GATE, _REPLAY, _STATS, _COST_GATE, _COST_VERIFY_BASE, _COST_VERIFY_ROW, _COST_DRAFT,
+// _COST_DRAFT_REJECT, _COST_WINDOW).
 struct SpecOptions {
   float confidence = 0.6f;             // σ threshold per draft position
   std::vector<float> confidence_grid;  // per-position thresholds, last extends (empty = flat)
@@ -52,6 +53,15 @@ struct SpecOptions {
   bool stats = false;                  // frontends print stats_report() at the end
   int max_draft = 0;                   // cap on drafts per proposal (0 = block size)
   int tail_min_tokens = 10;            // no proposals when fewer tokens remain
+  // Cost gate (spec/runtime.h "Cost gate"): propose / verify / fold only when the expected
+  // tokens beat the expected cost. Costs in decode(1) units; defaults = spec::kCpuCost*
+  // (measured on the CPU backend; static_assert'ed equal in speculative.cpp).
+  bool cost_gate = false;
+  float cost_verify_base = 0.66f;      // verify(n) ~ base + row * n
+  float cost_verify_row = 0.37f;
+  float cost_draft = 1.00f;            // a proposal that reaches the vocab head
+  float cost_draft_reject = 0.64f;     // a proposal stopped by the conf0 precheck
+  int cost_window = 16;                // memory of the acceptance statistics (proposals)
 };
 
 // "0.55,0.6,0.65" -> thresholds (each in [0, 1]); kInvalidArgument names the bad item.

@@ -66,7 +66,7 @@ void weighted_stream_sum(const float* x, const float* w, int n_hc, int64_t n_emb
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads), mm_(&pool_) {}
+  CpuBackend(int n_threads, ActivationNumerics act) : pool_(n_threads), mm_(&pool_, act) {}
 
   const char* name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
@@ -90,33 +90,10 @@ class CpuBackend final : public Backend {
     mp.y_stride = mix_dim;
     mp.n_rows = p.n_rows;
     mm_.matmul(mp);
-    for (int i = 0; i < p.n_rows; ++i) {
-      float pre[16];
-      const float* x = p.x + i * hc_dim;
-      cpu::hc_split_sinkhorn(p.mix + i * mix_dim, p.scale, p.base, p.n_hc, p.sinkhorn_iters,
-                             p.hc_eps, pre, p.post + i * p.n_hc, p.comb + i * p.n_hc * p.n_hc);
-      weighted_stream_sum(x, pre, p.n_hc, p.n_embd, p.y + i * p.n_embd);
-    }
+    cpu::hc_pre_finish_rows(p);  // Sinkhorn split + weighted stream sum per row
   }
 
-  void hc_post(const HcPostParams& p) override {
-    const int64_t hc_dim = p.n_hc * p.n_embd;
-    for (int i = 0; i < p.n_rows; ++i) {
-      const float* f = p.f + i * p.n_embd;
-      const float* x = p.x + i * hc_dim;
-      const float* post = p.post + i * p.n_hc;
-      const float* comb = p.comb + i * p.n_hc * p.n_hc;
-      float* out = p.out + i * hc_dim;
-      // Per element: acc = f·post[c], then + comb[r][c]·x[r] for r in order; the d loops
-      // are elementwise (vectorizable) and keep that sequence for every element.
-      for (int c = 0; c < p.n_hc; ++c) {
-        float* o = out + c * p.n_embd;
-        std::memcpy(o, f, sizeof(float) * p.n_embd);
-        cpu::scale(post[c], o, p.n_embd);  // o = f·post[c]
-        for (int r = 0; r < p.n_hc; ++r) cpu::axpy(comb[r * p.n_hc + c], x + r * p.n_embd, o, p.n_embd);
-      }
-    }
-  }
+  void hc_post(const HcPostParams& p) override { cpu::hc_post_rows(p); }
 
   void rope_tail(const RopeTailParams& p) override {
     cpu::rope_tail_rows(p.x, p.n_head, p.head_dim, p.n_rot, p.pos, p.rope, p.inverse);
@@ -221,47 +198,10 @@ class CpuBackend final : public Backend {
   }
 
   void sink_attention(const SinkAttentionParams& p) override {
-    const int D = p.head_dim;
-    const float kq_scale = 1.0f / sqrtf(static_cast<float>(D));
     const int64_t n_all = p.n_raw + p.n_comp;
     // Heads are independent; waking workers costs more than a small job (tiny models).
-    const int64_t grain = n_all * D * p.n_head < kInlineAttnWork ? p.n_head : 1;
-    pool_.parallel_for(p.n_head, grain, [&](int64_t hb, int64_t he) {
-      for (int64_t h = hb; h < he; ++h) {
-        const float* qh = p.q + h * D;
-        float* score = p.scores + h * n_all;
-        float mx = p.sinks[h];
-        for (int r = 0; r < p.n_raw; ++r) {
-          score[r] = cpu::dot_f32(qh, p.raw[r], D) * kq_scale;
-          if (score[r] > mx) mx = score[r];
-        }
-        for (int64_t c = 0; c < p.n_comp; ++c) {
-          if (p.comp_allowed != nullptr && !p.comp_allowed[c]) {
-            score[p.n_raw + c] = -1.0e30f;
-            continue;
-          }
-          const float s = cpu::dot_f32(qh, p.comp + c * D, D) * kq_scale;
-          score[p.n_raw + c] = s;
-          if (s > mx) mx = s;
-        }
-        float* oh = p.out + h * D;
-        std::memset(oh, 0, sizeof(float) * D);
-        float den = expf(p.sinks[h] - mx);
-        for (int r = 0; r < p.n_raw; ++r) {
-          const float w = expf(score[r] - mx);
-          den += w;
-          cpu::axpy(w, p.raw[r], oh, D);
-        }
-        for (int64_t c = 0; c < p.n_comp; ++c) {
-          if (p.comp_allowed != nullptr && !p.comp_allowed[c]) continue;
-          const float w = expf(score[p.n_raw + c] - mx);
-          den += w;
-          cpu::axpy(w, p.comp + c * D, oh, D);
-        }
-        const float inv = 1.0f / den;
-        for (int j = 0; j < D; ++j) oh[j] *= inv;
-      }
-    });
+    const int64_t grain = n_all * p.head_dim * p.n_head < kInlineAttnWork ? p.n_head : 1;
+    pool_.parallel_for(p.n_head, grain, [&](int64_t hb, int64_t he) { cpu::sink_attention_heads(p, hb, he); });
   }
 
   void swiglu(const SwigluParams& p) override {
@@ -345,6 +285,7 @@ class CpuBackend final : public Backend {
   // below is indexed by sorted pair position q; the final sum reads each row's pairs back in
   // slot order, so a row's bits equal its single-row (decode) result.
   void moe(const MoeParams& p) override {
+    if (mm_.activation_numerics() == ActivationNumerics::kF32) return cpu::moe_f32(p, &pool_);
     const int64_t n_embd = p.gate.n_in;
     const int64_t n_ff = p.gate.n_out;
     const int U = p.n_used;
@@ -461,8 +402,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  return std::make_unique<CpuBackend>(n_threads);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, ActivationNumerics act) {
+  return std::make_unique<CpuBackend>(n_threads, act);
 }
 
 }  // namespace ds4::backend

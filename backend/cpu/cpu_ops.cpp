@@ -3,6 +3,13 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <cmath>
+#include <vector>
+
+#include "core/status.h"
+#include "quant/dot.h"
+#ifdef DS4_HAVE_CPU_KERNELS
+#include "backend/cpu/kernels.h"
+#endif
 
 namespace ds4::backend::cpu {
 
@@ -19,19 +26,24 @@ void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float e
 
 namespace {
 
-// Rows [0, G) of the group: per row the same Σ (double)x·x in index order as rms_norm_row.
-template <int G>
-void rms_group(const float* x, const float* w, float* out, int64_t n, int64_t stride, float eps) {
-  double ss[G];
-  for (int k = 0; k < G; ++k) ss[k] = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int k = 0; k < G; ++k) {
-      const float v = x[k * stride + i];
-      ss[k] += static_cast<double>(v) * v;
-    }
+// Rows [0, g) of the group (g <= 8): per row the same Σ (double)x·x in index order as
+// rms_norm_row, then out = x·scale (·w).
+void rms_group(const float* x, const float* w, float* out, int64_t n, int64_t stride, int g, float eps) {
+  double ss[8];
+#ifdef DS4_HAVE_CPU_KERNELS
+  ds4::cpu::sumsq_rows_f64(x, stride, g, n, ss);
+#else
+  for (int k = 0; k < g; ++k) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[k * stride + i]) * x[k * stride + i];
+    ss[k] = acc;
   }
-  for (int k = 0; k < G; ++k) {
+#endif
+  for (int k = 0; k < g; ++k) {
     const float scale = 1.0f / sqrtf(static_cast<float>(ss[k] / static_cast<double>(n)) + eps);
+#ifdef DS4_HAVE_CPU_KERNELS
+    ds4::cpu::scale_mul(x + k * stride, scale, w, out + k * stride, n);
+#else
     const float* xr = x + k * stride;
     float* o = out + k * stride;
     if (w != nullptr) {
@@ -39,6 +51,7 @@ void rms_group(const float* x, const float* w, float* out, int64_t n, int64_t st
     } else {
       for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale;
     }
+#endif
   }
 }
 
@@ -70,10 +83,13 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
     }
   };
   // The angles depend on (pos, rope params, pair index) only, so cos·mscale and sin·mscale
-  // are computed once per call and reused for every head, and kept for the next call with the
-  // same key (q, kv, inverse and indexer RoPE of one row share them). The inverse's sign is
-  // applied as (−sin)·mscale = −(sin·mscale), exact, so the values are the per-head formula's.
+  // are computed once per call and reused for every head, and kept for later calls with the
+  // same key in a small per-thread cache: q, kv, inverse and indexer RoPE of one row share
+  // them, and a compressor step at another position in between must not evict them. The
+  // inverse's sign is applied as (−sin)·mscale = −(sin·mscale), exact, so the values are the
+  // per-head formula's.
   constexpr int kMaxPairs = 128;
+  constexpr int kEntries = 4;
   struct Cache {
     bool valid = false;
     int64_t pos = 0;
@@ -81,12 +97,27 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
     model::RopeParams rp;
     float cs[kMaxPairs], sn[kMaxPairs];
   };
-  thread_local Cache cache;
-  const bool hit = cache.valid && cache.pos == pos && cache.n_rot == n_rot &&
-                   cache.rp.freq_base == rp.freq_base && cache.rp.freq_scale == rp.freq_scale &&
-                   cache.rp.ext_factor == rp.ext_factor && cache.rp.attn_factor == rp.attn_factor &&
-                   cache.rp.n_ctx_orig == rp.n_ctx_orig && cache.rp.beta_fast == rp.beta_fast &&
-                   cache.rp.beta_slow == rp.beta_slow;
+  thread_local Cache caches[kEntries];
+  thread_local int next_victim = 0;
+  auto same_key = [&](const Cache& c) {
+    return c.valid && c.pos == pos && c.n_rot == n_rot && c.rp.freq_base == rp.freq_base &&
+           c.rp.freq_scale == rp.freq_scale && c.rp.ext_factor == rp.ext_factor &&
+           c.rp.attn_factor == rp.attn_factor && c.rp.n_ctx_orig == rp.n_ctx_orig &&
+           c.rp.beta_fast == rp.beta_fast && c.rp.beta_slow == rp.beta_slow;
+  };
+  Cache* found = nullptr;
+  for (Cache& c : caches) {
+    if (same_key(c)) {
+      found = &c;
+      break;
+    }
+  }
+  const bool hit = found != nullptr;
+  if (!hit) {
+    found = &caches[next_victim];
+    next_victim = (next_victim + 1) % kEntries;
+  }
+  Cache& cache = *found;
   if (n_rot > 2 * kMaxPairs) {
     // Not cached (no such model today): the per-head formula.
     prepare();
@@ -150,28 +181,9 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
 void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_t stride, int n_rows,
                    float eps) {
   for (int i = 0; i < n_rows; i += 8) {
-    const float* xi = x + i * stride;
-    float* oi = out + i * stride;
-    switch (n_rows - i < 8 ? n_rows - i : 8) {
-      case 1: rms_group<1>(xi, w, oi, n, stride, eps); break;
-      case 2: rms_group<2>(xi, w, oi, n, stride, eps); break;
-      case 3: rms_group<3>(xi, w, oi, n, stride, eps); break;
-      case 4: rms_group<4>(xi, w, oi, n, stride, eps); break;
-      case 5: rms_group<5>(xi, w, oi, n, stride, eps); break;
-      case 6: rms_group<6>(xi, w, oi, n, stride, eps); break;
-      case 7: rms_group<7>(xi, w, oi, n, stride, eps); break;
-      default: rms_group<8>(xi, w, oi, n, stride, eps); break;
-    }
+    const int g = n_rows - i < 8 ? n_rows - i : 8;
+    rms_group(x + i * stride, w, out + i * stride, n, stride, g, eps);
   }
-}
-
-float sigmoid_stable(float x) {
-  if (x >= 0.0f) {
-    const float e = expf(-x);
-    return 1.0f / (1.0f + e);
-  }
-  const float e = expf(x);
-  return e / (1.0f + e);
 }
 
 float softplus_stable(float x) {
@@ -180,8 +192,12 @@ float softplus_stable(float x) {
   return log1pf(expf(x));
 }
 
-void hc_split_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc,
-                       int iters, float eps, float* pre, float* post, float* comb) {
+namespace {
+
+// §4.2 steps 3-4 of one row: pre, post, and comb after the row softmax + eps (before the
+// first column normalization).
+void sinkhorn_init(const float* mix, const float* scale, const float* base, int n_hc, float eps, float* pre,
+                   float* post, float* comb) {
   for (int i = 0; i < n_hc; ++i) {
     const float z = mix[i] * scale[0] + base[i];
     pre[i] = 1.0f / (1.0f + expf(-z)) + eps;
@@ -210,23 +226,183 @@ void hc_split_sinkhorn(const float* mix, const float* scale, const float* base, 
     const float inv = 1.0f / sum;
     for (int c = 0; c < n_hc; ++c) a[r * n_hc + c] = a[r * n_hc + c] * inv + eps;
   }
+}
+
+// §4.2 step 5: column normalization, then iters - 1 rounds of row then column normalization.
+// T is float (one row) or a GCC vector of floats (one row per lane: the same operation
+// sequence on every lane, so each lane's bits equal the scalar form's).
+template <typename T>
+void sinkhorn_iterate(T* a, int n_hc, int iters, float eps) {
   auto col_norm = [&]() {
     for (int c = 0; c < n_hc; ++c) {
-      float sum = 0.0f;
+      T sum = T{};
       for (int r = 0; r < n_hc; ++r) sum += a[r * n_hc + c];
-      const float inv = 1.0f / (sum + eps);
+      const T inv = 1.0f / (sum + eps);
       for (int r = 0; r < n_hc; ++r) a[r * n_hc + c] *= inv;
     }
   };
   col_norm();
   for (int it = 1; it < iters; ++it) {
     for (int r = 0; r < n_hc; ++r) {
-      float sum = 0.0f;
+      T sum = T{};
       for (int c = 0; c < n_hc; ++c) sum += a[r * n_hc + c];
-      const float inv = 1.0f / (sum + eps);
+      const T inv = 1.0f / (sum + eps);
       for (int c = 0; c < n_hc; ++c) a[r * n_hc + c] *= inv;
     }
     col_norm();
+  }
+}
+
+}  // namespace
+
+void hc_split_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc,
+                       int iters, float eps, float* pre, float* post, float* comb) {
+  sinkhorn_init(mix, scale, base, n_hc, eps, pre, post, comb);
+  sinkhorn_iterate(comb, n_hc, iters, eps);
+}
+
+void dot_f32_many(const float* a, const float* const* b, int nb, int64_t n, float* out) {
+#ifdef DS4_HAVE_CPU_KERNELS
+  ds4::cpu::dot_f32_many(a, b, nb, n, out);
+#else
+  for (int j = 0; j < nb; ++j) out[j] = quant::dot_f32(a, b[j], n);
+#endif
+}
+
+void weighted_sum(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
+                  int64_t n) {
+#ifdef DS4_HAVE_CPU_KERNELS
+  ds4::cpu::weighted_sum(s, a, w, x, nx, y, n);
+#else
+  for (int64_t i = 0; i < n; ++i) y[i] = s != nullptr ? s[i] * a : 0.0f;
+  for (int j = 0; j < nx; ++j) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float t = w[j] * x[j][i];
+      y[i] = y[i] + t;
+    }
+  }
+#endif
+}
+
+void hc_pre_finish_rows(const HcPreParams& p) {
+  DS4_CHECK(p.n_hc >= 1 && p.n_hc <= 16);
+  const int64_t hc_dim = p.n_hc * p.n_embd;
+  const int64_t mix_dim = 2 * p.n_hc + p.n_hc * p.n_hc;
+  const int nn = p.n_hc * p.n_hc;
+  // The Sinkhorn iterations of up to kLanes rows run side by side, one row per vector lane
+  // (identical per-lane operation sequence); lanes past the last row repeat row i0.
+  constexpr int kLanes = 8;
+  typedef float LaneVec __attribute__((vector_size(4 * kLanes)));
+  for (int i0 = 0; i0 < p.n_rows; i0 += kLanes) {
+    const int g = p.n_rows - i0 < kLanes ? p.n_rows - i0 : kLanes;
+    float pre[kLanes][16];
+    for (int k = 0; k < g; ++k) {
+      const int i = i0 + k;
+      sinkhorn_init(p.mix + i * mix_dim, p.scale, p.base, p.n_hc, p.hc_eps, pre[k], p.post + i * p.n_hc,
+                    p.comb + i * nn);
+    }
+    if (g == 1) {
+      sinkhorn_iterate(p.comb + i0 * nn, p.n_hc, p.sinkhorn_iters, p.hc_eps);
+    } else {
+      LaneVec a[256];
+      for (int e = 0; e < nn; ++e)
+        for (int k = 0; k < kLanes; ++k) a[e][k] = p.comb[(i0 + (k < g ? k : 0)) * nn + e];
+      sinkhorn_iterate(a, p.n_hc, p.sinkhorn_iters, p.hc_eps);
+      for (int k = 0; k < g; ++k)
+        for (int e = 0; e < nn; ++e) p.comb[(i0 + k) * nn + e] = a[e][k];
+    }
+    for (int k = 0; k < g; ++k) {
+      const int i = i0 + k;
+      const float* streams[16];
+      const float* x = p.x + i * hc_dim;
+      for (int h = 0; h < p.n_hc; ++h) streams[h] = x + h * p.n_embd;
+      weighted_sum(nullptr, 0.0f, pre[k], streams, p.n_hc, p.y + i * p.n_embd, p.n_embd);
+    }
+  }
+}
+
+void hc_post_rows(const HcPostParams& p) {
+  DS4_CHECK(p.n_hc >= 1 && p.n_hc <= 16);
+  const int64_t hc_dim = p.n_hc * p.n_embd;
+  for (int i = 0; i < p.n_rows; ++i) {
+    const float* x = p.x + i * hc_dim;
+    const float* comb = p.comb + i * p.n_hc * p.n_hc;
+    const float* streams[16];
+    for (int r = 0; r < p.n_hc; ++r) streams[r] = x + r * p.n_embd;
+    for (int c = 0; c < p.n_hc; ++c) {
+      float w[16];
+      for (int r = 0; r < p.n_hc; ++r) w[r] = comb[r * p.n_hc + c];
+      weighted_sum(p.f + i * p.n_embd, p.post[i * p.n_hc + c], w, streams, p.n_hc,
+                   p.out + i * hc_dim + c * p.n_embd, p.n_embd);
+    }
+  }
+}
+
+void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t h_end) {
+  const int D = p.head_dim;
+  const float kq_scale = 1.0f / sqrtf(static_cast<float>(D));
+  const int64_t n_all = p.n_raw + p.n_comp;
+  // fn(keys, slots, n) for consecutive chunks of the keys in attention order (the raw window,
+  // then the allowed compressed rows); slots index p.scores. Stack buffers: no allocation.
+  constexpr int kChunk = 64;
+  auto for_chunks = [&](auto&& fn) {
+    const float* kp[kChunk];
+    int64_t sl[kChunk];
+    int n = 0;
+    for (int r = 0; r < p.n_raw; ++r) {
+      kp[n] = p.raw[r];
+      sl[n++] = r;
+      if (n == kChunk) {
+        fn(kp, sl, n);
+        n = 0;
+      }
+    }
+    for (int64_t c = 0; c < p.n_comp; ++c) {
+      if (p.comp_allowed != nullptr && !p.comp_allowed[c]) continue;
+      kp[n] = p.comp + c * D;
+      sl[n++] = p.n_raw + c;
+      if (n == kChunk) {
+        fn(kp, sl, n);
+        n = 0;
+      }
+    }
+    if (n > 0) fn(kp, sl, n);
+  };
+  for (int64_t h = h_begin; h < h_end; ++h) {
+    const float* qh = p.q + h * D;
+    float* score = p.scores + h * n_all;
+    if (p.comp_allowed != nullptr) {
+      for (int64_t c = 0; c < p.n_comp; ++c)
+        if (!p.comp_allowed[c]) score[p.n_raw + c] = -1.0e30f;
+    }
+    float mx = p.sinks[h];
+    for_chunks([&](const float* const* kp, const int64_t* sl, int n) {
+      float d[kChunk];
+      dot_f32_many(qh, kp, n, D, d);
+      for (int t = 0; t < n; ++t) {
+        const float sc = d[t] * kq_scale;
+        score[sl[t]] = sc;
+        if (sc > mx) mx = sc;
+      }
+    });
+    float* oh = p.out + h * D;
+    float den = expf(p.sinks[h] - mx);
+    bool first = true;
+    // Chunks chain through oh: y = oh·1 is exact, so the per-element sequence is unchanged.
+    for_chunks([&](const float* const* kp, const int64_t* sl, int n) {
+      float wv[kChunk];
+      for (int t = 0; t < n; ++t) {
+        const float e = expf(score[sl[t]] - mx);
+        wv[t] = e;
+        den += e;
+      }
+      weighted_sum(first ? nullptr : oh, 1.0f, wv, kp, n, oh, D);
+      first = false;
+    });
+    if (first)
+      for (int j = 0; j < D; ++j) oh[j] = 0.0f;
+    const float inv = 1.0f / den;
+    for (int j = 0; j < D; ++j) oh[j] *= inv;
   }
 }
 

@@ -195,6 +195,20 @@ void matmul_q4_k(const TensorRows& w, const quant::BlockQ8K* x, int r, float* y,
 float dot_f32(const float* a, const float* b, int64_t n) { return tbl().dot_f32(a, b, n); }
 void axpy(float a, const float* x, float* y, int64_t n) { tbl().axpy(a, x, y, n); }
 void scale(float a, float* y, int64_t n) { tbl().scale(a, y, n); }
+void sumsq_rows_f64(const float* x, int64_t stride, int g, int64_t n, double* ss) {
+  DS4_CHECK(g >= 1 && g <= 8);
+  tbl().sumsq_rows_f64(x, stride, g, n, ss);
+}
+void scale_mul(const float* x, float a, const float* w, float* out, int64_t n) {
+  tbl().scale_mul(x, a, w, out, n);
+}
+void dot_f32_many(const float* a, const float* const* b, int nb, int64_t n, float* out) {
+  tbl().dot_f32_many(a, b, nb, n, out);
+}
+void weighted_sum(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
+                  int64_t n) {
+  tbl().weighted_sum(s, a, w, x, nx, y, n);
+}
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   tbl().f16_to_f32_row(src, dst, n);
 }

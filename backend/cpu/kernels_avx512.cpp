@@ -24,6 +24,14 @@
 namespace ds4::cpu::detail {
 namespace {
 
+// Software prefetch of n bytes from p into L1 (one hint per cache line). The kernels below
+// prefetch the next output tile's weight rows while computing the current one: a tile's
+// loads interleave several rows, which the hardware prefetchers follow poorly, and the
+// weights of a forward pass do not stay in L2 between calls.
+inline void prefetch_bytes(const uint8_t* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+}
+
 template <Dense T>
 inline __m512 load16_512(const uint8_t* w, int64_t i) {
   if constexpr (T == Dense::kF32) {
@@ -48,30 +56,41 @@ inline float finish512(__m512 p, const uint8_t* w, const float* x, int64_t m, in
 // Rows × outputs tile: R·OO 16-lane accumulators (32 zmm registers in all); each activation
 // load serves OO outputs, and OO independent chains per row hide the add latency.
 template <Dense T, int R, int OO>
-inline void dense512_tile(const RowsArgs& a, int64_t o0) {
+__attribute__((always_inline)) inline void dense512_tile(const RowsArgs& a, int64_t o0) {
   const int64_t n = a.n_cols;
   const int64_t m = n - n % 16;
   const uint8_t* w[OO];
+#pragma GCC unroll 16
   for (int j = 0; j < OO; ++j) w[j] = a.w + (o0 + j) * a.row_bytes;
   const float* x[R];
+#pragma GCC unroll 16
   for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const float*>(xrow(a, k));
+  // Fully unrolled over (j, k) so the accumulators live in registers (not on the stack).
   __m512 p[OO][R];
+#pragma GCC unroll 16
   for (int j = 0; j < OO; ++j)
+#pragma GCC unroll 16
     for (int k = 0; k < R; ++k) p[j][k] = _mm512_setzero_ps();
   for (int64_t i = 0; i < m; i += 16) {
     __m512 xv[R];
+#pragma GCC unroll 16
     for (int k = 0; k < R; ++k) xv[k] = _mm512_loadu_ps(x[k] + i);
+#pragma GCC unroll 16
     for (int j = 0; j < OO; ++j) {
       const __m512 wv = load16_512<T>(w[j], i);
+#pragma GCC unroll 16
       for (int k = 0; k < R; ++k) p[j][k] = _mm512_add_ps(p[j][k], _mm512_mul_ps(wv, xv[k]));
     }
   }
+#pragma GCC unroll 16
   for (int j = 0; j < OO; ++j)
+#pragma GCC unroll 16
     for (int k = 0; k < R; ++k)
       a.y[k * a.y_stride + o0 + j] = finish512<T>(p[j][k], w[j], x[k], m, n);
 }
 
-constexpr int dense_outputs_512(int r) { return r <= 2 ? 8 : (16 / r < 2 ? 2 : 16 / r); }
+// (Measured: r = 5, 6 gain from 4 outputs; r = 3, 4, 7 lose from more than 16 / r.)
+constexpr int dense_outputs_512(int r) { return r <= 2 ? 8 : (r == 3 ? 5 : (r <= 6 ? 4 : 2)); }
 
 template <Dense T>
 struct Dense512K {
@@ -80,7 +99,10 @@ struct Dense512K {
     static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
       constexpr int OO = dense_outputs_512(R);
       int64_t o = o_begin;
-      for (; o + OO <= o_end; o += OO) dense512_tile<T, R, OO>(a, o);
+      for (; o + OO <= o_end; o += OO) {
+        if (o + 2 * OO <= o_end) prefetch_bytes(a.w + (o + OO) * a.row_bytes, OO * a.row_bytes);
+        dense512_tile<T, R, OO>(a, o);
+      }
       for (; o < o_end; ++o) dense512_tile<T, R, 1>(a, o);
     }
   };
@@ -97,6 +119,129 @@ float dot_f32_avx512(const float* w, const float* x, int64_t n) {
   for (int64_t i = 0; i < m; i += 16)
     p = _mm512_add_ps(p, _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i)));
   return finish512<Dense::kF32>(p, reinterpret_cast<const uint8_t*>(w), x, m, n);
+}
+
+template <int NB>
+__attribute__((always_inline)) inline void dot_many_group_512(const float* a, const float* const* b,
+                                                               int64_t n, float* out) {
+  const int64_t m = n - n % 16;
+  __m512 p[NB];
+#pragma GCC unroll 16
+  for (int k = 0; k < NB; ++k) p[k] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < m; i += 16) {
+    const __m512 av = _mm512_loadu_ps(a + i);
+#pragma GCC unroll 16
+    for (int k = 0; k < NB; ++k) p[k] = _mm512_add_ps(p[k], _mm512_mul_ps(_mm512_loadu_ps(b[k] + i), av));
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < NB; ++k) out[k] = finish512<Dense::kF32>(p[k], reinterpret_cast<const uint8_t*>(b[k]), a, m, n);
+}
+
+// out[j] = dot_f32_avx512(b[j], a, n): up to 8 rows per pass share the loads of a.
+void dot_f32_many_avx512(const float* a, const float* const* b, int nb, int64_t n, float* out) {
+  int j = 0;
+  for (; j + 8 <= nb; j += 8) dot_many_group_512<8>(a, b + j, n, out + j);
+  if (nb - j >= 4) {
+    dot_many_group_512<4>(a, b + j, n, out + j);
+    j += 4;
+  }
+  for (; j < nb; ++j) out[j] = dot_f32_avx512(b[j], a, n);
+}
+
+template <int V>
+__attribute__((always_inline)) inline void wsum_chunk_512(const float* s, float a, const float* w,
+                                                           const float* const* x, int nx, float* y, int64_t i0) {
+  __m512 acc[V];
+  const __m512 va = _mm512_set1_ps(a);
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v)
+    acc[v] = s != nullptr ? _mm512_mul_ps(_mm512_loadu_ps(s + i0 + 16 * v), va) : _mm512_setzero_ps();
+  for (int j = 0; j < nx; ++j) {
+    const __m512 wj = _mm512_set1_ps(w[j]);
+    const float* xj = x[j] + i0;
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(wj, _mm512_loadu_ps(xj + 16 * v)));
+  }
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) _mm512_storeu_ps(y + i0 + 16 * v, acc[v]);
+}
+
+// Chunks of 128 / 16 floats in registers; the scalar tail keeps the same per-element sequence.
+void weighted_sum_avx512(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
+                         int64_t n) {
+  int64_t i = 0;
+  for (; i + 128 <= n; i += 128) wsum_chunk_512<8>(s, a, w, x, nx, y, i);
+  for (; i + 16 <= n; i += 16) wsum_chunk_512<1>(s, a, w, x, nx, y, i);
+  for (; i < n; ++i) {
+    float acc = s != nullptr ? s[i] * a : 0.0f;
+    for (int j = 0; j < nx; ++j) {
+      const float t = w[j] * x[j][i];
+      acc = acc + t;
+    }
+    y[i] = acc;
+  }
+}
+
+// RMSNorm statistic of g <= 8 rows at once, one row per double lane: 8 columns of 8 rows are
+// transposed (lane k = row k), squared in double (exact conversion, one rounding as in the
+// scalar (double)v·v) and added in column order, so each lane is its row's sequential sum.
+void sumsq_rows_f64_avx512(const float* x, int64_t stride, int g, int64_t n, double* ss) {
+  if (g == 1) {  // one chain: latency-bound either way
+    sumsq_rows_f64_generic(x, stride, g, n, ss);
+    return;
+  }
+  __m512d acc = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) r[k] = k < g ? _mm256_loadu_ps(x + k * stride + i) : _mm256_setzero_ps();
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      t[2 * q] = _mm256_unpacklo_ps(r[2 * q], r[2 * q + 1]);
+      t[2 * q + 1] = _mm256_unpackhi_ps(r[2 * q], r[2 * q + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
+      u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);      // columns 0 | 4
+      u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);      // columns 1 | 5
+      u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);  // columns 2 | 6
+      u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);  // columns 3 | 7
+    }
+    __m256 c[8];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      c[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+      c[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512d v = _mm512_cvtps_pd(c[j]);
+      acc = _mm512_add_pd(acc, _mm512_mul_pd(v, v));
+    }
+  }
+  alignas(64) double t[8];
+  _mm512_store_pd(t, acc);
+  for (int k = 0; k < g; ++k) {
+    double a = t[k];
+    const float* xr = x + k * stride;
+    for (int64_t j = i; j < n; ++j) a += static_cast<double>(xr[j]) * xr[j];
+    ss[k] = a;
+  }
+}
+
+void scale_mul_avx512(const float* x, float a, const float* w, float* out, int64_t n) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t i = 0;
+  if (w != nullptr) {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), va), _mm512_loadu_ps(w + i)));
+    for (; i < n; ++i) out[i] = x[i] * a * w[i];
+  } else {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), va));
+    for (; i < n; ++i) out[i] = x[i] * a;
+  }
 }
 
 // VNNI Q8_0 block dot, exact for every byte: Σ (x+128)·w − 128·Σ w. The correction is
@@ -306,6 +451,11 @@ struct Q8Lanes {
       #pragma GCC unroll 16
       for (int k = 0; k < R; ++k) acc[k] = _mm512_setzero_ps();
       const uint8_t* base = a.w + o * a.row_bytes;
+      // Weight rows of the tiles 1 (first tile only) and 2 ahead (contiguous) while this one
+      // computes: the transposing loads touch 16 rows at once, which the hardware prefetchers
+      // follow poorly.
+      if (o == o_begin && o + 32 <= o_end) prefetch_bytes(base + 16 * a.row_bytes, 16 * a.row_bytes);
+      if (o + 48 <= o_end) prefetch_bytes(base + 32 * a.row_bytes, 16 * a.row_bytes);
       for (int64_t b = 0; b < nb; ++b) {
         __m512i T[8];
         q8_lanes_transpose(a, o, b, T);
@@ -479,6 +629,7 @@ struct Iq2Lanes {
       #pragma GCC unroll 16
       for (int k = 0; k < R; ++k) sumf[k] = _mm256_setzero_ps();
       const uint8_t* base = a.w + o * a.row_bytes;
+      if (o + 16 <= o_end) prefetch_bytes(base + 8 * a.row_bytes, 8 * a.row_bytes);
       for (int64_t b = 0; b < nb; ++b) {
         Iq2LaneBlock wb;
         iq2_lanes_decode(a, o, b, table, &wb);
@@ -630,6 +781,7 @@ struct Q2Lanes {
       __m512 sumf[R];
       for (int k = 0; k < R; ++k) sumf[k] = _mm512_setzero_ps();
       const uint8_t* base = a.w + o * a.row_bytes;
+      if (o + 32 <= o_end) prefetch_bytes(base + 16 * a.row_bytes, 16 * a.row_bytes);
       for (int64_t b = 0; b < nb; ++b) {
         Q2LaneBlock wb;
         q2_lanes_decode(a, o, b, &wb);
@@ -743,6 +895,10 @@ const KernelTable* avx512_table() {
     k.f16 = dense_rows_avx512<Dense::kF16>;
     k.bf16 = dense_rows_avx512<Dense::kBF16>;
     k.dot_f32 = dot_f32_avx512;
+    k.sumsq_rows_f64 = sumsq_rows_f64_avx512;
+    k.scale_mul = scale_mul_avx512;
+    k.dot_f32_many = dot_f32_many_avx512;
+    k.weighted_sum = weighted_sum_avx512;
     k.q8_0 = q8_0_rows_avx512;
     k.q2_k = q2_k_rows_avx512;
     k.iq2_xxs = iq2_xxs_rows_avx512;

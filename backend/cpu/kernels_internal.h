@@ -36,12 +36,34 @@ struct KernelTable {
   RowsFn q4_k = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
+  void (*sumsq_rows_f64)(const float* x, int64_t stride, int g, int64_t n, double* ss) = nullptr;
+  void (*scale_mul)(const float* x, float a, const float* w, float* out, int64_t n) = nullptr;
+  void (*dot_f32_many)(const float* a, const float* const* b, int nb, int64_t n, float* out) = nullptr;
+  void (*weighted_sum)(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
+                       int64_t n) = nullptr;
   void (*scale)(float a, float* y, int64_t n) = nullptr;
   void (*f16_to_f32_row)(const uint16_t* src, float* dst, int64_t n) = nullptr;
   // Same bytes as quant::quantize_q8_0_act / quantize_q8_k_act.
   void (*quantize_q8_0_act)(const float* x, quant::BlockQ8_0Act* out, int64_t n) = nullptr;
   void (*quantize_q8_k_act)(const float* x, quant::BlockQ8K* out, int64_t n) = nullptr;
 };
+
+// Portable forms of the RMSNorm helpers (the reference sequence; any table may use them).
+inline void sumsq_rows_f64_generic(const float* x, int64_t stride, int g, int64_t n, double* ss) {
+  for (int k = 0; k < g; ++k) {
+    double acc = 0.0;
+    const float* xr = x + k * stride;
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(xr[i]) * xr[i];
+    ss[k] = acc;
+  }
+}
+inline void scale_mul_generic(const float* x, float a, const float* w, float* out, int64_t n) {
+  if (w != nullptr) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * a * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * a;
+  }
+}
 
 const KernelTable& scalar_table();
 // nullptr when the translation unit was not compiled for this target.

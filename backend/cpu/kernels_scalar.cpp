@@ -160,6 +160,20 @@ void scale_scalar(float a, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] * a;
 }
 
+void dot_f32_many_scalar(const float* a, const float* const* b, int nb, int64_t n, float* out) {
+  for (int j = 0; j < nb; ++j) out[j] = quant::dot_f32(a, b[j], n);
+}
+
+void weighted_sum_scalar(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
+                         int64_t n) {
+  if (s != nullptr) {
+    for (int64_t i = 0; i < n; ++i) y[i] = s[i] * a;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.0f;
+  }
+  for (int j = 0; j < nx; ++j) axpy_scalar(w[j], x[j], y, n);
+}
+
 void f16_row_scalar(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = quant::f16_to_f32(src[i]);
 }
@@ -179,6 +193,10 @@ const KernelTable& scalar_table() {
     k.dot_f32 = dot_f32_scalar;
     k.axpy = axpy_scalar;
     k.scale = scale_scalar;
+    k.sumsq_rows_f64 = sumsq_rows_f64_generic;
+    k.scale_mul = scale_mul_generic;
+    k.dot_f32_many = dot_f32_many_scalar;
+    k.weighted_sum = weighted_sum_scalar;
     k.f16_to_f32_row = f16_row_scalar;
     k.quantize_q8_0_act = quant::quantize_q8_0_act;
     k.quantize_q8_k_act = quant::quantize_q8_k_act;

@@ -153,20 +153,25 @@ inline float finish16(__m256 A, __m256 B, const uint8_t* w, const float* x, int6
 // Rows k0..k0+R-1 against outputs o0..o0+OO-1: 2·R·OO accumulators (lanes p[0..7] and
 // p[8..15] of each (output, row) pair); each activation load serves OO outputs.
 template <Dense T, int R, int OO>
-inline void dense_tile(const RowsArgs& a, int k0, int64_t o0) {
+__attribute__((always_inline)) inline void dense_tile(const RowsArgs& a, int k0, int64_t o0) {
   const int64_t n = a.n_cols;
   const int64_t m = n - n % 16;
   const uint8_t* w[OO];
+#pragma GCC unroll 16
   for (int j = 0; j < OO; ++j) w[j] = a.w + (o0 + j) * a.row_bytes;
   const float* x[R];
+#pragma GCC unroll 16
   for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const float*>(xrow(a, k0 + k));
   __m256 A[OO][R], B[OO][R];
+#pragma GCC unroll 16
   for (int j = 0; j < OO; ++j)
+#pragma GCC unroll 16
     for (int k = 0; k < R; ++k) A[j][k] = B[j][k] = _mm256_setzero_ps();
   for (int64_t i = 0; i < m; i += 16) {
     if constexpr (OO == 1) {  // activations straight from memory: fewer live registers
       __m256 wl, wh;
       load16<T>(w[0], i, &wl, &wh);
+#pragma GCC unroll 16
       for (int k = 0; k < R; ++k) {
         A[0][k] = _mm256_add_ps(A[0][k], _mm256_mul_ps(wl, _mm256_loadu_ps(x[k] + i)));
         B[0][k] = _mm256_add_ps(B[0][k], _mm256_mul_ps(wh, _mm256_loadu_ps(x[k] + i + 8)));
@@ -174,20 +179,25 @@ inline void dense_tile(const RowsArgs& a, int k0, int64_t o0) {
       continue;
     }
     __m256 xl[R], xh[R];
+#pragma GCC unroll 16
     for (int k = 0; k < R; ++k) {
       xl[k] = _mm256_loadu_ps(x[k] + i);
       xh[k] = _mm256_loadu_ps(x[k] + i + 8);
     }
+#pragma GCC unroll 16
     for (int j = 0; j < OO; ++j) {
       __m256 wl, wh;
       load16<T>(w[j], i, &wl, &wh);
+#pragma GCC unroll 16
       for (int k = 0; k < R; ++k) {
         A[j][k] = _mm256_add_ps(A[j][k], _mm256_mul_ps(wl, xl[k]));
         B[j][k] = _mm256_add_ps(B[j][k], _mm256_mul_ps(wh, xh[k]));
       }
     }
   }
+#pragma GCC unroll 16
   for (int j = 0; j < OO; ++j)
+#pragma GCC unroll 16
     for (int k = 0; k < R; ++k)
       a.y[(k0 + k) * a.y_stride + o0 + j] = finish16<T>(A[j][k], B[j][k], w[j], x[k], m, n);
 }
@@ -232,6 +242,33 @@ float dot_f32_avx2(const float* w, const float* x, int64_t n) {
     B = _mm256_add_ps(B, _mm256_mul_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8)));
   }
   return finish16<Dense::kF32>(A, B, reinterpret_cast<const uint8_t*>(w), x, m, n);
+}
+
+// NB rows of b against a, one pass: 2·NB accumulators, each row's canonical order unchanged.
+template <int NB>
+__attribute__((always_inline)) inline void dot_many_group_avx2(const float* a, const float* const* b,
+                                                                int64_t n, float* out) {
+  const int64_t m = n - n % 16;
+  __m256 A[NB], B[NB];
+#pragma GCC unroll 16
+  for (int k = 0; k < NB; ++k) A[k] = B[k] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < m; i += 16) {
+    const __m256 al = _mm256_loadu_ps(a + i), ah = _mm256_loadu_ps(a + i + 8);
+#pragma GCC unroll 16
+    for (int k = 0; k < NB; ++k) {
+      A[k] = _mm256_add_ps(A[k], _mm256_mul_ps(_mm256_loadu_ps(b[k] + i), al));
+      B[k] = _mm256_add_ps(B[k], _mm256_mul_ps(_mm256_loadu_ps(b[k] + i + 8), ah));
+    }
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < NB; ++k)
+    out[k] = finish16<Dense::kF32>(A[k], B[k], reinterpret_cast<const uint8_t*>(b[k]), a, m, n);
+}
+
+void dot_f32_many_avx2(const float* a, const float* const* b, int nb, int64_t n, float* out) {
+  int j = 0;
+  for (; j + 4 <= nb; j += 4) dot_many_group_avx2<4>(a, b + j, n, out + j);
+  for (; j < nb; ++j) out[j] = dot_f32_avx2(b[j], a, n);
 }
 
 // ---- Q8_0 -------------------------------------------------------------------------------------
@@ -690,6 +727,41 @@ void scale_avx2(float a, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = y[i] * a;
 }
 
+// V vectors of y (8·V floats from i0) held in registers across the nx rows.
+template <int V>
+__attribute__((always_inline)) inline void wsum_chunk_avx2(const float* s, float a, const float* w,
+                                                            const float* const* x, int nx, float* y,
+                                                            int64_t i0) {
+  __m256 acc[V];
+  const __m256 va = _mm256_set1_ps(a);
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v)
+    acc[v] = s != nullptr ? _mm256_mul_ps(_mm256_loadu_ps(s + i0 + 8 * v), va) : _mm256_setzero_ps();
+  for (int j = 0; j < nx; ++j) {
+    const __m256 wj = _mm256_set1_ps(w[j]);
+    const float* xj = x[j] + i0;
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(wj, _mm256_loadu_ps(xj + 8 * v)));
+  }
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(y + i0 + 8 * v, acc[v]);
+}
+
+void weighted_sum_avx2(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
+                       int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) wsum_chunk_avx2<8>(s, a, w, x, nx, y, i);
+  for (; i + 8 <= n; i += 8) wsum_chunk_avx2<1>(s, a, w, x, nx, y, i);
+  for (; i < n; ++i) {
+    float acc = s != nullptr ? s[i] * a : 0.0f;
+    for (int j = 0; j < nx; ++j) {
+      const float t = w[j] * x[j][i];
+      acc = acc + t;
+    }
+    y[i] = acc;
+  }
+}
+
 void f16_row_avx2(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -710,6 +782,10 @@ inline KernelTable make_x86_table() {
   k.dot_f32 = dot_f32_avx2;
   k.axpy = axpy_avx2;
   k.scale = scale_avx2;
+  k.sumsq_rows_f64 = sumsq_rows_f64_generic;
+  k.scale_mul = scale_mul_generic;
+  k.dot_f32_many = dot_f32_many_avx2;
+  k.weighted_sum = weighted_sum_avx2;
   k.f16_to_f32_row = f16_row_avx2;
   k.quantize_q8_0_act = quant::quantize_q8_0_act;
   k.quantize_q8_k_act = quant::quantize_q8_k_act;

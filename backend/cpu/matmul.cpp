@@ -34,6 +34,10 @@ void Matmul::matmul(const MatmulParams& p) {
   const int64_t n_in = w.n_in;
   switch (w.type) {
     case GgmlType::kQ8_0: {
+      if (act_ == ActivationNumerics::kF32) {
+        matmul_dequant_f32(w, p.x, p.x_stride, p.n_rows, p.y, p.y_stride, pool_);
+        return;
+      }
       const int64_t nb = n_in / quant::kQK8_0;
       auto& buf = act_buffer();
       if (buf.size() < static_cast<size_t>(nb * p.n_rows)) buf.resize(static_cast<size_t>(nb * p.n_rows));

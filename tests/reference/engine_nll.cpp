@@ -2,8 +2,9 @@
 // the C++ engine, for the engine-vs-reference perplexity comparison
 // (tools/reference/engine_vs_reference_ppl.py).
 //
-// Usage: ds4-engine-nll MODEL.gguf TOKENS.i32 WINDOW [THREADS]
+// Usage: ds4-engine-nll MODEL.gguf TOKENS.i32 WINDOW [THREADS [f32]]
 //   TOKENS.i32: little-endian int32 token ids, a whole number of windows of WINDOW tokens.
+//   f32: run with EngineOptions::f32_activations (reference numerics, no Q8 activations).
 // Each window runs in a fresh session, one decode() per token; the NLL of token j+1 is read
 // from the logits after token j (log-softmax in double). Prints one JSON line:
 //   {"windows": W, "tokens": N, "nll_sum": S, "nll": S/N}
@@ -23,11 +24,16 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf TOKENS.i32 WINDOW [THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf TOKENS.i32 WINDOW [THREADS [f32]]\n", argv[0]);
     return 2;
   }
   const int window = std::atoi(argv[3]);
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
+  const bool f32_act = argc > 5 && std::string(argv[5]) == "f32";
+  if (argc > 5 && !f32_act) {
+    std::fprintf(stderr, "ds4-engine-nll: the 5th argument must be 'f32', got '%s'\n", argv[5]);
+    return 2;
+  }
   std::ifstream f(argv[2], std::ios::binary | std::ios::ate);
   if (!f || window < 2) {
     std::fprintf(stderr, "ds4-engine-nll: cannot read '%s' or bad window %d\n", argv[2], window);
@@ -46,6 +52,7 @@ int main(int argc, char** argv) {
   ds4::EngineOptions eo;
   eo.model_path = argv[1];
   eo.n_threads = threads;
+  eo.f32_activations = f32_act;
   auto engine = ds4::Engine::open(eo);
   if (!engine.ok()) {
     std::fprintf(stderr, "ds4-engine-nll: %s\n", engine.status().to_string().c_str());

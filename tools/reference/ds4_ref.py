@@ -276,16 +276,26 @@ def hadamard_matrix(n: int, device) -> torch.Tensor:
     return _HADAMARD[key]
 
 
-def hadamard_fp4(x: torch.Tensor, block: int = 32) -> torch.Tensor:
-    """§3.7: Walsh–Hadamard (scaled 1/sqrt(n)) then FP4-E2M1 round trip in blocks of 32."""
+def hadamard_rotate(x: torch.Tensor) -> torch.Tensor:
+    """§3.7 first half: Walsh–Hadamard over the last axis, scaled 1/sqrt(n)."""
     n = x.shape[-1]
     hm = hadamard_matrix(n, x.device).to(x.dtype)
-    y = (x @ hm) * (1.0 / math.sqrt(n))
+    return (x @ hm) * (1.0 / math.sqrt(n))
+
+
+def hadamard_fp4(x: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """§3.7: Walsh–Hadamard (scaled 1/sqrt(n)) then FP4-E2M1 round trip in blocks of 32."""
+    return fp4_e2m1_roundtrip(hadamard_rotate(x), block)
+
+
+def fp4_e2m1_roundtrip(y: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """§3.7 second half: FP4-E2M1 round trip in blocks of 32 (power-of-two block scales)."""
+    n = y.shape[-1]
     yb = y.float().reshape(*y.shape[:-1], n // block, block)
     amax = yb.abs().amax(-1, keepdim=True).clamp_min(7.052966104933725e-38)
     scale = torch.exp2(torch.ceil(torch.log2(amax / 6.0)))
     q = _fp4_values((yb / scale).clamp(-6.0, 6.0)) * scale
-    q = q.reshape(y.shape).to(x.dtype)
+    q = q.reshape(y.shape).to(y.dtype)
     return _ste(y, q) if torch.is_grad_enabled() else q
 
 
@@ -301,7 +311,9 @@ def rope_tables(cfg: Ds4Config, il: int, positions: np.ndarray) -> tuple[np.ndar
         attn_factor = f32(1.0) / (f32(1.0) + f32(0.1) * f32(np.log(f32(1.0) / s)))
     else:
         b, s, ext, attn_factor = f32(cfg.rope_freq_base), f32(1.0), False, f32(1.0)
-    theta_scale = f32(np.power(b, f32(-2.0) / f32(n_rot), dtype=f32))
+    # powf(b, -2/n_rot), correctly rounded (as glibc's powf): numpy's float32 power is off by
+    # one ulp for b = 10000, n_rot = 64, which moves every RoPE angle by up to ~pos·1e-7.
+    theta_scale = f32(np.power(np.float64(b), np.float64(f32(-2.0) / f32(n_rot))))
     if ext:
         def cd(beta):
             return f32(n_rot) * f32(np.log(f32(cfg.rope_orig_ctx) / (f32(beta) * f32(2.0 * np.pi)))) \
@@ -370,6 +382,10 @@ class Ds4Model(nn.Module):
         self.want_aux = False
         self.expert_load: list[torch.Tensor] = []  # per routed layer, token counts [n_expert]
         self._rope_cache: dict = {}
+        # Decision replay (tools/reference/decision_replay.py): an object whose hooks get
+        # each discrete decision (pre-rounding value / scores and this model's own result)
+        # and return the decision to use. None = the model's own decisions.
+        self.replay = None
 
     # -- parameter access by GGUF name
     def t(self, name: str) -> torch.Tensor:
@@ -512,9 +528,12 @@ class Ds4Model(nn.Module):
         cos, sin = self._rope(il, pos, dev)             # [T, R/2]
         q = apply_rope(q, cos[:, None, :], sin[:, None, :])
         kv = apply_rope(kv, cos, sin)
+        kv_pre = kv
         kv = fp8_e4m3_roundtrip(kv, D - R)
         if self.sim_f16_kv and not self.training:
             kv = f16_round(kv)
+        if self.replay is not None:
+            kv = self.replay.raw_kv(il, kv_pre, kv)
         keys = [kv]
         # raw window mask [T, T]: key s visible to query t iff t-n_swa < s <= t
         tq = pos[:, None]
@@ -524,9 +543,12 @@ class Ds4Model(nn.Module):
         if ratio != 0:
             comp = self.compress(h, il, p + "attn_compressor", D, ratio,
                                  self.t(p + "attn_compressor_norm.weight"))
+            comp_pre = comp
             comp = fp8_e4m3_roundtrip(comp, D - R)
             if self.sim_f16_kv and not self.training:
                 comp = f16_round(comp)
+            if self.replay is not None:
+                comp = self.replay.comp(il, comp_pre, comp)
             nc = comp.shape[1]
             cvis = (torch.arange(nc, device=dev)[None, :] < ((pos + 1) // ratio)[:, None])
             cmask = cvis.expand(B, T, nc)
@@ -560,12 +582,17 @@ class Ds4Model(nn.Module):
             h, qr = h.detach(), qr.detach()
         irows = self.compress(h, il, p + "indexer_compressor", ID, 4,
                               self.t(p + "indexer_compressor_norm.weight"))
-        irows = hadamard_fp4(irows)
+        irows_pre = hadamard_rotate(irows)
+        irows = fp4_e2m1_roundtrip(irows_pre)
         if self.sim_f16_kv and not self.training:
             irows = f16_round(irows)
         qi = (qr @ self.t(p + "indexer.attn_q_b.weight").t().to(qr.dtype)).reshape(B, T, IH, ID)
         qi = apply_rope(qi, cos[:, None, :], sin[:, None, :])
-        qi = hadamard_fp4(qi)
+        qi_pre = hadamard_rotate(qi)
+        qi = fp4_e2m1_roundtrip(qi_pre)
+        if self.replay is not None:
+            irows = self.replay.index(il, irows_pre, irows)
+            qi = self.replay.index_query(il, qi_pre, qi)
         w = (h @ self.t(p + "indexer.proj.weight").t().to(h.dtype)) * (1.0 / math.sqrt(ID * IH))
         dots = torch.relu(torch.einsum("btkd,bcd->btkc", qi, irows))
         score = (dots * w.unsqueeze(-1)).sum(2).float()            # [B,T,nc]
@@ -574,6 +601,8 @@ class Ds4Model(nn.Module):
         masked = score.masked_fill(~vis, float("-inf")).detach()
         order = torch.sort(masked, dim=-1, descending=True, stable=True).indices[..., :K]
         sel = torch.zeros_like(vis).scatter_(-1, order, True) & vis
+        if self.replay is not None:
+            sel = self.replay.index_select(il, masked, vis, sel)
         if self.want_aux and self.training:
             # distillation target: the main attention's mean head distribution over the
             # visible compressed rows (detached), as in DSA's indexer warm-up
@@ -597,9 +626,13 @@ class Ds4Model(nn.Module):
         probs = torch.sqrt(F.softplus(logits))
         if il < cfg.n_hash_layer:
             sel = self.t(p + "ffn_gate_tid2eid.weight")[tokens]          # [B,T,K]
+            if self.replay is not None:
+                sel = self.replay.experts(il, None, sel)
         else:
             score = (probs + self.t(p + "exp_probs_b.bias")).detach()
             sel = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :cfg.n_expert_used]
+            if self.replay is not None:
+                sel = self.replay.experts(il, score, sel)
             if self.training:
                 self.expert_load.append(
                     torch.bincount(sel.reshape(-1), minlength=cfg.n_expert).float())

@@ -5,7 +5,8 @@ Role: takes a DS4 GGUF (e.g. models/ds4-tiny.gguf) and the held-out token stream
 (tokens.npz from tools/train/tokenize_corpus.py), cuts the first --windows windows of
 --window tokens per channel, and computes the next-token NLL of exactly the same windows
   * with the C++ engine (tests/reference/engine_nll.cpp, binary `ds4-engine-nll`, decode
-    token by token), and
+    token by token) in its production numerics (Q8_0/Q8_K activations) and, with
+    --f32-activations, also with EngineOptions::f32_activations (reference numerics), and
   * with the float32 reference on the file's dequantized weights (ds4_ref.py).
 Prints a table and one JSON object with both perplexities per channel.
 
@@ -41,6 +42,8 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=512)
     ap.add_argument("--windows", type=int, default=4, help="windows per channel")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--f32-activations", action="store_true",
+                    help="also run the engine with f32 activations (slower)")
     args = ap.parse_args()
     data = dict(np.load(args.tokens))
     torch.set_num_threads(args.threads)
@@ -50,10 +53,14 @@ def main() -> int:
         s = data[f"{ch}.heldout"]
         n = min(args.windows, len(s) // args.window)
         wins = s[:n * args.window].astype(np.int32).reshape(n, args.window)
+        eng_f32 = None
         with tempfile.NamedTemporaryFile(suffix=".i32") as tf:
             wins.astype("<i4").tofile(tf.name)
-            out = subprocess.run([args.engine_nll, args.model, tf.name, str(args.window),
-                                  str(args.threads)], check=True, capture_output=True, text=True)
+            cmd = [args.engine_nll, args.model, tf.name, str(args.window), str(args.threads)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            if args.f32_activations:
+                o32 = subprocess.run(cmd + ["f32"], check=True, capture_output=True, text=True)
+                eng_f32 = json.loads(o32.stdout.strip().splitlines()[-1])
         eng = json.loads(out.stdout.strip().splitlines()[-1])
         tot, cnt = 0.0, 0
         with torch.no_grad():
@@ -65,7 +72,12 @@ def main() -> int:
         res[ch] = {"tokens": cnt, "engine_ppl": math.exp(eng["nll"]),
                    "reference_ppl": math.exp(tot / cnt),
                    "engine_nll": eng["nll"], "reference_nll": tot / cnt}
-        print(f"{ch:10s} engine ppl {res[ch]['engine_ppl']:9.4f}  reference ppl "
+        f32_txt = ""
+        if eng_f32 is not None:
+            res[ch]["engine_f32_ppl"] = math.exp(eng_f32["nll"])
+            res[ch]["engine_f32_nll"] = eng_f32["nll"]
+            f32_txt = f"  engine f32-act ppl {res[ch]['engine_f32_ppl']:9.4f}"
+        print(f"{ch:10s} engine ppl {res[ch]['engine_ppl']:9.4f}{f32_txt}  reference ppl "
               f"{res[ch]['reference_ppl']:9.4f}  ({cnt} tokens)", file=sys.stderr, flush=True)
     print(json.dumps({"model": args.model, "window": args.window, "heldout": res}, indent=1))
     return 0
