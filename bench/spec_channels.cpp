@@ -9,9 +9,13 @@
 // Generation is greedy with EOS excluded (banned), so every run yields exactly --gen-tokens
 // tokens (the same convention as ds4-bench's probe). Timings are GenerateStats::gen_s (the
 // prefill is not timed).
-// Policies (--policies): baseline = scheduler on, fold off, flat --confidence; fold, grid
-// (--grid thresholds), backoff, margin (--margin-gate) = baseline + that one knob; all = every
-// knob on; noscheduler (opt-in) = baseline with the scheduler off.
+// Policies (--policies; default the first six): baseline = scheduler on, fold off, flat
+// --confidence; fold, grid (--grid thresholds), backoff, margin (--margin-gate) = baseline +
+// that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
+// cost = baseline + the cost gate (spec/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*),
+// costfold = cost + fold, costall = all + the cost gate.
+// The "model" column is the clock-free ratio: tokens / cost of the run's counters at the
+// cost-gate costs (decode 1, verify(n), proposal, rejected proposal).
 //
 // Invariants checked (exit 1 on any failure, after printing the table):
 //   * every DSpark output equals the plain output token for token;
@@ -56,6 +60,7 @@ constexpr const char* kDefaultModel = "ds4-tiny.gguf";
 constexpr const char* kDefaultDrafter = "ds4-tiny-dspark.gguf";
 constexpr const char* kDefaultChannels = "structured,code,english,italian";
 constexpr const char* kAllPolicies = "baseline,fold,grid,backoff,margin,all";
+constexpr const char* kMorePolicies = "cost,costfold,costall,noscheduler";  // opt-in
 
 struct Options {
   std::string model;
@@ -69,6 +74,7 @@ struct Options {
   float confidence = 0.6f;
   std::string grid = "0.55,0.6,0.65";
   float margin = 2.0f;
+  SpecOptions cost;  // cost gate parameters (cost_gate itself is set per policy)
   int warmup = 1;
   std::string csv;
   std::string outputs_dir;
@@ -172,6 +178,11 @@ Status validate(const Options& o) {
     return invalid_argument("--confidence must be in [0, 1], got %g", o.confidence);
   }
   if (!(o.margin >= 0.0f)) return invalid_argument("--margin-gate must be >= 0, got %g", o.margin);
+  if (!(o.cost.cost_verify_base >= 0.0f && o.cost.cost_verify_row >= 0.0f && o.cost.cost_draft >= 0.0f &&
+        o.cost.cost_draft_reject >= 0.0f)) {
+    return invalid_argument("--cost-* costs must be >= 0");
+  }
+  if (o.cost.cost_window < 1) return invalid_argument("--cost-window must be >= 1, got %d", o.cost.cost_window);
   if (split_list(o.channels).empty()) return invalid_argument("--channels is empty");
   if (split_list(o.policies).empty()) return invalid_argument("--policies is empty");
   return Status();
@@ -182,6 +193,11 @@ Status validate(const Options& o) {
 Expected<std::vector<Policy>> make_policies(const Options& o) {
   SpecOptions base;
   base.confidence = o.confidence;
+  base.cost_verify_base = o.cost.cost_verify_base;
+  base.cost_verify_row = o.cost.cost_verify_row;
+  base.cost_draft = o.cost.cost_draft;
+  base.cost_draft_reject = o.cost.cost_draft_reject;
+  base.cost_window = o.cost.cost_window;
   base.scheduler = true;
   base.fold = false;
   std::vector<float> grid;
@@ -198,6 +214,17 @@ Expected<std::vector<Policy>> make_policies(const Options& o) {
       p.spec.backoff = true;
     } else if (name == "margin") {
       p.spec.margin_gate = o.margin;
+    } else if (name == "cost") {
+      p.spec.cost_gate = true;
+    } else if (name == "costfold") {
+      p.spec.cost_gate = true;
+      p.spec.fold = true;
+    } else if (name == "costall") {
+      p.spec.cost_gate = true;
+      p.spec.fold = true;
+      p.spec.confidence_grid = grid;
+      p.spec.backoff = true;
+      p.spec.margin_gate = o.margin;
     } else if (name == "noscheduler") {
       p.spec.scheduler = false;
     } else if (name == "all") {
@@ -206,8 +233,8 @@ Expected<std::vector<Policy>> make_policies(const Options& o) {
       p.spec.backoff = true;
       p.spec.margin_gate = o.margin;
     } else {
-      return invalid_argument("unknown policy '%s' (known: %s,noscheduler)", name.c_str(),
-                              kAllPolicies);
+      return invalid_argument("unknown policy '%s' (known: %s,%s)", name.c_str(), kAllPolicies,
+                              kMorePolicies);
     }
     out.push_back(std::move(p));
   }
@@ -278,8 +305,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void print_header(FILE* f) {
-  std::fprintf(f, "%-11s %-9s %5s %9s %9s %6s %7s %8s %8s %6s %6s %6s %6s %6s %s\n", "channel",
-               "policy", "tok", "plain_t/s", "spark_t/s", "ratio", "accept%", "acc/cyc",
+  std::fprintf(f, "%-11s %-9s %5s %9s %9s %6s %6s %7s %8s %8s %6s %6s %6s %6s %6s %s\n", "channel",
+               "policy", "tok", "plain_t/s", "spark_t/s", "ratio", "model", "accept%", "acc/cyc",
                "tok/cyc", "dec%", "prop%", "ver%", "com%", "oth%", "identity");
 }
 
@@ -288,11 +315,25 @@ const char* csv_header() {
          "accept_rate,accepted_per_cycle,tokens_per_cycle,full_accepts,partial_accepts,"
          "first_misses,no_draft,scheduler_skips,margin_skips,folded_seeds,verify_calls,"
          "verify_rows,t_total_ms,t_decode_ms,t_propose_ms,t_sync_ms,t_verify_ms,t_commit_ms,"
-         "t_replay_ms,token_mismatches,logits_mismatches\n";
+         "t_replay_ms,token_mismatches,logits_mismatches,model_ratio,cost_skips,cost_probes,cost_trims,"
+         "cost_unfolds\n";
+}
+
+// Modelled speed ratio from the run's counters alone (reproducible, no clock): tokens / cost, the
+// cost in decode(1) units under the cost-gate parameters: every ordinary decode 1, every verify
+// base + row * rows, every proposal draft (or draft_reject when stopped by conf0).
+double modelled_ratio(const Cell& c, const SpecOptions& k) {
+  const double decodes = stat(c, "seeds") - stat(c, "folded_seeds") + stat(c, "single_draft_decodes");
+  const double rejects = stat(c, "conf0_rejects");
+  const double cost = decodes + k.cost_verify_base * stat(c, "verify_calls") +
+                      k.cost_verify_row * stat(c, "verify_rows") +
+                      k.cost_draft * (stat(c, "proposals") - rejects) + k.cost_draft_reject * rejects;
+  return cost > 0 ? static_cast<double>(c.spec_tokens) / cost : 0.0;
 }
 
 void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string& policy, int n_prompts,
-               const Cell& c) {
+               const Cell& c, const SpecOptions& k) {
+  const double model = modelled_ratio(c, k);
   const double plain_tps = c.plain_s > 0 ? c.plain_tokens / c.plain_s : 0.0;
   const double spec_tps = c.spec_s > 0 ? c.spec_tokens / c.spec_s : 0.0;
   const double ratio = plain_tps > 0 ? spec_tps / plain_tps : 0.0;
@@ -313,15 +354,15 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
     std::snprintf(ident, sizeof ident, "FAIL tok=%d logits=%d plain=%d", c.token_mismatches,
                   c.logits_mismatches, c.plain_nondeterministic);
   }
-  std::fprintf(f, "%-11s %-9s %5lld %9.2f %9.2f %6.3f %7.1f %8.3f %8.3f %6.1f %6.1f %6.1f %6.1f %6.1f %s\n",
+  std::fprintf(f, "%-11s %-9s %5lld %9.2f %9.2f %6.3f %6.3f %7.1f %8.3f %8.3f %6.1f %6.1f %6.1f %6.1f %6.1f %s\n",
                channel.c_str(), policy.c_str(), static_cast<long long>(c.spec_tokens), plain_tps,
-               spec_tps, ratio, accept, acc_cyc, tok_cyc, pct("time_decode"), pct("time_propose"),
+               spec_tps, ratio, model, accept, acc_cyc, tok_cyc, pct("time_decode"), pct("time_propose"),
                pct("time_verify"), pct("time_commit"), other, ident);
   std::fflush(f);
   if (csv != nullptr) {
     std::fprintf(csv,
                  "%s,%s,%d,%lld,%.3f,%.3f,%.4f,%.0f,%.0f,%.0f,%.4f,%.4f,%.4f,%.0f,%.0f,%.0f,%.0f,%.0f,"
-                 "%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d\n",
+                 "%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,%.4f,%.0f,%.0f,%.0f,%.0f\n",
                  channel.c_str(), policy.c_str(), n_prompts, static_cast<long long>(c.spec_tokens),
                  plain_tps, spec_tps, ratio, cycles, proposed, accepted, accept / 100.0, acc_cyc,
                  tok_cyc, stat(c, "full"), stat(c, "partial"), stat(c, "miss_first"),
@@ -329,7 +370,8 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
                  stat(c, "folded_seeds"), stat(c, "verify_calls"), stat(c, "verify_rows"), total,
                  stat(c, "time_decode"), stat(c, "time_propose"), stat(c, "time_sync"),
                  stat(c, "time_verify"), stat(c, "time_commit"), stat(c, "time_replay"),
-                 c.token_mismatches, c.logits_mismatches);
+                 c.token_mismatches, c.logits_mismatches, model, stat(c, "cost_skips"),
+                 stat(c, "cost_probes"), stat(c, "cost_trims"), stat(c, "cost_unfolds"));
     std::fflush(csv);
   }
 }
@@ -366,13 +408,23 @@ int main_impl(int argc, char** argv) {
       .option("--prompts-dir", &o.prompts_dir, "Folder with <channel>.jsonl prompt sets", "", "DIR")
       .option("--channels", &o.channels, "Comma-separated channels (file stems)", "", "LIST")
       .option("--policies", &o.policies,
-              std::string("Comma-separated policies: ") + kAllPolicies + ",noscheduler", "", "LIST")
+              std::string("Comma-separated policies: ") + kAllPolicies + "," + kMorePolicies, "", "LIST")
       .option("-n,--prompts", &o.prompts, "Prompts per channel (the first N lines)")
       .option("--gen-tokens", &o.gen_tokens, "Greedy tokens per run (EOS excluded)")
       .option("--max-prompt-tokens", &o.max_prompt_tokens, "Cut each prompt to this many tokens (BOS included)")
       .option("--confidence", &o.confidence, "Flat DSpark confidence threshold (all policies)")
       .option("--grid", &o.grid, "Confidence grid of the 'grid' and 'all' policies", "", "LIST")
       .option("--margin-gate", &o.margin, "Logit margin of the 'margin' and 'all' policies")
+      .option("--cost-verify-base", &o.cost.cost_verify_base,
+              "Cost gate: verify(n) ~ BASE + ROW*n decode(1) units", "DS4_DSPARK_COST_VERIFY_BASE")
+      .option("--cost-verify-row", &o.cost.cost_verify_row, "Cost gate: verify cost per row",
+              "DS4_DSPARK_COST_VERIFY_ROW")
+      .option("--cost-draft", &o.cost.cost_draft, "Cost gate: one proposal reaching the vocab head",
+              "DS4_DSPARK_COST_DRAFT")
+      .option("--cost-draft-reject", &o.cost.cost_draft_reject,
+              "Cost gate: one proposal stopped by the conf0 precheck", "DS4_DSPARK_COST_DRAFT_REJECT")
+      .option("--cost-window", &o.cost.cost_window, "Cost gate: memory of the acceptance statistics (proposals)",
+              "DS4_DSPARK_COST_WINDOW")
       .option("--warmup", &o.warmup, "Untimed plain + DSpark warm-up runs (16 tokens, first prompt)")
       .option("--csv", &o.csv, "Also write the table as CSV here", "", "FILE")
       .option("--outputs-dir", &o.outputs_dir,
@@ -440,8 +492,14 @@ int main_impl(int argc, char** argv) {
   std::printf("# %d prompt(s)/channel (<= %d prompt tokens), %d greedy tokens/run (EOS banned), "
               "confidence %.2f, grid %s, margin %.2f; plain and DSpark alternate per prompt\n",
               o.prompts, o.max_prompt_tokens, o.gen_tokens, o.confidence, o.grid.c_str(), o.margin);
+  std::printf("# model = tokens / modelled cost from the counters (decode 1, verify(n), proposals at "
+              "the cost-gate costs below): the clock-free ratio\n");
   std::printf("# accept%%=accepted/proposed drafts; acc/cyc=accepted drafts per cycle; tok/cyc=tokens "
               "per cycle; dec/prop/ver/com/oth%% = DSpark time split (stats time_ms)\n");
+  std::printf("# cost gate (cost* policies): verify(n) ~ %.2f + %.2f n, draft %.2f, draft rejected %.2f "
+              "decode(1) units, window %d\n",
+              o.cost.cost_verify_base, o.cost.cost_verify_row, o.cost.cost_draft, o.cost.cost_draft_reject,
+              o.cost.cost_window);
 
   for (int w = 0; w < o.warmup; ++w) {
     const Prompt& p = channels.front().prompts.front();
@@ -508,7 +566,7 @@ int main_impl(int argc, char** argv) {
         accumulate_stats(spark->report, &cell.stats);
       }
       failures += cell.token_mismatches + cell.logits_mismatches + cell.plain_nondeterministic;
-      print_row(stdout, csv, ch.name, pol.name, static_cast<int>(ch.prompts.size()), cell);
+      print_row(stdout, csv, ch.name, pol.name, static_cast<int>(ch.prompts.size()), cell, o.cost);
       merge(cell, &totals[pi]);
     }
     if (!o.outputs_dir.empty()) {
@@ -517,7 +575,7 @@ int main_impl(int argc, char** argv) {
   }
   if (channels.size() > 1) {
     for (size_t pi = 0; pi < policies->size(); ++pi) {
-      print_row(stdout, csv, "ALL", (*policies)[pi].name, total_prompts, totals[pi]);
+      print_row(stdout, csv, "ALL", (*policies)[pi].name, total_prompts, totals[pi], o.cost);
     }
   }
   if (csv != nullptr) std::fclose(csv);

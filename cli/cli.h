@@ -47,9 +47,16 @@ struct Options {
   float dspark_margin_gate = 0.0f;
   bool dspark_replay = false;
   bool dspark_stats = false;
+  bool dspark_cost_gate = false;                // cost-aware engagement (spec/runtime.h)
+  float dspark_cost_verify_base = SpecOptions{}.cost_verify_base;
+  float dspark_cost_verify_row = SpecOptions{}.cost_verify_row;
+  float dspark_cost_draft = SpecOptions{}.cost_draft;
+  float dspark_cost_draft_reject = SpecOptions{}.cost_draft_reject;
+  int dspark_cost_window = SpecOptions{}.cost_window;
   bool cpu = false;
   bool cuda = false;
   std::string isa = "auto";
+  bool f32_activations = false;  // EngineOptions::f32_activations
   bool verbose = false;
 };
 

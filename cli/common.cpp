@@ -89,6 +89,12 @@ Status attach_decoder(const Options& o, Loaded& loaded) {
   so.margin_gate = o.dspark_margin_gate;
   so.replay = o.dspark_replay;
   so.stats = o.dspark_stats;
+  so.cost_gate = o.dspark_cost_gate;
+  so.cost_verify_base = o.dspark_cost_verify_base;
+  so.cost_verify_row = o.dspark_cost_verify_row;
+  so.cost_draft = o.dspark_cost_draft;
+  so.cost_draft_reject = o.dspark_cost_draft_reject;
+  so.cost_window = o.dspark_cost_window;
   DS4_ASSIGN_OR_RETURN(loaded.decoder,
                        new_speculative_decoder(*loaded.engine, *loaded.session, so));
   return Status();

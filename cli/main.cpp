@@ -94,10 +94,30 @@ void declare_flags(FlagTable& t, Options& o) {
             "DS4_DSPARK_REPLAY")
       .flag("--dspark-stats", &o.dspark_stats, "DSpark: print counters and time split",
             "DS4_DSPARK_STATS")
+      .flag("--dspark-cost-gate", &o.dspark_cost_gate,
+            "DSpark: propose/verify/fold only when the expected tokens beat the expected cost",
+            "DS4_DSPARK_COST_GATE")
+      .option("--dspark-cost-verify-base", &o.dspark_cost_verify_base,
+              "DSpark cost gate: verify(n) ~ BASE + ROW*n decode(1) units (base)",
+              "DS4_DSPARK_COST_VERIFY_BASE")
+      .option("--dspark-cost-verify-row", &o.dspark_cost_verify_row,
+              "DSpark cost gate: verify cost per row, decode(1) units", "DS4_DSPARK_COST_VERIFY_ROW")
+      .option("--dspark-cost-draft", &o.dspark_cost_draft,
+              "DSpark cost gate: one proposal reaching the vocab head, decode(1) units",
+              "DS4_DSPARK_COST_DRAFT")
+      .option("--dspark-cost-draft-reject", &o.dspark_cost_draft_reject,
+              "DSpark cost gate: one proposal stopped by the conf0 precheck, decode(1) units",
+              "DS4_DSPARK_COST_DRAFT_REJECT")
+      .option("--dspark-cost-window", &o.dspark_cost_window,
+              "DSpark cost gate: memory of the acceptance statistics, proposals",
+              "DS4_DSPARK_COST_WINDOW")
       .flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
       .flag("--cuda", &o.cuda, "Run on the CUDA backend")
       .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
               "DS4_CPU_ISA", "ISA")
+      .flag("--f32-activations", &o.f32_activations,
+            "Reference numerics: no Q8_0/Q8_K activation quantization (slower; parity/quality checks)",
+            "DS4_F32_ACTIVATIONS")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
 }
 
@@ -123,6 +143,13 @@ Status validate(const Options& o) {
   }
   if (!(o.dspark_margin_gate >= 0.0f)) {
     return invalid_argument("--dspark-margin-gate must be >= 0, got %g", o.dspark_margin_gate);
+  }
+  if (!(o.dspark_cost_verify_base >= 0.0f && o.dspark_cost_verify_row >= 0.0f &&
+        o.dspark_cost_draft >= 0.0f && o.dspark_cost_draft_reject >= 0.0f)) {
+    return invalid_argument("--dspark-cost-* costs must be >= 0");
+  }
+  if (o.dspark_cost_window < 1) {
+    return invalid_argument("--dspark-cost-window must be >= 1, got %d", o.dspark_cost_window);
   }
   if (!o.dspark_grid.empty()) {
     std::vector<float> grid;
@@ -172,6 +199,7 @@ Status load(const Options& o, const std::string& model_path, Loaded* loaded) {
   eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
   eo.n_threads = o.threads;
   eo.cpu_isa = o.isa;
+  eo.f32_activations = o.f32_activations;
   DS4_ASSIGN_OR_RETURN(loaded->engine, Engine::open(eo));
   loaded->text = &loaded->engine->text();
   DS4_ASSIGN_OR_RETURN(loaded->session, loaded->engine->new_session(o.ctx));

@@ -39,6 +39,82 @@ Status parse_confidence_grid(std::string_view text, std::vector<float>* out) {
   return Status();
 }
 
+// ---- cost gate ----
+
+void AcceptModel::decay(float keep) {
+  draft_n *= keep;
+  draft_hit *= keep;
+  for (int k = 0; k < kMaxBlockSize; ++k) {
+    acc_n[k] *= keep;
+    acc_hit[k] *= keep;
+    cont_n[k] *= keep;
+    cont_hit[k] *= keep;
+  }
+}
+
+void AcceptModel::note_proposal(bool drafted) {
+  draft_n += 1.0f;
+  if (drafted) draft_hit += 1.0f;
+}
+
+void AcceptModel::note_accept(int k, bool hit) {
+  if (k < 0 || k >= kMaxBlockSize) return;
+  acc_n[k] += 1.0f;
+  if (hit) acc_hit[k] += 1.0f;
+}
+
+void AcceptModel::note_cont(int k, bool drafted) {
+  if (k < 1 || k >= kMaxBlockSize) return;
+  cont_n[k] += 1.0f;
+  if (drafted) cont_hit[k] += 1.0f;
+}
+
+float AcceptModel::p_draft() const {
+  return (draft_hit + kPriorWeight * prior_draft) / (draft_n + kPriorWeight);
+}
+
+float AcceptModel::p_accept(int k) const {
+  if (k < 0 || k >= kMaxBlockSize) return 0.0f;
+  return (acc_hit[k] + kPriorWeight) / (acc_n[k] + kPriorWeight);
+}
+
+float AcceptModel::p_cont(int k) const {
+  if (k < 1 || k >= kMaxBlockSize) return 0.0f;
+  return (cont_hit[k] + kPriorWeight) / (cont_n[k] + kPriorWeight);
+}
+
+int best_verify_drafts(const CostModel& c, const float* p, int n, float* gain) {
+  int best_m = 1;
+  float best = 0.0f, prod = 1.0f, expected = 0.0f;
+  for (int m = 2; m <= n; ++m) {
+    prod *= p[m - 1];
+    expected += prod;  // E[accepted among d_1..d_{m-1}]
+    const float g = 1.0f + expected - c.verify(m);
+    if (g > best) {
+      best = g;
+      best_m = m;
+    }
+  }
+  if (gain) *gain = best;
+  return best_m;
+}
+
+int best_fold_drafts(const CostModel& c, const float* p, int n, float* gain) {
+  int best_m = 1;
+  float best = 0.0f, prod = 1.0f, expected = 0.0f;
+  for (int m = 1; m <= n; ++m) {
+    prod *= p[m - 1];
+    expected += prod;  // E[accepted among d_0..d_{m-1}]
+    const float g = 1.0f + expected - c.verify(m + 1);
+    if (m == 1 || g > best) {
+      best = g;
+      best_m = m;
+    }
+  }
+  if (gain) *gain = n >= 1 ? best : 0.0f;
+  return best_m;
+}
+
 std::string SpecStats::report() const {
   char buf[2048];
   std::string r;
@@ -59,9 +135,10 @@ std::string SpecStats::report() const {
   r += buf;
   std::snprintf(buf, sizeof buf,
                 "dspark: scheduler_skips=%lld tail_skips=%lld margin_skips=%lld verify_calls=%lld verify_rows=%lld "
-                "single_draft_decodes=%lld\n",
+                "single_draft_decodes=%lld cost_skips=%lld cost_probes=%lld cost_trims=%lld cost_unfolds=%lld\n",
                 (long long)scheduler_skips, (long long)tail_skips, (long long)margin_skips, (long long)verify_calls,
-                (long long)verify_rows, (long long)single_draft_decodes);
+                (long long)verify_rows, (long long)single_draft_decodes, (long long)cost_skips,
+                (long long)cost_probes, (long long)cost_trims, (long long)cost_unfolds);
   r += buf;
   r += "dspark: draft_len_hist=";
   for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(draft_len_hist[i]);
@@ -137,6 +214,91 @@ void Runtime::reset_policy() {
   win_cycles_ = win_accepted_ = win_no_draft_ = 0;
   streak_ = 0;
   d0_hits_ = 0;
+  for (int i = 0; i < 2 * kMarginBuckets; ++i) am_[i] = AcceptModel(i < kMarginBuckets ? kColdPrior : kWarmPrior);
+  state_ = 0;
+  prev_warm_ = false;
+  warm_ = false;
+  since_proposal_ = 0;
+  probe_gap_ = kProbeGapMin;
+  probing_ = false;
+}
+
+CostModel Runtime::cost_model() const {
+  CostModel c;
+  c.verify_base = cfg_.cost_verify_base;
+  c.verify_row = cfg_.cost_verify_row;
+  c.draft = cfg_.cost_draft;
+  c.draft_reject = cfg_.cost_draft_reject;
+  return c;
+}
+
+// p[0] = P(d_0 accepted); p[k] = P(d_k accepted | d_{k-1} accepted), times P(d_k drafted)
+// when with_cont (before the proposal, when its length is not known yet).
+void Runtime::fill_accept(float* p, int n, bool with_cont) const {
+  for (int k = 0; k < n; ++k) {
+    p[k] = am().p_accept(k);
+    if (with_cont && k > 0) p[k] *= am().p_cont(k);
+  }
+}
+
+float Runtime::proposal_value(int n_allow, bool folding) const {
+  const CostModel c = cost_model();
+  float p[kMaxBlockSize];
+  n_allow = std::min(n_allow, kMaxBlockSize);
+  fill_accept(p, n_allow, true);
+  float verify_gain = 0.0f;
+  best_verify_drafts(c, p, n_allow, &verify_gain);
+  float post = p[0] * verify_gain;
+  if (folding) {
+    float fold_gain = 0.0f;
+    best_fold_drafts(c, p, n_allow, &fold_gain);
+    post = std::max(post, fold_gain);
+  }
+  const float pd = am().p_draft();
+  return pd * (post - c.draft) - (1.0f - pd) * c.draft_reject;
+}
+
+// top1 - top2 of the logits (the banned id excluded).
+static float top_margin(std::span<const float> lg, int32_t banned) {
+  float top1 = -INFINITY, top2 = -INFINITY;
+  for (size_t v = 0; v < lg.size(); ++v) {
+    if (static_cast<int32_t>(v) == banned) continue;
+    const float x = lg[v];
+    if (x > top1) {
+      top2 = top1;
+      top1 = x;
+    } else if (x > top2) {
+      top2 = x;
+    }
+  }
+  return top1 - top2;
+}
+
+int Runtime::margin_bucket(float margin) {
+  if (!(margin >= 2.0f)) return 0;
+  if (margin < 4.0f) return 1;
+  if (margin < 8.0f) return 2;
+  return 3;
+}
+
+// The probe ladder: a productive cycle (every verified draft kept) brings the probe gap back
+// to its minimum; an unproductive probe doubles it (bounded).
+void Runtime::note_probe(bool productive) {
+  if (productive) {
+    probe_gap_ = kProbeGapMin;
+  } else if (probing_) {
+    probe_gap_ = std::min(kProbeGapMax, 2 * probe_gap_);
+  }
+}
+
+void Runtime::note_checked(int first, int m, int accepted, int n_drafted, int n_allow) {
+  for (int k = first; k < m; ++k) {
+    am().note_accept(k, k < accepted);
+    if (k >= accepted) break;
+  }
+  for (int k = 1; k <= accepted; ++k) {
+    if (k < n_allow) am().note_cont(k, k < n_drafted);
+  }
 }
 
 void Runtime::note_d0(bool hit) {
@@ -192,6 +354,9 @@ int Runtime::propose_drafts(int32_t seed, int64_t L, int n_allow) {
   const int n = clean_drafts(prop_);
   if (n < raw_n) ++stats_.invalid_draft;
   ++stats_.draft_len_hist[n];
+  am().decay(1.0f - 1.0f / static_cast<float>(std::max(1, cfg_.cost_window)));
+  am().note_proposal(n > 0);
+  since_proposal_ = 0;
   return n;
 }
 
@@ -261,6 +426,12 @@ Status Runtime::step(int max_new, int32_t stop_token, int32_t banned_token, std:
   banned_ = banned_token;
   Timer t;
   ++stats_.cycles;
+  // Cost gate state: warm = the previous cycle's proposal kept every draft it verified.
+  prev_warm_ = warm_;
+  warm_ = false;
+  state_ = prev_warm_ ? kMarginBuckets : 0;  // the margin bucket is added where the gate decides
+  probing_ = false;
+  if (since_proposal_ < (1 << 30)) ++since_proposal_;
   const int32_t seed = choose(s_.logits());
   Status st;
   if (seed == stop_) {
@@ -274,7 +445,7 @@ Status Runtime::step(int max_new, int32_t stop_token, int32_t banned_token, std:
   return st;
 }
 
-Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out) {
+Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out, bool have_proposal) {
   const int64_t L = s_.n_tokens();
   const int64_t room = s_.n_ctx() - (L + 1);
   int n_allow = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(max_new) - 1, room,
@@ -282,7 +453,10 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out)
                                                     static_cast<int64_t>(session::kMaxBatchRows)}));
   if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
   bool want = true;
-  if (n_allow < 1) {
+  if (have_proposal) {
+    // A fold cycle's proposal of this seed (its gates already passed; fold proposals are never
+    // margin gated).
+  } else if (n_allow < 1) {
     ++stats_.no_room;
     want = false;
   } else if (cfg_.tail_min_tokens > 0 && max_new < cfg_.tail_min_tokens) {
@@ -302,26 +476,28 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out)
   if (!want) return Status();
 
   std::span<const float> lg = s_.logits();
-  if (cfg_.margin_gate > 0.0f) {
-    float top1 = -INFINITY, top2 = -INFINITY;
-    for (size_t v = 0; v < lg.size(); ++v) {
-      if (static_cast<int32_t>(v) == banned_) continue;
-      const float x = lg[v];
-      if (x > top1) {
-        top2 = top1;
-        top1 = x;
-      } else if (x > top2) {
-        top2 = x;
-      }
-    }
-    if (top1 - top2 < cfg_.margin_gate) {
+  if (!have_proposal && (cfg_.margin_gate > 0.0f || cfg_.cost_gate)) {
+    const float margin = top_margin(lg, banned_);
+    if (cfg_.margin_gate > 0.0f && margin < cfg_.margin_gate) {
       ++stats_.margin_skips;
       return Status();
     }
+    state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(margin);
+    margin_ = margin;
   }
-  const int n = propose_drafts(seed, L, n_allow);
+  if (!have_proposal && cfg_.cost_gate && !(proposal_value(n_allow, false) > 0.0f)) {
+    if (prev_warm_ || since_proposal_ < probe_gap_ || !(margin_ >= cfg_.cost_probe_margin)) {
+      ++stats_.cost_skips;  // a plain cycle: the drafter's ring catches up at the next proposal
+      return Status();
+    }
+    probing_ = true;  // cold and the probe gap has passed: propose anyway, to keep learning
+    ++stats_.cost_probes;
+  }
+  const int n_drafted = have_proposal ? prop_.n : propose_drafts(seed, L, n_allow);
+  int n = n_drafted;
   if (n == 0) {
     ++stats_.no_draft;
+    note_probe(false);
     scheduler_note(false, 0);
     return Status();
   }
@@ -332,8 +508,20 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out)
   if (!d0_hit) {
     ++stats_.first_misses;
     ++stats_.accepted_len_hist[0];
+    am().note_accept(0, false);
+    note_probe(false);
     scheduler_note(true, 0);
     return Status();
+  }
+  am().note_accept(0, true);
+  if (cfg_.cost_gate && n > 1) {
+    float p[kMaxBlockSize];
+    fill_accept(p, n, false);
+    const int m = best_verify_drafts(cost_model(), p, n, nullptr);
+    if (m < n) {
+      ++stats_.cost_trims;
+      n = m;
+    }
   }
   int accepted = 1;
   if (n == 1) {
@@ -357,9 +545,13 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out)
     }
     DS4_RETURN_IF_ERROR(commit(accepted, n, rows_));
   }
+  note_checked(1, n, accepted, n_drafted, n_allow);
   for (int i = 0; i < accepted; ++i) out->push_back(prop_.tokens[i]);
   stats_.accepted_draft_tokens += accepted;
   ++stats_.accepted_len_hist[accepted];
+  // Warm = a full accept of >= 2 drafts (one kept draft earns nothing): follow the streak.
+  warm_ = accepted == n && n >= 2;
+  note_probe(warm_);
   if (accepted == n) {
     ++stats_.full_accepts;
     fold_armed_ = cfg_.fold;
@@ -385,8 +577,35 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
     fold_armed_ = false;  // the standalone path counts and handles this cycle
     return Status();
   }
+  if (cfg_.cost_gate) {
+    // Margin of the seed's row (the row after it is not computed yet).
+    state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(top_margin(s_.logits(), banned_));
+    if (!(proposal_value(n_allow, true) > 0.0f)) {
+      fold_armed_ = false;  // the standalone path decides (and counts) this cycle
+      return Status();
+    }
+  }
   *handled = true;
-  const int n = propose_drafts(seed, L, n_allow);
+  const int n_drafted = propose_drafts(seed, L, n_allow);
+  int n = n_drafted;
+  if (n > 0 && cfg_.cost_gate) {
+    // Fold [seed, d_0..d_{m-1}] or decode the seed and free-check d_0 (same proposal)?
+    const CostModel c = cost_model();
+    float p[kMaxBlockSize];
+    fill_accept(p, n, false);
+    float fold_gain = 0.0f, verify_gain = 0.0f;
+    const int m = best_fold_drafts(c, p, n, &fold_gain);
+    best_verify_drafts(c, p, n, &verify_gain);
+    if (p[0] * verify_gain > fold_gain) {
+      ++stats_.cost_unfolds;
+      fold_armed_ = false;
+      return standalone(seed, max_new, out, /*have_proposal=*/true);
+    }
+    if (m < n) {
+      ++stats_.cost_trims;
+      n = m;
+    }
+  }
   ++stats_.seeds;
   if (n == 0) {
     ++stats_.no_draft;
@@ -418,10 +637,13 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   }
   note_d0(accepted > 0);
   DS4_RETURN_IF_ERROR(commit(1 + accepted, n + 1, rows_));
+  note_checked(0, n, accepted, n_drafted, n_allow);
   for (int i = 0; i <= accepted; ++i) out->push_back(rows_[i]);
   stats_.accepted_draft_tokens += accepted;
   ++stats_.accepted_len_hist[accepted];
   if (accepted == 0) ++stats_.first_misses;
+  warm_ = accepted == n && n >= 2;
+  note_probe(warm_);
   if (accepted == n) {
     ++stats_.full_accepts;
   } else if (accepted > 0) {

@@ -53,9 +53,55 @@
 //                                                            bar +0.05 per step (≤ +0.20)
 //   --dspark-margin-gate F      DS4_DSPARK_MARGIN_GATE       skip standalone proposals when the
 //                                                            target top1−top2 logit margin < F
+//   --dspark-cost-gate          DS4_DSPARK_COST_GATE=1       cost-aware engagement (below)
+//   --dspark-cost-verify-base F DS4_DSPARK_COST_VERIFY_BASE  verify(n) ~ base + row * n, in
+//   --dspark-cost-verify-row F  DS4_DSPARK_COST_VERIFY_ROW     units of one decode(1)
+//   --dspark-cost-draft F       DS4_DSPARK_COST_DRAFT        one proposal reaching the head
+//   --dspark-cost-draft-reject F DS4_DSPARK_COST_DRAFT_REJECT one proposal stopped by conf0
+//   --dspark-cost-window N      DS4_DSPARK_COST_WINDOW       memory of the acceptance stats
 //   --dspark-replay             DS4_DSPARK_REPLAY=1          partial accepts by replay
 //   --dspark-stats              DS4_DSPARK_STATS=1           counters + time split printed to
 //                                                            stderr when the Runtime ends
+//
+// Cost gate (cost_gate; on top of the scheduler, backoff and margin gate, which keep their
+// meaning: a cycle they skip is skipped). Every quantity is in units of one decode(1); plain
+// decoding earns 1 token per unit, so a cycle's "net gain" = tokens - cost.
+//  * Cycle states: warm = the previous cycle's proposal kept all of its >= 2 drafts (a full
+//    accept: predictable text, follow it), cold otherwise (also after any plain cycle); times
+//    4 buckets of the target's top1-top2 logit margin at the decision (< 2, < 4, < 8, >= 8;
+//    the d_0 row standalone, the seed's row when folding). One AcceptModel per state keeps
+//    decayed counts (x (1 - 1/window) per proposal made in that state, 1 prior pseudo-count)
+//    of P(a proposal drafts >= 1 token), P(d_k accepted | d_k checked) and P(d_k drafted |
+//    d_0..d_{k-1} accepted). Priors: acceptance/continuation 1.0; P(draft) 0.25 cold (closed
+//    until evidence, also at cheap costs), 1.0 warm (follow a streak until the counts say no).
+//  * Standalone, before proposing: expected net gain of a proposal =
+//      P(draft) * (p_0 * max(0, best verify gain) - draft) - (1 - P(draft)) * draft_reject
+//    (after a d_0 hit, verifying m drafts earns 1 + E[accepted of d_1..d_{m-1}] - verify(m);
+//    the single-draft decode earns 0). Propose only when it is > 0. Otherwise the cycle is a
+//    plain decode and the drafter's ring is not fed (ingestion is deferred to the next
+//    proposal, which commits at most `window` rows, in batches of 8; ~0.005 decode per row).
+//  * Probe ladder: a cold runtime whose gate is closed still proposes once probe_gap cycles
+//    passed since the last proposal and the margin is >= cost_probe_margin (4 logits): gap 64,
+//    doubled by every unproductive probe up to 512, back to 64 after any full accept of >= 2
+//    drafts. So it notices when the text turns predictable; warm closed cycles never probe.
+//    Measured alternatives (bench "model" ratio, 16 prompts x 128 tokens, drafter and costs of
+//    15:30 UTC): warm after partial accepts of >= 2 too, or a first probe at once: structured
+//    1.02-1.03 -> 1.04-1.045 but code/english/italian 0.98-0.99 -> 0.97-0.98; neither is the
+//    default. Cold P(draft) prior 0.5 instead of 0.25 (drafter and costs of 16:00): italian
+//    0.973-0.978 (the cold gate opens at start at these costs), 0.25: 0.991-0.993.
+//  * After a d_0 hit: verify the m <= n drafts of the best expected gain (p_k from the
+//    counts); m = 1 is the single-draft decode (same cost as plain).
+//  * Fold armed: a folded cycle of m drafts earns 1 + sum_k prod_{i<=k} p_i - verify(m+1);
+//    the same proposal falls back to the standalone path when that is worth more.
+// Decisions read counters, the proposal and the target's logits only (no clock): reproducible.
+// CPU defaults (kCpuCost*): tests/spec/cost_probe_test.cpp (DISABLED_ probe) on
+// models/ds4-tiny.gguf + ds4-tiny-dspark.gguf, 2 threads, 150 interleaved reps, tree of
+// 2026-12-02 15:50 UTC (median ~ min on a quiet box): verify(n) = 0.98 1.44-1.50 1.68 2.07
+// 2.47 2.86-2.98 3.33 3.73 for n = 1..8 -> 0.66 + 0.37 n; a proposal (3 stages x 5 block rows
+// + the vocab head for 5 rows) 1.00-1.05 -> 1.00; stopped by conf0 0.63-0.66 -> 0.64; ring
+// ingestion 0.006/row batched, 0.010/row one at a time. An hour earlier (before the backend's
+// kernel work, loaded box, min of reps) it was 0.40 + 0.57 n, 1.25, 0.85: these move with the
+// kernels; re-measure with the probe (and per backend/model) and pass them as flags.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +116,45 @@
 #include "spec/drafter.h"
 
 namespace ds4::spec {
+
+// CPU defaults of the cost gate (decode(1) = 1; see the header comment for how they were measured).
+inline constexpr float kCpuCostVerifyBase = 0.66f;
+inline constexpr float kCpuCostVerifyRow = 0.37f;
+inline constexpr float kCpuCostDraft = 1.00f;
+inline constexpr float kCpuCostDraftReject = 0.64f;
+
+// Cost parameters of the gate (decode(1) = 1).
+struct CostModel {
+  float verify_base = kCpuCostVerifyBase, verify_row = kCpuCostVerifyRow;
+  float draft = kCpuCostDraft, draft_reject = kCpuCostDraftReject;
+  float verify(int n) const { return verify_base + verify_row * static_cast<float>(n); }
+};
+
+// Decayed acceptance counts of the cost gate (header comment). Index k = draft position.
+struct AcceptModel {
+  static constexpr float kPriorWeight = 1.0f;  // pseudo-counts of the prior
+  AcceptModel() = default;
+  explicit AcceptModel(float prior_draft) : prior_draft(prior_draft) {}
+  float prior_draft = 1.0f;  // prior of P(draft); acceptance / continuation priors are 1.0
+  float draft_n = 0, draft_hit = 0;                                  // proposals / with >= 1 draft
+  float acc_n[kMaxBlockSize] = {}, acc_hit[kMaxBlockSize] = {};      // d_k checked / accepted
+  float cont_n[kMaxBlockSize] = {}, cont_hit[kMaxBlockSize] = {};    // d_{k-1} accepted, k allowed / d_k drafted
+  void decay(float keep);                  // every count *= keep
+  void note_proposal(bool drafted);
+  void note_accept(int k, bool hit);
+  void note_cont(int k, bool drafted);
+  float p_draft() const;
+  float p_accept(int k) const;
+  float p_cont(int k) const;               // k >= 1
+};
+
+// Expected net gain of verifying m of n drafts after a d_0 hit (standalone path), maximized
+// over m in [1, n] (m = 1: the single-draft decode, gain 0). p[k] = P(d_k accepted | d_{k-1}
+// accepted) for k >= 1 (p[0] unused). Ties -> the smaller m. Writes the gain when non-null.
+int best_verify_drafts(const CostModel& c, const float* p, int n, float* gain);
+// Expected net gain of a folded cycle verifying [seed, d_0..d_{m-1}], maximized over m in
+// [1, n]; p[k] = P(d_k accepted | d_{k-1} accepted), p[0] = P(d_0 accepted). Ties -> smaller m.
+int best_fold_drafts(const CostModel& c, const float* p, int n, float* gain);
 
 struct SpecConfig {
   float confidence = 0.6f;               // flat σ threshold (all positions)
@@ -93,6 +178,14 @@ struct SpecConfig {
   bool replay = false;
   bool stats = false;
   int max_draft = 0;                     // cap on drafts per proposal (0 = block size)
+  // Cost gate (header comment). Costs in decode(1) units.
+  bool cost_gate = false;
+  float cost_verify_base = kCpuCostVerifyBase;
+  float cost_verify_row = kCpuCostVerifyRow;
+  float cost_draft = kCpuCostDraft;
+  float cost_draft_reject = kCpuCostDraftReject;
+  int cost_window = 16;                  // proposals of memory of the acceptance statistics
+  float cost_probe_margin = 4.0f;        // probes only when the d_0 row's top1-top2 margin >= this
 };
 
 // "0.55,0.6,0.65" -> {0.55, 0.6, 0.65}; each value in [0, 1]. kInvalidArgument otherwise.
@@ -115,6 +208,10 @@ struct SpecStats {
   int64_t invalid_draft = 0;       // drafts cut at an invalid / banned / stop id
   int64_t scheduler_skips = 0, tail_skips = 0, margin_skips = 0;
   int64_t verify_calls = 0, verify_rows = 0, single_draft_decodes = 0;
+  int64_t cost_skips = 0;          // cycles the cost gate kept plain (no proposal)
+  int64_t cost_trims = 0;          // proposals verified with fewer drafts than drafted
+  int64_t cost_unfolds = 0;        // armed fold cycles sent to the standalone path by the gate
+  int64_t cost_probes = 0;         // proposals made although the gate was closed (probe ladder)
   int64_t draft_len_hist[kMaxBlockSize + 1] = {};
   int64_t accepted_len_hist[kMaxBlockSize + 1] = {};
   double t_decode = 0, t_propose = 0, t_sync = 0, t_verify = 0, t_commit = 0, t_replay = 0, t_total = 0;  // s
@@ -175,12 +272,23 @@ class Runtime {
   const SpecStats& stats() const { return stats_; }
   const SpecConfig& config() const { return cfg_; }
   bool fold_armed() const { return fold_armed_; }
+  // Cost gate: statistics per state (cold/warm x margin bucket); warm = the previous cycle's
+  // proposal was a full accept of >= 2 drafts. probe_gap(): cycles a cold gate-closed runtime waits between
+  // probes.
+  const AcceptModel& accept_model(int state) const { return am_[state]; }
+  int probe_gap() const { return probe_gap_; }
+  int cost_state() const { return state_; }  // of the last cycle: warm * kMarginBuckets + bucket
+  static constexpr int kProbeGapMin = 64, kProbeGapMax = 512;
+  static constexpr int kMarginBuckets = 4;     // top1 - top2 logit margin: < 2, < 4, < 8, >= 8
+  static constexpr float kColdPrior = 0.25f, kWarmPrior = 1.0f;
+  static int margin_bucket(float margin);
   void reset_policy();  // scheduler / backoff / fold state back to start (new request)
 
  private:
   int32_t choose(std::span<const float> logits) const;
   void thresholds(float* thr, int n) const;
-  Status standalone(int32_t seed, int max_new, std::vector<int32_t>* out);
+  // have_proposal: prop_ already holds the (cleaned) proposal of this seed (fold fallback).
+  Status standalone(int32_t seed, int max_new, std::vector<int32_t>* out, bool have_proposal = false);
   Status fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out, bool* handled);
   int clean_drafts(Proposal& p) const;  // cut at invalid/banned/stop ids; returns n
   int propose_drafts(int32_t seed, int64_t L, int n_allow);  // sync + propose + clean + stats
@@ -189,6 +297,13 @@ class Runtime {
   void scheduler_note(bool drafted, int accepted);
   void note_d0(bool hit);
   bool fold_after_partial_open() const;  // fold_after_partial and its gate
+  // Cost gate helpers.
+  CostModel cost_model() const;
+  float proposal_value(int n_allow, bool folding) const;  // expected net gain of proposing
+  void fill_accept(float* p, int n, bool with_cont) const;
+  // Counts of one checked proposal: drafts d_first..d_{m-1} were checked (d_k's check stops at
+  // the first miss), `accepted` of d_0.. kept; n_drafted drafted of n_allow allowed.
+  void note_checked(int first, int m, int accepted, int n_drafted, int n_allow);
 
   session::ModelSession& s_;
   Proposer& p_;
@@ -201,6 +316,22 @@ class Runtime {
   int win_cycles_ = 0, win_accepted_ = 0, win_no_draft_ = 0;
   int streak_ = 0;  // consecutive unproductive cycles (backoff)
   uint32_t d0_hits_ = 0;  // last 8 d_0 checks, newest in bit 0 (1 = hit)
+  // Cost gate (statistics kept whether or not the gate is on).
+  // [warm * kMarginBuckets + margin bucket]: cold models start closed (prior 0.5), warm ones
+  // open (prior 1.0: follow a streak until the counts say otherwise).
+  AcceptModel am_[2 * kMarginBuckets] = {
+      AcceptModel(kColdPrior), AcceptModel(kColdPrior), AcceptModel(kColdPrior), AcceptModel(kColdPrior),
+      AcceptModel(kWarmPrior), AcceptModel(kWarmPrior), AcceptModel(kWarmPrior), AcceptModel(kWarmPrior)};
+  int state_ = 0;         // this cycle's model index
+  bool prev_warm_ = false;  // the previous cycle fully accepted >= 2 drafts
+  float margin_ = 0.0f;     // this cycle's top1 - top2 at the standalone decision
+  bool warm_ = false;     // this cycle fully accepted >= 2 drafts (the next one is warm)
+  int since_proposal_ = 0;          // cycles since the last proposal
+  int probe_gap_ = kProbeGapMin;    // cold gate-closed cycles between probes
+  bool probing_ = false;            // this cycle's proposal is a probe
+  AcceptModel& am() { return am_[state_]; }
+  const AcceptModel& am() const { return am_[state_]; }
+  void note_probe(bool productive);
   Proposal prop_;
   int32_t rows_[session::kMaxBatchRows] = {};
 };

@@ -111,9 +111,11 @@ std::vector<int32_t> spec_greedy(session::ModelSession& s, spec::Runtime& rt, co
 struct Combo {
   bool fold, grid, backoff, margin, replay;
   bool fold_partial = false;  // fold also after partial accepts (only meaningful with fold)
+  bool cost = false;          // cost gate (with cheap costs, so it proposes, trims and unfolds)
   std::string name() const {
     return std::string(fold ? (fold_partial ? "foldpartial" : "fold") : "nofold") + (grid ? "+grid" : "") +
-           (backoff ? "+backoff" : "") + (margin ? "+margin" : "") + (replay ? "+replay" : "");
+           (backoff ? "+backoff" : "") + (margin ? "+margin" : "") + (replay ? "+replay" : "") +
+           (cost ? "+cost" : "");
   }
 };
 
@@ -124,6 +126,13 @@ std::vector<Combo> all_combos() {
   for (int m = 0; m < 32; ++m) {
     if (m & 1) c.push_back(Combo{true, bool(m & 2), bool(m & 4), bool(m & 8), bool(m & 16), true});
   }
+  // The cost gate on top of: nothing, fold, fold after partials, every knob, replay.
+  c.push_back(Combo{false, false, false, false, false, false, true});
+  c.push_back(Combo{true, false, false, false, false, false, true});
+  c.push_back(Combo{true, false, false, false, false, true, true});
+  c.push_back(Combo{true, true, true, true, false, false, true});
+  c.push_back(Combo{false, false, false, false, true, false, true});
+  c.push_back(Combo{true, true, true, true, true, true, true});
   return c;
 }
 
@@ -137,6 +146,14 @@ spec::SpecConfig config_for(const Combo& c, float flat_conf) {
   cfg.backoff = c.backoff;
   cfg.margin_gate = c.margin ? 0.4f : 0.0f;
   cfg.replay = c.replay;
+  if (c.cost) {  // cheap costs: the gate engages, trims long verifies and weighs fold vs standalone
+    cfg.cost_gate = true;
+    cfg.cost_verify_base = 0.2f;
+    cfg.cost_verify_row = 0.35f;
+    cfg.cost_draft = 0.05f;
+    cfg.cost_draft_reject = 0.05f;
+    cfg.cost_window = 8;
+  }
   return cfg;
 }
 
@@ -194,6 +211,14 @@ TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
       EXPECT_EQ(st.replay_fallbacks, 0);
       EXPECT_GT(st.direct_partial_commits, 0);
     }
+    if (c.cost) {
+      EXPECT_GT(st.proposals, 0);
+      if (!c.grid) {
+        EXPECT_GT(st.cost_trims, 0) << "cheap costs still trim some long verifies";
+      }
+    } else {
+      EXPECT_EQ(st.cost_skips + st.cost_trims + st.cost_unfolds + st.cost_probes, 0);
+    }
     if (!c.fold) {
       EXPECT_EQ(st.folded_seeds, 0);
     }
@@ -201,6 +226,11 @@ TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
   EXPECT_GT(partial, 0);
   EXPECT_GT(full, 0);
   EXPECT_GT(misses, 0);
+  if (c.cost) {
+    // The gate's decisions change which cycles propose / fold: identity and state above are
+    // what this matrix checks for it (its decisions have their own tests below).
+    return;
+  }
   if (c.fold) {
     EXPECT_GT(folded, 0);
   }
@@ -248,6 +278,7 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& i) {
 std::vector<Combo> random_combos() {
   std::vector<Combo> out;
   for (const Combo& c : all_combos()) {
+    if (c.cost && c.replay) continue;
     if (!c.replay && c.grid == c.fold && (!c.fold_partial || (!c.backoff && !c.margin))) out.push_back(c);
   }
   return out;
@@ -632,6 +663,233 @@ TEST_F(RuntimeTest, FoldAfterPartialArming) {
     prop.wrong_at = 2;
     ASSERT_TRUE(rt.step(100, -1, -1, &out).ok());
     EXPECT_FALSE(rt.fold_armed()) << "reset_policy clears the d_0 history";
+  }
+}
+
+// ---- cost gate decisions (counters and logits -> decisions; no clock) ----
+
+TEST(CostGateTest, BestDraftsByExpectedGain) {
+  spec::CostModel c;  // verify(n) = 0.4 + 0.57 n, draft 1.25, rejected draft 0.85
+  c.verify_base = 0.4f;
+  c.verify_row = 0.57f;
+  const float sure[5] = {1, 1, 1, 1, 1};
+  float g = 0;
+  // After a d_0 hit, 5 sure drafts: verify(5) earns 1 + 4 - 3.25.
+  EXPECT_EQ(spec::best_verify_drafts(c, sure, 5, &g), 5);
+  EXPECT_NEAR(g, 1.75f, 1e-5);
+  // Coin-flip continuations: every verify loses (verify(2) = 1.54 > 1.5): single-draft decode.
+  const float coin[5] = {1, 0.5f, 0.5f, 0.5f, 0.5f};
+  EXPECT_EQ(spec::best_verify_drafts(c, coin, 5, &g), 1);
+  EXPECT_EQ(g, 0.0f);
+  // Good first continuations, then a wall: verify(2) or (3)? 1 + 0.9 - 1.54 = 0.36 vs
+  // 1 + 0.9 + 0.09 - 2.11 < 0.36: two drafts.
+  const float wall[5] = {1, 0.9f, 0.1f, 0.9f, 0.9f};
+  EXPECT_EQ(spec::best_verify_drafts(c, wall, 5, &g), 2);
+  EXPECT_NEAR(g, 0.36f, 1e-5);
+  EXPECT_EQ(spec::best_verify_drafts(c, sure, 1, &g), 1);  // one draft: decode
+  EXPECT_EQ(g, 0.0f);
+  // Fold: [seed, d_0..d_4] earns 1 + 5 - verify(6) = 2.18.
+  EXPECT_EQ(spec::best_fold_drafts(c, sure, 5, &g), 5);
+  EXPECT_NEAR(g, 2.18f, 1e-5);
+  // A likely d_0 miss makes every fold a loss; the least bad is the shortest.
+  const float miss[5] = {0.2f, 1, 1, 1, 1};
+  EXPECT_EQ(spec::best_fold_drafts(c, miss, 5, &g), 1);
+  EXPECT_NEAR(g, 1.2f - 1.54f, 1e-5);
+  // Ties go to the smaller count: rows that cost exactly the token they earn tie at gain 0.
+  spec::CostModel unit;
+  unit.verify_base = 0.0f;
+  unit.verify_row = 1.0f;
+  EXPECT_EQ(spec::best_verify_drafts(unit, sure, 5, &g), 1);
+  EXPECT_EQ(g, 0.0f);
+}
+
+TEST(CostGateTest, AcceptModelCountsPriorsAndDecay) {
+  spec::AcceptModel cold(0.5f);
+  EXPECT_FLOAT_EQ(cold.p_draft(), 0.5f);
+  EXPECT_FLOAT_EQ(cold.p_accept(0), 1.0f);
+  EXPECT_FLOAT_EQ(cold.p_cont(1), 1.0f);
+  cold.note_proposal(false);
+  cold.note_proposal(true);
+  cold.note_accept(0, false);
+  EXPECT_FLOAT_EQ(cold.p_draft(), (1.0f + 0.5f) / (2.0f + 1.0f));
+  EXPECT_FLOAT_EQ(cold.p_accept(0), 1.0f / 2.0f);
+  cold.note_cont(1, true);
+  cold.note_cont(1, false);
+  EXPECT_FLOAT_EQ(cold.p_cont(1), 2.0f / 3.0f);
+  // Decay pulls the estimates back toward the priors.
+  cold.decay(0.0f);
+  EXPECT_FLOAT_EQ(cold.p_draft(), 0.5f);
+  EXPECT_FLOAT_EQ(cold.p_accept(0), 1.0f);
+  // Out-of-range positions are ignored / zero.
+  cold.note_accept(spec::kMaxBlockSize, true);
+  EXPECT_EQ(cold.p_accept(-1), 0.0f);
+  EXPECT_EQ(cold.p_cont(0), 0.0f);
+  EXPECT_EQ(spec::Runtime::margin_bucket(1.9f), 0);
+  EXPECT_EQ(spec::Runtime::margin_bucket(2.0f), 1);
+  EXPECT_EQ(spec::Runtime::margin_bucket(7.9f), 2);
+  EXPECT_EQ(spec::Runtime::margin_bucket(8.0f), 3);
+  EXPECT_EQ(spec::Runtime::margin_bucket(NAN), 0);
+}
+
+// top1 - top2 of the logits predicting each plain greedy token: margins[i] is the margin the
+// gate sees when it decides after decoding the seed at generated index i - 1 (it predicts i).
+std::vector<float> plain_margins(session::ModelSession& s, const std::vector<int32_t>& prompt, int n) {
+  std::vector<float> m;
+  EXPECT_TRUE(s.prefill(prompt).ok());
+  for (int i = 0; i <= n; ++i) {
+    std::span<const float> l = s.logits();
+    float a = -INFINITY, b = -INFINITY;
+    for (float x : l) {
+      if (x > a) {
+        b = a;
+        a = x;
+      } else if (x > b) {
+        b = x;
+      }
+    }
+    m.push_back(a - b);
+    if (i < n) {
+      EXPECT_TRUE(s.decode(choose(l, -1)).ok());
+    }
+  }
+  return m;
+}
+
+// Costs 0.4 + 0.57 n, 1.25, 0.85; no scheduler. A drafter that is always wrong: the cold gate stays closed
+// (plain cycles) and proposes only probes, each once the probe gap has passed and the margin is
+// >= cost_probe_margin, the gap doubling per unproductive probe (64, 128, 256, ...). A drafter
+// that is always right: the first probe's full accept makes the next cycles warm, and the gate then
+// proposes every cycle (the streak is followed) until the budget's end shortens the drafts.
+TEST_F(RuntimeTest, CostGateProbeLadderAndStreaks) {
+  const uint32_t V = stack_->model->config().n_vocab;
+  const std::vector<int32_t> prompt = prompt_tokens(16, V, 4);
+  constexpr int kN = 420;
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, kN);
+  auto margin_s = stack_->session(kCtx);
+  const std::vector<float> margins = plain_margins(*margin_s, prompt, kN);
+  std::vector<int32_t> timeline = prompt;
+  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  spec::SpecConfig cfg;
+  cfg.confidence = 0.0f;
+  cfg.scheduler = false;
+  cfg.tail_min_tokens = 0;
+  cfg.cost_gate = true;
+  cfg.cost_verify_base = 0.4f;  // pinned (not the CPU defaults, which follow the kernels)
+  cfg.cost_verify_row = 0.57f;
+  cfg.cost_draft = 1.25f;
+  cfg.cost_draft_reject = 0.85f;
+  // The random test model's margins are small: probe above its 70th percentile margin.
+  std::vector<float> sorted(margins.begin(), margins.end());
+  std::sort(sorted.begin(), sorted.end());
+  cfg.cost_probe_margin = sorted[sorted.size() * 7 / 10];
+  const int gap0 = spec::Runtime::kProbeGapMin;
+  {  // always wrong
+    auto s = stack_->session(kCtx);
+    PartialScriptProposer prop(timeline, V);
+    prop.wrong_at = 0;
+    spec::Runtime rt(*s, prop, cfg);
+    ASSERT_TRUE(s->prefill(prompt).ok());
+    std::vector<int32_t> got, out;
+    std::vector<int> want_steps;  // 1-based steps that must propose
+    int since = 0, gap = gap0;
+    for (int k = 1; k <= 400; ++k) {
+      ++since;
+      if (since >= gap && margins[k] >= cfg.cost_probe_margin) {
+        want_steps.push_back(k);
+        since = 0;
+        gap = std::min(spec::Runtime::kProbeGapMax, 2 * gap);
+      }
+    }
+    ASSERT_GE(want_steps.size(), 2u);  // gaps of 64 then 128 cycles
+    std::vector<int> steps;
+    for (int k = 1; k <= 400; ++k) {
+      const int64_t before = rt.stats().proposals;
+      ASSERT_TRUE(rt.step(kN - static_cast<int>(got.size()), -1, -1, &out).ok());
+      ASSERT_EQ(out.size(), 1u);  // misses and plain cycles append the seed only
+      got.insert(got.end(), out.begin(), out.end());
+      if (rt.stats().proposals > before) steps.push_back(k);
+    }
+    EXPECT_EQ(steps, want_steps);
+    EXPECT_EQ(rt.stats().cost_probes, static_cast<int64_t>(want_steps.size()));
+    EXPECT_EQ(rt.stats().cost_skips, 400 - static_cast<int64_t>(want_steps.size()));
+    EXPECT_EQ(rt.probe_gap(), std::min(spec::Runtime::kProbeGapMax, gap0 << want_steps.size()));
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin()));
+  }
+  {  // always right
+    auto s = stack_->session(kCtx);
+    PartialScriptProposer prop(timeline, V);
+    prop.wrong_at = -1;
+    spec::Runtime rt(*s, prop, cfg);
+    ASSERT_TRUE(s->prefill(prompt).ok());
+    std::vector<int32_t> got, out;
+    int first = -1;
+    for (int k = 1; static_cast<int>(got.size()) < kN - 60; ++k) {
+      const int64_t before = rt.stats().proposals;
+      ASSERT_TRUE(rt.step(kN - static_cast<int>(got.size()), -1, -1, &out).ok());
+      const bool proposed = rt.stats().proposals > before;
+      if (first < 0) {
+        if (proposed) {
+          first = k;
+          EXPECT_GE(k, gap0);
+          EXPECT_GE(margins[k], cfg.cost_probe_margin);
+          EXPECT_EQ(out.size(), 5u) << "the probe verifies all 4 drafts (seed + 4)";
+        } else {
+          EXPECT_EQ(out.size(), 1u);
+        }
+      } else {
+        EXPECT_TRUE(proposed) << "warm step " << k << " did not follow the streak";
+        EXPECT_EQ(out.size(), 5u);
+      }
+      got.insert(got.end(), out.begin(), out.end());
+    }
+    EXPECT_GT(first, 0);
+    EXPECT_EQ(rt.stats().cost_probes, 1);
+    EXPECT_EQ(rt.stats().first_misses, 0);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin()));
+  }
+}
+
+// Cheap proposals, verify rows that cost more than a kept continuation earns: after one
+// partial accept of 2 of 4 drafts the gate verifies only the first 2 (cost_trims), and with fold
+// the warm cycles fold their seed.
+TEST_F(RuntimeTest, CostGateTrimsVerifiesAndFolds) {
+  const uint32_t V = stack_->model->config().n_vocab;
+  const std::vector<int32_t> prompt = prompt_tokens(18, V, 8);
+  auto plain_s = stack_->session(kCtx);
+  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 150);
+  std::vector<int32_t> timeline = prompt;
+  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  for (bool fold : {false, true}) {
+    SCOPED_TRACE(fold ? "fold" : "standalone");
+    auto s = stack_->session(kCtx);
+    PartialScriptProposer prop(timeline, V);
+    prop.wrong_at = 2;  // d_0, d_1 right, d_2 wrong
+    spec::SpecConfig cfg;
+    cfg.confidence = 0.0f;
+    cfg.scheduler = false;
+    cfg.tail_min_tokens = 0;
+    cfg.fold = fold;
+    cfg.cost_gate = true;
+    cfg.cost_verify_base = 0.4f;  // pinned (not the CPU defaults, which follow the kernels)
+    cfg.cost_verify_row = 0.57f;
+    cfg.cost_draft = 0.0f;
+    cfg.cost_draft_reject = 0.0f;
+    spec::Runtime rt(*s, prop, cfg);
+    const std::vector<int32_t> got = spec_greedy(*s, rt, prompt, 150);
+    ASSERT_EQ(got, ref);
+    EXPECT_EQ(state_bytes(*s), state_bytes(*plain_s));
+    const spec::SpecStats& st = rt.stats();
+    EXPECT_EQ(st.cost_skips, 0) << "free proposals with a certain d_0 always pay";
+    EXPECT_GT(st.cost_trims, 0);
+    EXPECT_LT(st.verify_rows, 4 * st.verify_calls + st.folded_seeds);
+    if (fold) {
+      EXPECT_GT(st.folded_seeds, 0);
+    } else {
+      EXPECT_EQ(st.folded_seeds, 0);
+      // Trimmed to d_0, d_1: both kept, so trimmed cycles are full accepts.
+      EXPECT_GT(st.full_accepts, 0);
+    }
   }
 }
 
