@@ -1,0 +1,320 @@
+// tests/spec_sweep/identity_sweep_test.cpp — issue #5's identity sweep with the shipped
+// models (models/ds4-tiny.gguf + models/ds4-tiny-dspark.gguf): for every prompt of
+// data/prompts/{structured,code,english,italian}.jsonl (16 each), 512 greedy tokens (EOS
+// banned), the DSpark output of each planned policy combination equals the plain greedy
+// output token for token, and the final next-token logits are bit-identical.
+//
+// Coverage (policy_matrix.h plan(); the CI budget fixes the runs per prompt): every prompt runs
+// the anchors (baseline; fold+grid+backoff+margin = the bench's "all"; the same +
+// fold-after-partial) plus kRotatedRunsPerPrompt of the other combinations of fold /
+// fold-after-partial / grid / backoff / margin / scheduler off / replay, each of which runs on
+// >= kMinPromptsPerCombo prompts spanning all four channels; stats is on in about a third of
+// the runs. The full cross product (96 combinations x 64 prompts) does not fit the budget.
+//
+// Same code path as `ds4-bench-spec` (bench/spec_channels.cpp) and the CLI: Engine::open with
+// the drafter, prompts rendered as raw text (BOS + tokenize(text), cut to 512 tokens like
+// scripts/bench_spec.sh's MAX_PROMPT), a fresh Session per run, new_speculative_decoder()
+// created before the prefill, generate() with temperature 0 and stop_at_eos = false.
+// Plain greedy runs once per prompt; every combination planned for that prompt is compared
+// with it.
+//
+// Sharding: one gtest instance (= one ctest entry, label spec_sweep) per channel x block of
+// kPromptsPerShard prompts, each on ONE engine thread, so `ctest -j2` keeps both cores busy
+// without the shards fighting. Every failure names channel, prompt (index and id),
+// combination, and the first differing token position; each shard also checks that
+// speculation engaged (drafts accepted), since an idle drafter would make the identity
+// vacuous. Each shard prints one "[sweep]" line per run (CPU seconds, acceptance).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/speculative.h"
+#include "engine/text.h"
+#include "tests/spec_sweep/policy_matrix.h"
+
+namespace ds4::spec_sweep {
+namespace {
+
+constexpr int kGenTokens = 512;         // issue #5: 512 generated tokens
+constexpr int kMaxPromptTokens = 512;   // scripts/bench_spec.sh MAX_PROMPT (BOS included)
+constexpr int kPromptsPerChannel = 16;  // every prompt of each data/prompts channel
+constexpr int kPromptsPerShard = 4;
+constexpr int kMaxReportedFailures = 20;
+const char* const kChannels[] = {"structured", "code", "english", "italian"};
+constexpr int kNumChannels = 4;
+
+struct Prompt {
+  std::string id;                // the record's "id" (JSON), else its line index
+  std::vector<int32_t> tokens;   // BOS + tokenize(text), cut to kMaxPromptTokens
+};
+
+struct Shard {
+  int channel;  // index into kChannels
+  int first;    // first prompt index within the channel
+};
+
+std::string shard_name(const ::testing::TestParamInfo<Shard>& info) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s_%02d_%02d", kChannels[info.param.channel], info.param.first,
+                info.param.first + kPromptsPerShard - 1);
+  return buf;
+}
+
+std::vector<Shard> all_shards() {
+  std::vector<Shard> s;
+  for (int c = 0; c < kNumChannels; ++c) {
+    for (int f = 0; f < kPromptsPerChannel; f += kPromptsPerShard) s.push_back(Shard{c, f});
+  }
+  return s;
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+// The first `n` records of a channel, rendered as bench/spec_channels.cpp does.
+std::vector<Prompt> load_prompts(const TextCodec& codec, const std::string& channel, int n) {
+  const std::string path = std::string(DS4_SOURCE_DIR) + "/data/prompts/" + channel + ".jsonl";
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  std::vector<Prompt> out;
+  std::string line;
+  int line_no = 0;
+  while (static_cast<int>(out.size()) < n && std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (rec.is_discarded() || !rec.is_object() || !rec.contains("text") || !rec["text"].is_string()) {
+      ADD_FAILURE() << path << ":" << line_no << ": not a JSON object with a string \"text\" field";
+      continue;
+    }
+    Prompt p;
+    p.id = rec.contains("id") ? rec["id"].dump() : std::to_string(line_no - 1);
+    p.tokens.push_back(codec.bos());
+    std::vector<int32_t> body = codec.tokenize(rec["text"].get<std::string>());
+    if (body.size() > static_cast<size_t>(kMaxPromptTokens - 1)) body.resize(kMaxPromptTokens - 1);
+    p.tokens.insert(p.tokens.end(), body.begin(), body.end());
+    out.push_back(std::move(p));
+  }
+  EXPECT_EQ(static_cast<int>(out.size()), n) << path << " should hold " << n << " prompts";
+  return out;
+}
+
+struct RunResult {
+  std::vector<int32_t> tokens;  // generated ids
+  std::vector<float> logits;    // [n_vocab] f32 after the last token
+  SpecSummary summary;          // zero for plain
+  double prefill_s = 0, gen_s = 0;  // wall (report only)
+};
+
+// One greedy generation in a fresh session (bench/spec_channels.cpp run_one); `spec` null =
+// plain decoding.
+Expected<RunResult> run_one(Engine& engine, const Prompt& p, const SpecOptions* spec) {
+  const int n_ctx = static_cast<int>(p.tokens.size()) + kGenTokens + 16;
+  DS4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine.new_session(n_ctx));
+  std::unique_ptr<SpeculativeDecoder> decoder;
+  if (spec != nullptr) {
+    DS4_ASSIGN_OR_RETURN(decoder, new_speculative_decoder(engine, *session, *spec));  // before prefill
+  }
+  GenerateOptions go;
+  go.max_tokens = kGenTokens;
+  go.sampler.temperature = 0.0f;
+  go.stop_at_eos = false;
+  go.decoder = decoder.get();
+  DS4_ASSIGN_OR_RETURN(GenerateStats gs, generate(*session, engine.text(), p.tokens, go, nullptr));
+  RunResult r;
+  r.prefill_s = gs.prefill_s;
+  r.gen_s = gs.gen_s;
+  r.tokens = std::move(gs.tokens);
+  const std::span<const float> logits = session->logits();
+  r.logits.assign(logits.begin(), logits.end());
+  if (decoder) r.summary = decoder->summary();
+  decoder.reset();  // must not outlive its session
+  return r;
+}
+
+// "" when `spark` equals `plain` (every generated token and the final logits' bits); else
+// what differs, naming the first differing generated-token position.
+std::string first_difference(const RunResult& plain, const RunResult& spark) {
+  const std::vector<int32_t>& a = plain.tokens;
+  const std::vector<int32_t>& b = spark.tokens;
+  if (a != b) {
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    return "DSpark output differs from plain greedy at generated token " + std::to_string(k) + " (plain " +
+           (k < a.size() ? std::to_string(a[k]) : "<end>") + ", DSpark " +
+           (k < b.size() ? std::to_string(b[k]) : "<end>") + "; " + std::to_string(b.size()) + " vs " +
+           std::to_string(a.size()) + " tokens)";
+  }
+  if (spark.logits.size() != plain.logits.size() ||
+      std::memcmp(spark.logits.data(), plain.logits.data(), plain.logits.size() * sizeof(float)) != 0) {
+    return "same " + std::to_string(a.size()) + " tokens but the final next-token logits differ from plain";
+  }
+  return "";
+}
+
+class IdentitySweep : public ::testing::TestWithParam<Shard> {
+ protected:
+  static void SetUpTestSuite() {
+    EngineOptions eo;
+    eo.model_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
+    eo.mtp_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
+    eo.backend = BackendKind::kCpu;
+    eo.n_threads = 1;  // two shards share the two cores under ctest -j2
+    Expected<std::unique_ptr<Engine>> e = Engine::open(eo);
+    if (e.ok()) {
+      engine_ = std::move(e).value().release();
+    } else {
+      open_error_ = new std::string(e.status().to_string());
+    }
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    engine_ = nullptr;
+    delete open_error_;
+    open_error_ = nullptr;
+  }
+  static Engine* engine_;
+  static std::string* open_error_;
+};
+Engine* IdentitySweep::engine_ = nullptr;
+std::string* IdentitySweep::open_error_ = nullptr;
+
+// The checker itself: a changed token is reported at its position, a short output at its end,
+// and a single flipped logit bit (here 0.0 -> -0.0) with equal tokens is still a difference.
+TEST(IdentitySweepChecker, NamesTheFirstDifference) {
+  RunResult plain;
+  plain.tokens = {5, 6, 7, 8, 9};
+  plain.logits = {0.0f, 1.5f, -2.0f};
+  RunResult same = plain;
+  EXPECT_EQ(first_difference(plain, same), "");
+  RunResult changed = plain;
+  changed.tokens[3] = 42;
+  EXPECT_NE(first_difference(plain, changed).find("at generated token 3 (plain 8, DSpark 42; 5 vs 5 tokens)"),
+            std::string::npos)
+      << first_difference(plain, changed);
+  RunResult shorter = plain;
+  shorter.tokens.pop_back();
+  EXPECT_NE(first_difference(plain, shorter).find("at generated token 4 (plain 9, DSpark <end>; 4 vs 5 tokens)"),
+            std::string::npos)
+      << first_difference(plain, shorter);
+  RunResult logits = plain;
+  logits.logits[0] = -0.0f;
+  EXPECT_NE(first_difference(plain, logits).find("final next-token logits differ"), std::string::npos);
+}
+
+TEST(IdentitySweepPlan, CoversEveryCombinationAndPrompt) {
+  const std::vector<Combo> combos = combinations();
+  const int n_prompts = kNumChannels * kPromptsPerChannel;
+  const std::vector<std::vector<PlannedRun>> runs = plan(combos, kNumChannels, kPromptsPerChannel);
+  ASSERT_EQ(static_cast<int>(runs.size()), n_prompts);
+  std::map<std::string, int> names;
+  for (const Combo& c : combos) {
+    EXPECT_EQ(++names[c.name], 1) << "duplicate combination name " << c.name;
+    // A knob that needs another never appears without it (fold-after-partial without fold).
+    if (c.options.fold_after_partial) {
+      EXPECT_TRUE(c.options.fold) << c.name;
+    }
+    EXPECT_FALSE(c.options.stats) << c.name << ": neutral knobs are not crossed";
+  }
+  EXPECT_EQ(names.count("baseline"), 1u);
+  EXPECT_EQ(names.count("fold+grid+backoff+margin"), 1u);  // the bench's "all"
+  EXPECT_EQ(names.count("foldpartial"), 0u);
+
+  int n_anchors = 0;
+  for (const Combo& c : combos) n_anchors += c.anchor ? 1 : 0;
+  EXPECT_EQ(n_anchors, 3);  // baseline, every policy, every policy but fold-after-partial
+  std::vector<int> prompts_of(combos.size(), 0);
+  std::vector<std::vector<bool>> channel_of(combos.size(), std::vector<bool>(kNumChannels, false));
+  std::vector<int> neutral_runs(kNumChannels, 0);
+  for (int g = 0; g < n_prompts; ++g) {
+    EXPECT_EQ(static_cast<int>(runs[g].size()), n_anchors + kRotatedRunsPerPrompt) << "prompt " << g;
+    for (const PlannedRun& r : runs[g]) {
+      ++prompts_of[r.combo];
+      channel_of[r.combo][g / kPromptsPerChannel] = true;
+      if (r.neutral_on) ++neutral_runs[g / kPromptsPerChannel];
+    }
+  }
+  for (size_t ci = 0; ci < combos.size(); ++ci) {
+    if (combos[ci].anchor) {
+      EXPECT_EQ(prompts_of[ci], n_prompts) << combos[ci].name;
+    } else {
+      EXPECT_GE(prompts_of[ci], kMinPromptsPerCombo)
+          << combos[ci].name << ": too few prompts; raise kRotatedRunsPerPrompt (policy_matrix.h)";
+      for (int ch = 0; ch < kNumChannels; ++ch) {
+        EXPECT_TRUE(channel_of[ci][ch]) << combos[ci].name << " never runs on channel " << kChannels[ch];
+      }
+    }
+  }
+  for (int ch = 0; ch < kNumChannels; ++ch) EXPECT_GT(neutral_runs[ch], 0) << kChannels[ch];
+}
+
+TEST_P(IdentitySweep, DSparkEqualsPlainGreedy) {
+  ASSERT_EQ(open_error_, nullptr) << "cannot open the shipped models: " << *open_error_;
+  Engine& engine = *engine_;
+  const Shard shard = GetParam();
+  const std::string channel = kChannels[shard.channel];
+  const std::vector<Combo> combos = combinations();
+  const std::vector<std::vector<PlannedRun>> runs = plan(combos, kNumChannels, kPromptsPerChannel);
+  const std::vector<Prompt> prompts = load_prompts(engine.text(), channel, kPromptsPerChannel);
+  ASSERT_EQ(static_cast<int>(prompts.size()), kPromptsPerChannel);
+
+  const double cpu0 = cpu_seconds();
+  int n_runs = 0, failures = 0;
+  int64_t proposed = 0, accepted = 0;
+  for (int i = shard.first; i < shard.first + kPromptsPerShard; ++i) {
+    const Prompt& p = prompts[i];
+    const std::string where = channel + " prompt #" + std::to_string(i) + " (id " + p.id + ", " +
+                              std::to_string(p.tokens.size()) + " prompt tokens)";
+    double t = cpu_seconds();
+    Expected<RunResult> plain = run_one(engine, p, nullptr);
+    ASSERT_TRUE(plain.ok()) << where << " plain: " << plain.status().to_string();
+    ASSERT_EQ(static_cast<int>(plain->tokens.size()), kGenTokens) << where << " plain run is short";
+    std::printf("[sweep] %s plain: %.2f CPU s (wall: prefill %.3f s, generation %.3f s)\n", where.c_str(),
+                cpu_seconds() - t, plain->prefill_s, plain->gen_s);
+    for (const PlannedRun& pr : runs[shard.channel * kPromptsPerChannel + i]) {
+      const std::string name = run_name(combos[pr.combo], pr.neutral_on);
+      const SpecOptions options = options_for(combos[pr.combo], pr.neutral_on);
+      t = cpu_seconds();
+      Expected<RunResult> spark = run_one(engine, p, &options);
+      ASSERT_TRUE(spark.ok()) << where << ", combination " << name << ": " << spark.status().to_string();
+      ++n_runs;
+      proposed += spark->summary.proposed;
+      accepted += spark->summary.accepted;
+      std::printf("[sweep]   %-48s %.2f CPU s, accepted %lld/%lld drafts in %lld cycles\n", name.c_str(),
+                  cpu_seconds() - t, static_cast<long long>(spark->summary.accepted),
+                  static_cast<long long>(spark->summary.proposed), static_cast<long long>(spark->summary.cycles));
+      const std::string diff = first_difference(*plain, *spark);
+      if (!diff.empty() && ++failures <= kMaxReportedFailures) {
+        ADD_FAILURE() << where << ", combination " << name << ": " << diff;
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << failures << " of " << n_runs << " DSpark runs differ from plain greedy"
+                         << (failures > kMaxReportedFailures ? " (the first ones are listed above)" : "");
+  // An idle drafter would make the identity vacuous: drafts must be proposed and accepted.
+  EXPECT_GT(proposed, 0) << channel << ": no drafts proposed in this shard";
+  EXPECT_GT(accepted, 0) << channel << ": no drafts accepted in this shard";
+  std::printf("[sweep] %s prompts %d-%d: %d plain + %d DSpark runs x %d tokens, accepted %lld/%lld drafts, "
+              "%.1f CPU s\n",
+              channel.c_str(), shard.first, shard.first + kPromptsPerShard - 1, kPromptsPerShard, n_runs,
+              kGenTokens, static_cast<long long>(accepted), static_cast<long long>(proposed), cpu_seconds() - cpu0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, IdentitySweep, ::testing::ValuesIn(all_shards()), shard_name);
+
+}  // namespace
+}  // namespace ds4::spec_sweep

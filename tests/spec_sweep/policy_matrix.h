@@ -1,0 +1,189 @@
+// tests/spec_sweep/policy_matrix.h — the ONE list of DSpark policy knobs the identity sweep
+// (identity_sweep_test.cpp, issue #5) covers, and the plan of which (prompt, combination)
+// runs it makes within its CI budget.
+//
+// A combination is a set of knobs turned on over the bench's baseline (bench/spec_channels.cpp:
+// scheduler on, fold off, flat confidence 0.6); knob values are the bench's defaults (grid
+// 0.55,0.6,0.65, margin gate 2.0), so the sweep checks the configurations `make bench-spec`
+// measures.
+//
+// Knob roles:
+//   kPolicy   a policy of issue #5 (fold, grid, backoff, margin, fold-after-partial);
+//   kControl  another runtime switch (scheduler off, replay commits); crossed like kPolicy;
+//   kNeutral  no effect on the output by contract (stats): not crossed (it would only double
+//             the runs); switched on in the odd rounds of the rotated runs (see plan()), so the
+//             contract is checked on about half of them.
+// combinations() = every set of kPolicy + kControl knobs whose `needs` are met.
+//
+// plan(): every prompt runs
+//   * the anchors: baseline (no knob), every kPolicy knob on, and every kPolicy knob on except
+//     the ones that need another (the bench's "all" policy: fold+grid+backoff+margin);
+//   * kRotatedRunsPerPrompt rotated runs: all other combinations share 64 x that many slots,
+//     each combination a block of consecutive slots, and consecutive slots go to consecutive
+//     channels, so every combination runs on >= kMinPromptsPerCombo prompts of every channel's
+//     rotation (checked by the plan test).
+// The CI time is therefore fixed by (anchors + kRotatedRunsPerPrompt) runs per prompt; adding
+// a knob spreads the rotated slots thinner (the plan test fails when a combination would get
+// fewer than kMinPromptsPerCombo prompts: raise kRotatedRunsPerPrompt or make the knob a
+// control with fewer crossings, consciously).
+//
+// Adding a policy flag: one row in knobs() (name, how to turn it on, what it needs, role).
+// Combination names ("fold+grid+margin") appear in failure messages.
+//
+// Invariants: combinations() and plan() are deterministic; names are unique.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/speculative.h"
+
+namespace ds4::spec_sweep {
+
+// bench/spec_channels.cpp defaults (also what scripts/bench_spec.sh runs).
+inline constexpr float kConfidence = 0.6f;
+inline constexpr float kMarginGate = 2.0f;
+inline const std::vector<float>& bench_grid() {
+  static const std::vector<float> g = {0.55f, 0.6f, 0.65f};
+  return g;
+}
+
+enum class Role { kPolicy, kControl, kNeutral };
+
+struct Knob {
+  const char* name;
+  void (*turn_on)(SpecOptions* o);
+  const char* needs;  // name of a knob this one is meaningful only with, or nullptr
+  Role role;
+};
+
+// The knob table (order = bit order of Combo::mask).
+inline const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> k = {
+      {"fold", [](SpecOptions* o) { o->fold = true; }, nullptr, Role::kPolicy},
+      {"grid", [](SpecOptions* o) { o->confidence_grid = bench_grid(); }, nullptr, Role::kPolicy},
+      {"backoff", [](SpecOptions* o) { o->backoff = true; }, nullptr, Role::kPolicy},
+      {"margin", [](SpecOptions* o) { o->margin_gate = kMarginGate; }, nullptr, Role::kPolicy},
+      {"foldpartial", [](SpecOptions* o) { o->fold_after_partial = true; }, "fold", Role::kPolicy},
+      {"noscheduler", [](SpecOptions* o) { o->scheduler = false; }, nullptr, Role::kControl},
+      // The cost gate is a control: crossed with every policy set in the rotation, kept out of
+      // the anchors so they stay the bench's baseline/"all" (the gate makes proposals rarer).
+      {"cost", [](SpecOptions* o) { o->cost_gate = true; }, nullptr, Role::kControl},
+      {"replay", [](SpecOptions* o) { o->replay = true; }, nullptr, Role::kControl},
+      {"stats", [](SpecOptions* o) { o->stats = true; }, nullptr, Role::kNeutral},
+  };
+  return k;
+}
+
+// Budget: rotated DSpark runs per prompt (on top of the anchors) and the floor of prompts
+// every rotated combination must get (>= 4: one per channel).
+inline constexpr int kRotatedRunsPerPrompt = 12;
+inline constexpr int kMinPromptsPerCombo = 4;
+
+struct Combo {
+  uint32_t mask = 0;        // bit i = knobs()[i] on
+  std::string name;         // "baseline" or "fold+grid+..."
+  SpecOptions options;
+  bool anchor = false;      // runs on every prompt
+};
+
+struct PlannedRun {
+  int combo = 0;            // index into combinations()
+  bool neutral_on = false;  // kNeutral knobs switched on for this run
+};
+
+inline int knob_index(const std::string& name) {
+  const std::vector<Knob>& k = knobs();
+  for (size_t i = 0; i < k.size(); ++i) {
+    if (name == k[i].name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Options of a combination, with the kNeutral knobs on or off.
+inline SpecOptions options_for(const Combo& c, bool neutral_on) {
+  SpecOptions o = c.options;
+  if (neutral_on) {
+    for (const Knob& k : knobs()) {
+      if (k.role == Role::kNeutral) k.turn_on(&o);
+    }
+  }
+  return o;
+}
+
+inline std::string run_name(const Combo& c, bool neutral_on) {
+  std::string n = c.name;
+  if (neutral_on) {
+    for (const Knob& k : knobs()) {
+      if (k.role == Role::kNeutral) n += std::string("+") + k.name;
+    }
+  }
+  return n;
+}
+
+// Every valid combination of kPolicy + kControl knobs: anchors first, then by mask.
+inline std::vector<Combo> combinations() {
+  const std::vector<Knob>& k = knobs();
+  uint32_t policy = 0, policy_free = 0;  // all kPolicy bits; those without `needs`
+  for (size_t i = 0; i < k.size(); ++i) {
+    if (k[i].role != Role::kPolicy) continue;
+    policy |= 1u << i;
+    if (k[i].needs == nullptr) policy_free |= 1u << i;
+  }
+  std::vector<Combo> anchors, rotated;
+  for (uint32_t mask = 0; mask < (1u << k.size()); ++mask) {
+    Combo c;
+    c.mask = mask;
+    c.options.confidence = kConfidence;
+    c.options.scheduler = true;
+    c.options.fold = false;
+    bool valid = true;
+    for (size_t i = 0; i < k.size() && valid; ++i) {
+      if (!(mask & (1u << i))) continue;
+      if (k[i].role == Role::kNeutral) valid = false;
+      if (k[i].needs != nullptr) {
+        const int need = knob_index(k[i].needs);
+        if (need < 0 || !(mask & (1u << need))) valid = false;
+      }
+      k[i].turn_on(&c.options);
+      if (!c.name.empty()) c.name += "+";
+      c.name += k[i].name;
+    }
+    if (!valid) continue;
+    if (c.name.empty()) c.name = "baseline";
+    c.anchor = mask == 0 || mask == policy || mask == policy_free;
+    (c.anchor ? anchors : rotated).push_back(std::move(c));
+  }
+  anchors.insert(anchors.end(), rotated.begin(), rotated.end());
+  return anchors;
+}
+
+// runs[g] for global prompt index g = channel * per_channel + i (channel-major): the anchors,
+// then its rotated runs. Rotated slot s (0 .. n_prompts * kRotatedRunsPerPrompt - 1) holds
+// rotated combination floor(s * n_rotated / n_slots) and goes to prompt (channel s % n_channels,
+// index (s / n_channels) % per_channel); kNeutral knobs are on when (s / n_prompts) is odd.
+inline std::vector<std::vector<PlannedRun>> plan(const std::vector<Combo>& combos, int n_channels,
+                                                 int per_channel) {
+  const int n_prompts = n_channels * per_channel;
+  std::vector<std::vector<PlannedRun>> runs(n_prompts);
+  std::vector<int> rotated;
+  for (size_t ci = 0; ci < combos.size(); ++ci) {
+    if (combos[ci].anchor) {
+      for (auto& r : runs) r.push_back(PlannedRun{static_cast<int>(ci), false});
+    } else {
+      rotated.push_back(static_cast<int>(ci));
+    }
+  }
+  if (rotated.empty()) return runs;
+  const int64_t n_slots = static_cast<int64_t>(n_prompts) * kRotatedRunsPerPrompt;
+  for (int64_t s = 0; s < n_slots; ++s) {
+    const int combo = rotated[static_cast<size_t>(s * static_cast<int64_t>(rotated.size()) / n_slots)];
+    const int ch = static_cast<int>(s % n_channels);
+    const int idx = static_cast<int>((s / n_channels) % per_channel);
+    runs[ch * per_channel + idx].push_back(PlannedRun{combo, (s / n_prompts) % 2 == 1});
+  }
+  return runs;
+}
+
+}  // namespace ds4::spec_sweep
