@@ -76,6 +76,7 @@ def cmd_prepare(a) -> int:
             out[i] = s[off:off + length]
         return out
 
+    base = dict(np.load(a.append_to)) if a.append_to else None
     gch = g.choice(len(CHANNELS), size=a.n_gen, p=w)
     cch = g.choice(len(CHANNELS), size=a.n_corpus, p=w)
     ech = np.repeat(np.arange(len(CHANNELS)), a.n_eval_per_channel)
@@ -84,9 +85,17 @@ def cmd_prepare(a) -> int:
            "eval_prompts": windows("heldout", len(ech), a.prompt_len, ech),
            "eval_channel": ech.astype(np.int32),
            "seq_len": np.int32(a.seq_len), "prompt_len": np.int32(a.prompt_len)}
+    if base is not None:  # more generation prompts; the base file's corpus and held-out set stay
+        if int(base["prompt_len"]) != a.prompt_len or int(base["seq_len"]) != a.seq_len:
+            raise SystemExit(f"--append-to {a.append_to}: different --prompt-len/--seq-len")
+        out.update({k: base[k] for k in ("corpus", "eval_prompts", "eval_channel")})
+        out["gen_prompts"] = np.concatenate([base["gen_prompts"], out["gen_prompts"]])
+        ech = out["eval_channel"]
+        log(f"appended {a.n_gen} generation prompts (seed {a.seed}) to {a.append_to}")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(a.out, **out)
-    log(f"wrote {a.out}: gen {a.n_gen}x{a.prompt_len}, corpus {a.n_corpus}x{a.seq_len}, "
+    log(f"wrote {a.out}: gen {out['gen_prompts'].shape[0]}x{a.prompt_len}, "
+        f"corpus {out['corpus'].shape[0]}x{a.seq_len}, "
         f"eval {len(ech)}x{a.prompt_len}")
     return 0
 
@@ -268,12 +277,34 @@ def cmd_train(a) -> int:
     if a.max_gen:
         gen_p = gen_p[:a.max_gen]
     t0 = time.time()
-    both = greedy_extend(target, torch.cat([gen_p, eval_p]).to(dev), T, a.gen_chunk)
+    want = torch.cat([gen_p, eval_p])
+    both = torch.empty((want.shape[0], T), dtype=torch.int64)
+    todo = list(range(want.shape[0]))
+    if a.gen_from:  # greedy sequences of an earlier run of the same target (gen_seqs.npz)
+        cached = np.load(a.gen_from)["seqs"].astype(np.int64)
+        if cached.shape[1] != T:
+            raise SystemExit(f"--gen-from {a.gen_from}: sequences of {cached.shape[1]} tokens, want {T}")
+        by_prompt = {row[:L0].tobytes(): row for row in cached}
+        wnp = want.numpy()
+        todo = []
+        for i in range(wnp.shape[0]):
+            row = by_prompt.get(wnp[i].tobytes())
+            if row is None:
+                todo.append(i)
+            else:
+                both[i] = torch.from_numpy(row)
+        log(f"--gen-from {a.gen_from}: {want.shape[0] - len(todo)} of {want.shape[0]} sequences reused")
+    if todo:
+        idx = torch.tensor(todo)
+        both[idx] = greedy_extend(target, want[idx].to(dev), T, a.gen_chunk).cpu()
+    both = both.to(dev)
     gen, ev = both[:gen_p.shape[0]], both[gen_p.shape[0]:]
     if dev.startswith("cuda"):
         torch.cuda.synchronize()
     t_gen = time.time() - t0
-    log(f"greedy generation: {gen.shape[0]} train + {ev.shape[0]} eval sequences of {T} in {t_gen:.1f}s")
+    np.savez_compressed(out / "gen_seqs.npz", seqs=both.cpu().numpy().astype(np.int32))
+    log(f"greedy generation: {gen.shape[0]} train + {ev.shape[0]} eval sequences of {T} in {t_gen:.1f}s"
+        + (f" (from {a.gen_from})" if a.gen_from else ""))
     seqs = torch.cat([gen, corpus.to(dev)])
     t0 = time.time()
     caps, logits, labels = target_pass(target, seqs, dcfg.target_layers, a.pass_chunk)
@@ -465,6 +496,8 @@ def main() -> int:
     p.add_argument("--n-gen", type=int, default=3072)
     p.add_argument("--n-corpus", type=int, default=3072)
     p.add_argument("--n-eval-per-channel", type=int, default=64)
+    p.add_argument("--append-to", default="", help="data file whose generation prompts come "
+                   "first and whose corpus and held-out set are kept (use another --seed)")
     p = sub.add_parser("train")
     p.add_argument("--target", required=True)
     p.add_argument("--data", required=True)
@@ -492,6 +525,8 @@ def main() -> int:
     p.add_argument("--gen-chunk", type=int, default=1024)
     p.add_argument("--max-gen", type=int, default=0, help="use only the first N generation prompts")
     p.add_argument("--init-from", default="", help="run directory whose weight shards start training")
+    p.add_argument("--gen-from", default="", help="gen_seqs.npz of an earlier run with the same "
+                   "target, data and --max-gen: skips the greedy generation")
     p.add_argument("--pass-chunk", type=int, default=512)
     p.add_argument("--eval-chunk", type=int, default=64)
     p.add_argument("--log-every", type=int, default=100)
