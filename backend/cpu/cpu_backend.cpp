@@ -305,20 +305,8 @@ class CpuBackend final : public Backend {
     int32_t* inv = groups + n_pairs;    // pair -> sorted position
 
     for (int i = 0; i < p.n_rows; ++i) cpu::quantize_q8_k_act(p.x + i * n_embd, xq + i * xb, n_embd);
-    // Stable insertion sort by expert id (std::stable_sort may allocate; n_pairs is small).
-    for (int q = 0; q < n_pairs; ++q) order[q] = q;
-    for (int q = 1; q < n_pairs; ++q) {
-      const int32_t v = order[q];
-      int j = q;
-      for (; j > 0 && p.sel[order[j - 1]] > p.sel[v]; --j) order[j] = order[j - 1];
-      order[j] = v;
-    }
-    int n_groups = 0;
-    for (int q = 0; q < n_pairs; ++q) {
-      inv[order[q]] = q;
-      if (q == 0 || p.sel[order[q]] != p.sel[order[q - 1]]) groups[n_groups++] = q;
-      std::memcpy(xg + q * xb, xq + (order[q] / U) * xb, sizeof(BlockQ8K) * xb);
-    }
+    const int n_groups = cpu::group_pairs_by_expert(p.sel, n_pairs, order, groups, inv);
+    for (int q = 0; q < n_pairs; ++q) std::memcpy(xg + q * xb, xq + (order[q] / U) * xb, sizeof(BlockQ8K) * xb);
     auto group_span = [&](int g, int* q0, int* cnt) {
       *q0 = groups[g];
       *cnt = (g + 1 < n_groups ? groups[g + 1] : n_pairs) - *q0;

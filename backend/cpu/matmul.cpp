@@ -85,6 +85,22 @@ void Matmul::matmul(const MatmulParams& p) {
   }
 }
 
+int group_pairs_by_expert(const int32_t* sel, int n_pairs, int32_t* order, int32_t* groups, int32_t* inv) {
+  for (int q = 0; q < n_pairs; ++q) order[q] = q;
+  for (int q = 1; q < n_pairs; ++q) {
+    const int32_t v = order[q];
+    int j = q;
+    for (; j > 0 && sel[order[j - 1]] > sel[v]; --j) order[j] = order[j - 1];
+    order[j] = v;
+  }
+  int n_groups = 0;
+  for (int q = 0; q < n_pairs; ++q) {
+    inv[order[q]] = q;
+    if (q == 0 || sel[order[q]] != sel[order[q - 1]]) groups[n_groups++] = q;
+  }
+  return n_groups;
+}
+
 float dot_expert_row(const Matrix& w, int64_t r, const quant::BlockQ8K* x) {
   const int64_t nb = w.n_in / quant::kQKK;
   const uint8_t* row = w.data + r * w.row_bytes;

@@ -52,6 +52,13 @@ void dequantize_weight_row(GgmlType t, const void* src, float* dst, int64_t n);
 // matmul_dequant_f32's (f32 x and mid, no Q8_K). Uses at most moe_scratch_bytes() of scratch.
 void moe_f32(const MoeParams& p, ThreadPool* pool);
 
+// Routed-expert pairs (row, slot) q = row * n_used + slot, sorted stably by expert id sel[q]
+// (insertion sort: no allocation; n_pairs is small) so each expert's weights are read once for
+// all its rows. Writes order[n_pairs] (sorted position -> pair), groups[] (first sorted
+// position of each expert group) and inv[n_pairs] (pair -> sorted position); returns the
+// number of groups. Shared by Backend::moe in both activation numerics.
+int group_pairs_by_expert(const int32_t* sel, int n_pairs, int32_t* order, int32_t* groups, int32_t* inv);
+
 // dot(expert weight row r, Q8_K activation) for IQ2_XXS, Q2_K and Q4_K weights.
 float dot_expert_row(const Matrix& w, int64_t r, const quant::BlockQ8K* x);
 

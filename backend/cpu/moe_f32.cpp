@@ -198,20 +198,9 @@ void moe_f32(const MoeParams& p, ThreadPool* pool) {
   int32_t* groups = order + n_pairs;  // start position of each expert group
   int32_t* inv = groups + n_pairs;    // pair -> sorted position
 
-  // Pairs (row, slot) sorted by expert (stable insertion sort: no allocation), so each
-  // expert row is dequantized once for all the rows that use the expert.
-  for (int q = 0; q < n_pairs; ++q) order[q] = q;
-  for (int q = 1; q < n_pairs; ++q) {
-    const int32_t v = order[q];
-    int j = q;
-    for (; j > 0 && p.sel[order[j - 1]] > p.sel[v]; --j) order[j] = order[j - 1];
-    order[j] = v;
-  }
-  int n_groups = 0;
-  for (int q = 0; q < n_pairs; ++q) {
-    inv[order[q]] = q;
-    if (q == 0 || p.sel[order[q]] != p.sel[order[q - 1]]) groups[n_groups++] = q;
-  }
+  // Pairs (row, slot) sorted by expert, so each expert row is dequantized once for all the
+  // rows that use the expert.
+  const int n_groups = group_pairs_by_expert(p.sel, n_pairs, order, groups, inv);
   auto group_span = [&](int g, int* q0, int* cnt) {
     *q0 = groups[g];
     *cnt = (g + 1 < n_groups ? groups[g + 1] : n_pairs) - *q0;
