@@ -165,11 +165,30 @@ class RuntimeTest : public ::testing::Test {
     stack_ = nullptr;
   }
   static Stack* stack_;
+
+ public:
+  static Stack* stack() { return stack_; }
 };
 Stack* RuntimeTest::stack_ = nullptr;
 
-constexpr int kGen = 256;
 constexpr int64_t kCtx = 512;
+
+// The plain greedy continuation of a prompt and the whole token timeline (prompt + continuation)
+// that the scripted/oracle proposers read their drafts from.
+struct Script {
+  std::vector<int32_t> ref;       // [n] plain greedy tokens after the prompt
+  std::vector<int32_t> timeline;  // [prompt + n] prompt then ref
+};
+Script script_of(const std::vector<int32_t>& prompt, int n) {
+  auto plain_s = RuntimeTest::stack()->session(kCtx);
+  Script sc;
+  sc.ref = plain_greedy(*plain_s, prompt, n);
+  sc.timeline = prompt;
+  sc.timeline.insert(sc.timeline.end(), sc.ref.begin(), sc.ref.end());
+  return sc;
+}
+
+constexpr int kGen = 256;
 
 // One test per policy combination (ctest runs them in parallel).
 class PolicyTest : public RuntimeTest, public ::testing::WithParamInterface<Combo> {};
@@ -293,10 +312,9 @@ INSTANTIATE_TEST_SUITE_P(SomePolicies, RandomDrafterPolicyTest, ::testing::Value
 TEST_F(RuntimeTest, RingHoldsOnlyCommittedRows) {
   const uint32_t V = stack_->model->config().n_vocab;
   const std::vector<int32_t> prompt = prompt_tokens(50, V, 11);
-  auto plain_s = stack_->session(kCtx);
-  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 120);
-  std::vector<int32_t> timeline = prompt;
-  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  const Script sc = script_of(prompt, 120);
+  const std::vector<int32_t>& ref = sc.ref;
+  const std::vector<int32_t>& timeline = sc.timeline;
 
   for (int mode = 0; mode < 4; ++mode) {
     const bool replay = mode & 1;
@@ -359,10 +377,9 @@ TEST_F(RuntimeTest, RingHoldsOnlyCommittedRows) {
 TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
   const uint32_t V = stack_->model->config().n_vocab;
   const std::vector<int32_t> prompt = prompt_tokens(12, V, 21);
-  auto plain_s = stack_->session(kCtx);
-  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 200);
-  std::vector<int32_t> timeline = prompt;
-  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  const Script sc = script_of(prompt, 200);
+  const std::vector<int32_t>& ref = sc.ref;
+  const std::vector<int32_t>& timeline = sc.timeline;
   // Stop = a token the stream produces late; banned = the most frequent token.
   const int32_t stop = ref[150];
   std::map<int32_t, int> freq;
@@ -454,10 +471,8 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
 TEST_F(RuntimeTest, WorstArgmaxGapIsZero) {
   const uint32_t V = stack_->model->config().n_vocab;
   const std::vector<int32_t> prompt = prompt_tokens(30, V, 31);
-  auto plain_s = stack_->session(kCtx);
-  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 256);
-  std::vector<int32_t> timeline = prompt;
-  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  const Script sc = script_of(prompt, 256);
+  const std::vector<int32_t>& timeline = sc.timeline;
   auto s = stack_->session(kCtx);
   OracleProposer oracle(timeline, 5, V, 41);
   spec::SpecConfig cfg;
@@ -509,10 +524,9 @@ class ScriptedProposer final : public spec::Proposer {
 TEST_F(RuntimeTest, SchedulerBackoffLadder) {
   const uint32_t V = stack_->model->config().n_vocab;
   const std::vector<int32_t> prompt = prompt_tokens(10, V, 3);
-  auto plain_s = stack_->session(kCtx);
-  const std::vector<int32_t> ref = plain_greedy(*plain_s, prompt, 120);
-  std::vector<int32_t> timeline = prompt;
-  timeline.insert(timeline.end(), ref.begin(), ref.end());
+  const Script sc = script_of(prompt, 120);
+  const std::vector<int32_t>& ref = sc.ref;
+  const std::vector<int32_t>& timeline = sc.timeline;
   for (bool backoff : {false, true}) {
     SCOPED_TRACE(backoff ? "backoff" : "plain scheduler");
     auto s = stack_->session(kCtx);
