@@ -5,11 +5,12 @@
 // output token for token, and the final next-token logits are bit-identical.
 //
 // Coverage (policy_matrix.h plan(); the CI budget fixes the runs per prompt): every prompt runs
-// the anchors (baseline; fold+grid+backoff+margin = the bench's "all"; the same +
-// fold-after-partial) plus kRotatedRunsPerPrompt of the other combinations of fold /
-// fold-after-partial / grid / backoff / margin / scheduler off / replay, each of which runs on
-// >= kMinPromptsPerCombo prompts spanning all four channels; stats is on in about a third of
-// the runs. The full cross product (96 combinations x 64 prompts) does not fit the budget.
+// the anchors (baseline; fold+grid+backoff+margin = the bench's "all") plus
+// kRotatedRunsPerPrompt (2) of the other 94 combinations of fold / fold-after-partial / grid /
+// backoff / margin, alone or with one of scheduler off / cost gate / replay, each of which runs
+// on >= 1 prompt; stats is on in half of the rotated runs. DS4_SPEC_SWEEP_ROTATED=6 (or more)
+// runs a deeper sweep in which every combination runs on >= 4 prompts of all four channels.
+// The full cross product (96 combinations x 64 prompts) does not fit the budget.
 //
 // Same code path as `ds4-bench-spec` (bench/spec_channels.cpp) and the CLI: Engine::open with
 // the drafter, prompts rendered as raw text (BOS + tokenize(text), cut to 512 tokens like
@@ -216,10 +217,13 @@ TEST(IdentitySweepChecker, NamesTheFirstDifference) {
   EXPECT_NE(first_difference(plain, logits).find("final next-token logits differ"), std::string::npos);
 }
 
-TEST(IdentitySweepPlan, CoversEveryCombinationAndPrompt) {
+// Coverage of plan() with `rotated` rotated runs per prompt; min_prompts: the floor every
+// rotated combination must reach; all_channels: whether each must run on every channel.
+void check_plan(int rotated, int min_prompts, bool all_channels) {
+  SCOPED_TRACE("rotated runs per prompt = " + std::to_string(rotated));
   const std::vector<Combo> combos = combinations();
   const int n_prompts = kNumChannels * kPromptsPerChannel;
-  const std::vector<std::vector<PlannedRun>> runs = plan(combos, kNumChannels, kPromptsPerChannel);
+  const std::vector<std::vector<PlannedRun>> runs = plan(combos, kNumChannels, kPromptsPerChannel, rotated);
   ASSERT_EQ(static_cast<int>(runs.size()), n_prompts);
   std::map<std::string, int> names;
   for (const Combo& c : combos) {
@@ -229,19 +233,26 @@ TEST(IdentitySweepPlan, CoversEveryCombinationAndPrompt) {
       EXPECT_TRUE(c.options.fold) << c.name;
     }
     EXPECT_FALSE(c.options.stats) << c.name << ": neutral knobs are not crossed";
+    const int controls = (c.options.scheduler ? 0 : 1) + (c.options.cost_gate ? 1 : 0) + (c.options.replay ? 1 : 0);
+    EXPECT_LE(controls, 1) << c.name << ": controls are crossed one at a time";
   }
+  // 24 policy sets (fold, grid, backoff, margin; fold-after-partial only with fold) x (none +
+  // 3 single controls).
+  EXPECT_EQ(combos.size(), 96u);
   EXPECT_EQ(names.count("baseline"), 1u);
   EXPECT_EQ(names.count("fold+grid+backoff+margin"), 1u);  // the bench's "all"
+  EXPECT_EQ(names.count("fold+grid+backoff+margin+foldpartial"), 1u);
+  EXPECT_EQ(names.count("fold+grid+backoff+margin+foldpartial+noscheduler+cost"), 0u);
   EXPECT_EQ(names.count("foldpartial"), 0u);
 
   int n_anchors = 0;
   for (const Combo& c : combos) n_anchors += c.anchor ? 1 : 0;
-  EXPECT_EQ(n_anchors, 3);  // baseline, every policy, every policy but fold-after-partial
+  EXPECT_EQ(n_anchors, 2);  // baseline and the bench's "all"
   std::vector<int> prompts_of(combos.size(), 0);
   std::vector<std::vector<bool>> channel_of(combos.size(), std::vector<bool>(kNumChannels, false));
   std::vector<int> neutral_runs(kNumChannels, 0);
   for (int g = 0; g < n_prompts; ++g) {
-    EXPECT_EQ(static_cast<int>(runs[g].size()), n_anchors + kRotatedRunsPerPrompt) << "prompt " << g;
+    EXPECT_EQ(static_cast<int>(runs[g].size()), n_anchors + rotated) << "prompt " << g;
     for (const PlannedRun& r : runs[g]) {
       ++prompts_of[r.combo];
       channel_of[r.combo][g / kPromptsPerChannel] = true;
@@ -251,15 +262,22 @@ TEST(IdentitySweepPlan, CoversEveryCombinationAndPrompt) {
   for (size_t ci = 0; ci < combos.size(); ++ci) {
     if (combos[ci].anchor) {
       EXPECT_EQ(prompts_of[ci], n_prompts) << combos[ci].name;
-    } else {
-      EXPECT_GE(prompts_of[ci], kMinPromptsPerCombo)
-          << combos[ci].name << ": too few prompts; raise kRotatedRunsPerPrompt (policy_matrix.h)";
-      for (int ch = 0; ch < kNumChannels; ++ch) {
-        EXPECT_TRUE(channel_of[ci][ch]) << combos[ci].name << " never runs on channel " << kChannels[ch];
-      }
+      continue;
+    }
+    EXPECT_GE(prompts_of[ci], min_prompts)
+        << combos[ci].name << ": too few prompts; raise kRotatedRunsPerPrompt (policy_matrix.h)";
+    if (!all_channels) continue;
+    for (int ch = 0; ch < kNumChannels; ++ch) {
+      EXPECT_TRUE(channel_of[ci][ch]) << combos[ci].name << " never runs on channel " << kChannels[ch];
     }
   }
   for (int ch = 0; ch < kNumChannels; ++ch) EXPECT_GT(neutral_runs[ch], 0) << kChannels[ch];
+}
+
+TEST(IdentitySweepPlan, CoversEveryCombinationAndPrompt) {
+  check_plan(kRotatedRunsPerPrompt, 1, false);                       // what CI runs
+  check_plan(kDeepRotatedRunsPerPrompt, kDeepMinPrompts, true);      // DS4_SPEC_SWEEP_ROTATED=6
+  check_plan(rotated_runs_per_prompt(), 1, false);                   // what this process runs
 }
 
 TEST_P(IdentitySweep, DSparkEqualsPlainGreedy) {
@@ -268,7 +286,8 @@ TEST_P(IdentitySweep, DSparkEqualsPlainGreedy) {
   const Shard shard = GetParam();
   const std::string channel = kChannels[shard.channel];
   const std::vector<Combo> combos = combinations();
-  const std::vector<std::vector<PlannedRun>> runs = plan(combos, kNumChannels, kPromptsPerChannel);
+  const std::vector<std::vector<PlannedRun>> runs =
+      plan(combos, kNumChannels, kPromptsPerChannel, rotated_runs_per_prompt());
   const std::vector<Prompt> prompts = load_prompts(engine.text(), channel, kPromptsPerChannel);
   ASSERT_EQ(static_cast<int>(prompts.size()), kPromptsPerChannel);
 

@@ -9,23 +9,28 @@
 //
 // Knob roles:
 //   kPolicy   a policy of issue #5 (fold, grid, backoff, margin, fold-after-partial);
-//   kControl  another runtime switch (scheduler off, replay commits); crossed like kPolicy;
+//   kControl  another runtime switch (scheduler off, cost gate, replay commits): each control
+//             is crossed with every policy set, one control at a time (controls are crossed
+//             with each other only through the policies they share; the pairwise control
+//             crossings were dropped to keep CI under 20 minutes on a slow 2-core machine);
 //   kNeutral  no effect on the output by contract (stats): not crossed (it would only double
 //             the runs); switched on in the odd rounds of the rotated runs (see plan()), so the
 //             contract is checked on about half of them.
-// combinations() = every set of kPolicy + kControl knobs whose `needs` are met.
+// combinations() = every set of kPolicy knobs whose `needs` are met, alone and with each
+// single kControl knob (24 policy sets x (1 + 3 controls) = 96 today).
 //
 // plan(): every prompt runs
-//   * the anchors: baseline (no knob), every kPolicy knob on, and every kPolicy knob on except
-//     the ones that need another (the bench's "all" policy: fold+grid+backoff+margin);
-//   * kRotatedRunsPerPrompt rotated runs: all other combinations share 64 x that many slots,
-//     each combination a block of consecutive slots, and consecutive slots go to consecutive
-//     channels, so every combination runs on >= kMinPromptsPerCombo prompts of every channel's
-//     rotation (checked by the plan test).
-// The CI time is therefore fixed by (anchors + kRotatedRunsPerPrompt) runs per prompt; adding
-// a knob spreads the rotated slots thinner (the plan test fails when a combination would get
-// fewer than kMinPromptsPerCombo prompts: raise kRotatedRunsPerPrompt or make the knob a
-// control with fewer crossings, consciously).
+//   * the anchors: baseline (no knob) and every kPolicy knob on except the ones that need
+//     another (the bench's "all" policy: fold+grid+backoff+margin);
+//   * `rotated` rotated runs (rotated_runs_per_prompt(): kRotatedRunsPerPrompt, or
+//     DS4_SPEC_SWEEP_ROTATED for a deeper run): all other combinations share 64 x that many
+//     slots, each combination a block of consecutive slots, and consecutive slots go to
+//     consecutive channels, so every combination runs on >= 1 prompt with the CI default and
+//     on >= 4 prompts of all four channels from 6 rotated runs per prompt up (both checked by
+//     the plan test).
+// The CI time is therefore fixed by (anchors + rotated) runs per prompt; adding a knob spreads
+// the rotated slots thinner (the plan test fails when a combination would get no prompt:
+// raise kRotatedRunsPerPrompt or make the knob a control, consciously).
 //
 // Adding a policy flag: one row in knobs() (name, how to turn it on, what it needs, role).
 // Combination names ("fold+grid+margin") appear in failure messages.
@@ -34,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -76,10 +82,24 @@ inline const std::vector<Knob>& knobs() {
   return k;
 }
 
-// Budget: rotated DSpark runs per prompt (on top of the anchors) and the floor of prompts
-// every rotated combination must get (>= 4: one per channel).
-inline constexpr int kRotatedRunsPerPrompt = 12;
-inline constexpr int kMinPromptsPerCombo = 4;
+// Budget: rotated DSpark runs per prompt on top of the anchors. 2 + 2 DSpark runs + 1 plain
+// run per prompt x 64 prompts x 512 tokens is ~9 min of CI wall time on the slowest 2-core
+// machine seen (AVX2, ~4.5 ms per single-thread decode); every combination gets >= 1 prompt.
+inline constexpr int kRotatedRunsPerPrompt = 2;
+// From this many rotated runs per prompt up, every combination runs on >= kDeepMinPrompts
+// prompts spanning all four channels (DS4_SPEC_SWEEP_ROTATED=6 or more: a deeper sweep).
+inline constexpr int kDeepRotatedRunsPerPrompt = 6;
+inline constexpr int kDeepMinPrompts = 4;
+
+// kRotatedRunsPerPrompt, or DS4_SPEC_SWEEP_ROTATED (1..64) when set; read once.
+inline int rotated_runs_per_prompt() {
+  static const int n = [] {
+    const char* v = std::getenv("DS4_SPEC_SWEEP_ROTATED");
+    const int e = v != nullptr ? std::atoi(v) : 0;
+    return e >= 1 && e <= 64 ? e : kRotatedRunsPerPrompt;
+  }();
+  return n;
+}
 
 struct Combo {
   uint32_t mask = 0;        // bit i = knobs()[i] on
@@ -122,17 +142,18 @@ inline std::string run_name(const Combo& c, bool neutral_on) {
   return n;
 }
 
-// Every valid combination of kPolicy + kControl knobs: anchors first, then by mask.
+// Every valid combination (kPolicy knobs with their needs met, plus at most one kControl knob):
+// anchors first, then by mask.
 inline std::vector<Combo> combinations() {
   const std::vector<Knob>& k = knobs();
-  uint32_t policy = 0, policy_free = 0;  // all kPolicy bits; those without `needs`
+  uint32_t policy_free = 0, control = 0;  // kPolicy bits without `needs`; kControl bits
   for (size_t i = 0; i < k.size(); ++i) {
-    if (k[i].role != Role::kPolicy) continue;
-    policy |= 1u << i;
-    if (k[i].needs == nullptr) policy_free |= 1u << i;
+    if (k[i].role == Role::kControl) control |= 1u << i;
+    if (k[i].role == Role::kPolicy && k[i].needs == nullptr) policy_free |= 1u << i;
   }
   std::vector<Combo> anchors, rotated;
   for (uint32_t mask = 0; mask < (1u << k.size()); ++mask) {
+    if (__builtin_popcount(mask & control) > 1) continue;  // one control at a time
     Combo c;
     c.mask = mask;
     c.options.confidence = kConfidence;
@@ -152,7 +173,7 @@ inline std::vector<Combo> combinations() {
     }
     if (!valid) continue;
     if (c.name.empty()) c.name = "baseline";
-    c.anchor = mask == 0 || mask == policy || mask == policy_free;
+    c.anchor = mask == 0 || mask == policy_free;
     (c.anchor ? anchors : rotated).push_back(std::move(c));
   }
   anchors.insert(anchors.end(), rotated.begin(), rotated.end());
@@ -160,11 +181,11 @@ inline std::vector<Combo> combinations() {
 }
 
 // runs[g] for global prompt index g = channel * per_channel + i (channel-major): the anchors,
-// then its rotated runs. Rotated slot s (0 .. n_prompts * kRotatedRunsPerPrompt - 1) holds
+// then its rotated runs. Rotated slot s (0 .. n_prompts * rotated - 1) holds
 // rotated combination floor(s * n_rotated / n_slots) and goes to prompt (channel s % n_channels,
 // index (s / n_channels) % per_channel); kNeutral knobs are on when (s / n_prompts) is odd.
 inline std::vector<std::vector<PlannedRun>> plan(const std::vector<Combo>& combos, int n_channels,
-                                                 int per_channel) {
+                                                 int per_channel, int rotated_per_prompt) {
   const int n_prompts = n_channels * per_channel;
   std::vector<std::vector<PlannedRun>> runs(n_prompts);
   std::vector<int> rotated;
@@ -176,7 +197,7 @@ inline std::vector<std::vector<PlannedRun>> plan(const std::vector<Combo>& combo
     }
   }
   if (rotated.empty()) return runs;
-  const int64_t n_slots = static_cast<int64_t>(n_prompts) * kRotatedRunsPerPrompt;
+  const int64_t n_slots = static_cast<int64_t>(n_prompts) * rotated_per_prompt;
   for (int64_t s = 0; s < n_slots; ++s) {
     const int combo = rotated[static_cast<size_t>(s * static_cast<int64_t>(rotated.size()) / n_slots)];
     const int ch = static_cast<int>(s % n_channels);
