@@ -496,12 +496,8 @@ struct Iq2K {
 // Fast path when no activation quant is -128 (always true for quantize_q8_k_act output,
 // whose largest |q| is 127): maddubs(|w|, sign(x, w)) is then exact, no correction term is
 // needed, and each group is decoded straight into registers and dotted with all R rows.
-// Acc folds a maddubs result times the group scale into the int32 accumulator.
-struct Iq2AccMadd {
-  static __m256i acc(__m256i acc, __m256i p16, __m256i ls16) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, ls16));
-  }
-};
+// Acc folds a maddubs result times the group scale into the int32 accumulator. Used by the
+// AVX-512 table's fallback (Acc = vpdpwssd); the AVX2 table uses Iq2Avx2 below.
 
 template <class Acc>
 struct Iq2Fast {
@@ -584,7 +580,130 @@ void iq2_xxs_rows_x86(const RowsArgs& a, int64_t b, int64_t e) {
   }
 }
 
-void iq2_xxs_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) { iq2_xxs_rows_x86<Iq2AccMadd>(a, b, e); }
+// Prefetches the cache lines of block b of rows o..o+OO-1 (a tile reads OO rows block by
+// block, an access order the hardware stream prefetchers follow poorly).
+template <class Block, int OO>
+inline void prefetch_tile_block(const RowsArgs& a, int64_t o, int64_t b) {
+#pragma GCC unroll 8
+  for (int j = 0; j < OO; ++j) {
+    const char* p = reinterpret_cast<const char*>(reinterpret_cast<const Block*>(a.w + (o + j) * a.row_bytes) + b);
+    _mm_prefetch(p, _MM_HINT_T0);
+    _mm_prefetch(p + sizeof(Block) - 1, _MM_HINT_T0);
+  }
+}
+
+// ---- IQ2_XXS × Q8_K, AVX2 tiles (outputs × rows in lanes) --------------------------------------
+// The AVX2 fast path (no activation quant is -128). Decoding uses no hardware gather (slow,
+// microcoded on many x86 parts, e.g. Zen) and no 256 KiB signed table (L2-resident): per
+// group, the 4 grid magnitudes come from kIq2XxsGrid (2 KiB) and the 4 sign patterns from a
+// 1 KiB table of ±1 bytes, 8 scalar loads from L1 composed into two vectors (measured faster
+// than both the gather and scalar loads from the signed table, and than expanding the sign
+// bits with shuffles/compares, which competes with the dot's vector ops for r >= 2).
+// maddubs(|w|, ±x) is exact (|w| <= 43, |x| <= 127). A tile of OO = 8/R outputs × R rows
+// puts each (output, row) pair's int32 vector in one lane of a single 8-lane reduction and
+// runs the float part lane-wise: per lane exactly the reference sequence (s = d_w·d_x,
+// acc += s·isum per block, then ×0.125), so results do not depend on the tiling.
+
+// iq2_sign_pm1()[s]: byte b = -1 when weight b of sign pattern s is negative, else +1.
+inline const uint64_t* iq2_sign_pm1() {
+  static const struct Table {
+    alignas(64) uint64_t v[128];
+    Table() {
+      for (int s = 0; s < 128; ++s) {
+        uint64_t q = 0;
+        for (int b = 0; b < 8; ++b)
+          q |= static_cast<uint64_t>((quant::kIq2Signs[s] >> b) & 1u ? 0xffu : 0x01u) << (8 * b);
+        v[s] = q;
+      }
+    }
+  } t;
+  return t.v;
+}
+
+// 4 qwords t[i0..i3] in one vector (qword l = t[il]), from scalar loads.
+inline __m256i qwords4(const uint64_t* t, uint32_t i0, uint32_t i1, uint32_t i2, uint32_t i3) {
+  const __m128i lo = _mm_set_epi64x(static_cast<long long>(t[i1]), static_cast<long long>(t[i0]));
+  const __m128i hi = _mm_set_epi64x(static_cast<long long>(t[i3]), static_cast<long long>(t[i2]));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+template <int R, int OO>
+__attribute__((always_inline)) inline void iq2_tile_avx2(const RowsArgs& a, const BlockQ8K* const* x, int64_t o,
+                                                         const uint64_t* sgn, bool prefetch_next) {
+  constexpr int L = R * OO;  // lane m = (output m / R, row m % R)
+  static_assert(L <= 8);
+  const int64_t nb = a.n_cols / quant::kQKK;
+  const BlockIQ2XXS* w[OO];
+#pragma GCC unroll 8
+  for (int j = 0; j < OO; ++j) w[j] = reinterpret_cast<const BlockIQ2XXS*>(a.w + (o + j) * a.row_bytes);
+  const uint64_t* grid = quant::kIq2XxsGrid;
+  __m256 sumf = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (prefetch_next) prefetch_tile_block<BlockIQ2XXS, OO>(a, o + OO, b);
+    __m256i acc[L];
+#pragma GCC unroll 8
+    for (int m = 0; m < L; ++m) acc[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < OO; ++j) {
+      const uint8_t* q8 = reinterpret_cast<const uint8_t*>(w[j][b].qs);
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        uint32_t a1;
+        std::memcpy(&a1, q8 + 8 * g + 4, sizeof a1);
+        const __m256i mag = qwords4(grid, q8[8 * g], q8[8 * g + 1], q8[8 * g + 2], q8[8 * g + 3]);
+        const __m256i sg = qwords4(sgn, a1 & 127u, (a1 >> 7) & 127u, (a1 >> 14) & 127u, (a1 >> 21) & 127u);
+        const __m256i ls = _mm256_set1_epi16(static_cast<short>(2 * (a1 >> 28) + 1));
+#pragma GCC unroll 8
+        for (int k = 0; k < R; ++k) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][b].qs + 32 * g));
+          acc[j * R + k] = _mm256_add_epi32(
+              acc[j * R + k], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xv, sg)), ls));
+        }
+      }
+    }
+    const __m256 bsum = _mm256_cvtepi32_ps(hsum_lanes<L>(acc));
+    uint16_t wdh[8] = {};
+    float xd[8] = {};
+#pragma GCC unroll 8
+    for (int m = 0; m < L; ++m) {
+      wdh[m] = w[m / R][b].d;
+      xd[m] = x[m % R][b].d;
+    }
+    const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wdh)));  // exact
+    const __m256 d = _mm256_mul_ps(wd, _mm256_loadu_ps(xd));
+    sumf = _mm256_add_ps(sumf, _mm256_mul_ps(d, bsum));
+  }
+  const __m256 out = _mm256_mul_ps(_mm256_set1_ps(0.125f), sumf);
+  if constexpr (R == 1 && OO == 8) {
+    _mm256_storeu_ps(a.y + o, out);
+  } else {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, out);
+#pragma GCC unroll 8
+    for (int m = 0; m < L; ++m) a.y[(m % R) * a.y_stride + o + m / R] = t[m];
+  }
+}
+
+template <int R>
+struct Iq2Avx2 {
+  static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+    constexpr int OO = 8 / R;
+    const BlockQ8K* x[R];
+    for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+    const uint64_t* sgn = iq2_sign_pm1();
+    int64_t o = o_begin;
+    for (; o + OO <= o_end; o += OO) iq2_tile_avx2<R, OO>(a, x, o, sgn, o + 2 * OO <= o_end);
+    for (; o < o_end; ++o) iq2_tile_avx2<R, 1>(a, x, o, sgn, false);
+  }
+};
+
+void iq2_xxs_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
+  if (q8k_rows_have_min(a)) {
+    dispatch_r<Iq2K>(a, b, e);
+  } else {
+    dispatch_r<Iq2Avx2>(a, b, e);
+  }
+}
 
 // ---- Q2_K / Q4_K × Q8_K -----------------------------------------------------------------------
 // A decoded K-quant super-block: 8 vectors of 32 unsigned quants in element order, the int16
@@ -700,8 +819,77 @@ struct KQuantK {
   };
 };
 
+// Q2_K tile for small r: OO outputs × R rows, (output, row) pair m = j·R + k in lane m of one
+// 8-lane reduction for isum and one for summs, shared by the tile instead of one per output.
+// The float part per lane is the reference sequence of KQuantK (dall = d_x·d, dmin = d_x·dmin,
+// acc += dall·isum − dmin·summs per block).
+template <int R, int OO>
+__attribute__((always_inline)) inline void q2k_tile_avx2(const RowsArgs& a, const BlockQ8K* const* x, int64_t o,
+                                                         bool prefetch_next) {
+  constexpr int L = R * OO;
+  static_assert(L <= 8);
+  const int64_t nb = a.n_cols / quant::kQKK;
+  const BlockQ2K* w[OO];
+#pragma GCC unroll 8
+  for (int j = 0; j < OO; ++j) w[j] = reinterpret_cast<const BlockQ2K*>(a.w + (o + j) * a.row_bytes);
+  __m256 sumf = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (prefetch_next) prefetch_tile_block<BlockQ2K, OO>(a, o + OO, b);
+    __m256i vi[L], vm[L];
+#pragma GCC unroll 8
+    for (int j = 0; j < OO; ++j) {
+      KBlock wb;
+      q2k_decode(w[j][b], &wb);
+#pragma GCC unroll 8
+      for (int k = 0; k < R; ++k) KDotMadd::dot(wb, x[k][b], &vi[j * R + k], &vm[j * R + k]);
+    }
+    const __m256 isum = _mm256_cvtepi32_ps(hsum_lanes<L>(vi));
+    const __m256 summs = _mm256_cvtepi32_ps(hsum_lanes<L>(vm));
+    uint16_t hd[8] = {}, hm[8] = {};
+    float xd[8] = {};
+#pragma GCC unroll 8
+    for (int m = 0; m < L; ++m) {
+      hd[m] = w[m / R][b].d;
+      hm[m] = w[m / R][b].dmin;
+      xd[m] = x[m % R][b].d;
+    }
+    const __m256 yd = _mm256_loadu_ps(xd);
+    const __m256 dall = _mm256_mul_ps(yd, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hd))));
+    const __m256 dmin = _mm256_mul_ps(yd, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hm))));
+    const __m256 ta = _mm256_mul_ps(dall, isum);
+    const __m256 tc = _mm256_mul_ps(dmin, summs);
+    sumf = _mm256_add_ps(sumf, _mm256_sub_ps(ta, tc));
+  }
+  if constexpr (R == 1 && OO == 8) {
+    _mm256_storeu_ps(a.y + o, sumf);
+  } else {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, sumf);
+#pragma GCC unroll 8
+    for (int m = 0; m < L; ++m) a.y[(m % R) * a.y_stride + o + m / R] = t[m];
+  }
+}
+
+template <int R>
+struct Q2kAvx2 {
+  static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+    constexpr int OO = 8 / R;
+    const BlockQ8K* x[R];
+    for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const BlockQ8K*>(xrow(a, k));
+    int64_t o = o_begin;
+    for (; o + OO <= o_end; o += OO) q2k_tile_avx2<R, OO>(a, x, o, o + 2 * OO <= o_end);
+    for (; o < o_end; ++o) q2k_tile_avx2<R, 1>(a, x, o, false);
+  }
+};
+
 void q2_k_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
-  dispatch_r<KQuantK<false>::K>(a, b, e);
+  switch (a.r) {  // r >= 5 already shares one reduction among the rows of each output
+    case 1: Q2kAvx2<1>::run(a, b, e); break;
+    case 2: Q2kAvx2<2>::run(a, b, e); break;
+    case 3: Q2kAvx2<3>::run(a, b, e); break;
+    case 4: Q2kAvx2<4>::run(a, b, e); break;
+    default: dispatch_r<KQuantK<false>::K>(a, b, e); break;
+  }
 }
 void q4_k_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
   dispatch_r<KQuantK<true>::K>(a, b, e);
