@@ -233,11 +233,27 @@ struct MoeParams {
   void* scratch = nullptr;         // moe_scratch_bytes(n_embd, n_ff, n_used, n_rows)
 };
 
+// A piece of work for Backend::run_pair(): fn(ctx). No allocation, no ownership.
+struct Task {
+  void (*fn)(void* ctx) = nullptr;
+  void* ctx = nullptr;
+  void operator()() const { fn(ctx); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual int n_threads() const = 0;
+
+  // Runs a and b, returns when both are done. A backend with threads to spare runs them
+  // concurrently, each task's ops on the task's own thread (so a and b must not share mutable
+  // state); otherwise a, then b. Results are the same either way: every op is thread-count
+  // invariant. DSpark uses it to hide a proposal behind the seed's decode (spec/runtime.h).
+  virtual void run_pair(Task a, Task b) {
+    a();
+    b();
+  }
 
   virtual void matmul(const MatmulParams& p) = 0;
   virtual void rms_norm(const RmsNormParams& p) = 0;

@@ -74,7 +74,7 @@ struct Options {
   float confidence = 0.6f;
   std::string grid = "0.55,0.6,0.65";
   float margin = 2.0f;
-  SpecOptions cost;  // cost gate parameters (cost_gate itself is set per policy)
+  SpecOptions cost;  // cost gate parameters and overlap (cost_gate itself is set per policy)
   int warmup = 1;
   std::string csv;
   std::string outputs_dir;
@@ -179,10 +179,14 @@ Status validate(const Options& o) {
   }
   if (!(o.margin >= 0.0f)) return invalid_argument("--margin-gate must be >= 0, got %g", o.margin);
   if (!(o.cost.cost_verify_base >= 0.0f && o.cost.cost_verify_row >= 0.0f && o.cost.cost_draft >= 0.0f &&
-        o.cost.cost_draft_reject >= 0.0f)) {
+        o.cost.cost_draft_reject >= 0.0f && o.cost.cost_draft_overlap >= 0.0f &&
+        o.cost.cost_draft_reject_overlap >= 0.0f)) {
     return invalid_argument("--cost-* costs must be >= 0");
   }
   if (o.cost.cost_window < 1) return invalid_argument("--cost-window must be >= 1, got %d", o.cost.cost_window);
+  if (o.cost.overlap < -1 || o.cost.overlap > 1) {
+    return invalid_argument("--overlap must be -1 (auto), 0 or 1, got %d", o.cost.overlap);
+  }
   if (split_list(o.channels).empty()) return invalid_argument("--channels is empty");
   if (split_list(o.policies).empty()) return invalid_argument("--policies is empty");
   return Status();
@@ -197,7 +201,10 @@ Expected<std::vector<Policy>> make_policies(const Options& o) {
   base.cost_verify_row = o.cost.cost_verify_row;
   base.cost_draft = o.cost.cost_draft;
   base.cost_draft_reject = o.cost.cost_draft_reject;
+  base.cost_draft_overlap = o.cost.cost_draft_overlap;
+  base.cost_draft_reject_overlap = o.cost.cost_draft_reject_overlap;
   base.cost_window = o.cost.cost_window;
+  base.overlap = o.cost.overlap;
   base.scheduler = true;
   base.fold = false;
   std::vector<float> grid;
@@ -423,8 +430,16 @@ int main_impl(int argc, char** argv) {
               "DS4_DSPARK_COST_DRAFT")
       .option("--cost-draft-reject", &o.cost.cost_draft_reject,
               "Cost gate: one proposal stopped by the conf0 precheck", "DS4_DSPARK_COST_DRAFT_REJECT")
+      .option("--cost-draft-overlap", &o.cost.cost_draft_overlap,
+              "Cost gate: a standalone proposal overlapped with the seed's decode", "DS4_DSPARK_COST_DRAFT_OVERLAP")
+      .option("--cost-draft-reject-overlap", &o.cost.cost_draft_reject_overlap,
+              "Cost gate: an overlapped proposal stopped by the conf0 precheck",
+              "DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP")
       .option("--cost-window", &o.cost.cost_window, "Cost gate: memory of the acceptance statistics (proposals)",
               "DS4_DSPARK_COST_WINDOW")
+      .option("--overlap", &o.cost.overlap,
+              "All policies: propose while the seed decodes, one thread each: -1 auto (on with 2 threads), 0 off, 1 on",
+              "DS4_DSPARK_OVERLAP")
       .option("--warmup", &o.warmup, "Untimed plain + DSpark warm-up runs (16 tokens, first prompt)")
       .option("--csv", &o.csv, "Also write the table as CSV here", "", "FILE")
       .option("--outputs-dir", &o.outputs_dir,
@@ -500,6 +515,10 @@ int main_impl(int argc, char** argv) {
               "decode(1) units, window %d\n",
               o.cost.cost_verify_base, o.cost.cost_verify_row, o.cost.cost_draft, o.cost.cost_draft_reject,
               o.cost.cost_window);
+  std::printf("# overlap (standalone proposal alongside the seed's decode, one thread each): %s; overlapped "
+              "draft %.2f, rejected %.2f (the model ratio counts every proposal at the full costs)\n",
+              o.cost.overlap < 0 ? "auto (on with 2 threads)" : (o.cost.overlap > 0 ? "on" : "off"),
+              o.cost.cost_draft_overlap, o.cost.cost_draft_reject_overlap);
 
   for (int w = 0; w < o.warmup; ++w) {
     const Prompt& p = channels.front().prompts.front();

@@ -52,7 +52,10 @@ struct Options {
   float dspark_cost_verify_row = SpecOptions{}.cost_verify_row;
   float dspark_cost_draft = SpecOptions{}.cost_draft;
   float dspark_cost_draft_reject = SpecOptions{}.cost_draft_reject;
+  float dspark_cost_draft_overlap = SpecOptions{}.cost_draft_overlap;
+  float dspark_cost_draft_reject_overlap = SpecOptions{}.cost_draft_reject_overlap;
   int dspark_cost_window = SpecOptions{}.cost_window;
+  int dspark_overlap = SpecOptions{}.overlap;  // -1 auto, 0 off, 1 on
   bool cpu = false;
   bool cuda = false;
   std::string isa = "auto";

@@ -94,7 +94,10 @@ Status attach_decoder(const Options& o, Loaded& loaded) {
   so.cost_verify_row = o.dspark_cost_verify_row;
   so.cost_draft = o.dspark_cost_draft;
   so.cost_draft_reject = o.dspark_cost_draft_reject;
+  so.cost_draft_overlap = o.dspark_cost_draft_overlap;
+  so.cost_draft_reject_overlap = o.dspark_cost_draft_reject_overlap;
   so.cost_window = o.dspark_cost_window;
+  so.overlap = o.dspark_overlap;
   DS4_ASSIGN_OR_RETURN(loaded.decoder,
                        new_speculative_decoder(*loaded.engine, *loaded.session, so));
   return Status();

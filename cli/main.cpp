@@ -108,9 +108,18 @@ void declare_flags(FlagTable& t, Options& o) {
       .option("--dspark-cost-draft-reject", &o.dspark_cost_draft_reject,
               "DSpark cost gate: one proposal stopped by the conf0 precheck, decode(1) units",
               "DS4_DSPARK_COST_DRAFT_REJECT")
+      .option("--dspark-cost-draft-overlap", &o.dspark_cost_draft_overlap,
+              "DSpark cost gate: a standalone proposal overlapped with the seed's decode, decode(1) units",
+              "DS4_DSPARK_COST_DRAFT_OVERLAP")
+      .option("--dspark-cost-draft-reject-overlap", &o.dspark_cost_draft_reject_overlap,
+              "DSpark cost gate: an overlapped proposal stopped by the conf0 precheck, decode(1) units",
+              "DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP")
       .option("--dspark-cost-window", &o.dspark_cost_window,
               "DSpark cost gate: memory of the acceptance statistics, proposals",
               "DS4_DSPARK_COST_WINDOW")
+      .option("--dspark-overlap", &o.dspark_overlap,
+              "DSpark: propose while the seed decodes, one thread each: -1 auto (on with 2 threads), 0 off, 1 on",
+              "DS4_DSPARK_OVERLAP")
       .flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
       .flag("--cuda", &o.cuda, "Run on the CUDA backend")
       .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
@@ -145,8 +154,12 @@ Status validate(const Options& o) {
     return invalid_argument("--dspark-margin-gate must be >= 0, got %g", o.dspark_margin_gate);
   }
   if (!(o.dspark_cost_verify_base >= 0.0f && o.dspark_cost_verify_row >= 0.0f &&
-        o.dspark_cost_draft >= 0.0f && o.dspark_cost_draft_reject >= 0.0f)) {
+        o.dspark_cost_draft >= 0.0f && o.dspark_cost_draft_reject >= 0.0f &&
+        o.dspark_cost_draft_overlap >= 0.0f && o.dspark_cost_draft_reject_overlap >= 0.0f)) {
     return invalid_argument("--dspark-cost-* costs must be >= 0");
+  }
+  if (o.dspark_overlap < -1 || o.dspark_overlap > 1) {
+    return invalid_argument("--dspark-overlap must be -1 (auto), 0 or 1, got %d", o.dspark_overlap);
   }
   if (o.dspark_cost_window < 1) {
     return invalid_argument("--dspark-cost-window must be >= 1, got %d", o.dspark_cost_window);

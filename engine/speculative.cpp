@@ -12,6 +12,8 @@ static_assert(SpecOptions{}.cost_verify_base == spec::kCpuCostVerifyBase);
 static_assert(SpecOptions{}.cost_verify_row == spec::kCpuCostVerifyRow);
 static_assert(SpecOptions{}.cost_draft == spec::kCpuCostDraft);
 static_assert(SpecOptions{}.cost_draft_reject == spec::kCpuCostDraftReject);
+static_assert(SpecOptions{}.cost_draft_overlap == spec::kCpuCostDraftOverlap);
+static_assert(SpecOptions{}.cost_draft_reject_overlap == spec::kCpuCostDraftRejectOverlap);
 static_assert(SpecOptions{}.cost_window == spec::SpecConfig{}.cost_window);
 
 struct SpeculativeDecoder::Impl {
@@ -45,7 +47,10 @@ std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(spec::Drafter& dr
   cfg.cost_verify_row = o.cost_verify_row;
   cfg.cost_draft = o.cost_draft;
   cfg.cost_draft_reject = o.cost_draft_reject;
+  cfg.cost_draft_overlap = o.cost_draft_overlap;
+  cfg.cost_draft_reject_overlap = o.cost_draft_reject_overlap;
   cfg.cost_window = o.cost_window;
+  cfg.overlap = o.overlap;
   std::unique_ptr<SpeculativeDecoder> d(new SpeculativeDecoder());
   d->impl_ = std::make_unique<Impl>(drafter, ms, cfg);
   return d;

@@ -40,7 +40,7 @@ namespace ds4 {
 // DSpark policies (spec::SpecConfig; flag / environment names documented in spec/runtime.h:
 // DS4_DSPARK_CONFIDENCE, _CONFIDENCE_GRID, _FOLD, _FOLD_PARTIAL, _SCHEDULER, _SCHEDULER_BACKOFF,
 // _MARGIN_GATE, _REPLAY, _STATS, _COST_GATE, _COST_VERIFY_BASE, _COST_VERIFY_ROW, _COST_DRAFT,
-// _COST_DRAFT_REJECT, _COST_WINDOW).
+// _COST_DRAFT_REJECT, _COST_DRAFT_OVERLAP, _COST_DRAFT_REJECT_OVERLAP, _COST_WINDOW, _OVERLAP).
 struct SpecOptions {
   float confidence = 0.6f;             // σ threshold per draft position
   std::vector<float> confidence_grid;  // per-position thresholds, last extends (empty = flat)
@@ -61,7 +61,12 @@ struct SpecOptions {
   float cost_verify_row = 0.37f;
   float cost_draft = 1.00f;            // a proposal that reaches the vocab head
   float cost_draft_reject = 0.64f;     // a proposal stopped by the conf0 precheck
+  float cost_draft_overlap = 0.56f;    // the same two for a standalone proposal with overlap on
+  float cost_draft_reject_overlap = 0.21f;
   int cost_window = 16;                // memory of the acceptance statistics (proposals)
+  // Standalone proposals alongside the seed's decode, one thread each (spec/runtime.h
+  // "Overlap"): -1 auto = on with exactly 2 engine threads, 0 off, 1 on. Speed only.
+  int overlap = -1;
 };
 
 // "0.55,0.6,0.65" -> thresholds (each in [0, 1]); kInvalidArgument names the bad item.

@@ -100,6 +100,7 @@ class ModelSession {
   // Captured hidden of row i of the last forward call: [n_capture, n_embd] f32.
   std::span<const float> captured_row(int i) const;
   const State& state() const { return state_; }
+  backend::Backend& backend() const { return be_; }
   void serialize_state(std::vector<uint8_t>& out) const { state_.serialize(out); }
 
  private:

@@ -135,10 +135,12 @@ std::string SpecStats::report() const {
   r += buf;
   std::snprintf(buf, sizeof buf,
                 "dspark: scheduler_skips=%lld tail_skips=%lld margin_skips=%lld verify_calls=%lld verify_rows=%lld "
-                "single_draft_decodes=%lld cost_skips=%lld cost_probes=%lld cost_trims=%lld cost_unfolds=%lld\n",
+                "single_draft_decodes=%lld cost_skips=%lld cost_probes=%lld cost_trims=%lld cost_unfolds=%lld "
+                "overlapped=%lld overlap_discards=%lld\n",
                 (long long)scheduler_skips, (long long)tail_skips, (long long)margin_skips, (long long)verify_calls,
                 (long long)verify_rows, (long long)single_draft_decodes, (long long)cost_skips,
-                (long long)cost_probes, (long long)cost_trims, (long long)cost_unfolds);
+                (long long)cost_probes, (long long)cost_trims, (long long)cost_unfolds, (long long)overlapped,
+                (long long)overlap_discards);
   r += buf;
   r += "dspark: draft_len_hist=";
   for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(draft_len_hist[i]);
@@ -192,6 +194,7 @@ void DSparkProposer::propose(int32_t anchor, int64_t pos, int n_max, std::span<c
 // ---- Runtime ----
 
 Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s), p_(p), cfg_(std::move(cfg)) {
+  overlap_on_ = cfg_.overlap > 0 || (cfg_.overlap < 0 && s_.backend().n_threads() == 2);
   std::vector<int> layers = p_.capture_layers();
   if (!layers.empty()) {
     s_.set_capture_layers(layers);
@@ -221,14 +224,16 @@ void Runtime::reset_policy() {
   since_proposal_ = 0;
   probe_gap_ = kProbeGapMin;
   probing_ = false;
+  overlap_hint_ = true;
 }
 
-CostModel Runtime::cost_model() const {
+CostModel Runtime::cost_model(bool overlapped) const {
   CostModel c;
   c.verify_base = cfg_.cost_verify_base;
   c.verify_row = cfg_.cost_verify_row;
-  c.draft = cfg_.cost_draft;
-  c.draft_reject = cfg_.cost_draft_reject;
+  const bool ov = overlapped && overlap_on_;
+  c.draft = ov ? cfg_.cost_draft_overlap : cfg_.cost_draft;
+  c.draft_reject = ov ? cfg_.cost_draft_reject_overlap : cfg_.cost_draft_reject;
   return c;
 }
 
@@ -241,8 +246,8 @@ void Runtime::fill_accept(float* p, int n, bool with_cont) const {
   }
 }
 
-float Runtime::proposal_value(int n_allow, bool folding) const {
-  const CostModel c = cost_model();
+float Runtime::proposal_value(int n_allow, bool folding, bool overlapped) const {
+  const CostModel c = cost_model(overlapped);
   float p[kMaxBlockSize];
   n_allow = std::min(n_allow, kMaxBlockSize);
   fill_accept(p, n_allow, true);
@@ -348,6 +353,10 @@ int Runtime::propose_drafts(int32_t seed, int64_t L, int n_allow) {
     p_.propose(seed, L, n_allow, std::span<const float>(thr, n_allow), &prop_);
     stats_.t_propose += t.seconds();
   }
+  return finish_proposal();
+}
+
+int Runtime::finish_proposal() {
   ++stats_.proposals;
   if (prop_.conf0_rejected) ++stats_.conf0_rejects;
   const int raw_n = prop_.n;
@@ -358,6 +367,42 @@ int Runtime::propose_drafts(int32_t seed, int64_t L, int n_allow) {
   am().note_proposal(n > 0);
   since_proposal_ = 0;
   return n;
+}
+
+// The pair: task a decodes the seed (target session), task b proposes from it (drafter). They
+// share no mutable state: the decode's capture of row L goes to the proposer's capture buffer,
+// which propose() does not read; propose() reads the ring, synced to L beforehand.
+Status Runtime::decode_with_proposal(int32_t seed, int64_t L, int n_allow) {
+  {
+    Timer t;
+    p_.sync(L);
+    stats_.t_sync += t.seconds();
+  }
+  struct Pair {
+    Runtime* rt;
+    int32_t seed;
+    int64_t L;
+    int n_allow;
+    float thr[kMaxBlockSize];
+    Status decoded;
+  } pair{this, seed, L, n_allow, {}, Status()};
+  thresholds(pair.thr, n_allow);
+  const backend::Task decode{[](void* c) {
+                               auto* q = static_cast<Pair*>(c);
+                               q->decoded = q->rt->s_.decode(q->seed);
+                             },
+                             &pair};
+  const backend::Task propose{[](void* c) {
+                                auto* q = static_cast<Pair*>(c);
+                                q->rt->p_.propose(q->seed, q->L, q->n_allow,
+                                                  std::span<const float>(q->thr, q->n_allow), &q->rt->prop_);
+                              },
+                              &pair};
+  Timer t;
+  s_.backend().run_pair(decode, propose);
+  stats_.t_decode += t.seconds();
+  ++stats_.overlapped;
+  return pair.decoded;
 }
 
 bool Runtime::scheduler_paused() {
@@ -466,7 +511,11 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     ++stats_.scheduler_skips;
     want = false;
   }
-  {
+  // Overlap: propose while the seed decodes when the gates are predicted to pass (header).
+  const bool pending = want && !have_proposal && overlap_on_ && overlap_hint_;
+  if (pending) {
+    DS4_RETURN_IF_ERROR(decode_with_proposal(seed, L, n_allow));
+  } else {
     Timer t;
     DS4_RETURN_IF_ERROR(s_.decode(seed));
     stats_.t_decode += t.seconds();
@@ -474,26 +523,34 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   out->push_back(seed);
   ++stats_.seeds;
   if (!want) return Status();
+  // A gate below says no: the cycle stays plain (an overlapped proposal is dropped uncounted).
+  auto gated_out = [&] {
+    overlap_hint_ = false;
+    if (pending) ++stats_.overlap_discards;
+  };
 
   std::span<const float> lg = s_.logits();
   if (!have_proposal && (cfg_.margin_gate > 0.0f || cfg_.cost_gate)) {
     const float margin = top_margin(lg, banned_);
     if (cfg_.margin_gate > 0.0f && margin < cfg_.margin_gate) {
       ++stats_.margin_skips;
+      gated_out();
       return Status();
     }
     state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(margin);
     margin_ = margin;
   }
-  if (!have_proposal && cfg_.cost_gate && !(proposal_value(n_allow, false) > 0.0f)) {
+  if (!have_proposal && cfg_.cost_gate && !(proposal_value(n_allow, false, pending) > 0.0f)) {
     if (prev_warm_ || since_proposal_ < probe_gap_ || !(margin_ >= cfg_.cost_probe_margin)) {
       ++stats_.cost_skips;  // a plain cycle: the drafter's ring catches up at the next proposal
+      gated_out();
       return Status();
     }
     probing_ = true;  // cold and the probe gap has passed: propose anyway, to keep learning
     ++stats_.cost_probes;
   }
-  const int n_drafted = have_proposal ? prop_.n : propose_drafts(seed, L, n_allow);
+  if (!have_proposal) overlap_hint_ = true;
+  const int n_drafted = have_proposal ? prop_.n : pending ? finish_proposal() : propose_drafts(seed, L, n_allow);
   int n = n_drafted;
   if (n == 0) {
     ++stats_.no_draft;
@@ -580,7 +637,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   if (cfg_.cost_gate) {
     // Margin of the seed's row (the row after it is not computed yet).
     state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(top_margin(s_.logits(), banned_));
-    if (!(proposal_value(n_allow, true) > 0.0f)) {
+    if (!(proposal_value(n_allow, true, false) > 0.0f)) {
       fold_armed_ = false;  // the standalone path decides (and counts) this cycle
       return Status();
     }

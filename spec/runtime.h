@@ -58,7 +58,11 @@
 //   --dspark-cost-verify-row F  DS4_DSPARK_COST_VERIFY_ROW     units of one decode(1)
 //   --dspark-cost-draft F       DS4_DSPARK_COST_DRAFT        one proposal reaching the head
 //   --dspark-cost-draft-reject F DS4_DSPARK_COST_DRAFT_REJECT one proposal stopped by conf0
+//   --dspark-cost-draft-overlap F, --dspark-cost-draft-reject-overlap F (DS4_DSPARK_COST_DRAFT_
+//                               OVERLAP, _DRAFT_REJECT_OVERLAP): the same with overlap
 //   --dspark-cost-window N      DS4_DSPARK_COST_WINDOW       memory of the acceptance stats
+//   --dspark-overlap N          DS4_DSPARK_OVERLAP=-1/0/1     standalone proposal alongside the
+//                                                            seed's decode (auto: 2 threads)
 //   --dspark-replay             DS4_DSPARK_REPLAY=1          partial accepts by replay
 //   --dspark-stats              DS4_DSPARK_STATS=1           counters + time split printed to
 //                                                            stderr when the Runtime ends
@@ -89,11 +93,30 @@
 //    1.02-1.03 -> 1.04-1.045 but code/english/italian 0.98-0.99 -> 0.97-0.98; neither is the
 //    default. Cold P(draft) prior 0.5 instead of 0.25 (drafter and costs of 16:00): italian
 //    0.973-0.978 (the cold gate opens at start at these costs), 0.25: 0.991-0.993.
+//  * With overlap on (below), a standalone proposal that runs beside the seed's decode (the
+//    overlap prediction said so) costs cost_draft_overlap / cost_draft_reject_overlap instead
+//    (what it adds to the decode); other proposals, fold ones included, keep the full costs,
+//    so a closed gate reopens only at the full price. The gate's decisions still read only counters,
+//    logits and configuration (overlap on/off is configuration).
 //  * After a d_0 hit: verify the m <= n drafts of the best expected gain (p_k from the
 //    counts); m = 1 is the single-draft decode (same cost as plain).
 //  * Fold armed: a folded cycle of m drafts earns 1 + sum_k prod_{i<=k} p_i - verify(m+1);
 //    the same proposal falls back to the standalone path when that is worth more.
 // Decisions read counters, the proposal and the target's logits only (no clock): reproducible.
+//
+// Overlap (SpecConfig::overlap, --dspark-overlap, DS4_DSPARK_OVERLAP; auto = on with exactly 2
+// backend threads). A standalone proposal from seed t at position L reads only the drafter's
+// ring rows < L, never the seed's decode, so the runtime may run the two at once through
+// Backend::run_pair (each on one thread) instead of one after the other on both threads. On
+// the CPU a decode scales poorly to 2 threads (~1.35x) and so does a 5-row drafter block, so
+// max(decode, proposal) on one thread each beats decode + proposal on two. Gates that read
+// the seed's logits (margin gate, cost gate) still decide after the decode: a proposal they
+// reject is dropped uncounted (overlap_discards) and the cycle is what it would have been
+// without overlap. Whether to overlap is predicted from counters only (the last standalone
+// cycle that wanted a proposal got one). The ring is synced to L before the pair, as the
+// sequential path syncs it before proposing; every counter, draft and output is the same with
+// overlap on or off (tests/spec/overlap_test.cpp), only the time split moves: t_decode then
+// holds the pair's wall time and t_propose nothing of it.
 // CPU defaults (kCpuCost*): tests/spec/cost_probe_test.cpp (DISABLED_ probe) on
 // models/ds4-tiny.gguf + ds4-tiny-dspark.gguf, 2 threads, 150 interleaved reps, tree of
 // 2026-12-02 15:50 UTC (median ~ min on a quiet box): verify(n) = 0.98 1.44-1.50 1.68 2.07
@@ -122,6 +145,11 @@ inline constexpr float kCpuCostVerifyBase = 0.66f;
 inline constexpr float kCpuCostVerifyRow = 0.37f;
 inline constexpr float kCpuCostDraft = 1.00f;
 inline constexpr float kCpuCostDraftReject = 0.64f;
+// The same two when the proposal overlaps the seed's decode (standalone path with overlap on):
+// what the pair adds to decode(1). Probe of 2026-12-02 18:58 UTC, 2 threads, 60 reps
+// (AVX2 machine, decode 3.18 ms): full chain 0.56 (sequential 1.01), conf0-stopped 0.21 (0.69).
+inline constexpr float kCpuCostDraftOverlap = 0.56f;
+inline constexpr float kCpuCostDraftRejectOverlap = 0.21f;
 
 // Cost parameters of the gate (decode(1) = 1).
 struct CostModel {
@@ -184,8 +212,13 @@ struct SpecConfig {
   float cost_verify_row = kCpuCostVerifyRow;
   float cost_draft = kCpuCostDraft;
   float cost_draft_reject = kCpuCostDraftReject;
+  float cost_draft_overlap = kCpuCostDraftOverlap;            // standalone proposals, overlap on
+  float cost_draft_reject_overlap = kCpuCostDraftRejectOverlap;
   int cost_window = 16;                  // proposals of memory of the acceptance statistics
   float cost_probe_margin = 4.0f;        // probes only when the d_0 row's top1-top2 margin >= this
+  // Standalone proposals run concurrently with the seed's decode (header comment "Overlap"):
+  // -1 auto = on when the session's backend has exactly 2 threads, 0 off, 1 on.
+  int overlap = -1;
 };
 
 // "0.55,0.6,0.65" -> {0.55, 0.6, 0.65}; each value in [0, 1]. kInvalidArgument otherwise.
@@ -212,6 +245,8 @@ struct SpecStats {
   int64_t cost_trims = 0;          // proposals verified with fewer drafts than drafted
   int64_t cost_unfolds = 0;        // armed fold cycles sent to the standalone path by the gate
   int64_t cost_probes = 0;         // proposals made although the gate was closed (probe ladder)
+  int64_t overlapped = 0;          // standalone proposals computed alongside the seed's decode
+  int64_t overlap_discards = 0;    // of those, dropped because a gate then said no
   int64_t draft_len_hist[kMaxBlockSize + 1] = {};
   int64_t accepted_len_hist[kMaxBlockSize + 1] = {};
   double t_decode = 0, t_propose = 0, t_sync = 0, t_verify = 0, t_commit = 0, t_replay = 0, t_total = 0;  // s
@@ -291,15 +326,20 @@ class Runtime {
   Status standalone(int32_t seed, int max_new, std::vector<int32_t>* out, bool have_proposal = false);
   Status fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out, bool* handled);
   int clean_drafts(Proposal& p) const;  // cut at invalid/banned/stop ids; returns n
-  int propose_drafts(int32_t seed, int64_t L, int n_allow);  // sync + propose + clean + stats
+  int propose_drafts(int32_t seed, int64_t L, int n_allow);  // sync + propose + finish_proposal
+  int finish_proposal();  // clean prop_ + count it (stats, acceptance model); returns n
+  // Decodes the seed and, concurrently, proposes from it into prop_ (not yet counted).
+  Status decode_with_proposal(int32_t seed, int64_t L, int n_allow);
   Status commit(int keep, int rows, const int32_t* row_tokens);
   bool scheduler_paused();
   void scheduler_note(bool drafted, int accepted);
   void note_d0(bool hit);
   bool fold_after_partial_open() const;  // fold_after_partial and its gate
   // Cost gate helpers.
-  CostModel cost_model() const;
-  float proposal_value(int n_allow, bool folding) const;  // expected net gain of proposing
+  // Draft costs of an overlapped standalone proposal when `overlapped` (and overlap is on).
+  CostModel cost_model(bool overlapped = false) const;
+  // Expected net gain of proposing; overlapped: the proposal runs (ran) beside the seed's decode.
+  float proposal_value(int n_allow, bool folding, bool overlapped) const;
   void fill_accept(float* p, int n, bool with_cont) const;
   // Counts of one checked proposal: drafts d_first..d_{m-1} were checked (d_k's check stops at
   // the first miss), `accepted` of d_0.. kept; n_drafted drafted of n_allow allowed.
@@ -332,6 +372,10 @@ class Runtime {
   AcceptModel& am() { return am_[state_]; }
   const AcceptModel& am() const { return am_[state_]; }
   void note_probe(bool productive);
+  // Overlap (counters only): on for this runtime; whether the last standalone cycle that
+  // wanted a proposal got past the gates (the prediction that this one will too).
+  bool overlap_on_ = false;
+  bool overlap_hint_ = true;
   Proposal prop_;
   int32_t rows_[session::kMaxBatchRows] = {};
 };

@@ -71,6 +71,19 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
 
+  // One pool chunk per task: while the pair runs the pool is busy, so every op a task calls
+  // runs inline on the thread that claimed the task (ThreadPool's re-entrancy rule). With more
+  // than 2 threads the rest of the pool idles for the pair's duration.
+  void run_pair(Task a, Task b) override {
+    if (pool_.n_threads() < 2) {
+      Backend::run_pair(a, b);
+      return;
+    }
+    pool_.parallel_for(2, 1, [&](int64_t first, int64_t end) {
+      for (int64_t i = first; i < end; ++i) (i == 0 ? a : b)();
+    });
+  }
+
   void matmul(const MatmulParams& p) override { mm_.matmul(p); }
 
   void rms_norm(const RmsNormParams& p) override {

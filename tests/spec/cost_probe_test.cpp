@@ -69,7 +69,7 @@ TEST(CostProbe, DISABLED_MeasureCpuCosts) {
   dr.commit_rows(0, static_cast<int>(L), caps.data());
 
   constexpr int kMaxN = 8;
-  std::vector<double> t_dec, t_ver[kMaxN + 1], t_prop_full, t_prop_rej, t_row1, t_row32;
+  std::vector<double> t_dec, t_ver[kMaxN + 1], t_prop_full, t_prop_rej, t_row1, t_row32, t_pair_full, t_pair_rej;
   int32_t rows[kMaxN];  // the greedy continuation (realistic expert routing), then back
   s.checkpoint();
   for (int k = 0; k < kMaxN; ++k) {
@@ -109,6 +109,35 @@ TEST(CostProbe, DISABLED_MeasureCpuCosts) {
       t_prop_rej.push_back(t.seconds());
       ASSERT_TRUE(p.conf0_rejected);
     }
+    // Overlap (spec/runtime.h): decode(1) and a proposal as one Backend::run_pair, then back.
+    for (int rej = 0; rej < 2; ++rej) {
+      struct Pair {
+        session::ModelSession* s;
+        spec::Drafter* d;
+        int32_t seed;
+        int64_t L;
+        const float* thr;
+        spec::Proposal* p;
+        bool ok = false;
+      } q{&s, &dr, seed, L, rej ? thr_rej : thr_all, &p};
+      const backend::Task dec_task{[](void* c) {
+                                     auto* x = static_cast<Pair*>(c);
+                                     x->ok = x->s->decode(x->seed).ok();
+                                   },
+                                   &q};
+      const backend::Task prop_task{[](void* c) {
+                                      auto* x = static_cast<Pair*>(c);
+                                      const int b = x->d->config().block_size;
+                                      x->d->propose(x->seed, x->L, b, std::span<const float>(x->thr, b), x->p);
+                                    },
+                                    &q};
+      s.checkpoint();
+      Timer t;
+      be->run_pair(dec_task, prop_task);
+      (rej ? t_pair_rej : t_pair_full).push_back(t.seconds());
+      ASSERT_TRUE(q.ok);
+      s.rollback();
+    }
     {  // context-row ingestion: the last 32 rows again, one at a time and as one batch
       const int64_t n = std::min<int64_t>(32, L);
       dr.ring_truncate(L - n);
@@ -143,6 +172,10 @@ TEST(CostProbe, DISABLED_MeasureCpuCosts) {
   std::printf("  verify(n) ~ %.3f + %.3f * n (n = 2..6)\n", base, row);
   std::printf("  propose full chain = %.3f [%.3f], conf0-rejected = %.3f [%.3f]\n", median(t_prop_full) / dec,
               lowest(t_prop_full) / dec_min, median(t_prop_rej) / dec, lowest(t_prop_rej) / dec_min);
+  std::printf("  overlapped (decode || proposal, one thread each) minus decode(1): full chain = %.3f [%.3f], "
+              "conf0-rejected = %.3f [%.3f]\n",
+              median(t_pair_full) / dec - 1.0, lowest(t_pair_full) / dec_min - 1.0, median(t_pair_rej) / dec - 1.0,
+              lowest(t_pair_rej) / dec_min - 1.0);
   std::printf("  ring ingestion per row: 1 at a time = %.4f, batch of 32 = %.4f\n", median(t_row1) / dec,
               median(t_row32) / dec);
 }
