@@ -61,8 +61,8 @@ struct SpecOptions {
   float cost_verify_row = 0.37f;
   float cost_draft = 1.00f;            // a proposal that reaches the vocab head
   float cost_draft_reject = 0.64f;     // a proposal stopped by the conf0 precheck
-  float cost_draft_overlap = 0.56f;    // the same two for a standalone proposal with overlap on
-  float cost_draft_reject_overlap = 0.21f;
+  float cost_draft_overlap = 1.00f;    // the same two for a standalone proposal with overlap on
+  float cost_draft_reject_overlap = 0.64f;
   int cost_window = 16;                // memory of the acceptance statistics (proposals)
   // Standalone proposals alongside the seed's decode, one thread each (spec/runtime.h
   // "Overlap"): -1 auto = on with exactly 2 engine threads, 0 off, 1 on. Speed only.

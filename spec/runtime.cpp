@@ -224,7 +224,7 @@ void Runtime::reset_policy() {
   since_proposal_ = 0;
   probe_gap_ = kProbeGapMin;
   probing_ = false;
-  overlap_hint_ = true;
+  overlap_passes_ = kOverlapMinPasses;
 }
 
 CostModel Runtime::cost_model(bool overlapped) const {
@@ -512,7 +512,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     want = false;
   }
   // Overlap: propose while the seed decodes when the gates are predicted to pass (header).
-  const bool pending = want && !have_proposal && overlap_on_ && overlap_hint_;
+  const bool pending = want && !have_proposal && overlap_on_ && overlap_passes_ >= kOverlapMinPasses;
   if (pending) {
     DS4_RETURN_IF_ERROR(decode_with_proposal(seed, L, n_allow));
   } else {
@@ -525,7 +525,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   if (!want) return Status();
   // A gate below says no: the cycle stays plain (an overlapped proposal is dropped uncounted).
   auto gated_out = [&] {
-    overlap_hint_ = false;
+    overlap_passes_ = 0;
     if (pending) ++stats_.overlap_discards;
   };
 
@@ -549,7 +549,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     probing_ = true;  // cold and the probe gap has passed: propose anyway, to keep learning
     ++stats_.cost_probes;
   }
-  if (!have_proposal) overlap_hint_ = true;
+  if (!have_proposal) overlap_passes_ = std::min(overlap_passes_ + 1, kOverlapMinPasses);
   const int n_drafted = have_proposal ? prop_.n : pending ? finish_proposal() : propose_drafts(seed, L, n_allow);
   int n = n_drafted;
   if (n == 0) {

@@ -112,8 +112,8 @@
 // max(decode, proposal) on one thread each beats decode + proposal on two. Gates that read
 // the seed's logits (margin gate, cost gate) still decide after the decode: a proposal they
 // reject is dropped uncounted (overlap_discards) and the cycle is what it would have been
-// without overlap. Whether to overlap is predicted from counters only (the last standalone
-// cycle that wanted a proposal got one). The ring is synced to L before the pair, as the
+// without overlap. Whether to overlap is predicted from counters only (the last two standalone
+// cycles that wanted a proposal got one). The ring is synced to L before the pair, as the
 // sequential path syncs it before proposing; every counter, draft and output is the same with
 // overlap on or off (tests/spec/overlap_test.cpp), only the time split moves: t_decode then
 // holds the pair's wall time and t_propose nothing of it.
@@ -145,11 +145,16 @@ inline constexpr float kCpuCostVerifyBase = 0.66f;
 inline constexpr float kCpuCostVerifyRow = 0.37f;
 inline constexpr float kCpuCostDraft = 1.00f;
 inline constexpr float kCpuCostDraftReject = 0.64f;
-// The same two when the proposal overlaps the seed's decode (standalone path with overlap on):
-// what the pair adds to decode(1). Probe of 2026-12-02 18:58 UTC, 2 threads, 60 reps
-// (AVX2 machine, decode 3.18 ms): full chain 0.56 (sequential 1.01), conf0-stopped 0.21 (0.69).
-inline constexpr float kCpuCostDraftOverlap = 0.56f;
-inline constexpr float kCpuCostDraftRejectOverlap = 0.21f;
+// The same two for a proposal that overlaps the seed's decode (standalone path, overlap on).
+// What the pair adds to decode(1) is lower (probe of 2026-12-02 18:58 UTC, 2 threads, 60 reps,
+// AVX2 machine, decode 3.18 ms: full chain 0.56 vs 1.01 sequential, conf0-stopped 0.21 vs
+// 0.69), but pricing overlapped proposals at those figures opened the gate more often and lost
+// 2-4% on every channel (bench 8 prompts x 128 tokens, costall: structured 1.139 -> 1.117,
+// code 1.023 -> 0.982, english 0.974 -> 0.956, italian 0.980 -> 0.964): a dropped pair and a
+// mispredicted overlap are not in the model. So by default they are priced like sequential
+// proposals; the flags let a backend with cheaper overlap say otherwise.
+inline constexpr float kCpuCostDraftOverlap = kCpuCostDraft;
+inline constexpr float kCpuCostDraftRejectOverlap = kCpuCostDraftReject;
 
 // Cost parameters of the gate (decode(1) = 1).
 struct CostModel {
@@ -372,10 +377,14 @@ class Runtime {
   AcceptModel& am() { return am_[state_]; }
   const AcceptModel& am() const { return am_[state_]; }
   void note_probe(bool productive);
-  // Overlap (counters only): on for this runtime; whether the last standalone cycle that
-  // wanted a proposal got past the gates (the prediction that this one will too).
+  // Overlap (counters only): on for this runtime; how many of the last standalone cycles that
+  // wanted a proposal got past the gates in a row (capped). Overlap when >= kOverlapMinPasses:
+  // a single pass after a gated cycle is a poor predictor where the margin alternates (code,
+  // bench "all": 61% of single-pass predictions were dropped), and a dropped pair costs the
+  // decode its second thread.
+  static constexpr int kOverlapMinPasses = 2;
   bool overlap_on_ = false;
-  bool overlap_hint_ = true;
+  int overlap_passes_ = kOverlapMinPasses;
   Proposal prop_;
   int32_t rows_[session::kMaxBatchRows] = {};
 };

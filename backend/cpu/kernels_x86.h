@@ -580,6 +580,19 @@ void iq2_xxs_rows_x86(const RowsArgs& a, int64_t b, int64_t e) {
   }
 }
 
+// Lane m of v = y[row m % R][output o + m / R] of an OO-output x R-row tile (lanes >= OO*R unused).
+template <int R, int OO>
+inline void store_tile(const RowsArgs& a, int64_t o, __m256 v) {
+  if constexpr (R == 1 && OO == 8) {
+    _mm256_storeu_ps(a.y + o, v);
+  } else {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, v);
+#pragma GCC unroll 8
+    for (int m = 0; m < R * OO; ++m) a.y[(m % R) * a.y_stride + o + m / R] = t[m];
+  }
+}
+
 // Prefetches the cache lines of block b of rows o..o+OO-1 (a tile reads OO rows block by
 // block, an access order the hardware stream prefetchers follow poorly).
 template <class Block, int OO>
@@ -673,15 +686,7 @@ __attribute__((always_inline)) inline void iq2_tile_avx2(const RowsArgs& a, cons
     const __m256 d = _mm256_mul_ps(wd, _mm256_loadu_ps(xd));
     sumf = _mm256_add_ps(sumf, _mm256_mul_ps(d, bsum));
   }
-  const __m256 out = _mm256_mul_ps(_mm256_set1_ps(0.125f), sumf);
-  if constexpr (R == 1 && OO == 8) {
-    _mm256_storeu_ps(a.y + o, out);
-  } else {
-    alignas(32) float t[8];
-    _mm256_store_ps(t, out);
-#pragma GCC unroll 8
-    for (int m = 0; m < L; ++m) a.y[(m % R) * a.y_stride + o + m / R] = t[m];
-  }
+  store_tile<R, OO>(a, o, _mm256_mul_ps(_mm256_set1_ps(0.125f), sumf));
 }
 
 template <int R>
@@ -860,14 +865,7 @@ __attribute__((always_inline)) inline void q2k_tile_avx2(const RowsArgs& a, cons
     const __m256 tc = _mm256_mul_ps(dmin, summs);
     sumf = _mm256_add_ps(sumf, _mm256_sub_ps(ta, tc));
   }
-  if constexpr (R == 1 && OO == 8) {
-    _mm256_storeu_ps(a.y + o, sumf);
-  } else {
-    alignas(32) float t[8];
-    _mm256_store_ps(t, sumf);
-#pragma GCC unroll 8
-    for (int m = 0; m < L; ++m) a.y[(m % R) * a.y_stride + o + m / R] = t[m];
-  }
+  store_tile<R, OO>(a, o, sumf);
 }
 
 template <int R>
