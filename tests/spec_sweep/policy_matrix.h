@@ -42,9 +42,11 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/flags.h"
 #include "engine/speculative.h"
 
 namespace ds4::spec_sweep {
@@ -94,8 +96,8 @@ inline constexpr int kDeepMinPrompts = 4;
 // kRotatedRunsPerPrompt, or DS4_SPEC_SWEEP_ROTATED (1..64) when set; read once.
 inline int rotated_runs_per_prompt() {
   static const int n = [] {
-    const char* v = std::getenv("DS4_SPEC_SWEEP_ROTATED");
-    const int e = v != nullptr ? std::atoi(v) : 0;
+    const std::optional<std::string> v = ds4::process_env()("DS4_SPEC_SWEEP_ROTATED");
+    const int e = v && !v->empty() ? std::atoi(v->c_str()) : 0;
     return e >= 1 && e <= 64 ? e : kRotatedRunsPerPrompt;
   }();
   return n;
