@@ -24,8 +24,6 @@
 namespace ds4::spec_test {
 namespace {
 
-bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
-
 // First prompt of a data/prompts channel: BOS + up to 160 tokens.
 std::vector<int32_t> channel_prompt(const tok::Tokenizer& tk, const char* channel) {
   std::ifstream in(std::string(DS4_SOURCE_DIR) + "/data/prompts/" + channel + ".jsonl");
