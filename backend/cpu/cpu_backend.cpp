@@ -38,8 +38,13 @@ namespace {
 
 using quant::BlockQ8K;
 
-// Multiply-adds below which sink attention runs on the caller alone.
-constexpr int64_t kInlineAttnWork = 1 << 18;
+// Multiply-adds below which sink attention runs on the caller alone (a pool job costs ~1 us
+// of hand-off on a 2-core AVX2 machine, i.e. a few thousand multiply-adds).
+constexpr int64_t kInlineAttnWork = 1 << 15;
+// Elements below which a row-wise or elementwise op (HC pre/post, RMSNorm, SwiGLU, the MoE
+// activation step) runs on the caller alone; above, rows (or element ranges) are split over
+// the pool. Each row's result never depends on the split.
+constexpr int64_t kInlineRowElems = 1024;
 // MoE: weight bytes per task, and total weight bytes below which a call runs inline.
 constexpr int64_t kMoeTaskBytes = 64 * 1024;
 constexpr int64_t kInlineMoeBytes = 48 * 1024;
@@ -88,25 +93,55 @@ class CpuBackend final : public Backend {
 
   void rms_norm(const RmsNormParams& p) override {
     const int64_t stride = p.stride ? p.stride : p.n;
-    cpu::rms_norm_rows(p.x, p.weight, p.out, p.n, stride, p.n_rows, p.eps);
+    split_rows(p.n_rows, p.n, [&](int64_t b, int64_t e) {
+      cpu::rms_norm_rows(p.x + b * stride, p.weight, p.out + b * stride, p.n, stride, static_cast<int>(e - b), p.eps);
+    });
   }
 
+  // Several rows: each chunk of rows runs the whole chain (norm, mix matmul, Sinkhorn, stream
+  // sum) on one thread; the matmul inside runs inline there (re-entrant pool use). One row:
+  // the mix matmul itself is split over output rows.
   void hc_pre(const HcPreParams& p) override {
     const int64_t hc_dim = p.n_hc * p.n_embd;
     const int64_t mix_dim = 2 * p.n_hc + p.n_hc * p.n_hc;
-    rms_norm_rows_to(p.x, p.flat, hc_dim, p.n_rows, p.norm_eps);
-    MatmulParams mp;
-    mp.w = p.fn;
-    mp.x = p.flat;
-    mp.x_stride = hc_dim;
-    mp.y = p.mix;
-    mp.y_stride = mix_dim;
-    mp.n_rows = p.n_rows;
-    mm_.matmul(mp);
-    cpu::hc_pre_finish_rows(p);  // Sinkhorn split + weighted stream sum per row
+    const int64_t nn = static_cast<int64_t>(p.n_hc) * p.n_hc;
+    split_rows(p.n_rows, hc_dim, [&](int64_t b, int64_t e) {
+      const int n = static_cast<int>(e - b);
+      rms_norm_rows_to(p.x + b * hc_dim, p.flat + b * hc_dim, hc_dim, n, p.norm_eps);
+      MatmulParams mp;
+      mp.w = p.fn;
+      mp.x = p.flat + b * hc_dim;
+      mp.x_stride = hc_dim;
+      mp.y = p.mix + b * mix_dim;
+      mp.y_stride = mix_dim;
+      mp.n_rows = n;
+      mm_.matmul(mp);
+      HcPreParams q = p;  // Sinkhorn split + weighted stream sum of rows [b, e)
+      q.x = p.x + b * hc_dim;
+      q.flat = p.flat + b * hc_dim;
+      q.mix = p.mix + b * mix_dim;
+      q.post = p.post + b * p.n_hc;
+      q.comb = p.comb + b * nn;
+      q.y = p.y + b * p.n_embd;
+      q.n_rows = n;
+      cpu::hc_pre_finish_rows(q);
+    });
   }
 
-  void hc_post(const HcPostParams& p) override { cpu::hc_post_rows(p); }
+  void hc_post(const HcPostParams& p) override {
+    const int64_t hc_dim = p.n_hc * p.n_embd;
+    const int64_t nn = static_cast<int64_t>(p.n_hc) * p.n_hc;
+    split_rows(p.n_rows, hc_dim, [&](int64_t b, int64_t e) {
+      HcPostParams q = p;
+      q.x = p.x + b * hc_dim;
+      q.f = p.f + b * p.n_embd;
+      q.post = p.post + b * p.n_hc;
+      q.comb = p.comb + b * nn;
+      q.out = p.out + b * hc_dim;
+      q.n_rows = static_cast<int>(e - b);
+      cpu::hc_post_rows(q);
+    });
+  }
 
   void rope_tail(const RopeTailParams& p) override {
     cpu::rope_tail_rows(p.x, p.n_head, p.head_dim, p.n_rot, p.pos, p.rope, p.inverse);
@@ -218,11 +253,13 @@ class CpuBackend final : public Backend {
   }
 
   void swiglu(const SwigluParams& p) override {
-    for (int64_t k = 0; k < p.n; ++k) {
-      const float g = std::min(p.gate[k], p.clamp);
-      const float u = std::min(std::max(p.up[k], -p.clamp), p.clamp);
-      p.out[k] = cpu::silu(g) * u;
-    }
+    split_rows(p.n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const float g = std::min(p.gate[k], p.clamp);
+        const float u = std::min(std::max(p.up[k], -p.clamp), p.clamp);
+        p.out[k] = cpu::silu(g) * u;
+      }
+    });
   }
 
   void route(const RouteParams& p) override {
@@ -340,18 +377,20 @@ class CpuBackend final : public Backend {
       cpu::expert_matmul(em.expert(p.sel[order[q0]]).rows(o0, cnt_o), xg + q0 * xb, xb, cnt, y, n_ff, nullptr);
     });
     const float clamp = p.clamp;
-    for (int q = 0; q < n_pairs; ++q) {
-      float* m = mid + static_cast<int64_t>(q) * n_ff;
-      const float* gq = gbuf + static_cast<int64_t>(q) * n_ff;
-      const float* uq = ubuf + static_cast<int64_t>(q) * n_ff;
-      const float w = p.wt[order[q]];
-      for (int64_t r = 0; r < n_ff; ++r) {
-        const float gv = std::min(gq[r], clamp);
-        const float uv = std::min(std::max(uq[r], -clamp), clamp);
-        m[r] = cpu::silu(gv) * uv * w;
+    split_rows(n_pairs, n_ff, [&](int64_t qb, int64_t qe) {
+      for (int64_t q = qb; q < qe; ++q) {
+        float* m = mid + q * n_ff;
+        const float* gq = gbuf + q * n_ff;
+        const float* uq = ubuf + q * n_ff;
+        const float w = p.wt[order[q]];
+        for (int64_t r = 0; r < n_ff; ++r) {
+          const float gv = std::min(gq[r], clamp);
+          const float uv = std::min(std::max(uq[r], -clamp), clamp);
+          m[r] = cpu::silu(gv) * uv * w;
+        }
+        cpu::quantize_q8_k_act(m, midq + q * mb, n_ff);
       }
-      cpu::quantize_q8_k_act(m, midq + q * mb, n_ff);
-    }
+    });
     // Down: task t = (group, output chunk).
     const int64_t d_rows = chunk_rows(p.down.row_bytes, n_embd, n_groups);
     const int64_t d_chunks = (n_embd + d_rows - 1) / d_rows;
@@ -387,6 +426,19 @@ class CpuBackend final : public Backend {
     }
     rows = (rows + 7) / 8 * 8;
     return std::min(rows, n_out);
+  }
+  // fn(b, e) over [0, n_items) of items of item_elems elements each: on the caller alone when
+  // the total is below kInlineRowElems, else in about one chunk per thread (chunks are whole
+  // items; what each item computes never depends on the chunking).
+  template <typename F>
+  void split_rows(int64_t n_items, int64_t item_elems, F&& fn) {
+    const int64_t nt = pool_.n_threads();
+    int64_t grain = n_items;
+    if (nt > 1 && n_items > 1 && n_items * item_elems >= kInlineRowElems) {
+      const int64_t chunks = std::min<int64_t>(n_items, nt);
+      grain = (n_items + chunks - 1) / chunks;
+    }
+    pool_.parallel_for(n_items, grain, fn);
   }
   // Runs fn(t) for t < n_tasks over the pool (on the caller alone when the work is small).
   template <typename F>

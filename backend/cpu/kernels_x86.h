@@ -43,22 +43,28 @@ inline const uint8_t* xrow(const RowsArgs& a, int k) {
 }
 
 // ---- shared reductions ----------------------------------------------------------------------
-// Lane k (< R) = horizontal int32 sum of v[k]; lanes >= R are 0.
+// Lane k (< R) = horizontal int32 sum of v[k]; lanes >= R are 0 (integer sums: any order is
+// exact). Each vector is first folded to 128 bits, then four at a time are transposed and
+// added with 128-bit unpacks: on parts that split 256-bit ops (Zen 1) vphaddd ymm and
+// vperm2i128 cost several uops each, and this form has neither.
+inline __m128i fold128(__m256i v) {
+  return _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+}
+// [Σa, Σb, Σc, Σd] of four 4-lane vectors.
+inline __m128i hsum4x4(__m128i a, __m128i b, __m128i c, __m128i d) {
+  const __m128i ab = _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
+  const __m128i cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
+  return _mm_add_epi32(_mm_unpacklo_epi64(ab, cd), _mm_unpackhi_epi64(ab, cd));
+}
 template <int R>
 inline __m256i hsum_lanes(const __m256i* v) {
-  const __m256i z = _mm256_setzero_si256();
-  const __m256i h01 = _mm256_hadd_epi32(v[0], R > 1 ? v[1] : z);
-  const __m256i h23 = R > 2 ? _mm256_hadd_epi32(v[2], R > 3 ? v[3] : z) : z;
-  const __m256i h0123 = _mm256_hadd_epi32(h01, h23);
-  __m256i h4567 = z;
-  if constexpr (R > 4) {
-    const __m256i h45 = _mm256_hadd_epi32(v[4], R > 5 ? v[5] : z);
-    const __m256i h67 = R > 6 ? _mm256_hadd_epi32(v[6], R > 7 ? v[7] : z) : z;
-    h4567 = _mm256_hadd_epi32(h45, h67);
-  }
-  const __m256i lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
-  const __m256i hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
-  return _mm256_add_epi32(lo, hi);
+  static_assert(R >= 1 && R <= 8);
+  __m128i f[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) f[k] = k < R ? fold128(v[k]) : _mm_setzero_si128();
+  const __m128i lo = hsum4x4(f[0], f[1], f[2], f[3]);
+  const __m128i hi = R > 4 ? hsum4x4(f[4], f[5], f[6], f[7]) : _mm_setzero_si128();
+  return _mm256_set_m128i(hi, lo);
 }
 
 // Lane k (< R) = the f32 at byte offset k·stride from p; other lanes 0. Built from scalar
@@ -342,8 +348,11 @@ inline void q8_tile(const RowsArgs& a, int64_t o0, const Q8Cache<Dot, R>& c, int
   __m256 acc = _mm256_load_ps(t);
   for (int64_t b = 0; b < nc; ++b) {
     __m256i v[L];
+    // Fully unrolled so v[] stays in registers (a rolled k loop spills it to the stack).
+#pragma GCC unroll 8
     for (int i = 0; i < OO; ++i) {
       const auto pw = Dot::prep_w(w[i][b].qs);
+#pragma GCC unroll 8
       for (int k = 0; k < R; ++k) v[i * R + k] = Dot::dot(pw, c.px[b][k]);
     }
     const __m256 isum = _mm256_cvtepi32_ps(hsum_lanes<L>(v));
