@@ -59,21 +59,22 @@ namespace {
 constexpr const char* kDefaultModel = "ds4-tiny.gguf";
 constexpr const char* kDefaultDrafter = "ds4-tiny-dspark.gguf";
 constexpr const char* kDefaultChannels = "structured,code,english,italian";
-constexpr const char* kAllPolicies = "baseline,fold,grid,backoff,margin,all";
-constexpr const char* kMorePolicies = "cost,costfold,costall,noscheduler";  // opt-in
+// Default policy list: the seed's knobs one at a time, all of them, and the engine's default
+// (costall); every name of ds4::kDsparkPolicies is accepted.
+constexpr const char* kBenchPolicies = "baseline,fold,grid,backoff,margin,all,costall";
 
 struct Options {
   std::string model;
   std::string mtp;
   std::string prompts_dir = DS4_PROMPTS_DIR;
   std::string channels = kDefaultChannels;
-  std::string policies = kAllPolicies;
+  std::string policies = kBenchPolicies;
   int prompts = 4;
   int gen_tokens = 128;
   int max_prompt_tokens = 512;
   float confidence = 0.6f;
-  std::string grid = "0.55,0.6,0.65";
-  float margin = 2.0f;
+  std::string grid = kDefaultDsparkGrid;
+  float margin = kDefaultDsparkMarginGate;
   SpecOptions cost;  // cost gate parameters and overlap (cost_gate itself is set per policy)
   int warmup = 1;
   std::string csv;
@@ -192,8 +193,9 @@ Status validate(const Options& o) {
   return Status();
 }
 
-// The named policy configurations: each "+X" changes one knob from the baseline
-// (scheduler on, fold off, flat confidence); "all" turns every knob on.
+// The named policy configurations (ds4::apply_dspark_policy, the table the CLI's
+// --dspark-policy uses): each "+X" changes one knob from the baseline (scheduler on, fold
+// off, flat confidence); "all" turns every knob on, "costall" adds the cost gate.
 Expected<std::vector<Policy>> make_policies(const Options& o) {
   SpecOptions base;
   base.confidence = o.confidence;
@@ -212,37 +214,7 @@ Expected<std::vector<Policy>> make_policies(const Options& o) {
   std::vector<Policy> out;
   for (const std::string& name : split_list(o.policies)) {
     Policy p{name, base};
-    if (name == "baseline") {
-    } else if (name == "fold") {
-      p.spec.fold = true;
-    } else if (name == "grid") {
-      p.spec.confidence_grid = grid;
-    } else if (name == "backoff") {
-      p.spec.backoff = true;
-    } else if (name == "margin") {
-      p.spec.margin_gate = o.margin;
-    } else if (name == "cost") {
-      p.spec.cost_gate = true;
-    } else if (name == "costfold") {
-      p.spec.cost_gate = true;
-      p.spec.fold = true;
-    } else if (name == "costall") {
-      p.spec.cost_gate = true;
-      p.spec.fold = true;
-      p.spec.confidence_grid = grid;
-      p.spec.backoff = true;
-      p.spec.margin_gate = o.margin;
-    } else if (name == "noscheduler") {
-      p.spec.scheduler = false;
-    } else if (name == "all") {
-      p.spec.fold = true;
-      p.spec.confidence_grid = grid;
-      p.spec.backoff = true;
-      p.spec.margin_gate = o.margin;
-    } else {
-      return invalid_argument("unknown policy '%s' (known: %s,%s)", name.c_str(), kAllPolicies,
-                              kMorePolicies);
-    }
+    DS4_RETURN_IF_ERROR(apply_dspark_policy(name, grid, o.margin, &p.spec));
     out.push_back(std::move(p));
   }
   return out;
@@ -415,7 +387,7 @@ int main_impl(int argc, char** argv) {
       .option("--prompts-dir", &o.prompts_dir, "Folder with <channel>.jsonl prompt sets", "", "DIR")
       .option("--channels", &o.channels, "Comma-separated channels (file stems)", "", "LIST")
       .option("--policies", &o.policies,
-              std::string("Comma-separated policies: ") + kAllPolicies + "," + kMorePolicies, "", "LIST")
+              std::string("Comma-separated policies (") + kDsparkPolicies + ")", "", "LIST")
       .option("-n,--prompts", &o.prompts, "Prompts per channel (the first N lines)")
       .option("--gen-tokens", &o.gen_tokens, "Greedy tokens per run (EOS excluded)")
       .option("--max-prompt-tokens", &o.max_prompt_tokens, "Cut each prompt to this many tokens (BOS included)")
@@ -438,7 +410,7 @@ int main_impl(int argc, char** argv) {
       .option("--cost-window", &o.cost.cost_window, "Cost gate: memory of the acceptance statistics (proposals)",
               "DS4_DSPARK_COST_WINDOW")
       .option("--overlap", &o.cost.overlap,
-              "All policies: propose while the seed decodes, one thread each: -1 auto (on with 2 threads), 0 off, 1 on",
+              "All policies: propose while the seed decodes, one thread each: -1 auto (on with 2 threads, no cost gate), 0 off, 1 on",
               "DS4_DSPARK_OVERLAP")
       .option("--warmup", &o.warmup, "Untimed plain + DSpark warm-up runs (16 tokens, first prompt)")
       .option("--csv", &o.csv, "Also write the table as CSV here", "", "FILE")
@@ -517,7 +489,7 @@ int main_impl(int argc, char** argv) {
               o.cost.cost_window);
   std::printf("# overlap (standalone proposal alongside the seed's decode, one thread each): %s; overlapped "
               "draft %.2f, rejected %.2f (the model ratio counts every proposal at the full costs)\n",
-              o.cost.overlap < 0 ? "auto (on with 2 threads)" : (o.cost.overlap > 0 ? "on" : "off"),
+              o.cost.overlap < 0 ? "auto (on with 2 threads, no cost gate)" : (o.cost.overlap > 0 ? "on" : "off"),
               o.cost.cost_draft_overlap, o.cost.cost_draft_reject_overlap);
 
   for (int w = 0; w < o.warmup; ++w) {

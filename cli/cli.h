@@ -39,12 +39,13 @@ struct Options {
   bool interactive = false;
   bool dspark = false;
   float dspark_confidence = 0.6f;
-  std::string dspark_grid;       // "a,b,c" per-position thresholds (last extends)
+  std::string dspark_policy = kDefaultDsparkPolicy;  // preset (engine/speculative.h), then the knobs below
+  std::string dspark_grid;       // "a,b,c" per-position thresholds (last extends); empty = the preset's
   bool dspark_fold = false;
   int dspark_fold_partial = 0;   // 0/1: also fold after a partial accept (see spec/runtime.h)
   int dspark_scheduler = 1;      // 0 = off
   bool dspark_backoff = false;
-  float dspark_margin_gate = 0.0f;
+  float dspark_margin_gate = -1.0f;  // < 0: the preset's (0 or kDefaultDsparkMarginGate)
   bool dspark_replay = false;
   bool dspark_stats = false;
   bool dspark_cost_gate = false;                // cost-aware engagement (spec/runtime.h)
@@ -74,6 +75,9 @@ struct Loaded {
 // (Re)binds the DSpark decoder to loaded.session, which must be empty (before its prefill).
 // No-op without --dspark.
 Status attach_decoder(const Options& o, Loaded& loaded);
+// The DSpark options of the flags: --dspark-policy's preset, then the individual switches
+// (kInvalidArgument for an unknown preset or a bad grid).
+Expected<SpecOptions> dspark_spec_options(const Options& o);
 // Replaces loaded.session with a fresh one of n_ctx tokens (decoder re-attached).
 Status replace_session(const Options& o, Loaded& loaded, int n_ctx);
 

@@ -70,11 +70,15 @@ void declare_flags(FlagTable& t, Options& o) {
       .flag("--dspark", &o.dspark,
             "DSpark speculative decoding, greedy only, output identical to plain decoding "
             "(drafter: --mtp, or the bundled one with the default model)")
+      .option("--dspark-policy", &o.dspark_policy,
+              std::string("DSpark: policy preset, then the switches below add to it (") + kDsparkPolicies +
+                  "; costall = fold + grid + backoff + margin gate + cost gate)",
+              "DS4_DSPARK_POLICY", "NAME")
       .option("--dspark-confidence", &o.dspark_confidence,
               "DSpark: sigmoid confidence threshold per draft position, 0..1",
               "DS4_DSPARK_CONFIDENCE")
       .option("--dspark-confidence-grid", &o.dspark_grid,
-              "DSpark: per-position thresholds 'a,b,c' (last value extends)",
+              "DSpark: per-position thresholds 'a,b,c' (last value extends; default: the preset's)",
               "DS4_DSPARK_CONFIDENCE_GRID", "LIST")
       .flag("--dspark-fold", &o.dspark_fold,
             "DSpark: verify the seed as row 0 after a full accept", "DS4_DSPARK_FOLD")
@@ -87,7 +91,7 @@ void declare_flags(FlagTable& t, Options& o) {
             "DSpark: pause x2 per unproductive cycle (<= x8), bar +0.05 (<= +0.20)",
             "DS4_DSPARK_SCHEDULER_BACKOFF")
       .option("--dspark-margin-gate", &o.dspark_margin_gate,
-              "DSpark: skip standalone proposals when target top1-top2 < this (logits)",
+              "DSpark: skip standalone proposals when target top1-top2 < this (logits; -1 = the preset's)",
               "DS4_DSPARK_MARGIN_GATE")
       .flag("--dspark-replay", &o.dspark_replay,
             "DSpark: commit partial accepts by rollback + decode (strict control)",
@@ -118,7 +122,7 @@ void declare_flags(FlagTable& t, Options& o) {
               "DSpark cost gate: memory of the acceptance statistics, proposals",
               "DS4_DSPARK_COST_WINDOW")
       .option("--dspark-overlap", &o.dspark_overlap,
-              "DSpark: propose while the seed decodes, one thread each: -1 auto (on with 2 threads), 0 off, 1 on",
+              "DSpark: propose while the seed decodes, one thread each: -1 auto (on with 2 threads, no cost gate), 0 off, 1 on",
               "DS4_DSPARK_OVERLAP")
       .flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
       .flag("--cuda", &o.cuda, "Run on the CUDA backend")
@@ -150,8 +154,9 @@ Status validate(const Options& o) {
   if (!o.prompt.empty() && !o.prompt_file.empty()) {
     return invalid_argument("-p/--prompt and --prompt-file are exclusive");
   }
-  if (!(o.dspark_margin_gate >= 0.0f)) {
-    return invalid_argument("--dspark-margin-gate must be >= 0, got %g", o.dspark_margin_gate);
+  if (!(o.dspark_margin_gate >= 0.0f) && o.dspark_margin_gate != -1.0f) {
+    return invalid_argument("--dspark-margin-gate must be >= 0 (or -1 for the preset's), got %g",
+                            o.dspark_margin_gate);
   }
   if (!(o.dspark_cost_verify_base >= 0.0f && o.dspark_cost_verify_row >= 0.0f &&
         o.dspark_cost_draft >= 0.0f && o.dspark_cost_draft_reject >= 0.0f &&
@@ -167,6 +172,10 @@ Status validate(const Options& o) {
   if (!o.dspark_grid.empty()) {
     std::vector<float> grid;
     DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &grid));
+  }
+  {
+    SpecOptions probe;
+    DS4_RETURN_IF_ERROR(apply_dspark_policy(o.dspark_policy, {}, 0.0f, &probe));
   }
   if (o.dspark && o.mtp.empty() && !o.model.empty()) {
     return invalid_argument("--dspark needs the drafter GGUF: pass it with --mtp FILE");

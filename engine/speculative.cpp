@@ -75,12 +75,54 @@ SpecSummary SpeculativeDecoder::summary() const {
   return r;
 }
 
-std::string SpeculativeDecoder::stats_report() const { return impl_->runtime.stats().report(); }
+std::string SpeculativeDecoder::stats_report() const { return impl_->runtime.report(); }
 
 void SpeculativeDecoder::reset_policy() { impl_->runtime.reset_policy(); }
 
 Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* out) {
   return spec::parse_confidence_grid(text, out);
+}
+
+Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid, float margin, SpecOptions* so) {
+  // The seed's baseline, then the preset's knobs.
+  so->scheduler = true;
+  so->fold = false;
+  so->confidence_grid.clear();
+  so->backoff = false;
+  so->margin_gate = 0.0f;
+  so->cost_gate = false;
+  auto all = [&] {
+    so->fold = true;
+    so->confidence_grid = grid;
+    so->backoff = true;
+    so->margin_gate = margin;
+  };
+  if (name == "baseline") {
+  } else if (name == "fold") {
+    so->fold = true;
+  } else if (name == "grid") {
+    so->confidence_grid = grid;
+  } else if (name == "backoff") {
+    so->backoff = true;
+  } else if (name == "margin") {
+    so->margin_gate = margin;
+  } else if (name == "all") {
+    all();
+  } else if (name == "cost") {
+    so->cost_gate = true;
+  } else if (name == "costfold") {
+    so->cost_gate = true;
+    so->fold = true;
+  } else if (name == "costall") {
+    all();
+    so->cost_gate = true;
+  } else if (name == "noscheduler") {
+    so->scheduler = false;
+  } else {
+    return invalid_argument("unknown DSpark policy '%.*s' (known: %s)", static_cast<int>(name.size()), name.data(),
+                            kDsparkPolicies);
+  }
+  return Status();
 }
 
 Expected<std::unique_ptr<spec::Drafter>> load_dspark_drafter(const model::Model& target,

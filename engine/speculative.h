@@ -41,6 +41,8 @@ namespace ds4 {
 // DS4_DSPARK_CONFIDENCE, _CONFIDENCE_GRID, _FOLD, _FOLD_PARTIAL, _SCHEDULER, _SCHEDULER_BACKOFF,
 // _MARGIN_GATE, _REPLAY, _STATS, _COST_GATE, _COST_VERIFY_BASE, _COST_VERIFY_ROW, _COST_DRAFT,
 // _COST_DRAFT_REJECT, _COST_DRAFT_OVERLAP, _COST_DRAFT_REJECT_OVERLAP, _COST_WINDOW, _OVERLAP).
+// SpecOptions{} holds the seed's baseline policy; frontends start from the default preset
+// instead (apply_dspark_policy(kDefaultDsparkPolicy, ...), below) and layer their flags on it.
 struct SpecOptions {
   float confidence = 0.6f;             // σ threshold per draft position
   std::vector<float> confidence_grid;  // per-position thresholds, last extends (empty = flat)
@@ -57,20 +59,40 @@ struct SpecOptions {
   // tokens beat the expected cost. Costs in decode(1) units; defaults = spec::kCpuCost*
   // (measured on the CPU backend; static_assert'ed equal in speculative.cpp).
   bool cost_gate = false;
-  float cost_verify_base = 0.66f;      // verify(n) ~ base + row * n
-  float cost_verify_row = 0.37f;
-  float cost_draft = 1.00f;            // a proposal that reaches the vocab head
-  float cost_draft_reject = 0.64f;     // a proposal stopped by the conf0 precheck
-  float cost_draft_overlap = 1.00f;    // the same two for a standalone proposal with overlap on
-  float cost_draft_reject_overlap = 0.64f;
+  float cost_verify_base = 0.47f;      // verify(n) ~ base + row * n
+  float cost_verify_row = 0.49f;
+  float cost_draft = 1.18f;            // a proposal that reaches the vocab head
+  float cost_draft_reject = 0.80f;     // a proposal stopped by the conf0 precheck
+  float cost_draft_overlap = 1.18f;    // the same two for a standalone proposal with overlap on
+  float cost_draft_reject_overlap = 0.80f;
   int cost_window = 16;                // memory of the acceptance statistics (proposals)
   // Standalone proposals alongside the seed's decode, one thread each (spec/runtime.h
-  // "Overlap"): -1 auto = on with exactly 2 engine threads, 0 off, 1 on. Speed only.
+  // "Overlap"): -1 auto = on with exactly 2 engine threads and no cost gate, 0 off, 1 on.
+  // Speed only.
   int overlap = -1;
 };
 
 // "0.55,0.6,0.65" -> thresholds (each in [0, 1]); kInvalidArgument names the bad item.
 Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* out);
+
+// Named policy presets, one table for the ds4 CLI (--dspark-policy) and ds4-bench-spec
+// (--policies). Each sets only the policy knobs (fold, grid, backoff, margin gate, cost gate,
+// scheduler) starting from the seed's baseline (scheduler on, everything else off):
+//   baseline | fold | grid | backoff | margin   the baseline, or it plus that one knob
+//   all                                         fold + grid + backoff + margin
+//   cost | costfold | costall                   the cost gate alone, + fold, + all
+//   noscheduler                                 the baseline without the pause scheduler
+// Default: costall. On the CPU backend it is the only preset that kept every benchmark
+// channel at >= 0.99x plain (bench 8 prompts x 128 tokens, 2 threads, AVX2, 2026-12-03):
+// the plain-scheduler presets lose 15-30% on code and prose, where few drafts are accepted.
+inline constexpr const char* kDsparkPolicies = "baseline,fold,grid,backoff,margin,all,cost,costfold,costall,noscheduler";
+inline constexpr const char* kDefaultDsparkPolicy = "costall";
+inline constexpr const char* kDefaultDsparkGrid = "0.55,0.6,0.65";  // grid of the *grid / *all presets
+inline constexpr float kDefaultDsparkMarginGate = 2.0f;             // margin of the *margin / *all presets
+// Sets the policy knobs of `so` for preset `name` (other fields untouched); `grid` and
+// `margin` are the values the presets with a grid / margin gate use. kInvalidArgument for an
+// unknown name (the message lists the known ones).
+Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid, float margin, SpecOptions* so);
 
 // Counters a frontend may show (the full set is in stats_report()).
 struct SpecSummary {

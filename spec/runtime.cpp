@@ -194,7 +194,8 @@ void DSparkProposer::propose(int32_t anchor, int64_t pos, int n_max, std::span<c
 // ---- Runtime ----
 
 Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s), p_(p), cfg_(std::move(cfg)) {
-  overlap_on_ = cfg_.overlap > 0 || (cfg_.overlap < 0 && s_.backend().n_threads() == 2);
+  // Auto: only without the cost gate (runtime.h "Overlap": under the gate it lost up to 2.5%).
+  overlap_on_ = cfg_.overlap > 0 || (cfg_.overlap < 0 && s_.backend().n_threads() == 2 && !cfg_.cost_gate);
   std::vector<int> layers = p_.capture_layers();
   if (!layers.empty()) {
     s_.set_capture_layers(layers);
@@ -204,11 +205,20 @@ Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s),
 }
 
 Runtime::~Runtime() {
-  if (cfg_.stats && stats_.cycles > 0) std::fputs(stats_.report().c_str(), stderr);  // DS4_DSPARK_STATS
+  if (cfg_.stats && stats_.cycles > 0) std::fputs(report().c_str(), stderr);  // DS4_DSPARK_STATS
   if (!p_.capture_layers().empty()) {
     s_.set_capture_sink({});
     s_.set_capture_layers({});
   }
+}
+
+std::string Runtime::report() const {
+  char buf[192];
+  std::snprintf(buf, sizeof buf, "dspark: policy fold=%d grid=%d backoff=%d margin=%g cost_gate=%d scheduler=%d overlap=%d\n",
+                cfg_.fold ? 1 : 0, static_cast<int>(cfg_.confidence_grid.size()), cfg_.backoff ? 1 : 0,
+                static_cast<double>(cfg_.margin_gate), cfg_.cost_gate ? 1 : 0, cfg_.scheduler ? 1 : 0,
+                overlap_on_ ? 1 : 0);
+  return buf + stats_.report();
 }
 
 void Runtime::reset_policy() {

@@ -105,11 +105,16 @@
 // Decisions read counters, the proposal and the target's logits only (no clock): reproducible.
 //
 // Overlap (SpecConfig::overlap, --dspark-overlap, DS4_DSPARK_OVERLAP; auto = on with exactly 2
-// backend threads). A standalone proposal from seed t at position L reads only the drafter's
-// ring rows < L, never the seed's decode, so the runtime may run the two at once through
-// Backend::run_pair (each on one thread) instead of one after the other on both threads. On
-// the CPU a decode scales poorly to 2 threads (~1.35x) and so does a 5-row drafter block, so
-// max(decode, proposal) on one thread each beats decode + proposal on two. Gates that read
+// backend threads and the cost gate off). A standalone proposal from seed t at position L reads
+// only the drafter's ring rows < L, never the seed's decode, so the runtime may run the two at
+// once through Backend::run_pair (each on one thread) instead of one after the other on both
+// threads. When it was introduced, a decode scaled poorly to 2 threads (~1.35x) and so did a
+// 5-row drafter block, so max(decode, proposal) on one thread each beat decode + proposal on
+// two. Since the CPU backend splits small ops too (2026-12-03: decode 1.25x faster on 2
+// threads), the pair adds ~0.97 decode for a full chain vs 1.18 sequential, and with the cost
+// gate on it lost (bench costall, 8 prompts x 128 tokens: english 0.997 -> 0.972, italian
+// 0.994 -> 0.985, structured/code equal), hence auto = off under the cost gate; the plain
+// scheduler presets still gain from it (baseline ALL 0.772 -> 0.891). Gates that read
 // the seed's logits (margin gate, cost gate) still decide after the decode: a proposal they
 // reject is dropped uncounted (overlap_discards) and the cycle is what it would have been
 // without overlap. Whether to overlap is predicted from counters only (the last two standalone
@@ -118,13 +123,14 @@
 // overlap on or off (tests/spec/overlap_test.cpp), only the time split moves: t_decode then
 // holds the pair's wall time and t_propose nothing of it.
 // CPU defaults (kCpuCost*): tests/spec/cost_probe_test.cpp (DISABLED_ probe) on
-// models/ds4-tiny.gguf + ds4-tiny-dspark.gguf, 2 threads, 150 interleaved reps, tree of
-// 2026-12-02 15:50 UTC (median ~ min on a quiet box): verify(n) = 0.98 1.44-1.50 1.68 2.07
-// 2.47 2.86-2.98 3.33 3.73 for n = 1..8 -> 0.66 + 0.37 n; a proposal (3 stages x 5 block rows
-// + the vocab head for 5 rows) 1.00-1.05 -> 1.00; stopped by conf0 0.63-0.66 -> 0.64; ring
-// ingestion 0.006/row batched, 0.010/row one at a time. An hour earlier (before the backend's
-// kernel work, loaded box, min of reps) it was 0.40 + 0.57 n, 1.25, 0.85: these move with the
-// kernels; re-measure with the probe (and per backend/model) and pass them as flags.
+// models/ds4-tiny.gguf + ds4-tiny-dspark.gguf, 2 threads, 40 reps, AVX2 2-core machine (Zen 1,
+// 2 GHz), tree of 2026-12-03 00:00 UTC, two runs: decode(1) 2.11-2.15 ms; verify(n) ~ 0.474 +
+// 0.485-0.494 n (n = 2..6) -> 0.47 + 0.49 n; a proposal (3 stages x 6 block rows + the vocab
+// head for 5 rows) 1.175-1.181 -> 1.18; stopped by conf0 0.80; ring ingestion 0.012/row
+// batched, 0.015/row one at a time. Before the backend split small ops over both threads the
+// same probe gave 0.66 + 0.37 n, 1.00 and 0.64 (a decode was slower, so everything else was
+// cheaper in its units). These move with the kernels and the threading: re-measure with the
+// probe (and per backend/model) and pass them as flags.
 #pragma once
 
 #include <cstdint>
@@ -141,10 +147,10 @@
 namespace ds4::spec {
 
 // CPU defaults of the cost gate (decode(1) = 1; see the header comment for how they were measured).
-inline constexpr float kCpuCostVerifyBase = 0.66f;
-inline constexpr float kCpuCostVerifyRow = 0.37f;
-inline constexpr float kCpuCostDraft = 1.00f;
-inline constexpr float kCpuCostDraftReject = 0.64f;
+inline constexpr float kCpuCostVerifyBase = 0.47f;
+inline constexpr float kCpuCostVerifyRow = 0.49f;
+inline constexpr float kCpuCostDraft = 1.18f;
+inline constexpr float kCpuCostDraftReject = 0.80f;
 // The same two for a proposal that overlaps the seed's decode (standalone path, overlap on).
 // What the pair adds to decode(1) is lower (probe of 2026-12-02 18:58 UTC, 2 threads, 60 reps,
 // AVX2 machine, decode 3.18 ms: full chain 0.56 vs 1.01 sequential, conf0-stopped 0.21 vs
@@ -310,6 +316,9 @@ class Runtime {
   Status step(int max_new, int32_t stop_token, int32_t banned_token, std::vector<int32_t>* out);
 
   const SpecStats& stats() const { return stats_; }
+  // "dspark: policy fold=F grid=G backoff=B margin=M cost_gate=C scheduler=S overlap=O" (G = grid
+  // length, O = whether overlap is on) followed by stats().report(): what --dspark-stats prints.
+  std::string report() const;
   const SpecConfig& config() const { return cfg_; }
   bool fold_armed() const { return fold_armed_; }
   // Cost gate: statistics per state (cold/warm x margin bucket); warm = the previous cycle's

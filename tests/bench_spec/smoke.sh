@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/bench_spec/smoke.sh CHECK BENCH TARGET DRAFTER SRC WORK — one smoke check of
 # ds4-bench-spec (see tests.cmake). Exits non-zero with a message on the first failure.
-#   smoke     1 prompt/channel, 16 tokens, all six policies, confidence 0 (the random drafter
-#             then proposes on every unpaused cycle): exit 0, 24 rows "ok 1/1" + 6 ALL rows,
-#             the identity line, a CSV with a header + 30 rows, one outputs file per channel.
+#   smoke     1 prompt/channel, 16 tokens, the seven default policies, confidence 0 (the random
+#             drafter then proposes on every unpaused cycle): exit 0, 28 rows "ok 1/1" + 7 ALL
+#             rows, the identity line, a CSV with a header + 35 rows, one outputs file per channel.
 #   bad_flags unknown policy / bad grid / zero tokens exit 2; a missing drafter exits 1;
 #             --self-test-corrupt (alters each DSpark output) exits 1 naming the position.
 #   script    scripts/bench_spec.sh with MODEL/MTP overrides prints the table and the n-gram
@@ -19,13 +19,13 @@ case "$CHECK" in
   smoke)
     "$BENCH" "${COMMON[@]}" --confidence 0 --csv "$WORK/t.csv" --outputs-dir "$WORK/out" \
       > "$WORK/out.txt" 2> "$WORK/err.txt" || die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
-    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|fold|grid|backoff|margin|all) +16 .* ok 1/1$' "$WORK/out.txt")
-    [ "$rows" = 24 ] || die "expected 24 table rows with 16 tokens and 'ok 1/1', got $rows"
+    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|fold|grid|backoff|margin|all|costall) +16 .* ok 1/1$' "$WORK/out.txt")
+    [ "$rows" = 28 ] || die "expected 28 table rows with 16 tokens and 'ok 1/1', got $rows"
     grep -q '^# identity: every DSpark output equals the plain output' "$WORK/out.txt" || die "no identity line"
     grep -q FAIL "$WORK/out.txt" && die "a FAIL row"
-    grep -cE '^ALL +(baseline|fold|grid|backoff|margin|all) +64 .* ok 4/4$' "$WORK/out.txt" | grep -qx 6 ||
-      die "expected 6 ALL rows with 64 tokens and 'ok 4/4'"
-    [ "$(wc -l < "$WORK/t.csv")" = 31 ] || die "CSV should have 31 lines"
+    grep -cE '^ALL +(baseline|fold|grid|backoff|margin|all|costall) +64 .* ok 4/4$' "$WORK/out.txt" | grep -qx 7 ||
+      die "expected 7 ALL rows with 64 tokens and 'ok 4/4'"
+    [ "$(wc -l < "$WORK/t.csv")" = 36 ] || die "CSV should have 36 lines"
     head -1 "$WORK/t.csv" | grep -q '^channel,policy,prompts,gen_tokens,plain_tps,dspark_tps,ratio,' || die "CSV header"
     # confidence 0: the baseline policy proposed drafts (counts parsed from stats_report()).
     awk -F, '$1 != "ALL" && $2 == "baseline" && $9 > 0 {n++} END {exit n == 4 ? 0 : 1}' "$WORK/t.csv" ||
@@ -38,7 +38,7 @@ case "$CHECK" in
   bad_flags)
     "$BENCH" "${COMMON[@]}" --policies baseline,nope > "$WORK/out.txt" 2>&1; rc=$?
     [ $rc = 2 ] || die "unknown policy: exit $rc, want 2"
-    grep -q "unknown policy 'nope'" "$WORK/out.txt" || die "unknown policy message"
+    grep -q "unknown DSpark policy 'nope'" "$WORK/out.txt" || die "unknown policy message"
     "$BENCH" "${COMMON[@]}" --grid 0.5,x > "$WORK/out.txt" 2>&1; rc=$?
     [ $rc = 2 ] || die "bad grid: exit $rc, want 2"
     "$BENCH" "${COMMON[@]}" --gen-tokens 0 > "$WORK/out.txt" 2>&1; rc=$?

@@ -110,6 +110,34 @@ case "$check" in
       [ "$want" = "$got" ] || die "dump sha $got != CSV sha $want"
     done
     ;;
+  dspark_policy)
+    # The shipped target + drafter: every preset gives plain greedy's text; the default preset
+    # is costall (its cost gate shows in the stats); a bad name is one clear error.
+    m="$src/models/ds4-tiny.gguf" d="$src/models/ds4-tiny-dspark.gguf"
+    p='{"alpha_2": "IT", "alpha_3": "ITA", "name": "Italy", "numeric": "380"}, {"alpha_2": '
+    "$ds4" -m "$m" --raw -p "$p" -n 48 -t 2 --temp 0 >"$out" 2>"$err" || die "plain exit $?"
+    "$ds4" -m "$m" --mtp "$d" --dspark --dspark-stats --raw -p "$p" -n 48 -t 2 --temp 0 >"$out.def" 2>"$err.def" ||
+      die "default preset exit $?"
+    cmp -s "$out" "$out.def" || die "default preset output differs from plain"
+    grep -q "dspark: policy fold=1 grid=3 backoff=1 margin=2 cost_gate=1" "$err.def" ||
+      die "default preset is not costall: $(grep 'dspark: policy' "$err.def")"
+    for pol in baseline all; do
+      DS4_DSPARK_POLICY=$pol "$ds4" -m "$m" --mtp "$d" --dspark --dspark-stats --raw -p "$p" -n 48 -t 2 --temp 0 \
+        >"$out.$pol" 2>"$err.$pol" || die "$pol exit $?"
+      cmp -s "$out" "$out.$pol" || die "preset $pol output differs from plain"
+    done
+    grep -q "dspark: policy fold=0 grid=0 backoff=0 margin=0 cost_gate=0" "$err.baseline" ||
+      die "DS4_DSPARK_POLICY=baseline not applied: $(grep 'dspark: policy' "$err.baseline")"
+    # A switch adds to the preset.
+    "$ds4" -m "$m" --mtp "$d" --dspark --dspark-policy baseline --dspark-cost-gate --dspark-stats --raw \
+      -p "$p" -n 8 -t 2 --temp 0 >"$out.sw" 2>"$err.sw" || die "switch exit $?"
+    grep -q "dspark: policy fold=0 grid=0 backoff=0 margin=0 cost_gate=1" "$err.sw" ||
+      die "--dspark-cost-gate did not add to the preset: $(grep 'dspark: policy' "$err.sw")"
+    "$ds4" -m "$m" --mtp "$d" --dspark --dspark-policy bogus -p hi >"$out.bad" 2>"$err.bad" &&
+      die "exit 0 on an unknown preset"
+    grep -q "unknown DSpark policy 'bogus'" "$err.bad" || die "message does not name the preset: $(cat "$err.bad")"
+    grep -q "costall" "$err.bad" || die "message does not list the presets"
+    ;;
   *)
     echo "unknown check '$check'"; exit 2 ;;
 esac

@@ -95,3 +95,55 @@ TEST(SpeculativeDecoder, GenerateMatchesPlainDecoder) {
 
 }  // namespace
 }  // namespace ds4::spec_test
+
+namespace ds4::spec_test {
+namespace {
+
+// The preset table shared by ds4 --dspark-policy and ds4-bench-spec --policies: each name sets
+// exactly the knobs its documentation names, from the seed's baseline, whatever came before.
+TEST(DsparkPolicy, PresetsSetTheirKnobs) {
+  const std::vector<float> grid = {0.5f, 0.7f};
+  struct Want {
+    const char* name;
+    bool fold, grid, backoff, margin, cost, scheduler;
+  };
+  const Want wants[] = {
+      {"baseline", false, false, false, false, false, true}, {"fold", true, false, false, false, false, true},
+      {"grid", false, true, false, false, false, true},      {"backoff", false, false, true, false, false, true},
+      {"margin", false, false, false, true, false, true},    {"all", true, true, true, true, false, true},
+      {"cost", false, false, false, false, true, true},      {"costfold", true, false, false, false, true, true},
+      {"costall", true, true, true, true, true, true},       {"noscheduler", false, false, false, false, false, false},
+  };
+  std::string names;
+  for (const Want& w : wants) {
+    // Start from the opposite of every knob: the preset must set each one.
+    SpecOptions so;
+    so.fold = !w.fold;
+    so.confidence_grid = w.grid ? std::vector<float>{} : std::vector<float>{0.9f};
+    so.backoff = !w.backoff;
+    so.margin_gate = w.margin ? 0.0f : 7.0f;
+    so.cost_gate = !w.cost;
+    so.scheduler = !w.scheduler;
+    so.confidence = 0.42f;  // not a policy knob: untouched
+    ASSERT_TRUE(apply_dspark_policy(w.name, grid, 3.5f, &so).ok()) << w.name;
+    EXPECT_EQ(so.fold, w.fold) << w.name;
+    EXPECT_EQ(so.confidence_grid, w.grid ? grid : std::vector<float>{}) << w.name;
+    EXPECT_EQ(so.backoff, w.backoff) << w.name;
+    EXPECT_EQ(so.margin_gate, w.margin ? 3.5f : 0.0f) << w.name;
+    EXPECT_EQ(so.cost_gate, w.cost) << w.name;
+    EXPECT_EQ(so.scheduler, w.scheduler) << w.name;
+    EXPECT_EQ(so.confidence, 0.42f) << w.name;
+    names += (names.empty() ? "" : ",") + std::string(w.name);
+  }
+  EXPECT_EQ(names, kDsparkPolicies);  // the documented list is exactly the table
+  SpecOptions so;
+  const Status bad = apply_dspark_policy("costal", grid, 2.0f, &so);
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("'costal'"), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find(kDsparkPolicies), std::string::npos) << bad.message();
+  EXPECT_TRUE(apply_dspark_policy(kDefaultDsparkPolicy, grid, 2.0f, &so).ok());
+  EXPECT_TRUE(so.cost_gate && so.fold);  // the default preset is costall
+}
+
+}  // namespace
+}  // namespace ds4::spec_test
