@@ -965,6 +965,96 @@ void f16_row_avx2(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = h2f(src[i]);
 }
 
+// ---- activation quantization ------------------------------------------------------------------
+// Byte-exact twins of quant::quantize_q8_0_act / quantize_q8_k_act (the reasoning of the
+// AVX-512 twins in kernels_avx512.cpp): amax = max(|x|, running) with the running value as
+// the NaN-wins operand, so NaN inputs are skipped like `if (av > amax)`; max is exact in any
+// order; q = cvtps_epi32(x·s) rounds to nearest even like lrintf, and NaN / ±inf give
+// INT_MIN where lrintf gives LONG_MIN: both clamp to −128.
+inline __m256 abs256(__m256 v) {
+  return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+}
+inline float hmax256(__m256 m) {
+  __m128 a = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+  a = _mm_max_ss(a, _mm_movehdup_ps(a));
+  return _mm_cvtss_f32(a);
+}
+inline __m256i quant_lanes256(__m256 x, __m256 s) {
+  const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, s));
+  return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(-128)), _mm256_set1_epi32(127));
+}
+// 32 clamped int32 lanes (q[0..3], 8 each, in element order) -> 32 int8 in element order.
+inline void store_q32(const __m256i* q, int8_t* out) {
+  const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);  // 128-bit lanes interleave: fixed below
+  const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i b = _mm256_packs_epi16(p01, p23);
+  const __m256i fixed = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
+}
+
+void quantize_q8_0_act_avx2(const float* x, BlockQ8_0Act* out, int64_t n) {
+  for (int64_t b = 0; b < n / quant::kQK8_0; ++b) {
+    const float* xb = x + b * quant::kQK8_0;
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(xb + 8 * k);
+      m = _mm256_max_ps(abs256(v[k]), m);
+    }
+    const float amax = hmax256(m);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = d;
+    const __m256 sc = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) q[k] = quant_lanes256(v[k], sc);
+    store_q32(q, out[b].qs);
+  }
+}
+
+void quantize_q8_k_act_avx2(const float* x, BlockQ8K* out, int64_t n) {
+  for (int64_t b = 0; b < n / quant::kQKK; ++b) {
+    const float* xb = x + b * quant::kQKK;
+    BlockQ8K& y = out[b];
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < quant::kQKK; i += 8) m = _mm256_max_ps(abs256(_mm256_loadu_ps(xb + i)), m);
+    const float amax = hmax256(m);
+    if (amax == 0.0f) {
+      y.d = 0.0f;
+      std::memset(y.qs, 0, sizeof y.qs);
+      std::memset(y.bsums, 0, sizeof y.bsums);
+      continue;
+    }
+    // The sign source is the FIRST element whose |x| equals amax (the scalar loop keeps the
+    // first strict maximum).
+    float max = 0.0f;
+    const __m256 va = _mm256_set1_ps(amax);
+    for (int i = 0; i < quant::kQKK; i += 8) {
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(abs256(_mm256_loadu_ps(xb + i)), va, _CMP_EQ_OQ));
+      if (hit != 0) {
+        max = xb[i + __builtin_ctz(static_cast<unsigned>(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m256 sc = _mm256_set1_ps(iscale);
+    for (int j = 0; j < quant::kQKK / 32; ++j) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) q[k] = quant_lanes256(_mm256_loadu_ps(xb + 32 * j + 8 * k), sc);
+      store_q32(q, y.qs + 32 * j);
+      for (int h = 0; h < 2; ++h) {  // bsums of the two groups of 16: exact int sums
+        const __m256i s16 = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        y.bsums[2 * j + h] = static_cast<int16_t>(_mm_cvtsi128_si32(t));
+      }
+    }
+    y.d = 1.0f / iscale;
+  }
+}
+
 inline KernelTable make_x86_table() {
   KernelTable k;
   k.f32 = dense_rows_avx2<Dense::kF32>;
@@ -982,8 +1072,8 @@ inline KernelTable make_x86_table() {
   k.dot_f32_many = dot_f32_many_avx2;
   k.weighted_sum = weighted_sum_avx2;
   k.f16_to_f32_row = f16_row_avx2;
-  k.quantize_q8_0_act = quant::quantize_q8_0_act;
-  k.quantize_q8_k_act = quant::quantize_q8_k_act;
+  k.quantize_q8_0_act = quantize_q8_0_act_avx2;
+  k.quantize_q8_k_act = quantize_q8_k_act_avx2;
   return k;
 }
 
