@@ -9,10 +9,11 @@
 // Generation is greedy with EOS excluded (banned), so every run yields exactly --gen-tokens
 // tokens (the same convention as ds4-bench's probe). Timings are GenerateStats::gen_s (the
 // prefill is not timed).
-// Policies (--policies; default the first six): baseline = scheduler on, fold off, flat
+// Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall): baseline = scheduler on, fold off, flat
 // --confidence; fold, grid (--grid thresholds), backoff, margin (--margin-gate) = baseline +
 // that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
-// cost = baseline + the cost gate (spec/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*),
+// cost = baseline + the cost gate (spec/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*, or
+// measured on this machine first with --calibrate, engine calibrate_dspark_costs()),
 // costfold = cost + fold, costall = all + the cost gate.
 // The "model" column is the clock-free ratio: tokens / cost of the run's counters at the
 // cost-gate costs (decode 1, verify(n), proposal, rejected proposal).
@@ -76,6 +77,8 @@ struct Options {
   std::string grid = kDefaultDsparkGrid;
   float margin = kDefaultDsparkMarginGate;
   SpecOptions cost;  // cost gate parameters and overlap (cost_gate itself is set per policy)
+  bool calibrate = false;  // measure the costs first (calibrate_dspark_costs) and use them
+  int calibrate_reps = 20;
   int warmup = 1;
   std::string csv;
   std::string outputs_dir;
@@ -185,6 +188,7 @@ Status validate(const Options& o) {
     return invalid_argument("--cost-* costs must be >= 0");
   }
   if (o.cost.cost_window < 1) return invalid_argument("--cost-window must be >= 1, got %d", o.cost.cost_window);
+  if (o.calibrate_reps < 1) return invalid_argument("--calibrate-reps must be >= 1, got %d", o.calibrate_reps);
   if (o.cost.overlap < -1 || o.cost.overlap > 1) {
     return invalid_argument("--overlap must be -1 (auto), 0 or 1, got %d", o.cost.overlap);
   }
@@ -412,6 +416,9 @@ int main_impl(int argc, char** argv) {
       .option("--overlap", &o.cost.overlap,
               "All policies: propose while the seed decodes, one thread each: -1 auto (on with 2 threads, no cost gate), 0 off, 1 on",
               "DS4_DSPARK_OVERLAP")
+      .flag("--calibrate", &o.calibrate,
+            "Measure the cost-gate costs on this machine first (as ds4 --dspark-calibrate) and use them instead of --cost-*")
+      .option("--calibrate-reps", &o.calibrate_reps, "Rounds of --calibrate (medians)", "", "N")
       .option("--warmup", &o.warmup, "Untimed plain + DSpark warm-up runs (16 tokens, first prompt)")
       .option("--csv", &o.csv, "Also write the table as CSV here", "", "FILE")
       .option("--outputs-dir", &o.outputs_dir,
@@ -461,6 +468,21 @@ int main_impl(int argc, char** argv) {
   if (!opened.ok()) return fail(opened.status().message());
   Engine& engine = **opened;
   const TextCodec& codec = engine.text();
+  if (o.calibrate) {
+    std::fprintf(stderr, "ds4-bench-spec: calibrating the cost gate (%d rounds)...\n", o.calibrate_reps);
+    Expected<DsparkCostCalibration> cal = calibrate_dspark_costs(engine, o.calibrate_reps);
+    if (!cal.ok()) return fail("calibration: " + cal.status().message());
+    const std::string text = format_dspark_costs(*cal);
+    for (size_t i = 0; i < text.size();) {  // as '#' comment lines
+      size_t j = text.find('\n', i);
+      if (j == std::string::npos) j = text.size();
+      std::printf("# %.*s\n", static_cast<int>(j - i), text.data() + i);
+      i = j + 1;
+    }
+    apply_dspark_costs(*cal, &o.cost);
+    policies = make_policies(o);  // the policies carry the measured costs
+    if (!policies.ok()) return fail(policies.status().message());
+  }
 
   std::vector<Channel> channels;
   for (const std::string& name : split_list(o.channels)) {

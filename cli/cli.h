@@ -57,6 +57,8 @@ struct Options {
   float dspark_cost_draft_reject_overlap = SpecOptions{}.cost_draft_reject_overlap;
   int dspark_cost_window = SpecOptions{}.cost_window;
   int dspark_overlap = SpecOptions{}.overlap;  // -1 auto, 0 off, 1 on
+  bool dspark_calibrate = false;               // measure the cost-gate costs, print, exit
+  int dspark_calibrate_reps = 20;
   bool cpu = false;
   bool cuda = false;
   std::string isa = "auto";

@@ -124,6 +124,11 @@ void declare_flags(FlagTable& t, Options& o) {
       .option("--dspark-overlap", &o.dspark_overlap,
               "DSpark: propose while the seed decodes, one thread each: -1 auto (on with 2 threads, no cost gate), 0 off, 1 on",
               "DS4_DSPARK_OVERLAP")
+      .flag("--dspark-calibrate", &o.dspark_calibrate,
+            "DSpark: measure the cost gate's costs on this machine (threads, ISA), print them as "
+            "DS4_DSPARK_COST_* lines and exit (drafter: --mtp, or the bundled one)")
+      .option("--dspark-calibrate-reps", &o.dspark_calibrate_reps, "DSpark: rounds of --dspark-calibrate (medians)",
+              "", "N")
       .flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
       .flag("--cuda", &o.cuda, "Run on the CUDA backend")
       .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
@@ -166,6 +171,9 @@ Status validate(const Options& o) {
   if (o.dspark_overlap < -1 || o.dspark_overlap > 1) {
     return invalid_argument("--dspark-overlap must be -1 (auto), 0 or 1, got %d", o.dspark_overlap);
   }
+  if (o.dspark_calibrate_reps < 1) {
+    return invalid_argument("--dspark-calibrate-reps must be >= 1, got %d", o.dspark_calibrate_reps);
+  }
   if (o.dspark_cost_window < 1) {
     return invalid_argument("--dspark-cost-window must be >= 1, got %d", o.dspark_cost_window);
   }
@@ -177,15 +185,16 @@ Status validate(const Options& o) {
     SpecOptions probe;
     DS4_RETURN_IF_ERROR(apply_dspark_policy(o.dspark_policy, {}, 0.0f, &probe));
   }
-  if (o.dspark && o.mtp.empty() && !o.model.empty()) {
-    return invalid_argument("--dspark needs the drafter GGUF: pass it with --mtp FILE");
+  if ((o.dspark || o.dspark_calibrate) && o.mtp.empty() && !o.model.empty()) {
+    return invalid_argument("--dspark%s needs the drafter GGUF: pass it with --mtp FILE",
+                            o.dspark_calibrate ? "-calibrate" : "");
   }
   return Status();
 }
 
 // --dspark with the bundled default model and no --mtp uses the bundled drafter.
 Status resolve_drafter(Options& o) {
-  if (!o.dspark || !o.mtp.empty()) return Status();
+  if (!(o.dspark || o.dspark_calibrate) || !o.mtp.empty()) return Status();
   const std::string def = std::string(DS4_MODELS_DIR) + "/" + kDefaultDrafterName;
   std::error_code ec;
   if (!std::filesystem::exists(def, ec)) {
@@ -214,7 +223,7 @@ Expected<std::string> resolve_model(const Options& o) {
   return def;
 }
 
-Status load(const Options& o, const std::string& model_path, Loaded* loaded) {
+EngineOptions engine_options(const Options& o, const std::string& model_path) {
   EngineOptions eo;
   eo.model_path = model_path;
   eo.mtp_path = o.mtp;
@@ -222,7 +231,11 @@ Status load(const Options& o, const std::string& model_path, Loaded* loaded) {
   eo.n_threads = o.threads;
   eo.cpu_isa = o.isa;
   eo.f32_activations = o.f32_activations;
-  DS4_ASSIGN_OR_RETURN(loaded->engine, Engine::open(eo));
+  return eo;
+}
+
+Status load(const Options& o, const std::string& model_path, Loaded* loaded) {
+  DS4_ASSIGN_OR_RETURN(loaded->engine, Engine::open(engine_options(o, model_path)));
   loaded->text = &loaded->engine->text();
   DS4_ASSIGN_OR_RETURN(loaded->session, loaded->engine->new_session(o.ctx));
   return attach_decoder(o, *loaded);
@@ -268,6 +281,20 @@ int run_one_shot(const Options& o, Loaded& loaded, const std::string& prompt_tex
   return 0;
 }
 
+// --dspark-calibrate: engine with the drafter, no session of its own (the calibration makes one).
+int run_calibration(const Options& o, const std::string& model_path) {
+  Expected<std::unique_ptr<Engine>> engine = Engine::open(engine_options(o, model_path));
+  if (!engine.ok()) return fail(engine.status().message());
+  Expected<DsparkCostCalibration> c =
+      calibrate_dspark_costs(**engine, o.dspark_calibrate_reps, [](int done, int total) {
+        std::fprintf(stderr, "\rds4: calibrating the DSpark cost gate: round %d/%d", done, total);
+        if (done == total) std::fputc('\n', stderr);
+      });
+  if (!c.ok()) return fail(c.status().message());
+  std::fputs(format_dspark_costs(*c).c_str(), stdout);
+  return 0;
+}
+
 int main_impl(int argc, char** argv) {
   Options o;
   FlagTable flags("ds4", "ds4 — DeepSeek V4 Flash inference (one-shot with -p, else chat)");
@@ -306,6 +333,8 @@ int main_impl(int argc, char** argv) {
   Expected<std::string> model_path = resolve_model(o);
   if (!model_path.ok()) return fail(model_path.status().message());
   if (Status s = resolve_drafter(o); !s.ok()) return fail(s.message());
+
+  if (o.dspark_calibrate) return run_calibration(o, *model_path);
 
   install_sigint_handler();
   Loaded loaded;

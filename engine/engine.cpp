@@ -155,6 +155,11 @@ session::ModelSession* model_session(Session& s) {
   return impl != nullptr ? impl->inner() : nullptr;
 }
 
+spec::Drafter* engine_drafter(Engine& e) {
+  auto* impl = dynamic_cast<EngineImpl*>(&e);
+  return impl != nullptr ? impl->drafter() : nullptr;
+}
+
 Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
                                                                       const SpecOptions& options) {
   auto* impl = dynamic_cast<EngineImpl*>(&engine);

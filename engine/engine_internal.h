@@ -6,10 +6,18 @@
 #include "engine/engine.h"
 #include "session/session.h"
 
+namespace ds4::spec {
+class Drafter;
+}  // namespace ds4::spec
+
 namespace ds4 {
 
 // The ModelSession behind a Session made by Engine::new_session(); nullptr for any other
 // Session implementation.
 session::ModelSession* model_session(Session& s);
+
+// The DSpark drafter of an engine opened with a support GGUF; nullptr without one (or for an
+// Engine that Engine::open did not make).
+spec::Drafter* engine_drafter(Engine& e);
 
 }  // namespace ds4

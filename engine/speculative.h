@@ -94,6 +94,42 @@ inline constexpr float kDefaultDsparkMarginGate = 2.0f;             // margin of
 // unknown name (the message lists the known ones).
 Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid, float margin, SpecOptions* so);
 
+// Cost-gate calibration (ds4 --dspark-calibrate, ds4-bench-spec --calibrate). The cost gate's
+// constants are decode(1) units of one machine, backend, thread count and ISA; the compiled-in
+// defaults (spec::kCpuCost*) were measured on a 2-core AVX2 host. On a 16-core AVX-512 host
+// verify(6) is ~2.2-2.6 decode(1) instead of ~3.3, so the defaults keep the gate shut where
+// proposing pays. This measures them here, on a fixed prompt, from `reps` interleaved rounds
+// (medians): decode(1); verify(n) for n = 1..8 over the greedy continuation (realistic expert
+// routing); one proposal that reaches the vocab head and one stopped by the conf0 precheck;
+// the same two run beside a decode (Backend::run_pair), as cost beyond the decode. verify(n) is
+// fitted as base + row * n by least squares over n = 2..6 (the block sizes the runtime uses).
+// The figures are timings, so they vary from run to run; a run that USES them stays
+// reproducible, because the runtime only reads the constants it is given (design.md §4).
+// Correctness is checked on the way: every verify row's argmax must equal a plain decode's
+// (kInternal otherwise). Needs an engine opened with a drafter and no live speculative
+// decoder (the drafter's context ring is reset afterwards). Allocates; not for hot paths.
+struct DsparkCostCalibration {
+  int reps = 0;
+  int n_threads = 0;
+  double decode_ms = 0.0;                  // decode(1) median: the unit
+  std::vector<double> verify;              // [9]: verify[n] = verify(n) / decode(1), n = 1..8
+  float verify_base = 0.0f, verify_row = 0.0f;  // the fit (row clamped >= 0.01)
+  float draft = 0.0f;                      // proposal reaching the vocab head
+  float draft_reject = 0.0f;               // proposal stopped by the conf0 precheck
+  float overlap_draft_extra = 0.0f;        // decode || proposal, minus decode(1) (information)
+  float overlap_reject_extra = 0.0f;
+};
+// `progress` (optional) is called with (rounds done, reps).
+Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
+                                                       const ProgressFn& progress = {});
+// Copies the measured costs into `so` (cost_verify_base/_row, cost_draft, cost_draft_reject).
+// Overlapped proposals are priced like sequential ones, as the defaults are (spec/runtime.h
+// "kCpuCostDraftOverlap": cheaper prices opened the gate to mispredicted overlaps).
+void apply_dspark_costs(const DsparkCostCalibration& c, SpecOptions* so);
+// Human-readable table, then the environment lines (DS4_DSPARK_COST_*=...) that make
+// ds4 and ds4-bench-spec use these costs.
+std::string format_dspark_costs(const DsparkCostCalibration& c);
+
 // Counters a frontend may show (the full set is in stats_report()).
 struct SpecSummary {
   int64_t cycles = 0;

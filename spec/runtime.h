@@ -122,15 +122,17 @@
 // sequential path syncs it before proposing; every counter, draft and output is the same with
 // overlap on or off (tests/spec/overlap_test.cpp), only the time split moves: t_decode then
 // holds the pair's wall time and t_propose nothing of it.
-// CPU defaults (kCpuCost*): tests/spec/cost_probe_test.cpp (DISABLED_ probe) on
+// CPU defaults (kCpuCost*): the cost probe (now calibrate_dspark_costs, engine/speculative.h;
+// `ds4 --dspark-calibrate` prints a machine's own figures as DS4_DSPARK_COST_* lines) on
 // models/ds4-tiny.gguf + ds4-tiny-dspark.gguf, 2 threads, 40 reps, AVX2 2-core machine (Zen 1,
 // 2 GHz), tree of 2026-12-03 00:00 UTC, two runs: decode(1) 2.11-2.15 ms; verify(n) ~ 0.474 +
 // 0.485-0.494 n (n = 2..6) -> 0.47 + 0.49 n; a proposal (3 stages x 6 block rows + the vocab
 // head for 5 rows) 1.175-1.181 -> 1.18; stopped by conf0 0.80; ring ingestion 0.012/row
 // batched, 0.015/row one at a time. Before the backend split small ops over both threads the
 // same probe gave 0.66 + 0.37 n, 1.00 and 0.64 (a decode was slower, so everything else was
-// cheaper in its units). These move with the kernels and the threading: re-measure with the
-// probe (and per backend/model) and pass them as flags.
+// cheaper in its units). These move with the kernels, the threading and the machine (a 16-core
+// AVX-512 host measured 0.86 + 0.30 n, 0.83, 0.62 at 8 threads): re-measure with
+// --dspark-calibrate (per machine, backend, thread count and model) and pass them on.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,9 @@
 #             rows, the identity line, a CSV with a header + 35 rows, one outputs file per channel.
 #   bad_flags unknown policy / bad grid / zero tokens exit 2; a missing drafter exits 1;
 #             --self-test-corrupt (alters each DSpark output) exits 1 naming the position.
+#   calibrate --calibrate --calibrate-reps 1: exit 0, the measured DS4_DSPARK_COST_* lines as
+#             '#' comments, and the cost-gate header line shows those values (they are used);
+#             --calibrate-reps 0 exits 2.
 #   script    scripts/bench_spec.sh with MODEL/MTP overrides prints the table and the n-gram
 #             rates of every channel.
 set -uo pipefail
@@ -52,6 +55,19 @@ case "$CHECK" in
     [ $rc = 1 ] || die "--self-test-corrupt: exit $rc, want 1"
     grep -q "IDENTITY FAILED" "$WORK/out.txt" || die "no IDENTITY FAILED line"
     grep -q "DSpark output differs from plain at token 15" "$WORK/out.txt" || die "no mismatch position"
+    ;;
+  calibrate)
+    "$BENCH" "${COMMON[@]}" --channels structured --policies costall --calibrate --calibrate-reps 1 \
+      > "$WORK/out.txt" 2> "$WORK/err.txt" || die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
+    grep -qE '^# dspark calibration: 1 thread\(s\), 1 round\(s\)' "$WORK/out.txt" || die "no calibration header"
+    base=$(sed -n 's/^# DS4_DSPARK_COST_VERIFY_BASE=//p' "$WORK/out.txt")
+    row=$(sed -n 's/^# DS4_DSPARK_COST_VERIFY_ROW=//p' "$WORK/out.txt")
+    [ -n "$base" ] && [ -n "$row" ] || die "no DS4_DSPARK_COST_VERIFY_* lines"
+    want=$(printf '# cost gate (cost* policies): verify(n) ~ %.2f + %.2f n' "$base" "$row")
+    grep -qF "$want" "$WORK/out.txt" || die "the measured costs are not the ones used (want '$want')"
+    grep -qE '^structured +costall +16 .* ok 1/1$' "$WORK/out.txt" || die "no costall row"
+    "$BENCH" "${COMMON[@]}" --calibrate --calibrate-reps 0 > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 2 ] || die "--calibrate-reps 0: exit $rc, want 2"
     ;;
   script)
     BUILD="$WORK/build"

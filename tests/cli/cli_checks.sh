@@ -138,6 +138,26 @@ case "$check" in
     grep -q "unknown DSpark policy 'bogus'" "$err.bad" || die "message does not name the preset: $(cat "$err.bad")"
     grep -q "costall" "$err.bad" || die "message does not list the presets"
     ;;
+  dspark_calibrate)
+    # --dspark-calibrate prints the six DS4_DSPARK_COST_* lines; a DSpark run under them
+    # still gives plain greedy's text; bad input is one clear error (exit 2).
+    m="$src/models/ds4-tiny.gguf" d="$src/models/ds4-tiny-dspark.gguf"
+    "$ds4" -m "$m" --mtp "$d" --dspark-calibrate --dspark-calibrate-reps 2 -t 2 >"$out" 2>"$err" ||
+      die "exit code $?"
+    grep -q "^dspark calibration: 2 thread(s), 2 round(s)" "$out" || die "no calibration header"
+    [ "$(grep -cE '^DS4_DSPARK_COST_[A-Z_]+=[0-9]+\.[0-9]{3}$' "$out")" -eq 6 ] || die "expected 6 cost lines"
+    p='{"alpha_2": "DE", "alpha_3": "DEU", "name": "Germany"}, {"alpha_2": '
+    "$ds4" -m "$m" --raw -p "$p" -n 32 -t 2 --temp 0 >"$out.plain" 2>"$err.plain" || die "plain exit $?"
+    env $(grep '^DS4_DSPARK_COST_' "$out") "$ds4" -m "$m" --mtp "$d" --dspark --raw -p "$p" -n 32 -t 2 --temp 0 \
+      >"$out.spark" 2>"$err.spark" || die "calibrated DSpark exit $?"
+    cmp -s "$out.plain" "$out.spark" || die "DSpark with the calibrated costs differs from plain"
+    "$ds4" -m "$m" --mtp "$d" --dspark-calibrate --dspark-calibrate-reps 0 >"$out.bad" 2>"$err.bad" &&
+      die "exit 0 with --dspark-calibrate-reps 0"
+    grep -q "dspark-calibrate-reps must be >= 1" "$err.bad" || die "message: $(cat "$err.bad")"
+    "$ds4" -m "$m" --dspark-calibrate >"$out.bad" 2>"$err.bad"; rc=$?
+    [ $rc = 2 ] || die "no drafter: exit $rc, want 2"
+    grep -q "needs the drafter GGUF" "$err.bad" || die "no-drafter message: $(cat "$err.bad")"
+    ;;
   *)
     echo "unknown check '$check'"; exit 2 ;;
 esac

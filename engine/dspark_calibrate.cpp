@@ -1,0 +1,227 @@
+// engine/dspark_calibrate.cpp — measures the DSpark cost gate's constants on this machine
+// (speculative.h "Cost-gate calibration"): decode(1), verify(n), proposals, in decode(1) units.
+//
+// One implementation for ds4 --dspark-calibrate and ds4-bench-spec --calibrate. Every
+// measurement starts from the same frontier: session calls are bracketed by checkpoint() /
+// rollback(), proposals read the drafter ring synced to that frontier. Rounds interleave the
+// kinds of call, so slow drift of a shared host spreads over all of them; medians are kept.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/timer.h"
+#include "engine/engine_internal.h"
+#include "engine/speculative.h"
+#include "sample/sampler.h"
+#include "session/session.h"
+#include "spec/drafter.h"
+
+namespace ds4 {
+namespace {
+
+// A fixed prompt of mixed content (prose, code, JSON): real text gives the verify rows and the
+// drafter realistic expert routing, and the mix keeps any one kind of text from setting it.
+constexpr const char* kCalibrationPrompt =
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil "
+    "and a notebook in which he recorded the wind and the ships that passed.\n\n"
+    "def parse_entry(line):\n    key, _, value = line.partition('=')\n    return key.strip(), "
+    "value.strip()\n\n"
+    "{\"alpha_2\": \"IT\", \"alpha_3\": \"ITA\", \"name\": \"Italy\", \"numeric\": \"380\"}\n"
+    "Quel ramo del lago di Como, che volge a mezzogiorno, tra due catene non interrotte di monti";
+
+constexpr int kMaxVerifyRows = 8;
+constexpr int kCtx = 512;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps, const ProgressFn& progress) {
+  if (reps < 1) return invalid_argument("calibration rounds must be >= 1, got %d", reps);
+  spec::Drafter* dr = engine_drafter(engine);
+  if (dr == nullptr) {
+    return invalid_argument("DSpark calibration needs a drafter: open the engine with a support GGUF (--mtp FILE)");
+  }
+  DS4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine.new_session(kCtx));
+  session::ModelSession* ms = model_session(*session);
+  if (ms == nullptr) return internal_error("DSpark calibration: the session has no model session");
+  session::ModelSession& s = *ms;
+  const int n_rows = std::min<int>(kMaxVerifyRows, session::kMaxBatchRows);
+
+  // Prefill the prompt, capturing the drafter's context rows, and hand them to the drafter.
+  std::vector<int32_t> prompt{engine.bos_token()};
+  const std::vector<int32_t> text = engine.tokenize(kCalibrationPrompt);
+  prompt.insert(prompt.end(), text.begin(), text.end());
+  const int64_t cw = dr->capture_width();
+  std::vector<float> caps(prompt.size() * static_cast<size_t>(cw));
+  s.set_capture_layers(dr->config().target_layers);
+  s.set_capture_sink([&](int64_t pos, std::span<const float> h) {
+    if (pos >= 0 && static_cast<size_t>(pos) < prompt.size() && static_cast<int64_t>(h.size()) == cw) {
+      std::copy(h.begin(), h.end(), caps.begin() + pos * cw);
+    }
+  });
+  const Status pre = s.prefill(prompt);
+  s.set_capture_sink({});
+  s.set_capture_layers({});
+  if (!pre.ok()) return pre;
+  const int64_t L = s.n_tokens();
+  dr->ring_reset();
+  dr->commit_rows(0, static_cast<int>(L), caps.data());
+
+  // The greedy continuation: the verify rows, and the check that each verify row's argmax is
+  // what plain decoding picks.
+  std::vector<int32_t> rows(static_cast<size_t>(n_rows));
+  std::vector<int32_t> next(static_cast<size_t>(n_rows));
+  s.checkpoint();
+  rows[0] = argmax(s.logits());
+  for (int k = 0; k < n_rows; ++k) {
+    if (k > 0) rows[k] = next[k - 1];
+    DS4_RETURN_IF_ERROR(s.decode(rows[k]));
+    next[k] = argmax(s.logits());
+  }
+  s.rollback();
+
+  const int B = dr->config().block_size;
+  std::vector<float> thr_all(static_cast<size_t>(B), 0.0f), thr_rej(static_cast<size_t>(B), 1.01f);
+  spec::Proposal p;
+  std::vector<double> t_dec, t_prop, t_rej, t_pair_prop, t_pair_rej;
+  std::vector<std::vector<double>> t_ver(static_cast<size_t>(n_rows) + 1);
+  for (int r = 0; r < reps; ++r) {
+    {
+      s.checkpoint();
+      Timer t;
+      const Status st = s.decode(rows[0]);
+      t_dec.push_back(t.seconds());
+      s.rollback();
+      DS4_RETURN_IF_ERROR(st);
+    }
+    for (int n = 1; n <= n_rows; ++n) {
+      s.checkpoint();
+      Timer t;
+      auto res = s.verify(std::span<const int32_t>(rows.data(), static_cast<size_t>(n)));
+      t_ver[static_cast<size_t>(n)].push_back(t.seconds());
+      if (res.ok()) {
+        for (int i = 0; i < n; ++i) {
+          if ((*res)[static_cast<size_t>(i)].argmax != next[static_cast<size_t>(i)]) {
+            s.rollback();
+            return internal_error("DSpark calibration: verify(%d) row %d picked token %d, plain decoding %d", n, i,
+                                  (*res)[static_cast<size_t>(i)].argmax, next[static_cast<size_t>(i)]);
+          }
+        }
+      }
+      s.rollback();
+      if (!res.ok()) return res.status();
+    }
+    for (int rej = 0; rej < 2; ++rej) {
+      Timer t;
+      dr->propose(rows[0], L, B, rej ? thr_rej : thr_all, &p);
+      (rej ? t_rej : t_prop).push_back(t.seconds());
+      if (rej ? !p.conf0_rejected : p.n != B) {
+        return internal_error("DSpark calibration: the %s proposal did not behave as forced (n=%d)",
+                              rej ? "conf0-rejected" : "full-chain", p.n);
+      }
+    }
+    // Overlap: decode(1) and a proposal as one Backend::run_pair, then back.
+    for (int rej = 0; rej < 2; ++rej) {
+      struct Pair {
+        session::ModelSession* s;
+        spec::Drafter* d;
+        int32_t seed;
+        int64_t L;
+        std::span<const float> thr;
+        spec::Proposal* p;
+        Status st;
+      } q{&s, dr, rows[0], L, rej ? thr_rej : thr_all, &p, Status()};
+      const backend::Task dec_task{[](void* c) {
+                                     auto* x = static_cast<Pair*>(c);
+                                     x->st = x->s->decode(x->seed);
+                                   },
+                                   &q};
+      const backend::Task prop_task{[](void* c) {
+                                      auto* x = static_cast<Pair*>(c);
+                                      x->d->propose(x->seed, x->L, static_cast<int>(x->thr.size()), x->thr, x->p);
+                                    },
+                                    &q};
+      s.checkpoint();
+      Timer t;
+      s.backend().run_pair(dec_task, prop_task);
+      (rej ? t_pair_rej : t_pair_prop).push_back(t.seconds());
+      s.rollback();
+      DS4_RETURN_IF_ERROR(q.st);
+    }
+    if (progress) progress(r + 1, reps);
+  }
+  dr->ring_reset();
+
+  DsparkCostCalibration c;
+  c.reps = reps;
+  c.n_threads = s.backend().n_threads();
+  const double dec = median(t_dec);
+  c.decode_ms = dec * 1e3;
+  c.verify.assign(static_cast<size_t>(n_rows) + 1, 0.0);
+  for (int n = 1; n <= n_rows; ++n) c.verify[static_cast<size_t>(n)] = median(t_ver[static_cast<size_t>(n)]) / dec;
+  // Least squares over n = 2..6 (or what the batch limit allows).
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int cnt = 0;
+  for (int n = 2; n <= std::min(6, n_rows); ++n) {
+    const double y = c.verify[static_cast<size_t>(n)];
+    sx += n;
+    sy += y;
+    sxx += static_cast<double>(n) * n;
+    sxy += n * y;
+    ++cnt;
+  }
+  double row = cnt >= 2 ? (cnt * sxy - sx * sy) / (cnt * sxx - sx * sx) : c.verify[1];
+  row = std::max(row, 0.01);  // a verify row is never free
+  const double base = cnt >= 2 ? std::max(0.0, (sy - row * sx) / cnt) : 0.0;
+  c.verify_row = static_cast<float>(row);
+  c.verify_base = static_cast<float>(base);
+  c.draft = static_cast<float>(median(t_prop) / dec);
+  c.draft_reject = static_cast<float>(median(t_rej) / dec);
+  c.overlap_draft_extra = static_cast<float>(median(t_pair_prop) / dec - 1.0);
+  c.overlap_reject_extra = static_cast<float>(median(t_pair_rej) / dec - 1.0);
+  return c;
+}
+
+void apply_dspark_costs(const DsparkCostCalibration& c, SpecOptions* so) {
+  so->cost_verify_base = c.verify_base;
+  so->cost_verify_row = c.verify_row;
+  so->cost_draft = c.draft;
+  so->cost_draft_reject = c.draft_reject;
+  so->cost_draft_overlap = c.draft;
+  so->cost_draft_reject_overlap = c.draft_reject;
+}
+
+std::string format_dspark_costs(const DsparkCostCalibration& c) {
+  std::string out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "dspark calibration: %d thread(s), %d round(s), decode(1) = %.3f ms (the unit)\n",
+                c.n_threads, c.reps, c.decode_ms);
+  out += buf;
+  for (size_t n = 1; n < c.verify.size(); ++n) {
+    std::snprintf(buf, sizeof buf, "  verify(%zu) = %.3f\n", n, c.verify[n]);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "  verify(n) ~ %.3f + %.3f n; proposal = %.3f, conf0-rejected = %.3f\n"
+                "  beside a decode (overlap, information): +%.3f, rejected +%.3f\n",
+                c.verify_base, c.verify_row, c.draft, c.draft_reject, c.overlap_draft_extra,
+                c.overlap_reject_extra);
+  out += buf;
+  std::snprintf(buf, sizeof buf,
+                "DS4_DSPARK_COST_VERIFY_BASE=%.3f\nDS4_DSPARK_COST_VERIFY_ROW=%.3f\nDS4_DSPARK_COST_DRAFT=%.3f\n"
+                "DS4_DSPARK_COST_DRAFT_REJECT=%.3f\nDS4_DSPARK_COST_DRAFT_OVERLAP=%.3f\n"
+                "DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP=%.3f\n",
+                c.verify_base, c.verify_row, c.draft, c.draft_reject, c.draft, c.draft_reject);
+  out += buf;
+  return out;
+}
+
+}  // namespace ds4
