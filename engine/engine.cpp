@@ -162,8 +162,8 @@ spec::Drafter* engine_drafter(Engine& e) {
 
 Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
                                                                       const SpecOptions& options) {
-  auto* impl = dynamic_cast<EngineImpl*>(&engine);
-  if (impl == nullptr || impl->drafter() == nullptr) {
+  spec::Drafter* drafter = engine_drafter(engine);
+  if (drafter == nullptr) {
     return invalid_argument("DSpark needs a drafter: open the engine with a support GGUF (--mtp FILE)");
   }
   session::ModelSession* ms = model_session(session);
@@ -171,7 +171,7 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
   if (ms->n_tokens() != 0) {
     return invalid_argument("DSpark: create the speculative decoder before prefilling the session");
   }
-  return SpeculativeDecoder::create(*impl->drafter(), *ms, options);
+  return SpeculativeDecoder::create(*drafter, *ms, options);
 }
 
 Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
