@@ -211,7 +211,7 @@ std::string format_dspark_costs(const DsparkCostCalibration& c) {
   }
   std::snprintf(buf, sizeof buf,
                 "  verify(n) ~ %.3f + %.3f n; proposal = %.3f, conf0-rejected = %.3f\n"
-                "  beside a decode (overlap, information): +%.3f, rejected +%.3f\n",
+                "  beside a decode (overlap, information): %+.3f, rejected %+.3f\n",
                 c.verify_base, c.verify_row, c.draft, c.draft_reject, c.overlap_draft_extra,
                 c.overlap_reject_extra);
   out += buf;
