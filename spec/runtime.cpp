@@ -328,6 +328,14 @@ int32_t Runtime::choose(std::span<const float> logits) const {
   return banned_ >= 0 ? argmax_excluding(logits, banned_) : argmax(logits);
 }
 
+int32_t Runtime::row_choice(const session::RowResult& r) const {
+  const int32_t a = r.argmax;
+  if (a < 0 || static_cast<size_t>(a) >= r.logits.size() || a == banned_ || std::isnan(r.logits[static_cast<size_t>(a)])) {
+    return choose(r.logits);
+  }
+  return a;
+}
+
 void Runtime::thresholds(float* thr, int n) const {
   for (int k = 0; k < n; ++k) {
     float t = cfg_.confidence_grid.empty() ? cfg_.confidence : threshold_at(cfg_.confidence_grid, k);
@@ -607,7 +615,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     ++stats_.verify_calls;
     stats_.verify_rows += n;
     for (int i = 1; i < n; ++i) {
-      if (choose((*rows)[i - 1].logits) != rows_[i]) break;
+      if (row_choice((*rows)[i - 1]) != rows_[i]) break;
       ++accepted;
     }
     DS4_RETURN_IF_ERROR(commit(accepted, n, rows_));
@@ -698,7 +706,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
     ++stats_.verify_calls;
     stats_.verify_rows += n + 1;
     for (int i = 0; i < n; ++i) {
-      if (choose((*rows)[i].logits) != rows_[i + 1]) break;
+      if (row_choice((*rows)[i]) != rows_[i + 1]) break;
       ++accepted;
     }
   }

@@ -337,6 +337,10 @@ class Runtime {
 
  private:
   int32_t choose(std::span<const float> logits) const;
+  // choose() for a verify row, reusing the argmax the session already took (first maximum):
+  // the same token unless that is the banned id or NaN (the session's scan does not skip NaN),
+  // which take the full pass. Saves one pass over n_vocab logits per checked row.
+  int32_t row_choice(const session::RowResult& r) const;
   void thresholds(float* thr, int n) const;
   // have_proposal: prop_ already holds the (cleaned) proposal of this seed (fold fallback).
   Status standalone(int32_t seed, int max_new, std::vector<int32_t>* out, bool have_proposal = false);
