@@ -9,9 +9,9 @@
 // Generation is greedy with EOS excluded (banned), so every run yields exactly --gen-tokens
 // tokens (the same convention as ds4-bench's probe). Timings are GenerateStats::gen_s (the
 // prefill is not timed).
-// Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall): baseline = scheduler on, fold off, flat
-// --confidence; fold, grid (--grid thresholds), backoff, margin (--margin-gate) = baseline +
-// that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
+// Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall): baseline =
+// scheduler on, fold off, flat --confidence; fold, grid (--grid thresholds), backoff, margin
+// (--margin-gate) = baseline + that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
 // cost = baseline + the cost gate (spec/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*, or
 // measured on this machine first with --calibrate, engine calibrate_dspark_costs()),
 // costfold = cost + fold, costall = all + the cost gate.
