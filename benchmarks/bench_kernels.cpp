@@ -6,6 +6,8 @@
 // one run (interleaved rounds, best of each), printed as a table and as CSV.
 // Weights rotate over several copies (~64 MiB in all) so big shapes stream from outside L2;
 // they are random valid blocks (quant::fill_random_blocks), never real model weights.
+// (3) top_two (core/reduce.h) against its scalar definition on logits rows of the tiny (8192)
+// and Flash (129280) vocabularies: the greedy argmax + margin read after every forward.
 // Flags (before Google Benchmark's own): --isa=scalar|avx2|avx512, --threads=N (ratio table
 // pool size, default 1), --ratios_only, --no_ratios, --all_shapes (the ratio table also
 // covers the tiny shapes).
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "core/reduce.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
 
@@ -117,6 +120,20 @@ struct Data {
     }
   }
 };
+
+// Random logits (one row, L1/L2-resident like a row just written by the output head).
+void bm_top_two(benchmark::State& state, bool fast) {
+  const int64_t n = state.range(0);
+  std::vector<float> row(static_cast<size_t>(n));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (float& v : row) v = nd(rng);
+  for (auto _ : state) {
+    const ds4::TopTwo t = fast ? ds4::top_two(row, 2) : ds4::top_two_scalar(row, 2);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
+}
 
 void bm_matmul(benchmark::State& state, const Spec* spec) {
   const int r = static_cast<int>(state.range(0));
@@ -229,6 +246,11 @@ int main(int argc, char** argv) {
                       ->MinTime(0.1);
         if (t > 1) b->UseRealTime();
       }
+    }
+  }
+  for (bool fast : {false, true}) {
+    for (int64_t v : {8192, 129280}) {
+      benchmark::RegisterBenchmark(fast ? "top_two/sse2" : "top_two/scalar", bm_top_two, fast)->Arg(v)->ArgName("n_vocab");
     }
   }
   benchmark::Initialize(&n, rest.data());

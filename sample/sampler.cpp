@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/reduce.h"
 #include "core/status.h"
 
 namespace ds4 {
@@ -30,24 +31,7 @@ uint64_t Rng::next_u64() {
 double Rng::next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
 int32_t argmax_excluding(std::span<const float> logits, int32_t excluded) {
-  int32_t best = -1;
-  float best_v = 0.0f;
-  const int32_t n = static_cast<int32_t>(logits.size());
-  for (int32_t i = 0; i < n; ++i) {
-    if (i == excluded) continue;
-    const float v = logits[i];
-    if (std::isnan(v)) continue;
-    if (best < 0 || v > best_v) {
-      best = i;
-      best_v = v;
-    }
-  }
-  if (best < 0) {  // every candidate NaN: fall back to the first allowed id
-    for (int32_t i = 0; i < n; ++i) {
-      if (i != excluded) return i;
-    }
-  }
-  return best;
+  return top_two(logits, excluded).id;
 }
 
 int32_t argmax(std::span<const float> logits) { return argmax_excluding(logits, -1); }

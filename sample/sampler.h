@@ -53,6 +53,7 @@ class Rng {
 // First index of the maximum logit (ties -> smallest id). -1 for an empty row.
 int32_t argmax(std::span<const float> logits);
 // Same, skipping `excluded` (e.g. EOS for the bench's non-EOS probe).
+// Both are core/reduce.h's top_two(...).id (vectorized; same result as the scalar loop).
 int32_t argmax_excluding(std::span<const float> logits, int32_t excluded);
 
 class Sampler {

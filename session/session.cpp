@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/reduce.h"
 #include "session/scratch.h"
 
 namespace ds4::session {
@@ -65,13 +66,6 @@ LayerMats bind_layer(const model::LayerWeights& w) {
   return m;
 }
 
-int32_t argmax_first(const float* v, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (v[i] > v[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
-}
 
 }  // namespace
 
@@ -140,6 +134,7 @@ Status ModelSession::validate_tokens(std::span<const int32_t> tokens) const {
 }
 
 Status ModelSession::prefill(std::span<const int32_t> tokens, const std::function<void(int, int)>& progress) {
+  ++logits_epoch_;
   DS4_RETURN_IF_ERROR(validate_tokens(tokens));
   verify_base_ = -1;
   const int total = static_cast<int>(tokens.size());
@@ -159,6 +154,7 @@ Status ModelSession::prefill(std::span<const int32_t> tokens, const std::functio
 }
 
 Status ModelSession::decode(int32_t token) {
+  ++logits_epoch_;
   const int32_t t[1] = {token};
   DS4_RETURN_IF_ERROR(validate_tokens(t));
   verify_base_ = -1;
@@ -174,6 +170,7 @@ std::span<const float> ModelSession::logits() const {
 }
 
 Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_t> rows) {
+  ++logits_epoch_;
   if (rows.empty() || rows.size() > static_cast<size_t>(kMaxBatchRows)) {
     return invalid_argument("verify takes 1..%d rows, got %zu", kMaxBatchRows, rows.size());
   }
@@ -185,7 +182,7 @@ Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_
   const int64_t V = cfg_.n_vocab;
   for (int i = 0; i < n; ++i) {
     const float* l = s_->row_logits.data() + i * V;
-    row_results_[i].argmax = argmax_first(l, V);
+    row_results_[i].argmax = top_two(std::span<const float>(l, V)).id;
     row_results_[i].logits = std::span<const float>(l, V);
     slots_[i].n_tokens = verify_base_ + i + 1;
   }
@@ -201,6 +198,7 @@ void ModelSession::checkpoint() {
 }
 
 void ModelSession::rollback() {
+  ++logits_epoch_;
   DS4_CHECK_MSG(n_tokens() >= checkpoint_.n_tokens && n_tokens() - checkpoint_.n_tokens <= kRollbackSlack,
                 "rollback: more tokens appended since the checkpoint than the raw ring slack");
   state_.restore_frontier(checkpoint_);
@@ -210,6 +208,7 @@ void ModelSession::rollback() {
 }
 
 Status ModelSession::commit_prefix(int k) {
+  ++logits_epoch_;
   if (verify_base_ < 0 || n_tokens() != verify_base_ + verify_rows_) {
     return invalid_argument("commit_prefix needs a verify() as the last appending call");
   }
@@ -232,6 +231,7 @@ Status ModelSession::save_snapshot() {
 }
 
 Status ModelSession::restore_snapshot() {
+  ++logits_epoch_;
   if (!has_snapshot_) return invalid_argument("restore_snapshot: no snapshot was saved");
   if (!state_.deserialize(snapshot_)) return internal_error("restore_snapshot: snapshot does not match the session");
   verify_base_ = -1;
@@ -239,6 +239,7 @@ Status ModelSession::restore_snapshot() {
 }
 
 void ModelSession::reset() {
+  ++logits_epoch_;
   state_.reset();
   verify_base_ = -1;
   state_.save_frontier(checkpoint_);

@@ -26,7 +26,8 @@
 
 namespace ds4::session {
 
-// Per-row result of verify(): greedy argmax (ties -> smallest id) and the row's logits.
+// Per-row result of verify(): greedy argmax (core/reduce.h top_two: ties -> smallest id, NaN
+// never wins) and the row's logits.
 struct RowResult {
   int32_t argmax = 0;
   std::span<const float> logits;  // [n_vocab], valid until the next mutating call
@@ -76,6 +77,9 @@ class ModelSession {
                  const std::function<void(int, int)>& progress = {});
   Status decode(int32_t token);
   std::span<const float> logits() const;  // empty before the first token
+  // Changes whenever logits() may have changed (every appending or restoring call, even a
+  // failed one): callers key values derived from the logits on it (DSpark's top-2 cache).
+  uint64_t logits_epoch() const { return logits_epoch_; }
 
   // 1..kMaxBatchRows rows at consecutive positions, appended; per-row logits + argmax.
   Expected<std::span<const RowResult>> verify(std::span<const int32_t> rows);
@@ -128,6 +132,7 @@ class ModelSession {
   int64_t verify_base_ = -1;             // n_tokens before the last verify (-1: none pending)
   int verify_rows_ = 0;
   std::vector<RowResult> row_results_;   // [kMaxBatchRows]
+  uint64_t logits_epoch_ = 0;
   std::vector<uint8_t> snapshot_;
   bool has_snapshot_ = false;
 

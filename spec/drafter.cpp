@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/reduce.h"
 #include "quant/quant.h"
 #include "session/block.h"
 
@@ -308,7 +309,8 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
     matmul(be_, w_->markov_w2, s.e.data(), R, s.bias.data(), V, 1);
     float* z = s.logits.data() + static_cast<int64_t>(k) * V;
     for (int64_t v = 0; v < V; ++v) z[v] += s.bias[v];
-    const int32_t d = markov_argmax(z, nullptr, V);
+    // markov_argmax(z, nullptr, V) for any row with a finite maximum, vectorized (core/reduce.h).
+    const int32_t d = top_two(std::span<const float>(z, static_cast<size_t>(V))).id;
     out->tokens[k] = d;
     out->conf[k] = c;
     out->n = k + 1;

@@ -9,7 +9,6 @@
 #include <cstring>
 
 #include "core/timer.h"
-#include "sample/sampler.h"
 
 namespace ds4::spec {
 
@@ -273,22 +272,6 @@ float Runtime::proposal_value(int n_allow, bool folding, bool overlapped) const 
   return pd * (post - c.draft) - (1.0f - pd) * c.draft_reject;
 }
 
-// top1 - top2 of the logits (the banned id excluded).
-static float top_margin(std::span<const float> lg, int32_t banned) {
-  float top1 = -INFINITY, top2 = -INFINITY;
-  for (size_t v = 0; v < lg.size(); ++v) {
-    if (static_cast<int32_t>(v) == banned) continue;
-    const float x = lg[v];
-    if (x > top1) {
-      top2 = top1;
-      top1 = x;
-    } else if (x > top2) {
-      top2 = x;
-    }
-  }
-  return top1 - top2;
-}
-
 int Runtime::margin_bucket(float margin) {
   if (!(margin >= 2.0f)) return 0;
   if (margin < 4.0f) return 1;
@@ -325,7 +308,16 @@ bool Runtime::fold_after_partial_open() const {
 }
 
 int32_t Runtime::choose(std::span<const float> logits) const {
-  return banned_ >= 0 ? argmax_excluding(logits, banned_) : argmax(logits);
+  return top_two(logits, banned_).id;
+}
+
+const TopTwo& Runtime::top() {
+  if (top_epoch_ != s_.logits_epoch() || top_banned_ != banned_) {
+    top_ = top_two(s_.logits(), banned_);
+    top_epoch_ = s_.logits_epoch();
+    top_banned_ = banned_;
+  }
+  return top_;
 }
 
 int32_t Runtime::row_choice(const session::RowResult& r) const {
@@ -495,7 +487,7 @@ Status Runtime::step(int max_new, int32_t stop_token, int32_t banned_token, std:
   state_ = prev_warm_ ? kMarginBuckets : 0;  // the margin bucket is added where the gate decides
   probing_ = false;
   if (since_proposal_ < (1 << 30)) ++since_proposal_;
-  const int32_t seed = choose(s_.logits());
+  const int32_t seed = top().id;  // fused with the margin the gates read: one pass per logits
   Status st;
   if (seed == stop_) {
     out->push_back(seed);
@@ -547,9 +539,8 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     if (pending) ++stats_.overlap_discards;
   };
 
-  std::span<const float> lg = s_.logits();
   if (!have_proposal && (cfg_.margin_gate > 0.0f || cfg_.cost_gate)) {
-    const float margin = top_margin(lg, banned_);
+    const float margin = top().margin;
     if (cfg_.margin_gate > 0.0f && margin < cfg_.margin_gate) {
       ++stats_.margin_skips;
       gated_out();
@@ -578,7 +569,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   }
   stats_.proposed_tokens += n;
   // Free check: the seed's logits already say whether d_0 is right.
-  const bool d0_hit = choose(lg) == prop_.tokens[0];
+  const bool d0_hit = top().id == prop_.tokens[0];
   note_d0(d0_hit);
   if (!d0_hit) {
     ++stats_.first_misses;
@@ -654,7 +645,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   }
   if (cfg_.cost_gate) {
     // Margin of the seed's row (the row after it is not computed yet).
-    state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(top_margin(s_.logits(), banned_));
+    state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(top().margin);
     if (!(proposal_value(n_allow, true, false) > 0.0f)) {
       fold_armed_ = false;  // the standalone path decides (and counts) this cycle
       return Status();

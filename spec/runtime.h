@@ -142,6 +142,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/reduce.h"
 #include "core/status.h"
 #include "session/session.h"
 #include "spec/drafter.h"
@@ -337,6 +338,10 @@ class Runtime {
 
  private:
   int32_t choose(std::span<const float> logits) const;
+  // Greedy id and top1 - top2 margin of the session's current logits (banned id excluded), one
+  // fused pass (core/reduce.h) cached per ModelSession::logits_epoch(): the seed's choice, the
+  // margin gate, the cost gate's bucket and the free d_0 check all read this one result.
+  const TopTwo& top();
   // choose() for a verify row, reusing the argmax the session already took (first maximum):
   // the same token unless that is the banned id or NaN (the session's scan does not skip NaN),
   // which take the full pass. Saves one pass over n_vocab logits per checked row.
@@ -402,6 +407,9 @@ class Runtime {
   int overlap_passes_ = kOverlapMinPasses;
   Proposal prop_;
   int32_t rows_[session::kMaxBatchRows] = {};
+  TopTwo top_;                      // top() cache: valid for (top_epoch_, top_banned_)
+  uint64_t top_epoch_ = ~uint64_t{0};
+  int32_t top_banned_ = -2;
 };
 
 }  // namespace ds4::spec
