@@ -9,6 +9,9 @@
 #   calibrate --calibrate --calibrate-reps 1: exit 0, the measured DS4_DSPARK_COST_* lines as
 #             '#' comments, and the cost-gate header line shows those values (they are used);
 #             --calibrate-reps 0 exits 2.
+#   repeat    --repeat 3: exit 0, the header says so, identity holds, one stats report per
+#             prompt (the counters of one run); --repeat 0 exits 2; --self-test-corrupt with
+#             --repeat 2 still exits 1.
 #   script    scripts/bench_spec.sh with MODEL/MTP overrides prints the table and the n-gram
 #             rates of every channel.
 set -uo pipefail
@@ -73,6 +76,21 @@ case "$CHECK" in
     grep -qE '^structured +costall +16 .* ok 1/1$' "$WORK/out.txt" || die "no costall row"
     "$BENCH" "${COMMON[@]}" --calibrate --calibrate-reps 0 > "$WORK/out.txt" 2>&1; rc=$?
     [ $rc = 2 ] || die "--calibrate-reps 0: exit $rc, want 2"
+    ;;
+  repeat)
+    "$BENCH" "${COMMON[@]}" --channels code,italian --policies baseline,costall --repeat 3 --stats \
+      > "$WORK/out.txt" 2> "$WORK/err.txt" || die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
+    grep -qE '^# .*plain and DSpark alternate per prompt, 3 pairs each, fastest run per side$' "$WORK/out.txt" ||
+      die "no --repeat header"
+    rows=$(grep -cE '^(code|italian) +(baseline|costall) +16 .* ok 1/1$' "$WORK/out.txt")
+    [ "$rows" = 4 ] || die "expected 4 table rows with 'ok 1/1', got $rows"
+    [ "$(grep -c '^--- ' "$WORK/err.txt")" = 4 ] || die "expected one stats report per prompt and policy"
+    "$BENCH" "${COMMON[@]}" --repeat 0 > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 2 ] || die "--repeat 0: exit $rc, want 2"
+    "$BENCH" "${COMMON[@]}" --channels code --policies baseline --self-test-corrupt --repeat 2 \
+      > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 1 ] || die "--self-test-corrupt --repeat 2: exit $rc, want 1"
+    grep -q "IDENTITY FAILED: 2 run(s) differ" "$WORK/out.txt" || die "both repeats should be counted"
     ;;
   script)
     BUILD="$WORK/build"
