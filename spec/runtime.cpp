@@ -230,7 +230,7 @@ void Runtime::reset_policy() {
   state_ = 0;
   prev_warm_ = false;
   warm_ = false;
-  since_proposal_ = 0;
+  since_proposal_ = kProbeGapMin;  // a first probe at once (header: "Probe ladder")
   probe_gap_ = kProbeGapMin;
   probing_ = false;
   overlap_passes_ = kOverlapMinPasses;

@@ -85,14 +85,26 @@
 //    plain decode and the drafter's ring is not fed (ingestion is deferred to the next
 //    proposal, which commits at most `window` rows, in batches of 8; ~0.005 decode per row).
 //  * Probe ladder: a cold runtime whose gate is closed still proposes once probe_gap cycles
-//    passed since the last proposal and the margin is >= cost_probe_margin (4 logits): gap 64,
-//    doubled by every unproductive probe up to 512, back to 64 after any full accept of >= 2
-//    drafts. So it notices when the text turns predictable; warm closed cycles never probe.
-//    Measured alternatives (bench "model" ratio, 16 prompts x 128 tokens, drafter and costs of
-//    15:30 UTC): warm after partial accepts of >= 2 too, or a first probe at once: structured
-//    1.02-1.03 -> 1.04-1.045 but code/english/italian 0.98-0.99 -> 0.97-0.98; neither is the
-//    default. Cold P(draft) prior 0.5 instead of 0.25 (drafter and costs of 16:00): italian
-//    0.973-0.978 (the cold gate opens at start at these costs), 0.25: 0.991-0.993.
+//    passed since the last proposal and the margin is >= cost_probe_margin (4 logits): gap 4
+//    (a fresh runtime is ready to probe at its first cycle), doubled by every unproductive
+//    probe up to 512, back to 4 after any full accept of >= 2 drafts. So it notices quickly
+//    when the text turns predictable, and backs off exponentially where it does not; warm
+//    closed cycles never probe. Measured (2026-12-03, bench "model" ratio, 16 prompts x 256
+//    tokens, all four channels, costall, under three calibrated cost sets: 2-core Zen 4
+//    0.69 + 0.24 n / 0.76 / 0.46, 16-core Xeon at 8 threads 0.77 + 0.31 n / 0.82 / 0.63 and at
+//    16 threads 0.98 + 0.20 n / 0.71 / 0.58), ALL channels:
+//      gap 64, no first probe (the previous default): 1.188 / 1.107 / 1.176
+//      gap 16 + first probe 1.193 / 1.122 / 1.183; gap 8 + first probe 1.194 / 1.126 / 1.185
+//      gap 4 + first probe (default): 1.195 / 1.127 / 1.187; gap 32 + first probe: 1.189 /
+//      1.116 / 1.174
+//    At the 8-thread costs the cold prior below keeps a fresh gate closed (its expected gain is
+//    ~0), so with gap 64 structured text spent its first 64 cycles and every cold spell plain:
+//    structured 1.310 -> 1.449 there. Per channel, gap 4 vs 64: code 1.190 -> 1.221 / 1.129 ->
+//    1.130 / 1.168 -> 1.209, english 1.095 / 1.045 -> 1.037 / 1.082 -> 1.085, italian 0.991 /
+//    0.994 -> 0.989 / 0.991 -> 0.990. Earlier (drafter and costs of 2026-12-02 15:30 UTC) warm
+//    after partial accepts of >= 2 lost 1% on code/english/italian. Cold P(draft) prior 0.5
+//    instead of 0.25 (drafter and costs of 16:00): italian 0.973-0.978 (the cold gate opens at
+//    start at these costs), 0.25: 0.991-0.993.
 //  * With overlap on (below), a standalone proposal that runs beside the seed's decode (the
 //    overlap prediction said so) costs cost_draft_overlap / cost_draft_reject_overlap instead
 //    (what it adds to the decode); other proposals, fold ones included, keep the full costs,
@@ -330,7 +342,7 @@ class Runtime {
   const AcceptModel& accept_model(int state) const { return am_[state]; }
   int probe_gap() const { return probe_gap_; }
   int cost_state() const { return state_; }  // of the last cycle: warm * kMarginBuckets + bucket
-  static constexpr int kProbeGapMin = 64, kProbeGapMax = 512;
+  static constexpr int kProbeGapMin = 4, kProbeGapMax = 512;
   static constexpr int kMarginBuckets = 4;     // top1 - top2 logit margin: < 2, < 4, < 8, >= 8
   static constexpr float kColdPrior = 0.25f, kWarmPrior = 1.0f;
   static int margin_bucket(float margin);
@@ -391,7 +403,7 @@ class Runtime {
   bool prev_warm_ = false;  // the previous cycle fully accepted >= 2 drafts
   float margin_ = 0.0f;     // this cycle's top1 - top2 at the standalone decision
   bool warm_ = false;     // this cycle fully accepted >= 2 drafts (the next one is warm)
-  int since_proposal_ = 0;          // cycles since the last proposal
+  int since_proposal_ = kProbeGapMin;  // cycles since the last proposal (start: probe at once)
   int probe_gap_ = kProbeGapMin;    // cold gate-closed cycles between probes
   bool probing_ = false;            // this cycle's proposal is a probe
   AcceptModel& am() { return am_[state_]; }

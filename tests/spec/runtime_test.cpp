@@ -806,7 +806,7 @@ TEST_F(RuntimeTest, CostGateProbeLadderAndStreaks) {
     ASSERT_TRUE(s->prefill(prompt).ok());
     std::vector<int32_t> got, out;
     std::vector<int> want_steps;  // 1-based steps that must propose
-    int since = 0, gap = gap0;
+    int since = gap0, gap = gap0;  // the runtime starts ready to probe
     for (int k = 1; k <= 400; ++k) {
       ++since;
       if (since >= gap && margins[k] >= cfg.cost_probe_margin) {
@@ -815,7 +815,7 @@ TEST_F(RuntimeTest, CostGateProbeLadderAndStreaks) {
         gap = std::min(spec::Runtime::kProbeGapMax, 2 * gap);
       }
     }
-    ASSERT_GE(want_steps.size(), 2u);  // gaps of 64 then 128 cycles
+    ASSERT_GE(want_steps.size(), 2u);  // gaps of kProbeGapMin, then doubling
     std::vector<int> steps;
     for (int k = 1; k <= 400; ++k) {
       const int64_t before = rt.stats().proposals;
@@ -838,6 +838,10 @@ TEST_F(RuntimeTest, CostGateProbeLadderAndStreaks) {
     ASSERT_TRUE(s->prefill(prompt).ok());
     std::vector<int32_t> got, out;
     int first = -1;
+    // A fresh runtime is ready to probe: the first proposal is the first step whose margin
+    // reaches the probe bar.
+    int want_first = 1;
+    while (!(margins[want_first] >= cfg.cost_probe_margin)) ++want_first;
     for (int k = 1; static_cast<int>(got.size()) < kN - 60; ++k) {
       const int64_t before = rt.stats().proposals;
       ASSERT_TRUE(rt.step(kN - static_cast<int>(got.size()), -1, -1, &out).ok());
@@ -845,7 +849,7 @@ TEST_F(RuntimeTest, CostGateProbeLadderAndStreaks) {
       if (first < 0) {
         if (proposed) {
           first = k;
-          EXPECT_GE(k, gap0);
+          EXPECT_EQ(k, want_first);
           EXPECT_GE(margins[k], cfg.cost_probe_margin);
           EXPECT_EQ(out.size(), 5u) << "the probe verifies all 4 drafts (seed + 4)";
         } else {
