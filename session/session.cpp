@@ -66,7 +66,6 @@ LayerMats bind_layer(const model::LayerWeights& w) {
   return m;
 }
 
-
 }  // namespace
 
 uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
