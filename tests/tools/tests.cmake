@@ -19,3 +19,16 @@ if(TARGET ds4-gguf)
   add_test(NAME tools.ds4_gguf_inspect_missing COMMAND $<TARGET_FILE:ds4-gguf> inspect /nonexistent.gguf)
   set_tests_properties(tools.ds4_gguf_inspect_missing PROPERTIES WILL_FAIL TRUE)
 endif()
+
+# `ds4-greedy-gen` (tools/greedy-gen): shard / thread / prefix invariance of its rows and
+# exit code 2 on bad input, on the shipped tiny model.
+if(TARGET ds4-greedy-gen)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND AND EXISTS ${CMAKE_SOURCE_DIR}/models/ds4-tiny.gguf)
+    add_test(NAME tools.greedy_gen
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_greedy_gen.py
+                     $<TARGET_FILE:ds4-greedy-gen> ${CMAKE_SOURCE_DIR}/models/ds4-tiny.gguf
+                     ${CMAKE_BINARY_DIR}/tests/tools/greedy_gen)
+    set_tests_properties(tools.greedy_gen PROPERTIES TIMEOUT 120 LABELS tools)
+  endif()
+endif()

@@ -11,6 +11,9 @@ Subcommands:
            train a DSparkDrafter with the DeepSpec recipe and evaluate it on the held-out
            greedy continuations. Writes drafter weight shards (fp16 big / fp32 small tensors,
            each < 16 MB), eval sequences and a JSON log.
+  gen-cpu  (CPU) greedy sequences of a data file's prompts with the C++ engine
+           (tools/greedy-gen: the runtime's own greedy tokens), sharded over processes
+           -> gen_seqs.npz for `train --gen-from` (no GPU generation then).
   export   (CPU) shards -> support GGUF (export_gguf.py: Q8_0 / F16 / F32, experts q2 or q4).
   eval     (CPU or GPU) acceptance of a support GGUF on the held-out sequences of a train run.
 
@@ -315,7 +318,14 @@ def cmd_train(a) -> int:
 
     dr = DSparkDrafter(tcfg, dcfg)
     dr.init_weights(a.seed)
-    if a.init_from:  # continue training from the shards of an earlier run (optimizer restarts)
+    if a.init_from.endswith(".gguf"):  # continue from a shipped support file (dequantized)
+        from export_gguf import load_support_gguf
+        src = load_support_gguf(a.init_from, tcfg)
+        if src.dcfg.__dict__ != dcfg.__dict__:
+            raise SystemExit(f"--init-from {a.init_from}: drafter {src.dcfg}, this run wants {dcfg}")
+        dr.load_state_dict(src.state_dict())
+        log(f"initialised from {a.init_from} (dequantized)")
+    elif a.init_from:  # continue training from the shards of an earlier run (optimizer restarts)
         load_shards(dr, Path(a.init_from))
         log(f"initialised from {a.init_from}")
     dr.to(dev).train()
@@ -435,6 +445,48 @@ def cmd_train(a) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- CPU generation
+def cmd_gen_cpu(a) -> int:
+    """gen_prompts (first --max-gen) + eval_prompts of --data, extended to seq_len by
+    ds4-greedy-gen in --jobs processes of --threads each -> --out (seqs [N, T] int32, the
+    layout `train --gen-from` reads; rows are matched by their prompt there)."""
+    import subprocess
+    import tempfile
+    data = np.load(a.data)
+    T, L0 = int(data["seq_len"]), int(data["prompt_len"])
+    gen_p = data["gen_prompts"][:a.max_gen] if a.max_gen else data["gen_prompts"]
+    want = np.ascontiguousarray(np.concatenate([gen_p, data["eval_prompts"]]), dtype="<i4")
+    n = want.shape[0]
+    jobs = max(1, min(a.jobs, n))
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as td:
+        src = os.path.join(td, "prompts.i32")
+        want.tofile(src)
+        per = -(-n // jobs)
+        procs = []
+        for j in range(jobs):
+            first, count = j * per, min(per, n - j * per)
+            if count <= 0:
+                break
+            cmd = [a.tool, "-m", a.target, "--in", src, "--out", os.path.join(td, f"part{j}.i32"),
+                   "--prompt-len", str(L0), "--total-len", str(T), "--first", str(first),
+                   "--count", str(count), "-t", str(a.threads)] + ([] if j == 0 else ["-q"])
+            procs.append(subprocess.Popen(cmd))
+        bad = [j for j, p in enumerate(procs) if p.wait() != 0]
+        if bad:
+            raise SystemExit(f"ds4-greedy-gen failed in jobs {bad}")
+        seqs = np.concatenate([np.fromfile(os.path.join(td, f"part{j}.i32"), dtype="<i4").reshape(-1, T)
+                               for j in range(len(procs))])
+    if seqs.shape[0] != n or not (seqs[:, :L0] == want).all():
+        raise SystemExit("gen-cpu: the generated rows do not match the prompts")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(a.out, seqs=seqs.astype(np.int32))
+    dt = time.time() - t0
+    log(f"wrote {a.out}: {n} sequences of {T} ({gen_p.shape[0]} train + {n - gen_p.shape[0]} held-out) "
+        f"in {dt:.0f}s, {jobs} jobs x {a.threads} threads, {n * (T - L0) / dt:.0f} generated tok/s")
+    return 0
+
+
 # ----------------------------------------------------------------------------- export / eval
 def _load_target(path: str, device: str):
     from gguf_io import load_model
@@ -524,7 +576,8 @@ def main() -> int:
     p.add_argument("--bias-rate", type=float, default=1e-3)
     p.add_argument("--gen-chunk", type=int, default=1024)
     p.add_argument("--max-gen", type=int, default=0, help="use only the first N generation prompts")
-    p.add_argument("--init-from", default="", help="run directory whose weight shards start training")
+    p.add_argument("--init-from", default="", help="run directory whose weight shards start "
+                   "training, or a support .gguf (weights dequantized)")
     p.add_argument("--gen-from", default="", help="gen_seqs.npz of an earlier run with the same "
                    "target, data and --max-gen: skips the greedy generation")
     p.add_argument("--pass-chunk", type=int, default=512)
@@ -534,6 +587,14 @@ def main() -> int:
     p.add_argument("--small", action="store_true", help="CPU smoke test on a few sequences")
     p.add_argument("--small-n", type=int, default=8)
     p.add_argument("--small-len", type=int, default=48)
+    p = sub.add_parser("gen-cpu")
+    p.add_argument("--target", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True, help="gen_seqs.npz to write")
+    p.add_argument("--tool", default=str(REPO / "build" / "bin" / "ds4-greedy-gen"))
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--threads", type=int, default=1, help="engine threads per job")
+    p.add_argument("--max-gen", type=int, default=0, help="only the first N generation prompts")
     p = sub.add_parser("export")
     p.add_argument("--run", required=True, help="output directory of `train`")
     p.add_argument("--target", required=True)
@@ -549,7 +610,7 @@ def main() -> int:
     p.add_argument("--json", default="")
     p.add_argument("--device", default="cpu")
     a = ap.parse_args()
-    return {"prepare": cmd_prepare, "train": cmd_train, "export": cmd_export, "eval": cmd_eval}[a.cmd](a)
+    return {"prepare": cmd_prepare, "gen-cpu": cmd_gen_cpu, "train": cmd_train, "export": cmd_export, "eval": cmd_eval}[a.cmd](a)
 
 
 if __name__ == "__main__":
