@@ -19,6 +19,10 @@
 // costfold = cost + fold, costall = all + the cost gate.
 // The "model" column is the clock-free ratio: tokens / cost of the run's counters at the
 // cost-gate costs (decode 1, verify(n), proposal, rejected proposal).
+// --in-cycle adds, under each row, where the wall clock departs from that model: the measured
+// time of the DSpark run's decodes, verifies and proposals over what the model charges for
+// them, in units of the paired (first) plain run's time per token, and the share of the run
+// spent outside the three (gates, sync, commit, bookkeeping). Also in the CSV (incycle_*).
 //
 // Invariants checked (exit 1 on any failure, after printing the table):
 //   * every DSpark output equals the plain output token for token;
@@ -91,6 +95,7 @@ struct Options {
   bool cuda = false;
   std::string isa = "auto";
   bool stats = false;
+  bool in_cycle = false;   // --in-cycle: measured/modelled time per part under each row
   bool verbose = false;
   bool corrupt_check = false;  // checker self-test: flip the last DSpark token of every run
 };
@@ -114,6 +119,7 @@ struct Channel {
 // Sums over the prompts of one channel x policy cell.
 struct Cell {
   double plain_s = 0, spec_s = 0;
+  double plain_first_s = 0;             // first plain run of each prompt (pairs the time split)
   int64_t plain_tokens = 0, spec_tokens = 0;
   std::map<std::string, double> stats;  // summed numeric fields of stats_report()
   int token_mismatches = 0, logits_mismatches = 0, plain_nondeterministic = 0;
@@ -159,6 +165,7 @@ void accumulate_stats(const std::string& report, std::map<std::string, double>* 
 
 void merge(const Cell& from, Cell* into) {
   into->plain_s += from.plain_s;
+  into->plain_first_s += from.plain_first_s;
   into->spec_s += from.spec_s;
   into->plain_tokens += from.plain_tokens;
   into->spec_tokens += from.spec_tokens;
@@ -304,7 +311,7 @@ const char* csv_header() {
          "first_misses,no_draft,scheduler_skips,margin_skips,folded_seeds,verify_calls,"
          "verify_rows,t_total_ms,t_decode_ms,t_propose_ms,t_sync_ms,t_verify_ms,t_commit_ms,"
          "t_replay_ms,token_mismatches,logits_mismatches,model_ratio,cost_skips,cost_probes,cost_trims,"
-         "cost_unfolds\n";
+         "cost_unfolds,incycle_decode,incycle_verify,incycle_propose,incycle_other_pct\n";
 }
 
 // Modelled speed ratio from the run's counters alone (reproducible, no clock): tokens / cost, the
@@ -319,9 +326,35 @@ double modelled_ratio(const Cell& c, const SpecOptions& k) {
   return cost > 0 ? static_cast<double>(c.spec_tokens) / cost : 0.0;
 }
 
+// Measured over modelled time of the DSpark run's decodes, verifies and proposals (1 = as the
+// cost constants say), in units of the paired plain run's time per token, and the share of the
+// DSpark run's time outside them. 0 where a part did not occur.
+struct InCycle {
+  double decode = 0, verify = 0, propose = 0, other_pct = 0;
+};
+
+InCycle in_cycle(const Cell& c, const SpecOptions& k) {
+  InCycle r;
+  const double unit_ms = c.plain_tokens > 0 ? 1e3 * c.plain_first_s / c.plain_tokens : 0.0;
+  if (unit_ms <= 0) return r;
+  const double decodes = stat(c, "seeds") - stat(c, "folded_seeds") + stat(c, "single_draft_decodes");
+  const double rejects = stat(c, "conf0_rejects");
+  const double verify_cost = k.cost_verify_base * stat(c, "verify_calls") + k.cost_verify_row * stat(c, "verify_rows");
+  const double propose_cost = k.cost_draft * (stat(c, "proposals") - rejects) + k.cost_draft_reject * rejects;
+  auto ratio = [&](const char* t, double cost) { return cost > 0 ? stat(c, t) / (cost * unit_ms) : 0.0; };
+  r.decode = ratio("time_decode", decodes);
+  r.verify = ratio("time_verify", verify_cost);
+  r.propose = ratio("time_propose", propose_cost);
+  const double total = stat(c, "time_total");
+  const double parts = stat(c, "time_decode") + stat(c, "time_verify") + stat(c, "time_propose");
+  r.other_pct = total > 0 ? 100.0 * (total - parts) / total : 0.0;
+  return r;
+}
+
 void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string& policy, int n_prompts,
-               const Cell& c, const SpecOptions& k) {
+               const Cell& c, const SpecOptions& k, bool show_in_cycle) {
   const double model = modelled_ratio(c, k);
+  const InCycle ic = in_cycle(c, k);
   const double plain_tps = c.plain_s > 0 ? c.plain_tokens / c.plain_s : 0.0;
   const double spec_tps = c.spec_s > 0 ? c.spec_tokens / c.spec_s : 0.0;
   const double ratio = plain_tps > 0 ? spec_tps / plain_tps : 0.0;
@@ -346,11 +379,16 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
                channel.c_str(), policy.c_str(), static_cast<long long>(c.spec_tokens), plain_tps,
                spec_tps, ratio, model, accept, acc_cyc, tok_cyc, pct("time_decode"), pct("time_propose"),
                pct("time_verify"), pct("time_commit"), other, ident);
+  if (show_in_cycle) {
+    std::fprintf(f, "#   in-cycle / model: decode %.3f  verify %.3f  propose %.3f  outside them %.1f%%\n",
+                 ic.decode, ic.verify, ic.propose, ic.other_pct);
+  }
   std::fflush(f);
   if (csv != nullptr) {
     std::fprintf(csv,
                  "%s,%s,%d,%lld,%.3f,%.3f,%.4f,%.0f,%.0f,%.0f,%.4f,%.4f,%.4f,%.0f,%.0f,%.0f,%.0f,%.0f,"
-                 "%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,%.4f,%.0f,%.0f,%.0f,%.0f\n",
+                 "%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,%.4f,%.0f,%.0f,%.0f,%.0f,%.4f,%.4f,"
+                 "%.4f,%.2f\n",
                  channel.c_str(), policy.c_str(), n_prompts, static_cast<long long>(c.spec_tokens),
                  plain_tps, spec_tps, ratio, cycles, proposed, accepted, accept / 100.0, acc_cyc,
                  tok_cyc, stat(c, "full"), stat(c, "partial"), stat(c, "miss_first"),
@@ -359,7 +397,8 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
                  stat(c, "time_decode"), stat(c, "time_propose"), stat(c, "time_sync"),
                  stat(c, "time_verify"), stat(c, "time_commit"), stat(c, "time_replay"),
                  c.token_mismatches, c.logits_mismatches, model, stat(c, "cost_skips"),
-                 stat(c, "cost_probes"), stat(c, "cost_trims"), stat(c, "cost_unfolds"));
+                 stat(c, "cost_probes"), stat(c, "cost_trims"), stat(c, "cost_unfolds"), ic.decode, ic.verify,
+                 ic.propose, ic.other_pct);
     std::fflush(csv);
   }
 }
@@ -438,6 +477,9 @@ int main_impl(int argc, char** argv) {
       .flag("--self-test-corrupt", &o.corrupt_check,
             "Checker self-test: alter each DSpark output before comparing (must exit 1)")
       .flag("--stats", &o.stats, "Print each DSpark run's stats_report() on stderr")
+      .flag("--in-cycle", &o.in_cycle,
+            "Under each row: measured over modelled time of the DSpark decodes, verifies and proposals "
+            "(units: the paired plain run's time per token) and the share of time outside them")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
   ParseResult pr = t.parse(argc, argv);
   if (pr.should_exit()) {
@@ -591,6 +633,7 @@ int main_impl(int argc, char** argv) {
           std::fprintf(stderr, "--- %s/%s policy %s\n%s", ch.name.c_str(), p.id.c_str(),
                        pol.name.c_str(), spark->report.c_str());
         }
+        cell.plain_first_s += plain->gen.gen_s;
         plain->gen.gen_s = plain_best;
         spark->gen.gen_s = spark_best;
         cell.plain_s += plain->gen.gen_s;
@@ -600,7 +643,7 @@ int main_impl(int argc, char** argv) {
         accumulate_stats(spark->report, &cell.stats);
       }
       failures += cell.token_mismatches + cell.logits_mismatches + cell.plain_nondeterministic;
-      print_row(stdout, csv, ch.name, pol.name, static_cast<int>(ch.prompts.size()), cell, o.cost);
+      print_row(stdout, csv, ch.name, pol.name, static_cast<int>(ch.prompts.size()), cell, o.cost, o.in_cycle);
       merge(cell, &totals[pi]);
     }
     if (!o.outputs_dir.empty()) {
@@ -609,7 +652,7 @@ int main_impl(int argc, char** argv) {
   }
   if (channels.size() > 1) {
     for (size_t pi = 0; pi < policies->size(); ++pi) {
-      print_row(stdout, csv, "ALL", (*policies)[pi].name, total_prompts, totals[pi], o.cost);
+      print_row(stdout, csv, "ALL", (*policies)[pi].name, total_prompts, totals[pi], o.cost, o.in_cycle);
     }
   }
   if (csv != nullptr) std::fclose(csv);

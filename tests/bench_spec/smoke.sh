@@ -11,7 +11,8 @@
 #             --calibrate-reps 0 exits 2.
 #   repeat    --repeat 3: exit 0, the header says so, identity holds, one stats report per
 #             prompt (the counters of one run); --repeat 0 exits 2; --self-test-corrupt with
-#             --repeat 2 still exits 1.
+#             --repeat 2 still exits 1. With --in-cycle every row (ALL too) is followed by its
+#             in-cycle line and the CSV's incycle_decode is > 0 (every run decodes its seeds).
 #   script    scripts/bench_spec.sh with MODEL/MTP overrides prints the table and the n-gram
 #             rates of every channel.
 set -uo pipefail
@@ -79,7 +80,15 @@ case "$CHECK" in
     ;;
   repeat)
     "$BENCH" "${COMMON[@]}" --channels code,italian --policies baseline,costall --repeat 3 --stats \
-      > "$WORK/out.txt" 2> "$WORK/err.txt" || die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
+      --in-cycle --csv "$WORK/t.csv" > "$WORK/out.txt" 2> "$WORK/err.txt" ||
+      die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
+    n_ic=$(grep -A1 -E '^(code|italian|ALL) +(baseline|costall) ' "$WORK/out.txt" |
+           grep -cE '^#   in-cycle / model: decode [0-9.]+  verify [0-9.]+  propose [0-9.]+  outside them [0-9.]+%$')
+    [ "$n_ic" = 6 ] || die "expected an in-cycle line under each of the 6 rows, got $n_ic"
+    head -1 "$WORK/t.csv" | grep -q ',incycle_decode,incycle_verify,incycle_propose,incycle_other_pct$' ||
+      die "CSV header lacks the incycle columns"
+    awk -F, 'NR > 1 && $37 > 0 {n++} END {exit n == 6 ? 0 : 1}' "$WORK/t.csv" ||
+      die "incycle_decode should be > 0 in every CSV row"
     grep -qE '^# .*plain and DSpark alternate per prompt, 3 pairs each, fastest run per side$' "$WORK/out.txt" ||
       die "no --repeat header"
     rows=$(grep -cE '^(code|italian) +(baseline|costall) +16 .* ok 1/1$' "$WORK/out.txt")
