@@ -123,13 +123,19 @@ def target_pass(target, seqs: torch.Tensor, layers: list[int], chunk: int,
                 logits_dtype=torch.bfloat16):
     """fp32 target over seqs [N, T] -> captures [N, T, NC·E] f32, logits [N, T, V] (dtype),
     argmax labels [N, T] (row p = the target's greedy token for position p+1)."""
-    caps, lgs, labs = [], [], []
+    caps = lgs = labs = None  # filled in place: a list + torch.cat would hold everything twice
     for i in range(0, seqs.shape[0], chunk):
         c, lg = target_forward_capture(target, seqs[i:i + chunk], layers)
-        caps.append(c)
-        labs.append(lg.float().argmax(-1))
-        lgs.append(lg.to(logits_dtype))
-    return torch.cat(caps), torch.cat(lgs), torch.cat(labs)
+        if caps is None:
+            n = seqs.shape[0]
+            caps = torch.empty((n, *c.shape[1:]), dtype=c.dtype, device=c.device)
+            lgs = torch.empty((n, *lg.shape[1:]), dtype=logits_dtype, device=lg.device)
+            labs = torch.empty(seqs.shape, dtype=torch.int64, device=lg.device)
+        caps[i:i + chunk] = c
+        labs[i:i + chunk] = lg.float().argmax(-1)
+        lgs[i:i + chunk] = lg.to(logits_dtype)
+        del c, lg
+    return caps, lgs, labs
 
 
 # ----------------------------------------------------------------------------- evaluation
