@@ -18,6 +18,7 @@
 
 #include "core/flags.h"
 #include "core/log.h"
+#include "core/reduce.h"
 #include "core/timer.h"
 #include "engine/engine.h"
 
@@ -41,13 +42,6 @@ struct Options {
 int fail(const std::string& m, int code = 1) {
   std::fprintf(stderr, "ds4-greedy-gen: error: %s\n", m.c_str());
   return code;
-}
-
-int32_t argmax_first(std::span<const float> v) {
-  size_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] > v[best]) best = i;
-  return static_cast<int32_t>(best);
 }
 
 int main_impl(int argc, char** argv) {
@@ -117,7 +111,7 @@ int main_impl(int argc, char** argv) {
     s.reset();
     if (Status st = s.prefill(prompt); !st.ok()) return fail("row " + std::to_string(o.first + r) + ": " + st.message());
     for (int p = o.prompt_len; p < o.total_len; ++p) {
-      row[p] = argmax_first(s.logits());
+      row[p] = top_two(s.logits()).id;  // greedy: ties -> smallest id
       if (p + 1 < o.total_len) {
         if (Status st = s.decode(row[p]); !st.ok()) return fail("row " + std::to_string(o.first + r) + ": " + st.message());
       }
