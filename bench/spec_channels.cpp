@@ -314,15 +314,25 @@ const char* csv_header() {
          "cost_unfolds,incycle_decode,incycle_verify,incycle_propose,incycle_other_pct\n";
 }
 
-// Modelled speed ratio from the run's counters alone (reproducible, no clock): tokens / cost, the
-// cost in decode(1) units under the cost-gate parameters: every ordinary decode 1, every verify
-// base + row * rows, every proposal draft (or draft_reject when stopped by conf0).
-double modelled_ratio(const Cell& c, const SpecOptions& k) {
-  const double decodes = stat(c, "seeds") - stat(c, "folded_seeds") + stat(c, "single_draft_decodes");
+// The cost-gate model's charge for the run's counters, in decode(1) units: every ordinary decode 1,
+// every verify base + row * rows, every proposal draft (or draft_reject when stopped by conf0).
+struct ModelledCost {
+  double decode = 0, verify = 0, propose = 0;
+  double total() const { return decode + verify + propose; }
+};
+
+ModelledCost modelled_cost(const Cell& c, const SpecOptions& k) {
   const double rejects = stat(c, "conf0_rejects");
-  const double cost = decodes + k.cost_verify_base * stat(c, "verify_calls") +
-                      k.cost_verify_row * stat(c, "verify_rows") +
-                      k.cost_draft * (stat(c, "proposals") - rejects) + k.cost_draft_reject * rejects;
+  ModelledCost m;
+  m.decode = stat(c, "seeds") - stat(c, "folded_seeds") + stat(c, "single_draft_decodes");
+  m.verify = k.cost_verify_base * stat(c, "verify_calls") + k.cost_verify_row * stat(c, "verify_rows");
+  m.propose = k.cost_draft * (stat(c, "proposals") - rejects) + k.cost_draft_reject * rejects;
+  return m;
+}
+
+// Modelled speed ratio from the run's counters alone (reproducible, no clock): tokens / cost.
+double modelled_ratio(const Cell& c, const SpecOptions& k) {
+  const double cost = modelled_cost(c, k).total();
   return cost > 0 ? static_cast<double>(c.spec_tokens) / cost : 0.0;
 }
 
@@ -337,14 +347,11 @@ InCycle in_cycle(const Cell& c, const SpecOptions& k) {
   InCycle r;
   const double unit_ms = c.plain_tokens > 0 ? 1e3 * c.plain_first_s / c.plain_tokens : 0.0;
   if (unit_ms <= 0) return r;
-  const double decodes = stat(c, "seeds") - stat(c, "folded_seeds") + stat(c, "single_draft_decodes");
-  const double rejects = stat(c, "conf0_rejects");
-  const double verify_cost = k.cost_verify_base * stat(c, "verify_calls") + k.cost_verify_row * stat(c, "verify_rows");
-  const double propose_cost = k.cost_draft * (stat(c, "proposals") - rejects) + k.cost_draft_reject * rejects;
+  const ModelledCost m = modelled_cost(c, k);
   auto ratio = [&](const char* t, double cost) { return cost > 0 ? stat(c, t) / (cost * unit_ms) : 0.0; };
-  r.decode = ratio("time_decode", decodes);
-  r.verify = ratio("time_verify", verify_cost);
-  r.propose = ratio("time_propose", propose_cost);
+  r.decode = ratio("time_decode", m.decode);
+  r.verify = ratio("time_verify", m.verify);
+  r.propose = ratio("time_propose", m.propose);
   const double total = stat(c, "time_total");
   const double parts = stat(c, "time_decode") + stat(c, "time_verify") + stat(c, "time_propose");
   r.other_pct = total > 0 ? 100.0 * (total - parts) / total : 0.0;
