@@ -321,6 +321,10 @@ def cmd_train(a) -> int:
     consist = float((labels[:gen.shape[0], L0 - 1:T - 1] == gen[:, L0:]).float().mean())
     log(f"target pass: {seqs.shape[0]} sequences in {time.time() - t0:.1f}s; greedy label "
         f"consistency {consist:.5f}")
+    if a.labels == "sequence":  # the generated part's own next tokens (what the runtime verifies)
+        labels[:gen.shape[0], L0 - 1:T - 1] = gen[:, L0:]
+        elabels[:, L0 - 1:T - 1] = ev[:, L0:]
+        log("labels: the sequences' own tokens for the generated part (--labels sequence)")
 
     dr = DSparkDrafter(tcfg, dcfg)
     dr.init_weights(a.seed)
@@ -462,8 +466,22 @@ def cmd_gen_cpu(a) -> int:
     T, L0 = int(data["seq_len"]), int(data["prompt_len"])
     gen_p = data["gen_prompts"][:a.max_gen] if a.max_gen else data["gen_prompts"]
     want = np.ascontiguousarray(np.concatenate([gen_p, data["eval_prompts"]]), dtype="<i4")
+    n_all = want.shape[0]
+    full = np.empty((n_all, T), dtype="<i4")
+    todo = np.arange(n_all)
+    if a.reuse:  # rows of an earlier gen_seqs.npz (same target) whose prompt matches are kept
+        cached = np.load(a.reuse)["seqs"].astype("<i4")
+        if cached.shape[1] != T:
+            raise SystemExit(f"--reuse {a.reuse}: sequences of {cached.shape[1]} tokens, want {T}")
+        by_prompt = {row[:L0].tobytes(): row for row in cached}
+        hit = np.array([want[i].tobytes() in by_prompt for i in range(n_all)], dtype=bool)
+        for i in np.where(hit)[0]:
+            full[i] = by_prompt[want[i].tobytes()]
+        todo = np.where(~hit)[0]
+        log(f"--reuse {a.reuse}: {int(hit.sum())} of {n_all} sequences reused, {todo.size} to generate")
+    want = np.ascontiguousarray(want[todo])
     n = want.shape[0]
-    jobs = max(1, min(a.jobs, n))
+    jobs = max(1, min(a.jobs, max(n, 1)))
     t0 = time.time()
     with tempfile.TemporaryDirectory() as td:
         src = os.path.join(td, "prompts.i32")
@@ -482,14 +500,15 @@ def cmd_gen_cpu(a) -> int:
         if bad:
             raise SystemExit(f"ds4-greedy-gen failed in jobs {bad}")
         seqs = np.concatenate([np.fromfile(os.path.join(td, f"part{j}.i32"), dtype="<i4").reshape(-1, T)
-                               for j in range(len(procs))])
+                               for j in range(len(procs))]) if procs else np.empty((0, T), dtype="<i4")
     if seqs.shape[0] != n or not (seqs[:, :L0] == want).all():
         raise SystemExit("gen-cpu: the generated rows do not match the prompts")
+    full[todo] = seqs
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(a.out, seqs=seqs.astype(np.int32))
+    np.savez_compressed(a.out, seqs=full.astype(np.int32))
     dt = time.time() - t0
-    log(f"wrote {a.out}: {n} sequences of {T} ({gen_p.shape[0]} train + {n - gen_p.shape[0]} held-out) "
-        f"in {dt:.0f}s, {jobs} jobs x {a.threads} threads, {n * (T - L0) / dt:.0f} generated tok/s")
+    log(f"wrote {a.out}: {n_all} sequences of {T} ({gen_p.shape[0]} train + {n_all - gen_p.shape[0]} held-out; "
+        f"{n} generated in {dt:.0f}s, {jobs} jobs x {a.threads} threads, {n * (T - L0) / max(dt, 1e-9):.0f} tok/s)")
     return 0
 
 
@@ -579,6 +598,10 @@ def main() -> int:
     p.add_argument("--w-l1", type=float, default=0.9)
     p.add_argument("--w-bce", type=float, default=1.0)
     p.add_argument("--conf-target", choices=("greedy", "tv"), default="greedy")
+    p.add_argument("--labels", choices=("argmax", "sequence"), default="argmax",
+                   help="CE/confidence labels of the generated part: the fp32 reference's argmax, or "
+                   "the sequence's own next token (with --gen-from gen-cpu output: the engine's "
+                   "greedy choice, which the runtime verifies against); held-out eval likewise")
     p.add_argument("--bias-rate", type=float, default=1e-3)
     p.add_argument("--gen-chunk", type=int, default=1024)
     p.add_argument("--max-gen", type=int, default=0, help="use only the first N generation prompts")
@@ -601,6 +624,8 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--threads", type=int, default=1, help="engine threads per job")
     p.add_argument("--max-gen", type=int, default=0, help="only the first N generation prompts")
+    p.add_argument("--reuse", default="", help="gen_seqs.npz of an earlier run with the same target: "
+                   "rows whose prompt it holds are copied, only the others are generated")
     p = sub.add_parser("export")
     p.add_argument("--run", required=True, help="output directory of `train`")
     p.add_argument("--target", required=True)
