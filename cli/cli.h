@@ -42,7 +42,7 @@ struct Options {
   std::string dspark_policy = kDefaultDsparkPolicy;  // preset (engine/speculative.h), then the knobs below
   std::string dspark_grid;       // "a,b,c" per-position thresholds (last extends); empty = the preset's
   bool dspark_fold = false;
-  int dspark_fold_partial = 0;   // 0/1: also fold after a partial accept (see spec/runtime.h)
+  int dspark_fold_partial = -1;  // 0/1: also fold after a partial accept (spec/runtime.h); -1 = the preset's
   int dspark_scheduler = 1;      // 0 = off
   bool dspark_backoff = false;
   float dspark_margin_gate = -1.0f;  // < 0: the preset's (0 or kDefaultDsparkMarginGate)

@@ -95,7 +95,7 @@ Expected<SpecOptions> dspark_spec_options(const Options& o) {
     DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &so.confidence_grid));
   }
   so.fold = so.fold || o.dspark_fold;
-  so.fold_after_partial = o.dspark_fold_partial != 0;
+  if (o.dspark_fold_partial >= 0) so.fold_after_partial = o.dspark_fold_partial != 0;
   so.scheduler = so.scheduler && o.dspark_scheduler != 0;
   so.backoff = so.backoff || o.dspark_backoff;
   if (o.dspark_margin_gate >= 0.0f) so.margin_gate = o.dspark_margin_gate;

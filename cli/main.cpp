@@ -83,7 +83,7 @@ void declare_flags(FlagTable& t, Options& o) {
       .flag("--dspark-fold", &o.dspark_fold,
             "DSpark: verify the seed as row 0 after a full accept", "DS4_DSPARK_FOLD")
       .option("--dspark-fold-partial", &o.dspark_fold_partial,
-              "DSpark: with --dspark-fold, also fold after a partial accept 0/1",
+              "DSpark: with fold, also fold after a partial accept 0/1 (default: the preset's; costall 1)",
               "DS4_DSPARK_FOLD_PARTIAL")
       .option("--dspark-scheduler", &o.dspark_scheduler,
               "DSpark: windowed pause scheduler (counters only) 0/1", "DS4_DSPARK_SCHEDULER")

@@ -87,6 +87,7 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
   // The seed's baseline, then the preset's knobs.
   so->scheduler = true;
   so->fold = false;
+  so->fold_after_partial = false;
   so->confidence_grid.clear();
   so->backoff = false;
   so->margin_gate = 0.0f;
@@ -114,6 +115,10 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
     so->cost_gate = true;
     so->fold = true;
   } else if (name == "costall") {
+    all();
+    so->cost_gate = true;
+    so->fold_after_partial = true;
+  } else if (name == "costallseed") {
     all();
     so->cost_gate = true;
   } else if (name == "noscheduler") {

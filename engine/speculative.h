@@ -80,12 +80,18 @@ Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* o
 // scheduler) starting from the seed's baseline (scheduler on, everything else off):
 //   baseline | fold | grid | backoff | margin   the baseline, or it plus that one knob
 //   all                                         fold + grid + backoff + margin
-//   cost | costfold | costall                   the cost gate alone, + fold, + all
+//   cost | costfold                             the cost gate alone, + fold
+//   costall                                     all + cost gate + fold after partial accepts
+//   costallseed                                 costall with the seed's fold rule (fold only
+//                                               after a full accept): the side-by-side control
 //   noscheduler                                 the baseline without the pause scheduler
 // Default: costall. On the CPU backend it is the only preset that kept every benchmark
 // channel at >= 0.99x plain (bench 8 prompts x 128 tokens, 2 threads, AVX2, 2026-12-03):
 // the plain-scheduler presets lose 15-30% on code and prose, where few drafts are accepted.
-inline constexpr const char* kDsparkPolicies = "baseline,fold,grid,backoff,margin,all,cost,costfold,costall,noscheduler";
+// Its fold after partial accepts (issue #5 item 5; spec/runtime.h "fold_after_partial") is
+// measured against costallseed there.
+inline constexpr const char* kDsparkPolicies =
+    "baseline,fold,grid,backoff,margin,all,cost,costfold,costall,costallseed,noscheduler";
 inline constexpr const char* kDefaultDsparkPolicy = "costall";
 inline constexpr const char* kDefaultDsparkGrid = "0.55,0.6,0.65";  // grid of the *grid / *all presets
 inline constexpr float kDefaultDsparkMarginGate = 2.0f;             // margin of the *margin / *all presets

@@ -213,10 +213,12 @@ Runtime::~Runtime() {
 
 std::string Runtime::report() const {
   char buf[192];
-  std::snprintf(buf, sizeof buf, "dspark: policy fold=%d grid=%d backoff=%d margin=%g cost_gate=%d scheduler=%d overlap=%d\n",
+  std::snprintf(buf, sizeof buf,
+                "dspark: policy fold=%d grid=%d backoff=%d margin=%g cost_gate=%d scheduler=%d overlap=%d "
+                "fold_partial=%d\n",
                 cfg_.fold ? 1 : 0, static_cast<int>(cfg_.confidence_grid.size()), cfg_.backoff ? 1 : 0,
                 static_cast<double>(cfg_.margin_gate), cfg_.cost_gate ? 1 : 0, cfg_.scheduler ? 1 : 0,
-                overlap_on_ ? 1 : 0);
+                overlap_on_ ? 1 : 0, cfg_.fold && cfg_.fold_after_partial ? 1 : 0);
   return buf + stats_.report();
 }
 

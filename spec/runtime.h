@@ -31,8 +31,10 @@
 //                                                            the verify rows already captured the
 //                                                            committed rows, so the next seed
 //                                                            folds without a standalone decode.
-//                                                            A d_0 miss still disarms. Default 0
-//                                                            (the seed's rule), measured below.
+//                                                            A d_0 miss still disarms. SpecConfig
+//                                                            default off (the seed's rule); the
+//                                                            costall preset (the engine default)
+//                                                            turns it on, measured below.
 //
 // fold_after_partial default (tests/spec/fold_bench_test.cpp, DISABLED_ bench; models/ds4-tiny.gguf,
 // CPU 1 thread, 9 prompts x 128 tokens, best of 3 interleaved rounds; same proposals at the same
@@ -46,7 +48,19 @@
 //     1.030 / 1.012 (oracle), 1.004 / 0.996 (drafter)
 // A d_0 miss of a folded seed costs a verify of n+1 rows for one token where the standalone
 // path's free check costs nothing; after a partial accept that loses more than the saved seed
-// decode gains unless per-draft acceptance is >= ~0.8. So the seed's rule stays the default.
+// decode gains unless per-draft acceptance is >= ~0.8. With that drafter the seed's rule stayed.
+// With the run6 drafter (runtime acceptance 81-94% under the cost gate) it turned: ds4-bench-spec
+// -n 16 --gen-tokens 256, clock-free model ratio, costall (after partials) vs costallseed (the
+// seed's rule), 2026-12-03 (identical decisions where no partial occurs):
+//   Xeon 16-thread costs (0.97 + 0.21 n, 0.71, 0.58): structured 1.667 / 1.665, code 1.218 /
+//     1.212, english 1.103 / 1.087, italian 0.994 / 0.995, ALL 1.200 / 1.194; without the cost
+//     gate (all + partial vs all) ALL 1.201 / 1.187;
+//   the compiled-in 2-thread costs (0.47 + 0.49 n, 1.18, 0.80): identical (1.037 ALL: the gate
+//     sends armed folds to the standalone path at those prices).
+// Wall clock (16-core Xeon, 16 threads, calibrated, 16 prompts x 256 tokens, one run): costall /
+// costallseed structured 1.535 / 1.552, code 1.158 / 1.155, english 1.060 / 1.044, italian
+// 0.982 / 0.984, ALL 1.148 / 1.150: the model's +0.9% is inside one run's noise there.
+// So costall folds after partials; the seed's rule stays SpecConfig's default and costallseed.
 //   --dspark-scheduler          DS4_DSPARK_SCHEDULER=0/1     windowed pause scheduler (on)
 //   --dspark-scheduler-backoff  DS4_DSPARK_SCHEDULER_BACKOFF=1  pause ×2 per consecutive
 //                                                            unproductive cycle (≤ ×8), pos-0
@@ -331,8 +345,9 @@ class Runtime {
   Status step(int max_new, int32_t stop_token, int32_t banned_token, std::vector<int32_t>* out);
 
   const SpecStats& stats() const { return stats_; }
-  // "dspark: policy fold=F grid=G backoff=B margin=M cost_gate=C scheduler=S overlap=O" (G = grid
-  // length, O = whether overlap is on) followed by stats().report(): what --dspark-stats prints.
+  // "dspark: policy fold=F grid=G backoff=B margin=M cost_gate=C scheduler=S overlap=O
+  // fold_partial=P" (G = grid length, O = whether overlap is on, P = fold after partial accepts
+  // in effect) followed by stats().report(): what --dspark-stats prints.
   std::string report() const;
   const SpecConfig& config() const { return cfg_; }
   bool fold_armed() const { return fold_armed_; }

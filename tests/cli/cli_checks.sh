@@ -119,8 +119,14 @@ case "$check" in
     "$ds4" -m "$m" --mtp "$d" --dspark --dspark-stats --raw -p "$p" -n 48 -t 2 --temp 0 >"$out.def" 2>"$err.def" ||
       die "default preset exit $?"
     cmp -s "$out" "$out.def" || die "default preset output differs from plain"
-    grep -q "dspark: policy fold=1 grid=3 backoff=1 margin=2 cost_gate=1" "$err.def" ||
+    grep -q "dspark: policy fold=1 grid=3 backoff=1 margin=2 cost_gate=1 .*fold_partial=1" "$err.def" ||
       die "default preset is not costall: $(grep 'dspark: policy' "$err.def")"
+    # --dspark-fold-partial 0 overrides the preset's fold after partial accepts (same text).
+    "$ds4" -m "$m" --mtp "$d" --dspark --dspark-fold-partial 0 --dspark-stats --raw -p "$p" -n 48 -t 2 --temp 0 \
+      >"$out.fp0" 2>"$err.fp0" || die "fold-partial 0 exit $?"
+    cmp -s "$out" "$out.fp0" || die "--dspark-fold-partial 0 output differs from plain"
+    grep -q "dspark: policy fold=1 grid=3 backoff=1 margin=2 cost_gate=1 .*fold_partial=0" "$err.fp0" ||
+      die "--dspark-fold-partial 0 not applied: $(grep 'dspark: policy' "$err.fp0")"
     for pol in baseline all; do
       DS4_DSPARK_POLICY=$pol "$ds4" -m "$m" --mtp "$d" --dspark --dspark-stats --raw -p "$p" -n 48 -t 2 --temp 0 \
         >"$out.$pol" 2>"$err.$pol" || die "$pol exit $?"
