@@ -103,6 +103,27 @@ def cmd_prepare(a) -> int:
     return 0
 
 
+def reuse_rows(path: str, flag: str, prompts: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows [N, T] int64 of an earlier gen_seqs.npz (same target) whose first L0 tokens equal
+    prompts [N, L0], and the indices of the prompts it does not hold (their rows are left 0)."""
+    cached = np.load(path)["seqs"].astype(np.int64)
+    if cached.shape[1] != T:
+        raise SystemExit(f"{flag} {path}: sequences of {cached.shape[1]} tokens, want {T}")
+    L0 = prompts.shape[1]
+    by_prompt = {row[:L0].tobytes(): row for row in cached}
+    p64 = prompts.astype(np.int64)
+    rows = np.zeros((p64.shape[0], T), dtype=np.int64)
+    todo = []
+    for i in range(p64.shape[0]):
+        row = by_prompt.get(p64[i].tobytes())
+        if row is None:
+            todo.append(i)
+        else:
+            rows[i] = row
+    log(f"{flag} {path}: {p64.shape[0] - len(todo)} of {p64.shape[0]} sequences reused, {len(todo)} to generate")
+    return rows, np.array(todo, dtype=np.int64)
+
+
 # ----------------------------------------------------------------------------- target passes
 @torch.no_grad()
 def greedy_extend(target, prompts: torch.Tensor, total_len: int, chunk: int) -> torch.Tensor:
@@ -290,19 +311,9 @@ def cmd_train(a) -> int:
     both = torch.empty((want.shape[0], T), dtype=torch.int64)
     todo = list(range(want.shape[0]))
     if a.gen_from:  # greedy sequences of an earlier run of the same target (gen_seqs.npz)
-        cached = np.load(a.gen_from)["seqs"].astype(np.int64)
-        if cached.shape[1] != T:
-            raise SystemExit(f"--gen-from {a.gen_from}: sequences of {cached.shape[1]} tokens, want {T}")
-        by_prompt = {row[:L0].tobytes(): row for row in cached}
-        wnp = want.numpy()
-        todo = []
-        for i in range(wnp.shape[0]):
-            row = by_prompt.get(wnp[i].tobytes())
-            if row is None:
-                todo.append(i)
-            else:
-                both[i] = torch.from_numpy(row)
-        log(f"--gen-from {a.gen_from}: {want.shape[0] - len(todo)} of {want.shape[0]} sequences reused")
+        rows, missing = reuse_rows(a.gen_from, "--gen-from", want.numpy(), T)
+        both.copy_(torch.from_numpy(rows))
+        todo = missing.tolist()
     if todo:
         idx = torch.tensor(todo)
         both[idx] = greedy_extend(target, want[idx].to(dev), T, a.gen_chunk).cpu()
@@ -470,15 +481,8 @@ def cmd_gen_cpu(a) -> int:
     full = np.empty((n_all, T), dtype="<i4")
     todo = np.arange(n_all)
     if a.reuse:  # rows of an earlier gen_seqs.npz (same target) whose prompt matches are kept
-        cached = np.load(a.reuse)["seqs"].astype("<i4")
-        if cached.shape[1] != T:
-            raise SystemExit(f"--reuse {a.reuse}: sequences of {cached.shape[1]} tokens, want {T}")
-        by_prompt = {row[:L0].tobytes(): row for row in cached}
-        hit = np.array([want[i].tobytes() in by_prompt for i in range(n_all)], dtype=bool)
-        for i in np.where(hit)[0]:
-            full[i] = by_prompt[want[i].tobytes()]
-        todo = np.where(~hit)[0]
-        log(f"--reuse {a.reuse}: {int(hit.sum())} of {n_all} sequences reused, {todo.size} to generate")
+        rows, todo = reuse_rows(a.reuse, "--reuse", want, T)
+        full[:] = rows
     want = np.ascontiguousarray(want[todo])
     n = want.shape[0]
     jobs = max(1, min(a.jobs, max(n, 1)))
