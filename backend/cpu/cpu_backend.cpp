@@ -76,17 +76,11 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
 
-  // One pool chunk per task: while the pair runs the pool is busy, so every op a task calls
-  // runs inline on the thread that claimed the task (ThreadPool's re-entrancy rule). With more
-  // than 2 threads the rest of the pool idles for the pair's duration.
+  // The pool splits in two for the pair: a on the caller with ceil(n/2) threads, b with the
+  // rest (ThreadPool::run_split), every op of a task parallel over its own part. With 2
+  // threads each task runs alone on one thread, its ops inline.
   void run_pair(Task a, Task b) override {
-    if (pool_.n_threads() < 2) {
-      Backend::run_pair(a, b);
-      return;
-    }
-    pool_.parallel_for(2, 1, [&](int64_t first, int64_t end) {
-      for (int64_t i = first; i < end; ++i) (i == 0 ? a : b)();
-    });
+    pool_.run_split((pool_.n_threads() + 1) / 2, a, b);
   }
 
   void matmul(const MatmulParams& p) override { mm_.matmul(p); }

@@ -73,18 +73,29 @@ inline const KernelTable& tbl() { return *active().table; }
 // (160 KiB before 2026-12-03 kept every tiny-model matvec but the vocab head on one thread;
 // 32 KiB: decode(1) 1.25x, verify(6) 1.22x faster on 2 threads with the row splits of
 // cpu_backend.cpp.)
+// A chunk is never below kMinChunkBytes of work (weight bytes × rows, as `work` below): on 16
+// cores the "4 chunks per thread" rule alone cut a 256x256 Q8_0 matvec into 16 chunks of
+// ~0.3 us each. With this floor and the pool involving only as many helpers as a job has
+// chunks (core/threadpool.h), decode(1) of the tiny model on the 16-core Xeon host, side by
+// side with the previous tree (2026-12-03, bench_verify --ctx=448, best of 15, two rounds):
+// 16 threads 1.40-1.44 -> 1.16-1.25 ms, 8 threads 0.96-0.98 -> 0.95-0.97 ms, 2 threads
+// 1.19-1.22 -> 1.05-1.15 ms. 16 threads are still slower than 8 on that host.
 constexpr int64_t kChunkBytes = 64 * 1024;
 constexpr int64_t kInlineBytes = 32 * 1024;
+constexpr int64_t kMinChunkBytes = 16 * 1024;
 constexpr int64_t kTileOutputs = 16;
 
 int64_t choose_grain(int64_t n_out, int64_t row_bytes, int r, const ThreadPool* pool) {
   const int64_t rb = row_bytes > 0 ? row_bytes : 1;
   if (pool == nullptr || pool->n_threads() <= 1) return n_out;
-  const int64_t work = n_out * rb * (r < kMaxTileRows ? r : kMaxTileRows);
+  const int64_t rows = r < kMaxTileRows ? r : kMaxTileRows;
+  const int64_t work = n_out * rb * rows;
   if (work <= kInlineBytes) return n_out;
   int64_t grain = kChunkBytes / rb;
   const int64_t balance = n_out / (4 * static_cast<int64_t>(pool->n_threads()));
   if (grain > balance) grain = balance;
+  const int64_t min_grain = (kMinChunkBytes + rb * rows - 1) / (rb * rows);
+  if (grain < min_grain) grain = min_grain;
   // Whole register tiles (the SIMD kernels take up to 16 outputs per tile; leftovers run
   // one output at a time, which is slower).
   grain = (grain + kTileOutputs - 1) / kTileOutputs * kTileOutputs;

@@ -1,7 +1,10 @@
 // tests/kernels/threadpool_test.cpp — core/threadpool: coverage, chunking, re-entrancy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -82,6 +85,77 @@ TEST(ThreadPool, NestedAndConcurrentCallsRunInline) {
   t1.join();
   t2.join();
   EXPECT_EQ(sum.load(), 2 * 200 * (32 * 33 / 2));
+}
+
+// run_split: both tasks run at once (each waits for the other to start), each task's
+// parallel_for covers its items with the usual chunks, and while both tasks run their jobs run
+// on disjoint thread sets no larger than the requested split (a thread whose task ended may
+// then help the other part).
+TEST(ThreadPool, RunSplitRunsTasksConcurrentlyOnDisjointParts) {
+  for (int threads : {2, 3, 4, 6}) {
+    ThreadPool pool(threads);
+    bool concurrent = false, covered = false, disjoint = false, sized = false;
+    // A lent worker may be descheduled on a loaded machine: a few attempts, one must show it.
+    for (int attempt = 0; attempt < 20 && !(concurrent && covered && disjoint && sized); ++attempt) {
+      covered = disjoint = true;
+      std::atomic<bool> done[2] = {false, false};
+      std::atomic<int> started{0};
+      std::vector<std::thread::id> ids[2];
+      std::mutex mu;
+      bool met[2] = {false, false};
+      std::vector<std::atomic<int>> hits[2];
+      for (auto& h : hits) h = std::vector<std::atomic<int>>(1000);
+      auto task = [&](int k) {
+        started.fetch_add(1);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (started.load() < 2 && std::chrono::steady_clock::now() < until) {
+        }
+        met[k] = started.load() == 2;
+        for (int rep = 0; rep < 20; ++rep) {
+          pool.parallel_for(1000, 7, [&](int64_t b, int64_t e) {
+            if (b % 7 != 0 || (e != 1000 && e - b != 7)) covered = false;
+            for (int64_t i = b; i < e; ++i) hits[k][static_cast<size_t>(i)]++;
+            volatile double s = 0;
+            for (int i = 0; i < 2000; ++i) s = s + i;
+            std::lock_guard<std::mutex> lock(mu);
+            if (!done[1 - k].load() &&
+                std::find(ids[k].begin(), ids[k].end(), std::this_thread::get_id()) == ids[k].end())
+              ids[k].push_back(std::this_thread::get_id());
+          });
+        }
+        done[k].store(true);
+      };
+      const int n_a = threads / 2;
+      pool.run_split(n_a, [&] { task(0); }, [&] { task(1); });
+      concurrent = met[0] && met[1];
+      for (int k = 0; k < 2; ++k)
+        for (auto& h : hits[k]) covered = covered && h.load() == 20;
+      for (auto id : ids[0]) disjoint = disjoint && std::find(ids[1].begin(), ids[1].end(), id) == ids[1].end();
+      sized = static_cast<int>(ids[0].size()) <= n_a && static_cast<int>(ids[1].size()) <= threads - n_a &&
+              (threads < 4 || ids[0].size() + ids[1].size() > 2);
+    }
+    EXPECT_TRUE(concurrent) << threads << " threads";
+    EXPECT_TRUE(covered) << threads << " threads";
+    EXPECT_TRUE(disjoint) << threads << " threads";
+    EXPECT_TRUE(sized) << threads << " threads";
+  }
+}
+
+// A pool of one, and a split issued from inside a task, run the tasks one after the other.
+TEST(ThreadPool, RunSplitFallsBackToSequential) {
+  ThreadPool one(1);
+  std::vector<int> order;
+  one.run_split(1, [&] { order.push_back(0); }, [&] { order.push_back(1); });
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));
+  ThreadPool pool(4);
+  std::vector<int> inner;
+  pool.run_split(2, [&] { pool.run_split(1, [&] { inner.push_back(0); }, [&] { inner.push_back(1); }); },
+                 [&] {});
+  EXPECT_EQ(inner, (std::vector<int>{0, 1}));
+  // The pool is whole again afterwards.
+  std::atomic<int64_t> n{0};
+  pool.parallel_for(100, 3, [&](int64_t b, int64_t e) { n += e - b; });
+  EXPECT_EQ(n.load(), 100);
 }
 
 TEST(ThreadPool, NullPoolHelperRunsInline) {
