@@ -315,7 +315,9 @@ const char* csv_header() {
 }
 
 // The cost-gate model's charge for the run's counters, in decode(1) units: every ordinary decode 1,
-// every verify base + row * rows, every proposal draft (or draft_reject when stopped by conf0).
+// every verify base + row * rows, every proposal draft (or draft_reject when stopped by conf0);
+// a proposal run beside the seed's decode (overlap), kept or dropped by a gate, is charged what
+// it adds to that decode: draft_overlap (or draft_reject_overlap).
 struct ModelledCost {
   double decode = 0, verify = 0, propose = 0;
   double total() const { return decode + verify + propose; }
@@ -326,7 +328,12 @@ ModelledCost modelled_cost(const Cell& c, const SpecOptions& k) {
   ModelledCost m;
   m.decode = stat(c, "seeds") - stat(c, "folded_seeds") + stat(c, "single_draft_decodes");
   m.verify = k.cost_verify_base * stat(c, "verify_calls") + k.cost_verify_row * stat(c, "verify_rows");
-  m.propose = k.cost_draft * (stat(c, "proposals") - rejects) + k.cost_draft_reject * rejects;
+  const double pairs = stat(c, "overlapped"), pair_rejects = stat(c, "overlap_conf0");
+  const double kept = pairs - stat(c, "overlap_discards");
+  const double kept_rejects = pair_rejects - stat(c, "overlap_discard_conf0");
+  const double seq = stat(c, "proposals") - kept, seq_rejects = rejects - kept_rejects;
+  m.propose = k.cost_draft * (seq - seq_rejects) + k.cost_draft_reject * seq_rejects +
+              k.cost_draft_overlap * (pairs - pair_rejects) + k.cost_draft_reject_overlap * pair_rejects;
   return m;
 }
 
@@ -465,7 +472,7 @@ int main_impl(int argc, char** argv) {
       .option("--cost-window", &o.cost.cost_window, "Cost gate: memory of the acceptance statistics (proposals)",
               "DS4_DSPARK_COST_WINDOW")
       .option("--overlap", &o.cost.overlap,
-              "All policies: propose while the seed decodes, one thread each: -1 auto (on with 2 threads, no cost gate), 0 off, 1 on",
+              "All policies: propose while the seed decodes, the threads split in two: -1 auto (on with 2 threads and no cost gate, or cost gate with free overlap prices), 0 off, 1 on",
               "DS4_DSPARK_OVERLAP")
       .flag("--calibrate", &o.calibrate,
             "Measure the cost-gate costs on this machine first (as ds4 --dspark-calibrate) and use them instead of --cost-*")
@@ -567,9 +574,9 @@ int main_impl(int argc, char** argv) {
               "decode(1) units, window %d\n",
               o.cost.cost_verify_base, o.cost.cost_verify_row, o.cost.cost_draft, o.cost.cost_draft_reject,
               o.cost.cost_window);
-  std::printf("# overlap (standalone proposal alongside the seed's decode, one thread each): %s; overlapped "
-              "draft %.2f, rejected %.2f (the model ratio counts every proposal at the full costs)\n",
-              o.cost.overlap < 0 ? "auto (on with 2 threads, no cost gate)" : (o.cost.overlap > 0 ? "on" : "off"),
+  std::printf("# overlap (standalone proposal alongside the seed's decode, the threads split in two): %s; overlapped "
+              "draft %.2f, rejected %.2f (what a pair adds to its decode; the model ratio charges overlapped proposals these)\n",
+              o.cost.overlap < 0 ? "auto (on with 2 threads and no cost gate, or free overlap prices)" : (o.cost.overlap > 0 ? "on" : "off"),
               o.cost.cost_draft_overlap, o.cost.cost_draft_reject_overlap);
 
   for (int w = 0; w < o.warmup; ++w) {

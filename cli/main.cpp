@@ -122,7 +122,7 @@ void declare_flags(FlagTable& t, Options& o) {
               "DSpark cost gate: memory of the acceptance statistics, proposals",
               "DS4_DSPARK_COST_WINDOW")
       .option("--dspark-overlap", &o.dspark_overlap,
-              "DSpark: propose while the seed decodes, one thread each: -1 auto (on with 2 threads, no cost gate), 0 off, 1 on",
+              "DSpark: propose while the seed decodes, the threads split in two: -1 auto (on with 2 threads and no cost gate, or cost gate with free overlap prices), 0 off, 1 on",
               "DS4_DSPARK_OVERLAP")
       .flag("--dspark-calibrate", &o.dspark_calibrate,
             "DSpark: measure the cost gate's costs on this machine (threads, ISA), print them as "

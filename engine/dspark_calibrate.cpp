@@ -19,6 +19,7 @@
 #include "sample/sampler.h"
 #include "session/session.h"
 #include "spec/drafter.h"
+#include "spec/runtime.h"
 
 namespace ds4 {
 namespace {
@@ -206,16 +207,31 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   return c;
 }
 
+namespace {
+
+// The overlap prices to use: free (spec::kFreeOverlapCost) when both measured pair extras are
+// at least spec::kFreeOverlapMargin below zero, else the sequential prices (speculative.h).
+// Returns whether free.
+bool overlap_prices(const DsparkCostCalibration& c, float* draft, float* reject) {
+  const bool free = c.overlap_draft_extra <= -spec::kFreeOverlapMargin && c.overlap_reject_extra <= -spec::kFreeOverlapMargin;
+  *draft = free ? spec::kFreeOverlapCost : c.draft;
+  *reject = free ? spec::kFreeOverlapCost : c.draft_reject;
+  return free;
+}
+
+}  // namespace
+
 void apply_dspark_costs(const DsparkCostCalibration& c, SpecOptions* so) {
   so->cost_verify_base = c.verify_base;
   so->cost_verify_row = c.verify_row;
   so->cost_draft = c.draft;
   so->cost_draft_reject = c.draft_reject;
-  so->cost_draft_overlap = c.draft;
-  so->cost_draft_reject_overlap = c.draft_reject;
+  overlap_prices(c, &so->cost_draft_overlap, &so->cost_draft_reject_overlap);
 }
 
 std::string format_dspark_costs(const DsparkCostCalibration& c) {
+  float ov_draft = 0.0f, ov_reject = 0.0f;
+  const bool free = overlap_prices(c, &ov_draft, &ov_reject);
   std::string out;
   char buf[256];
   std::snprintf(buf, sizeof buf, "dspark calibration: %d thread(s), %d round(s), decode(1) = %.3f ms (the unit)\n",
@@ -227,15 +243,17 @@ std::string format_dspark_costs(const DsparkCostCalibration& c) {
   }
   std::snprintf(buf, sizeof buf,
                 "  verify(n) ~ %.3f + %.3f n; proposal = %.3f, conf0-rejected = %.3f\n"
-                "  beside a decode (overlap, information): %+.3f, rejected %+.3f\n",
+                "  beside a decode (overlap): %+.3f, rejected %+.3f (%s)\n",
                 c.verify_base, c.verify_row, c.draft, c.draft_reject, c.overlap_draft_extra,
-                c.overlap_reject_extra);
+                c.overlap_reject_extra,
+                free ? "free: overlap on under the cost gate, overlapped proposals priced 0"
+                     : "not free: overlapped proposals priced as sequential ones");
   out += buf;
   std::snprintf(buf, sizeof buf,
                 "DS4_DSPARK_COST_VERIFY_BASE=%.3f\nDS4_DSPARK_COST_VERIFY_ROW=%.3f\nDS4_DSPARK_COST_DRAFT=%.3f\n"
                 "DS4_DSPARK_COST_DRAFT_REJECT=%.3f\nDS4_DSPARK_COST_DRAFT_OVERLAP=%.3f\n"
                 "DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP=%.3f\n",
-                c.verify_base, c.verify_row, c.draft, c.draft_reject, c.draft, c.draft_reject);
+                c.verify_base, c.verify_row, c.draft, c.draft_reject, ov_draft, ov_reject);
   out += buf;
   return out;
 }

@@ -66,9 +66,10 @@ struct SpecOptions {
   float cost_draft_overlap = 1.18f;    // the same two for a standalone proposal with overlap on
   float cost_draft_reject_overlap = 0.80f;
   int cost_window = 16;                // memory of the acceptance statistics (proposals)
-  // Standalone proposals alongside the seed's decode, one thread each (spec/runtime.h
-  // "Overlap"): -1 auto = on with exactly 2 engine threads and no cost gate, 0 off, 1 on.
-  // Speed only.
+  // Standalone proposals alongside the seed's decode, the engine's threads split in two
+  // (spec/runtime.h "Overlap"): -1 auto = on with exactly 2 engine threads and no cost gate, or
+  // under the cost gate with free overlap prices (spec::kFreeOverlapCost); 0 off, 1 on. Speed
+  // only.
   int overlap = -1;
 };
 
@@ -122,7 +123,7 @@ struct DsparkCostCalibration {
   float verify_base = 0.0f, verify_row = 0.0f;  // the fit (row clamped >= 0.01)
   float draft = 0.0f;                      // proposal reaching the vocab head
   float draft_reject = 0.0f;               // proposal stopped by the conf0 precheck
-  float overlap_draft_extra = 0.0f;        // decode || proposal, minus decode(1) (information)
+  float overlap_draft_extra = 0.0f;        // decode || proposal, minus decode(1)
   float overlap_reject_extra = 0.0f;
 };
 // `progress` (optional) is called with (rounds done, reps).
@@ -130,7 +131,10 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
                                                        const ProgressFn& progress = {});
 // Copies the measured costs into `so` (cost_verify_base/_row, cost_draft, cost_draft_reject).
 // Overlapped proposals are priced like sequential ones, as the defaults are (spec/runtime.h
-// "kCpuCostDraftOverlap": cheaper prices opened the gate to mispredicted overlaps).
+// "kCpuCostDraftOverlap": cheaper prices opened the gate to mispredicted overlaps), unless the
+// measured pair is clearly cheaper than a decode (both extras <= -spec::kFreeOverlapMargin):
+// then free (spec::kFreeOverlapCost), which turns overlap on under the cost gate
+// (--dspark-overlap -1).
 void apply_dspark_costs(const DsparkCostCalibration& c, SpecOptions* so);
 // Human-readable table, then the environment lines (DS4_DSPARK_COST_*=...) that make
 // ds4 and ds4-bench-spec use these costs.

@@ -135,11 +135,11 @@ std::string SpecStats::report() const {
   std::snprintf(buf, sizeof buf,
                 "dspark: scheduler_skips=%lld tail_skips=%lld margin_skips=%lld verify_calls=%lld verify_rows=%lld "
                 "single_draft_decodes=%lld cost_skips=%lld cost_probes=%lld cost_trims=%lld cost_unfolds=%lld "
-                "overlapped=%lld overlap_discards=%lld\n",
+                "overlapped=%lld overlap_discards=%lld overlap_conf0=%lld overlap_discard_conf0=%lld\n",
                 (long long)scheduler_skips, (long long)tail_skips, (long long)margin_skips, (long long)verify_calls,
                 (long long)verify_rows, (long long)single_draft_decodes, (long long)cost_skips,
                 (long long)cost_probes, (long long)cost_trims, (long long)cost_unfolds, (long long)overlapped,
-                (long long)overlap_discards);
+                (long long)overlap_discards, (long long)overlap_conf0, (long long)overlap_discard_conf0);
   r += buf;
   r += "dspark: draft_len_hist=";
   for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(draft_len_hist[i]);
@@ -193,8 +193,14 @@ void DSparkProposer::propose(int32_t anchor, int64_t pos, int n_max, std::span<c
 // ---- Runtime ----
 
 Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s), p_(p), cfg_(std::move(cfg)) {
-  // Auto: only without the cost gate (runtime.h "Overlap": under the gate it lost up to 2.5%).
-  overlap_on_ = cfg_.overlap > 0 || (cfg_.overlap < 0 && s_.backend().n_threads() == 2 && !cfg_.cost_gate);
+  // Auto: without the cost gate on 2 threads (runtime.h "Overlap": under the gate at 2-thread
+  // prices it lost up to 2.5%), or under the gate when the prices say the pair is free.
+  const bool free_prices = cfg_.cost_gate && cfg_.cost_draft_overlap <= kFreeOverlapCost &&
+                           cfg_.cost_draft_reject_overlap <= kFreeOverlapCost;
+  const int n_threads = s_.backend().n_threads();
+  overlap_on_ = cfg_.overlap > 0 ||
+                (cfg_.overlap < 0 && ((n_threads == 2 && !cfg_.cost_gate) || (n_threads >= 2 && free_prices)));
+  free_overlap_ = overlap_on_ && free_prices;
   std::vector<int> layers = p_.capture_layers();
   if (!layers.empty()) {
     s_.set_capture_layers(layers);
@@ -414,6 +420,7 @@ Status Runtime::decode_with_proposal(int32_t seed, int64_t L, int n_allow) {
   s_.backend().run_pair(decode, propose);
   stats_.t_decode += t.seconds();
   ++stats_.overlapped;
+  if (prop_.conf0_rejected) ++stats_.overlap_conf0;
   return pair.decoded;
 }
 
@@ -519,12 +526,14 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   } else if (cfg_.tail_min_tokens > 0 && max_new < cfg_.tail_min_tokens) {
     ++stats_.tail_skips;
     want = false;
-  } else if (scheduler_paused()) {
+  } else if (!free_overlap_ && scheduler_paused()) {
     ++stats_.scheduler_skips;
     want = false;
   }
-  // Overlap: propose while the seed decodes when the gates are predicted to pass (header).
-  const bool pending = want && !have_proposal && overlap_on_ && overlap_passes_ >= kOverlapMinPasses;
+  // Overlap: propose while the seed decodes when the gates are predicted to pass (header), or
+  // always when the pair is free.
+  const bool pending =
+      want && !have_proposal && overlap_on_ && (free_overlap_ || overlap_passes_ >= kOverlapMinPasses);
   if (pending) {
     DS4_RETURN_IF_ERROR(decode_with_proposal(seed, L, n_allow));
   } else {
@@ -538,12 +547,15 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   // A gate below says no: the cycle stays plain (an overlapped proposal is dropped uncounted).
   auto gated_out = [&] {
     overlap_passes_ = 0;
-    if (pending) ++stats_.overlap_discards;
+    if (pending) {
+      ++stats_.overlap_discards;
+      if (prop_.conf0_rejected) ++stats_.overlap_discard_conf0;
+    }
   };
 
   if (!have_proposal && (cfg_.margin_gate > 0.0f || cfg_.cost_gate)) {
     const float margin = top().margin;
-    if (cfg_.margin_gate > 0.0f && margin < cfg_.margin_gate) {
+    if (cfg_.margin_gate > 0.0f && margin < cfg_.margin_gate && !free_overlap_) {
       ++stats_.margin_skips;
       gated_out();
       return Status();

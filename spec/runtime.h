@@ -131,10 +131,11 @@
 // Decisions read counters, the proposal and the target's logits only (no clock): reproducible.
 //
 // Overlap (SpecConfig::overlap, --dspark-overlap, DS4_DSPARK_OVERLAP; auto = on with exactly 2
-// backend threads and the cost gate off). A standalone proposal from seed t at position L reads
-// only the drafter's ring rows < L, never the seed's decode, so the runtime may run the two at
-// once through Backend::run_pair (each on one thread) instead of one after the other on both
-// threads. When it was introduced, a decode scaled poorly to 2 threads (~1.35x) and so did a
+// backend threads and the cost gate off, or under the cost gate with free overlap prices,
+// kFreeOverlapCost). A standalone proposal from seed t at position L reads only the drafter's
+// ring rows < L, never the seed's decode, so the runtime may run the two at once through
+// Backend::run_pair (the CPU backend splits its threads in two, one part per task) instead of
+// one after the other on all threads. When it was introduced, a decode scaled poorly to 2 threads (~1.35x) and so did a
 // 5-row drafter block, so max(decode, proposal) on one thread each beat decode + proposal on
 // two. Since the CPU backend splits small ops too (2026-12-03: decode 1.25x faster on 2
 // threads), the pair adds ~0.97 decode for a full chain vs 1.18 sequential, and with the cost
@@ -145,9 +146,20 @@
 // reject is dropped uncounted (overlap_discards) and the cycle is what it would have been
 // without overlap. Whether to overlap is predicted from counters only (the last two standalone
 // cycles that wanted a proposal got one). The ring is synced to L before the pair, as the
-// sequential path syncs it before proposing; every counter, draft and output is the same with
-// overlap on or off (tests/spec/overlap_test.cpp), only the time split moves: t_decode then
-// holds the pair's wall time and t_propose nothing of it.
+// sequential path syncs it before proposing; at the same prices every counter, draft and
+// output is the same with overlap on or off (tests/spec/overlap_test.cpp), only the time split
+// moves: t_decode then holds the pair's wall time and t_propose nothing of it.
+// Free overlap (both overlap prices <= kFreeOverlapCost, cost gate on): every standalone cycle
+// that wants a proposal overlaps it, and neither the scheduler's pause nor the margin gate
+// stops it (they exist to save proposal time); the d_0 check and the cost gate's verify
+// decisions stay. Measured 2026-12-03 on the 16-core Xeon host at 16 threads, 8 + 8 per pair,
+// with the pool of that morning (the pair took 0.78 decode(1)): bench costall, 16 prompts x
+// 256 tokens, --calibrate, free overlap vs --overlap 0 in one session: structured 1.626 vs
+// 1.541, code 1.392 vs 1.154, english 1.347 vs 1.050, italian 1.191 vs 0.991 (ALL 1.376 vs
+// 1.152); at 8 threads (calibrated -0.085) italian fell 0.983 -> 0.947, hence the margin. Once
+// the pool stopped involving idle threads in small jobs, a 16-thread decode got faster and the
+// pair measured -0.13 to +0.04 there (three calibrations on two leases of the host): free in
+// one of them only.
 // CPU defaults (kCpuCost*): the cost probe (now calibrate_dspark_costs, engine/speculative.h;
 // `ds4 --dspark-calibrate` prints a machine's own figures as DS4_DSPARK_COST_* lines) on
 // models/ds4-tiny.gguf + ds4-tiny-dspark.gguf, 2 threads, 40 reps, AVX2 2-core machine (Zen 1,
@@ -190,6 +202,18 @@ inline constexpr float kCpuCostDraftReject = 0.80f;
 // proposals; the flags let a backend with cheaper overlap say otherwise.
 inline constexpr float kCpuCostDraftOverlap = kCpuCostDraft;
 inline constexpr float kCpuCostDraftRejectOverlap = kCpuCostDraftReject;
+// Free overlap: both overlap prices 0 (at most this) mean a proposal beside the seed's decode
+// adds nothing to it, as where a decode gains little from its second half of the threads
+// (16-core Xeon, 2026-12-03, before the pool capped small jobs: decode(16) 1.6 ms; decode on 8
+// threads beside a proposal on the other 8 took 0.78 of it). Then the standalone path overlaps
+// every proposal it wants, and the two gates that exist to save proposal time, the scheduler's
+// pause and the margin gate, let it through; the cost gate still decides what is verified.
+// calibrate_dspark_costs sets these prices when it measures the pair at least
+// kFreeOverlapMargin below a decode: inside real cycles a pair cost 0.04-0.15 decode more than
+// the calibration's (8 threads: calibrated -0.085, in-cycle +0.035-0.067; free overlap there
+// lost italian 0.983 -> 0.947).
+inline constexpr float kFreeOverlapCost = 0.0f;
+inline constexpr float kFreeOverlapMargin = 0.10f;
 
 // Cost parameters of the gate (decode(1) = 1).
 struct CostModel {
@@ -257,7 +281,8 @@ struct SpecConfig {
   int cost_window = 16;                  // proposals of memory of the acceptance statistics
   float cost_probe_margin = 4.0f;        // probes only when the d_0 row's top1-top2 margin >= this
   // Standalone proposals run concurrently with the seed's decode (header comment "Overlap"):
-  // -1 auto = on when the session's backend has exactly 2 threads, 0 off, 1 on.
+  // -1 auto = on when the session's backend has exactly 2 threads and the cost gate is off, or
+  // when the cost gate is on with free overlap prices (kFreeOverlapCost); 0 off, 1 on.
   int overlap = -1;
 };
 
@@ -287,6 +312,8 @@ struct SpecStats {
   int64_t cost_probes = 0;         // proposals made although the gate was closed (probe ladder)
   int64_t overlapped = 0;          // standalone proposals computed alongside the seed's decode
   int64_t overlap_discards = 0;    // of those, dropped because a gate then said no
+  int64_t overlap_conf0 = 0;       // overlapped proposals stopped by the conf0 precheck
+  int64_t overlap_discard_conf0 = 0;  // of those, dropped by a gate
   int64_t draft_len_hist[kMaxBlockSize + 1] = {};
   int64_t accepted_len_hist[kMaxBlockSize + 1] = {};
   double t_decode = 0, t_propose = 0, t_sync = 0, t_verify = 0, t_commit = 0, t_replay = 0, t_total = 0;  // s
@@ -431,6 +458,7 @@ class Runtime {
   // decode its second thread.
   static constexpr int kOverlapMinPasses = 2;
   bool overlap_on_ = false;
+  bool free_overlap_ = false;       // overlap on, cost gate on, both overlap prices free
   int overlap_passes_ = kOverlapMinPasses;
   Proposal prop_;
   int32_t rows_[session::kMaxBatchRows] = {};

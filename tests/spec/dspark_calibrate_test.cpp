@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
+#include "spec/runtime.h"
 
 namespace ds4 {
 namespace {
@@ -89,8 +90,13 @@ TEST(DsparkCalibrate, MeasuresACompleteCostSetOnTheShippedModels) {
   EXPECT_EQ(so.cost_verify_row, c->verify_row);
   EXPECT_EQ(so.cost_draft, c->draft);
   EXPECT_EQ(so.cost_draft_reject, c->draft_reject);
-  EXPECT_EQ(so.cost_draft_overlap, c->draft);  // priced like sequential proposals
-  EXPECT_EQ(so.cost_draft_reject_overlap, c->draft_reject);
+  // Priced like sequential proposals unless this machine measured the pair free (timing).
+  const bool free = c->overlap_draft_extra <= -spec::kFreeOverlapMargin &&
+                    c->overlap_reject_extra <= -spec::kFreeOverlapMargin;
+  const float ov_draft = free ? spec::kFreeOverlapCost : c->draft;
+  const float ov_reject = free ? spec::kFreeOverlapCost : c->draft_reject;
+  EXPECT_EQ(so.cost_draft_overlap, ov_draft);
+  EXPECT_EQ(so.cost_draft_reject_overlap, ov_reject);
   EXPECT_EQ(so.cost_window, 7);  // untouched
 
   // The environment lines carry the values (3 decimals).
@@ -105,8 +111,8 @@ TEST(DsparkCalibrate, MeasuresACompleteCostSetOnTheShippedModels) {
   EXPECT_NEAR(env["DS4_DSPARK_COST_VERIFY_ROW"], c->verify_row, 6e-4);
   EXPECT_NEAR(env["DS4_DSPARK_COST_DRAFT"], c->draft, 6e-4);
   EXPECT_NEAR(env["DS4_DSPARK_COST_DRAFT_REJECT"], c->draft_reject, 6e-4);
-  EXPECT_NEAR(env["DS4_DSPARK_COST_DRAFT_OVERLAP"], c->draft, 6e-4);
-  EXPECT_NEAR(env["DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP"], c->draft_reject, 6e-4);
+  EXPECT_NEAR(env["DS4_DSPARK_COST_DRAFT_OVERLAP"], ov_draft, 6e-4);
+  EXPECT_NEAR(env["DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP"], ov_reject, 6e-4);
 
   // The drafter is left usable: DSpark (with the measured costs) still equals plain decoding.
   SpecOptions spec;
@@ -118,6 +124,29 @@ TEST(DsparkCalibrate, MeasuresACompleteCostSetOnTheShippedModels) {
   const std::vector<int32_t> plain = greedy(*engine, prompt, nullptr);
   ASSERT_EQ(plain.size(), 48u);
   EXPECT_EQ(greedy(*engine, prompt, &spec), plain);
+}
+
+// Overlap prices from a calibration: free (0, overlap on under the gate) only when both pair
+// extras are at least kFreeOverlapMargin below a decode; otherwise the sequential prices.
+TEST(DsparkCalibrate, OverlapIsFreeOnlyWellBelowADecode) {
+  DsparkCostCalibration c;
+  c.draft = 0.8f;
+  c.draft_reject = 0.6f;
+  struct Case {
+    float extra, extra_reject;
+    bool free;
+  };
+  for (const Case& k : {Case{-0.2f, -0.15f, true}, Case{-0.05f, -0.2f, false}, Case{-0.2f, 0.0f, false},
+                        Case{0.5f, 0.3f, false}}) {
+    c.overlap_draft_extra = k.extra;
+    c.overlap_reject_extra = k.extra_reject;
+    SpecOptions so;
+    apply_dspark_costs(c, &so);
+    EXPECT_EQ(so.cost_draft_overlap, k.free ? spec::kFreeOverlapCost : c.draft) << k.extra << " " << k.extra_reject;
+    EXPECT_EQ(so.cost_draft_reject_overlap, k.free ? spec::kFreeOverlapCost : c.draft_reject);
+    EXPECT_EQ(so.cost_draft, c.draft);
+    EXPECT_NE(format_dspark_costs(c).find(k.free ? "(free:" : "(not free:"), std::string::npos) << format_dspark_costs(c);
+  }
 }
 
 TEST(DsparkCalibrate, BadInputIsAnError) {

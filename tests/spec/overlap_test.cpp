@@ -1,10 +1,11 @@
 // tests/spec/overlap_test.cpp — DSpark's overlap (spec/runtime.h "Overlap": a standalone
-// proposal computed alongside the seed's decode, one backend thread each) changes timing only.
-// With the shipped models on a 2-thread CPU backend, every policy set gives, overlap on vs
-// off: the same tokens (= plain greedy), the same final session state bytes, and the same
-// counters (proposals, drafts, accepts, histograms, skips), while overlap on actually ran
-// pairs and, under the gates, dropped some. Also Backend::run_pair runs both tasks, on two
-// threads when it has them.
+// proposal computed alongside the seed's decode, the backend's threads split in two) changes
+// timing only. With the shipped models on a 2- and a 4-thread CPU backend, every policy set
+// gives, overlap on vs off at the same prices: the same tokens (= plain greedy), the same
+// final session state bytes, and the same counters (proposals, drafts, accepts, histograms,
+// skips), while overlap on actually ran pairs and, under the gates, dropped some. Free overlap
+// prices turn overlap on under the cost gate and past the scheduler and margin gates. Also
+// Backend::run_pair runs both tasks, on two threads when it has them.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -41,7 +42,44 @@ struct OverlapRun {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> state;  // serialize_state after the run (rows, KV, compressors, logits)
   spec::SpecStats stats;
+  std::string report;  // Runtime::report(): the policy line says whether overlap was on
 };
+
+// Plain greedy reference: n_gen tokens after `prompt`.
+void plain_greedy(const model::Model& m, backend::Backend& be, const std::vector<int32_t>& prompt, int n_gen,
+                  std::vector<int32_t>* out) {
+  const int64_t n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + 16;
+  auto s = session::ModelSession::create(m, be, n_ctx, uint64_t{1} << 34);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->prefill(prompt).ok());
+  for (int i = 0; i < n_gen; ++i) {
+    const int32_t t = argmax((*s)->logits());
+    ASSERT_TRUE((*s)->decode(t).ok());
+    out->push_back(t);
+  }
+}
+
+// Greedy DSpark run of n_gen tokens from `prompt` in a fresh session under `cfg`.
+void run_spec(const model::Model& m, backend::Backend& be, spec::Drafter& drafter, const std::vector<int32_t>& prompt,
+              const spec::SpecConfig& cfg, int n_gen, OverlapRun* out) {
+  const int64_t n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + 16;
+  auto s = session::ModelSession::create(m, be, n_ctx, uint64_t{1} << 34);
+  ASSERT_TRUE(s.ok());
+  spec::DSparkProposer prop(drafter);
+  drafter.ring_reset();
+  spec::Runtime rt(**s, prop, cfg);
+  ASSERT_TRUE((*s)->prefill(prompt).ok());
+  std::vector<int32_t> step;
+  while (static_cast<int>(out->tokens.size()) < n_gen) {
+    const int left = n_gen - static_cast<int>(out->tokens.size());
+    ASSERT_TRUE(rt.step(left, -1, -1, &step).ok());
+    ASSERT_FALSE(step.empty());
+    out->tokens.insert(out->tokens.end(), step.begin(), step.end());
+  }
+  (*s)->serialize_state(out->state);
+  out->stats = rt.stats();
+  out->report = rt.report();
+}
 
 // The counters that must not depend on overlap (all but overlap's own and the clock).
 void expect_same_counters(const spec::SpecStats& a, const spec::SpecStats& b, const std::string& what) {
@@ -126,7 +164,12 @@ TEST(Overlap, SameTokensStateAndCountersOnOrOff) {
   if (!file_exists(target) || !file_exists(mtp)) GTEST_SKIP() << "shipped models missing";
   auto m = model::Model::open(target);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto be = backend::make_cpu_backend(2);  // two threads: what overlap splits
+  int64_t overlapped = 0, discards = 0;
+  // Two threads: one per task; four: the pool splits 2 + 2 and every op of a task runs on its
+  // part (ThreadPool::run_split).
+  for (int threads : {2, 4}) {
+  SCOPED_TRACE(std::to_string(threads) + " threads");
+  auto be = backend::make_cpu_backend(threads);
   auto drafter = spec::load_drafter(**m, *be, mtp);
   ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
   auto tk = tok::Tokenizer::from_gguf((*m)->file());
@@ -153,47 +196,21 @@ TEST(Overlap, SameTokensStateAndCountersOnOrOff) {
   partial.scheduler = false;
   sets.emplace_back("fold+grid+backoff+margin+foldpartial+noscheduler", partial);
 
-  int64_t overlapped = 0, discards = 0;
   for (const char* channel : {"structured", "code", "italian"}) {
     const std::vector<int32_t> prompt = channel_prompt(*tk, channel);
     ASSERT_GT(prompt.size(), 8u) << channel;
-    const int64_t n_ctx = static_cast<int64_t>(prompt.size()) + kGen + 16;
-    // Plain greedy reference.
     std::vector<int32_t> plain;
-    {
-      auto s = session::ModelSession::create(**m, *be, n_ctx, uint64_t{1} << 34);
-      ASSERT_TRUE(s.ok());
-      ASSERT_TRUE((*s)->prefill(prompt).ok());
-      for (int i = 0; i < kGen; ++i) {
-        const int32_t t = argmax((*s)->logits());
-        ASSERT_TRUE((*s)->decode(t).ok());
-        plain.push_back(t);
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(plain_greedy(**m, *be, prompt, kGen, &plain));
     for (const auto& [name, cfg0] : sets) {
       OverlapRun runs[2];
       for (int ov = 0; ov < 2; ++ov) {
-        auto s = session::ModelSession::create(**m, *be, n_ctx, uint64_t{1} << 34);
-        ASSERT_TRUE(s.ok());
         spec::SpecConfig cfg = cfg0;
         cfg.overlap = ov;
         // The cost gate prices an overlapped proposal lower (configuration); equal prices here
         // so that the decisions, and with them every counter, must match.
         cfg.cost_draft_overlap = cfg.cost_draft;
         cfg.cost_draft_reject_overlap = cfg.cost_draft_reject;
-        spec::DSparkProposer prop(**drafter);
-        (*drafter)->ring_reset();
-        spec::Runtime rt(**s, prop, cfg);
-        ASSERT_TRUE((*s)->prefill(prompt).ok());
-        std::vector<int32_t> step;
-        while (static_cast<int>(runs[ov].tokens.size()) < kGen) {
-          const int left = kGen - static_cast<int>(runs[ov].tokens.size());
-          ASSERT_TRUE(rt.step(left, -1, -1, &step).ok());
-          ASSERT_FALSE(step.empty());
-          runs[ov].tokens.insert(runs[ov].tokens.end(), step.begin(), step.end());
-        }
-        (*s)->serialize_state(runs[ov].state);
-        runs[ov].stats = rt.stats();
+        ASSERT_NO_FATAL_FAILURE(run_spec(**m, *be, **drafter, prompt, cfg, kGen, &runs[ov]));
       }
       const std::string what = std::string(channel) + " " + name;
       EXPECT_EQ(runs[0].tokens, plain) << what << ": overlap off differs from plain greedy";
@@ -211,8 +228,65 @@ TEST(Overlap, SameTokensStateAndCountersOnOrOff) {
       discards += runs[1].stats.overlap_discards;
     }
   }
+  }
   EXPECT_GT(overlapped, 0);
   EXPECT_GT(discards, 0) << "no overlapped proposal was ever dropped by a gate: the discard path is untested";
+}
+
+// Free overlap prices (spec::kFreeOverlapCost) under the cost gate: auto turns overlap on, no
+// standalone proposal is stopped by the scheduler's pause or the margin gate (both are on in
+// this policy set and do stop some at sequential prices), output stays plain greedy's. Prices
+// above the bar leave auto overlap off under the gate.
+TEST(Overlap, FreePricesOverlapEveryWantedProposal) {
+  const std::string target = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
+  const std::string mtp = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
+  if (!file_exists(target) || !file_exists(mtp)) GTEST_SKIP() << "shipped models missing";
+  auto m = model::Model::open(target);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto be = backend::make_cpu_backend(4);
+  auto drafter = spec::load_drafter(**m, *be, mtp);
+  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
+  auto tk = tok::Tokenizer::from_gguf((*m)->file());
+  ASSERT_TRUE(tk.ok()) << tk.status().to_string();
+  constexpr int kGen = 96;
+
+  spec::SpecConfig cfg;  // the costall preset's knobs at the 16-core Xeon's calibrated costs
+  cfg.fold = true;
+  cfg.fold_after_partial = true;
+  cfg.confidence_grid = {0.55f, 0.6f, 0.65f};
+  cfg.backoff = true;
+  cfg.margin_gate = 2.0f;
+  cfg.cost_gate = true;
+  cfg.cost_verify_base = 0.96f;
+  cfg.cost_verify_row = 0.24f;
+  cfg.cost_draft = 0.73f;
+  cfg.cost_draft_reject = 0.59f;
+  cfg.overlap = -1;
+  int64_t gated = 0, overlapped = 0;
+  for (const char* channel : {"code", "english"}) {
+    SCOPED_TRACE(channel);
+    const std::vector<int32_t> prompt = channel_prompt(*tk, channel);
+    std::vector<int32_t> plain;
+    ASSERT_NO_FATAL_FAILURE(plain_greedy(**m, *be, prompt, kGen, &plain));
+    OverlapRun priced, free;
+    spec::SpecConfig c = cfg;
+    c.cost_draft_overlap = spec::kFreeOverlapCost + 0.01f;
+    c.cost_draft_reject_overlap = 0.0f;
+    ASSERT_NO_FATAL_FAILURE(run_spec(**m, *be, **drafter, prompt, c, kGen, &priced));
+    c.cost_draft_overlap = 0.0f;
+    ASSERT_NO_FATAL_FAILURE(run_spec(**m, *be, **drafter, prompt, c, kGen, &free));
+    EXPECT_EQ(priced.tokens, plain);
+    EXPECT_EQ(free.tokens, plain);
+    EXPECT_NE(priced.report.find(" overlap=0 "), std::string::npos) << priced.report;
+    EXPECT_NE(free.report.find(" overlap=1 "), std::string::npos) << free.report;
+    EXPECT_EQ(priced.stats.overlapped, 0);
+    EXPECT_EQ(free.stats.margin_skips, 0);
+    EXPECT_EQ(free.stats.scheduler_skips, 0);
+    gated += priced.stats.margin_skips + priced.stats.scheduler_skips;
+    overlapped += free.stats.overlapped;
+  }
+  EXPECT_GT(gated, 0) << "the gates never stopped a proposal at sequential prices: the test shows nothing";
+  EXPECT_GT(overlapped, 0);
 }
 
 }  // namespace
