@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/timer.h"
 #include "backend/cpu/kernels.h"
 #include "gguf/types.h"
 #include "model/model.h"
@@ -134,11 +135,6 @@ double timed_call(session::ModelSession& s, int r, const std::vector<int32_t>& r
   return t;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,7 +212,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < only_calls; ++i) tt.push_back(timed_call(s, only_r, rows));
     std::printf("only %s: best %.3f ms, median %.3f ms (%d calls)\n",
                 only_r == 0 ? "decode(1)" : ("verify(" + std::to_string(only_r) + ")").c_str(),
-                *std::min_element(tt.begin(), tt.end()) * 1e3, median(tt) * 1e3, only_calls);
+                *std::min_element(tt.begin(), tt.end()) * 1e3, median_of(tt) * 1e3, only_calls);
     if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());
     return 0;
   }
@@ -236,7 +232,7 @@ int main(int argc, char** argv) {
               cfg.name.c_str(), cpu::isa_name(cpu::active_isa()), threads,
               g_cpu_clock ? "thread CPU time" : "wall time", ctx, rounds);
   const double d_best = *std::min_element(t[0].begin(), t[0].end());
-  const double d_med = median(t[0]);
+  const double d_med = median_of(t[0]);
   std::printf("decode(1): best %.3f ms (%.1f tok/s), median %.3f ms (%.1f tok/s)\n", d_best * 1e3, 1.0 / d_best,
               d_med * 1e3, 1.0 / d_med);
   std::printf("%4s %10s %10s %12s %12s\n", "r", "best_ms", "median_ms", "ratio_best", "ratio_median");
@@ -244,7 +240,7 @@ int main(int argc, char** argv) {
                      std::to_string(d_best * 1e3);
   for (int r = 1; r <= kR; ++r) {
     const double b = *std::min_element(t[r].begin(), t[r].end());
-    const double md = median(t[r]);
+    const double md = median_of(t[r]);
     std::printf("%4d %10.3f %10.3f %12.2f %12.2f\n", r, b * 1e3, md * 1e3, b / d_best, md / d_med);
     line += "," + std::to_string(b / d_best);
   }

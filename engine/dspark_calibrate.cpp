@@ -48,12 +48,6 @@ constexpr int kCtx = 512;
 constexpr int kCalibrationTokens = 448;
 static_assert(kCalibrationTokens + kMaxVerifyRows < kCtx, "the verify rows must fit the session");
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps, const ProgressFn& progress) {
@@ -180,10 +174,10 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   DsparkCostCalibration c;
   c.reps = reps;
   c.n_threads = s.backend().n_threads();
-  const double dec = median(t_dec);
+  const double dec = median_of(t_dec);
   c.decode_ms = dec * 1e3;
   c.verify.assign(static_cast<size_t>(n_rows) + 1, 0.0);
-  for (int n = 1; n <= n_rows; ++n) c.verify[static_cast<size_t>(n)] = median(t_ver[static_cast<size_t>(n)]) / dec;
+  for (int n = 1; n <= n_rows; ++n) c.verify[static_cast<size_t>(n)] = median_of(t_ver[static_cast<size_t>(n)]) / dec;
   // Least squares over n = 2..6 (or what the batch limit allows).
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   int cnt = 0;
@@ -200,10 +194,10 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   const double base = cnt >= 2 ? std::max(0.0, (sy - row * sx) / cnt) : 0.0;
   c.verify_row = static_cast<float>(row);
   c.verify_base = static_cast<float>(base);
-  c.draft = static_cast<float>(median(t_prop) / dec);
-  c.draft_reject = static_cast<float>(median(t_rej) / dec);
-  c.overlap_draft_extra = static_cast<float>(median(t_pair_prop) / dec - 1.0);
-  c.overlap_reject_extra = static_cast<float>(median(t_pair_rej) / dec - 1.0);
+  c.draft = static_cast<float>(median_of(t_prop) / dec);
+  c.draft_reject = static_cast<float>(median_of(t_rej) / dec);
+  c.overlap_draft_extra = static_cast<float>(median_of(t_pair_prop) / dec - 1.0);
+  c.overlap_reject_extra = static_cast<float>(median_of(t_pair_rej) / dec - 1.0);
   return c;
 }
 
