@@ -45,19 +45,43 @@ struct OverlapRun {
   std::string report;  // Runtime::report(): the policy line says whether overlap was on
 };
 
-// Plain greedy reference: n_gen tokens after `prompt`.
-void plain_greedy(const model::Model& m, backend::Backend& be, const std::vector<int32_t>& prompt, int n_gen,
-                  std::vector<int32_t>* out) {
-  const int64_t n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + 16;
-  auto s = session::ModelSession::create(m, be, n_ctx, uint64_t{1} << 34);
-  ASSERT_TRUE(s.ok());
-  ASSERT_TRUE((*s)->prefill(prompt).ok());
-  for (int i = 0; i < n_gen; ++i) {
-    const int32_t t = argmax((*s)->logits());
-    ASSERT_TRUE((*s)->decode(t).ok());
-    out->push_back(t);
+// The shipped target and drafter on a CPU backend of n_threads, and the tokenizer. `ok` is
+// false (the test skips) when the model files are absent; load failures are test failures.
+struct Shipped {
+  bool ok = false;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<spec::Drafter> drafter;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+
+  static Shipped open(int n_threads) {
+    Shipped s;
+    const std::string target = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
+    const std::string mtp = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
+    if (!file_exists(target) || !file_exists(mtp)) return s;
+    auto m = model::Model::open(target);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (!m.ok()) return s;
+    s.model = std::move(m).value();
+    s.backend = backend::make_cpu_backend(n_threads);
+    auto d = spec::load_drafter(*s.model, *s.backend, mtp);
+    EXPECT_TRUE(d.ok()) << d.status().to_string();
+    auto tk = tok::Tokenizer::from_gguf(s.model->file());
+    EXPECT_TRUE(tk.ok()) << tk.status().to_string();
+    if (!d.ok() || !tk.ok()) return s;
+    s.drafter = std::move(d).value();
+    s.tokenizer = std::make_unique<tok::Tokenizer>(std::move(tk).value());
+    s.ok = true;
+    return s;
   }
-}
+  // Plain greedy reference: n_gen tokens after `prompt` in a fresh session.
+  std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n_gen) const {
+    auto s = session::ModelSession::create(*model, *backend, static_cast<int64_t>(prompt.size()) + n_gen + 16,
+                                           uint64_t{1} << 34);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? plain_greedy(**s, prompt, n_gen) : std::vector<int32_t>{};
+  }
+};
 
 // Greedy DSpark run of n_gen tokens from `prompt` in a fresh session under `cfg`.
 void run_spec(const model::Model& m, backend::Backend& be, spec::Drafter& drafter, const std::vector<int32_t>& prompt,
@@ -159,75 +183,67 @@ TEST(Overlap, RunPairRunsBothTasksOnTwoThreads) {
 }
 
 TEST(Overlap, SameTokensStateAndCountersOnOrOff) {
-  const std::string target = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
-  const std::string mtp = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
-  if (!file_exists(target) || !file_exists(mtp)) GTEST_SKIP() << "shipped models missing";
-  auto m = model::Model::open(target);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
   int64_t overlapped = 0, discards = 0;
   // Two threads: one per task; four: the pool splits 2 + 2 and every op of a task runs on its
   // part (ThreadPool::run_split).
   for (int threads : {2, 4}) {
-  SCOPED_TRACE(std::to_string(threads) + " threads");
-  auto be = backend::make_cpu_backend(threads);
-  auto drafter = spec::load_drafter(**m, *be, mtp);
-  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
-  auto tk = tok::Tokenizer::from_gguf((*m)->file());
-  ASSERT_TRUE(tk.ok()) << tk.status().to_string();
-  constexpr int kGen = 96;
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    const Shipped sh = Shipped::open(threads);
+    if (!sh.ok && !HasFailure()) GTEST_SKIP() << "shipped models missing";
+    ASSERT_TRUE(sh.ok);
+    constexpr int kGen = 96;
 
-  // Policy sets: the gates that read the seed's logits (margin, cost) are the ones that drop
-  // overlapped proposals; fold exercises the fallback of a fold proposal to the standalone path.
-  std::vector<std::pair<std::string, spec::SpecConfig>> sets;
-  spec::SpecConfig base;
-  sets.emplace_back("baseline", base);
-  spec::SpecConfig all = base;
-  all.fold = true;
-  all.confidence_grid = {0.55f, 0.6f, 0.65f};
-  all.backoff = true;
-  all.margin_gate = 2.0f;
-  sets.emplace_back("fold+grid+backoff+margin", all);
-  spec::SpecConfig cost = base;
-  cost.cost_gate = true;
-  cost.fold = true;
-  sets.emplace_back("fold+cost", cost);
-  spec::SpecConfig partial = all;
-  partial.fold_after_partial = true;
-  partial.scheduler = false;
-  sets.emplace_back("fold+grid+backoff+margin+foldpartial+noscheduler", partial);
+    // Policy sets: the gates that read the seed's logits (margin, cost) are the ones that drop
+    // overlapped proposals; fold exercises the fallback of a fold proposal to the standalone path.
+    std::vector<std::pair<std::string, spec::SpecConfig>> sets;
+    spec::SpecConfig base;
+    sets.emplace_back("baseline", base);
+    spec::SpecConfig all = base;
+    all.fold = true;
+    all.confidence_grid = {0.55f, 0.6f, 0.65f};
+    all.backoff = true;
+    all.margin_gate = 2.0f;
+    sets.emplace_back("fold+grid+backoff+margin", all);
+    spec::SpecConfig cost = base;
+    cost.cost_gate = true;
+    cost.fold = true;
+    sets.emplace_back("fold+cost", cost);
+    spec::SpecConfig partial = all;
+    partial.fold_after_partial = true;
+    partial.scheduler = false;
+    sets.emplace_back("fold+grid+backoff+margin+foldpartial+noscheduler", partial);
 
-  for (const char* channel : {"structured", "code", "italian"}) {
-    const std::vector<int32_t> prompt = channel_prompt(*tk, channel);
-    ASSERT_GT(prompt.size(), 8u) << channel;
-    std::vector<int32_t> plain;
-    ASSERT_NO_FATAL_FAILURE(plain_greedy(**m, *be, prompt, kGen, &plain));
-    for (const auto& [name, cfg0] : sets) {
-      OverlapRun runs[2];
-      for (int ov = 0; ov < 2; ++ov) {
-        spec::SpecConfig cfg = cfg0;
-        cfg.overlap = ov;
-        // The cost gate prices an overlapped proposal lower (configuration); equal prices here
-        // so that the decisions, and with them every counter, must match.
-        cfg.cost_draft_overlap = cfg.cost_draft;
-        cfg.cost_draft_reject_overlap = cfg.cost_draft_reject;
-        ASSERT_NO_FATAL_FAILURE(run_spec(**m, *be, **drafter, prompt, cfg, kGen, &runs[ov]));
+    for (const char* channel : {"structured", "code", "italian"}) {
+      const std::vector<int32_t> prompt = channel_prompt(*sh.tokenizer, channel);
+      ASSERT_GT(prompt.size(), 8u) << channel;
+      const std::vector<int32_t> plain = sh.plain(prompt, kGen);
+      for (const auto& [name, cfg0] : sets) {
+        OverlapRun runs[2];
+        for (int ov = 0; ov < 2; ++ov) {
+          spec::SpecConfig cfg = cfg0;
+          cfg.overlap = ov;
+          // The cost gate prices an overlapped proposal lower (configuration); equal prices here
+          // so that the decisions, and with them every counter, must match.
+          cfg.cost_draft_overlap = cfg.cost_draft;
+          cfg.cost_draft_reject_overlap = cfg.cost_draft_reject;
+          ASSERT_NO_FATAL_FAILURE(run_spec(*sh.model, *sh.backend, *sh.drafter, prompt, cfg, kGen, &runs[ov]));
+        }
+        const std::string what = std::string(channel) + " " + name;
+        EXPECT_EQ(runs[0].tokens, plain) << what << ": overlap off differs from plain greedy";
+        EXPECT_EQ(runs[1].tokens, plain) << what << ": overlap on differs from plain greedy";
+        EXPECT_TRUE(runs[0].state == runs[1].state) << what << ": session state differs with overlap";
+        expect_same_counters(runs[0].stats, runs[1].stats, what);
+        EXPECT_EQ(runs[0].stats.overlapped, 0) << what;
+        EXPECT_LE(runs[1].stats.overlap_discards, runs[1].stats.overlapped) << what;
+        // Every counted standalone proposal was overlapped unless it followed a gated cycle or
+        // came from a fold fallback; at least the first one of a run always is.
+        if (runs[1].stats.proposals > 0) {
+          EXPECT_GT(runs[1].stats.overlapped, 0) << what;
+        }
+        overlapped += runs[1].stats.overlapped;
+        discards += runs[1].stats.overlap_discards;
       }
-      const std::string what = std::string(channel) + " " + name;
-      EXPECT_EQ(runs[0].tokens, plain) << what << ": overlap off differs from plain greedy";
-      EXPECT_EQ(runs[1].tokens, plain) << what << ": overlap on differs from plain greedy";
-      EXPECT_TRUE(runs[0].state == runs[1].state) << what << ": session state differs with overlap";
-      expect_same_counters(runs[0].stats, runs[1].stats, what);
-      EXPECT_EQ(runs[0].stats.overlapped, 0) << what;
-      EXPECT_LE(runs[1].stats.overlap_discards, runs[1].stats.overlapped) << what;
-      // Every counted standalone proposal was overlapped unless it followed a gated cycle or
-      // came from a fold fallback; at least the first one of a run always is.
-      if (runs[1].stats.proposals > 0) {
-        EXPECT_GT(runs[1].stats.overlapped, 0) << what;
-      }
-      overlapped += runs[1].stats.overlapped;
-      discards += runs[1].stats.overlap_discards;
     }
-  }
   }
   EXPECT_GT(overlapped, 0);
   EXPECT_GT(discards, 0) << "no overlapped proposal was ever dropped by a gate: the discard path is untested";
@@ -238,16 +254,9 @@ TEST(Overlap, SameTokensStateAndCountersOnOrOff) {
 // this policy set and do stop some at sequential prices), output stays plain greedy's. Prices
 // above the bar leave auto overlap off under the gate.
 TEST(Overlap, FreePricesOverlapEveryWantedProposal) {
-  const std::string target = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
-  const std::string mtp = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
-  if (!file_exists(target) || !file_exists(mtp)) GTEST_SKIP() << "shipped models missing";
-  auto m = model::Model::open(target);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto be = backend::make_cpu_backend(4);
-  auto drafter = spec::load_drafter(**m, *be, mtp);
-  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
-  auto tk = tok::Tokenizer::from_gguf((*m)->file());
-  ASSERT_TRUE(tk.ok()) << tk.status().to_string();
+  const Shipped sh = Shipped::open(4);
+  if (!sh.ok && !HasFailure()) GTEST_SKIP() << "shipped models missing";
+  ASSERT_TRUE(sh.ok);
   constexpr int kGen = 96;
 
   spec::SpecConfig cfg;  // the costall preset's knobs at the 16-core Xeon's calibrated costs
@@ -265,16 +274,15 @@ TEST(Overlap, FreePricesOverlapEveryWantedProposal) {
   int64_t gated = 0, overlapped = 0;
   for (const char* channel : {"code", "english"}) {
     SCOPED_TRACE(channel);
-    const std::vector<int32_t> prompt = channel_prompt(*tk, channel);
-    std::vector<int32_t> plain;
-    ASSERT_NO_FATAL_FAILURE(plain_greedy(**m, *be, prompt, kGen, &plain));
+    const std::vector<int32_t> prompt = channel_prompt(*sh.tokenizer, channel);
+    const std::vector<int32_t> plain = sh.plain(prompt, kGen);
     OverlapRun priced, free;
     spec::SpecConfig c = cfg;
     c.cost_draft_overlap = spec::kFreeOverlapCost + 0.01f;
     c.cost_draft_reject_overlap = 0.0f;
-    ASSERT_NO_FATAL_FAILURE(run_spec(**m, *be, **drafter, prompt, c, kGen, &priced));
+    ASSERT_NO_FATAL_FAILURE(run_spec(*sh.model, *sh.backend, *sh.drafter, prompt, c, kGen, &priced));
     c.cost_draft_overlap = 0.0f;
-    ASSERT_NO_FATAL_FAILURE(run_spec(**m, *be, **drafter, prompt, c, kGen, &free));
+    ASSERT_NO_FATAL_FAILURE(run_spec(*sh.model, *sh.backend, *sh.drafter, prompt, c, kGen, &free));
     EXPECT_EQ(priced.tokens, plain);
     EXPECT_EQ(free.tokens, plain);
     EXPECT_NE(priced.report.find(" overlap=0 "), std::string::npos) << priced.report;
