@@ -158,8 +158,8 @@
 // 1.541, code 1.392 vs 1.154, english 1.347 vs 1.050, italian 1.191 vs 0.991 (ALL 1.376 vs
 // 1.152); at 8 threads (calibrated -0.085) italian fell 0.983 -> 0.947, hence the margin. Once
 // the pool stopped involving idle threads in small jobs, a 16-thread decode got faster and the
-// pair measured -0.13 to +0.04 there (three calibrations on two leases of the host): free in
-// one of them only.
+// pair measured +0.04, +0.04, -0.13, -0.08, -0.08 there (five calibrations on two leases of
+// the host): free in one of them only.
 // CPU defaults (kCpuCost*): the cost probe (now calibrate_dspark_costs, engine/speculative.h;
 // `ds4 --dspark-calibrate` prints a machine's own figures as DS4_DSPARK_COST_* lines) on
 // models/ds4-tiny.gguf + ds4-tiny-dspark.gguf, 2 threads, 40 reps, AVX2 2-core machine (Zen 1,
