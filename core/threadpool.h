@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <thread>
 #include <type_traits>
@@ -100,6 +101,15 @@ class ThreadPool {
    private:
     void work_chunks();  // claim and run chunks of the published job until none is left
 
+    // Cache lines by who touches them, so that read-modify-writes of the participants do not
+    // invalidate the line every idle helper is spinning on (false sharing across the cores).
+    static constexpr size_t kLine = 64;
+
+    // Read by every waiting helper; written by the caller once or twice per job.
+    // generation_: even = a job is published (or idle), odd = the caller is writing the slot.
+    alignas(kLine) std::atomic<uint32_t> generation_{0};
+    std::atomic<bool> closed_{false};        // helpers must leave serve()
+    std::atomic<int64_t> helpers_{0};        // helpers the published job can use (a hint)
     // The job. Written only while generation_ is odd and no helper is inside_.
     Trampoline tramp_ = nullptr;
     void* ctx_ = nullptr;
@@ -107,17 +117,15 @@ class ThreadPool {
     int64_t grain_ = 1;
     int64_t n_chunks_ = 0;
 
-    // generation_: even = a job is published (or idle), odd = the caller is writing the slot.
-    std::atomic<uint32_t> generation_{0};
-    std::atomic<int> inside_{0};             // helpers currently reading the slot
-    std::atomic<int64_t> next_chunk_{0};     // next unclaimed chunk index
+    // Claimed and counted by the participants of a job.
+    alignas(kLine) std::atomic<int64_t> next_chunk_{0};  // next unclaimed chunk index
     std::atomic<int64_t> chunks_done_{0};    // finished chunks of the current job
-    std::atomic<uint32_t> job_done_{0};      // 1 once chunks_done_ reached n_chunks_ (futex word)
+    alignas(kLine) std::atomic<int> inside_{0};  // helpers currently reading the slot
     std::atomic<int> sleepers_{0};           // helpers blocked (or about to) on generation_
+    // The caller's: it spins on job_done_.
+    alignas(kLine) std::atomic<uint32_t> job_done_{0};  // 1 once chunks_done_ reached n_chunks_ (futex word)
     std::atomic<int> caller_sleeping_{0};    // the caller is blocked (or about to) on job_done_
     std::atomic<bool> busy_{false};          // a job is running (guards re-entrant calls)
-    std::atomic<bool> closed_{false};        // helpers must leave serve()
-    std::atomic<int64_t> helpers_{0};        // helpers the published job can use (a hint)
   };
 
   void run(int64_t n_items, int64_t grain, Trampoline tramp, void* ctx);
