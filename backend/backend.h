@@ -141,7 +141,9 @@ struct CompressorStepParams {
   float* out_row = nullptr;      // [head_dim]
 };
 
-// Indexer scores + top-k (§4.5) for one query; only called when n_rows > top_k.
+// Indexer scores + top-k (§4.5) for one query; only called when n_rows > top_k. The op takes
+// a batch of independent queries (the rows of a verify batch or a prefill chunk, each over its
+// own prefix of the indexer rows, with its own scratch and output).
 struct IndexerSelectParams {
   const float* q = nullptr;       // [n_head, head_dim] roped + QAT'd indexer query
   const float* w = nullptr;       // [n_head] head weights (already scaled)
@@ -155,7 +157,8 @@ struct IndexerSelectParams {
   uint8_t* allowed = nullptr;     // out [n_rows] 1 = selected (exactly top_k ones)
 };
 
-// Sink attention for one query token over raw rows then compressed rows (§4.3).
+// Sink attention for one query token over raw rows then compressed rows (§4.3). The op takes a
+// batch of independent queries, each with its own keys, scratch and output.
 struct SinkAttentionParams {
   const float* q = nullptr;             // [n_head, head_dim]
   const float* const* raw = nullptr;    // n_raw pointers to [head_dim] rows, oldest first
@@ -261,8 +264,11 @@ class Backend {
   virtual void hc_post(const HcPostParams& p) = 0;
   virtual void rope_tail(const RopeTailParams& p) = 0;
   virtual bool compressor_step(const CompressorStepParams& p) = 0;
-  virtual void indexer_select(const IndexerSelectParams& p) = 0;
-  virtual void sink_attention(const SinkAttentionParams& p) = 0;
+  // n independent queries p[0..n) in one call (n >= 1): each query's result is the bits it
+  // gets alone. Batching them lets a backend spread a verify batch's per-row attention over
+  // its threads instead of running n small calls one after the other.
+  virtual void indexer_select(const IndexerSelectParams* p, int n) = 0;
+  virtual void sink_attention(const SinkAttentionParams* p, int n) = 0;
   virtual void swiglu(const SwigluParams& p) = 0;
   virtual void route(const RouteParams& p) = 0;
   virtual void moe(const MoeParams& p) = 0;

@@ -53,6 +53,7 @@ const Spec kSpecs[] = {
     {"q2_k_expert_2048to4096", GgmlType::kQ2_K, 2048, 4096, true},
     {"q4_k_expert_4096to2048", GgmlType::kQ4_K, 4096, 2048, true},
     {"q8_0_tiny_256x256", GgmlType::kQ8_0, 256, 256, false},
+    {"q8_0_tiny_head_256x8192", GgmlType::kQ8_0, 256, 8192, false},
     {"f16_tiny_256x64", GgmlType::kF16, 256, 64, false},
     {"f16_tiny_256x256", GgmlType::kF16, 256, 256, false},
     {"f16_tiny_hc_1024x24", GgmlType::kF16, 1024, 24, false},

@@ -10,7 +10,9 @@
 // /tmp), --quant=q2|q4, --threads=N (default 2), --ctx=N prompt tokens (default 96),
 // --rounds=N (default 15), --isa=scalar|avx2|avx512, --profile, --profile_r=R (default 6),
 // --csv, --only_r=R (0 = decode) with --only_calls=N (default 200): time only that call, N
-// times (for an external profiler such as perf). Timing is wall time (best of the rounds is
+// times (for an external profiler such as perf). --drafter=PATH (a DSpark support file for
+// --model) adds a full proposal (block_size drafts, no confidence stop, the ring filled with
+// fixed pseudo-random hidden rows) to the timing table and, with --profile, its per-op split. Timing is wall time (best of the rounds is
 // the figure least disturbed by a shared machine); with --threads=1 it is this thread's CPU
 // time. Nothing here is a test.
 #include <time.h>
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +35,7 @@
 #include "model/model.h"
 #include "model/profiles.h"
 #include "session/session.h"
+#include "spec/drafter.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
 namespace {
@@ -72,11 +76,11 @@ class TimingBackend final : public backend::Backend {
     timed("compressor_step", [&] { r = in_.compressor_step(p); });
     return r;
   }
-  void indexer_select(const backend::IndexerSelectParams& p) override {
-    timed("indexer_select", [&] { in_.indexer_select(p); });
+  void indexer_select(const backend::IndexerSelectParams* p, int n) override {
+    timed("indexer_select", [&] { in_.indexer_select(p, n); });
   }
-  void sink_attention(const backend::SinkAttentionParams& p) override {
-    timed("sink_attention", [&] { in_.sink_attention(p); });
+  void sink_attention(const backend::SinkAttentionParams* p, int n) override {
+    timed("sink_attention", [&] { in_.sink_attention(p, n); });
   }
   void swiglu(const backend::SwigluParams& p) override { timed("swiglu", [&] { in_.swiglu(p); }); }
   void route(const backend::RouteParams& p) override { timed("route", [&] { in_.route(p); }); }
@@ -138,7 +142,7 @@ double timed_call(session::ModelSession& s, int r, const std::vector<int32_t>& r
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path;
+  std::string model_path, drafter_path;
   model::ExpertQuant quant = model::ExpertQuant::kQ2;
   int threads = 2, ctx = 96, rounds = 15, profile_r = 6, only_r = -1, only_calls = 200;
   bool profile = false, csv = false;
@@ -147,6 +151,8 @@ int main(int argc, char** argv) {
     auto val = [&](const char* pfx) { return a.substr(std::string(pfx).size()); };
     if (a.rfind("--model=", 0) == 0) {
       model_path = val("--model=");
+    } else if (a.rfind("--drafter=", 0) == 0) {
+      drafter_path = val("--drafter=");
     } else if (a == "--quant=q4") {
       quant = model::ExpertQuant::kQ4;
     } else if (a == "--quant=q2") {
@@ -246,6 +252,26 @@ int main(int argc, char** argv) {
   }
   if (csv) std::printf("csv: isa,threads,decode1_ms,ratio_r1..r8\n%s\n", line.c_str());
 
+  // Per-op split of `reps` calls of f through the timing backend.
+  auto print_profile = [&](const std::string& what, int reps, const std::function<double()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    tbe.reset();
+    double total = 0.0;
+    for (int i = 0; i < reps; ++i) total += f();
+    std::vector<std::pair<std::string, std::pair<double, long>>> ops(tbe.acc().begin(), tbe.acc().end());
+    std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double in_ops = 0.0;
+    for (const auto& o : ops) in_ops += o.second.first;
+    std::printf("\nprofile %s: %.3f ms per call (%d calls), %.1f%% inside backend ops\n", what.c_str(),
+                total / reps * 1e3, reps, 100.0 * in_ops / total);
+    std::printf("  %-36s %10s %8s %10s\n", "op", "ms/call", "share", "ops/call");
+    for (const auto& o : ops) {
+      std::printf("  %-36s %10.4f %7.1f%% %10.1f\n", o.first.c_str(), o.second.first / reps * 1e3,
+                  100.0 * o.second.first / total, static_cast<double>(o.second.second) / reps);
+    }
+  };
+  const int reps = std::max(rounds, 5);
+
   if (profile) {
     auto ps_or = session::ModelSession::create(model, tbe, n_ctx, uint64_t{1} << 34);
     if (!ps_or.ok()) return die("session", ps_or.status());
@@ -253,23 +279,49 @@ int main(int argc, char** argv) {
     if (Status st = ps.prefill(prompt); !st.ok()) return die("prefill", st);
     ps.checkpoint();
     for (int r : {0, profile_r}) {
-      for (int i = 0; i < 3; ++i) timed_call(ps, r, rows);
-      tbe.reset();
-      double total = 0.0;
-      const int reps = std::max(rounds, 5);
-      for (int i = 0; i < reps; ++i) total += timed_call(ps, r, rows);
-      std::vector<std::pair<std::string, std::pair<double, long>>> ops(tbe.acc().begin(), tbe.acc().end());
-      std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-      double in_ops = 0.0;
-      for (const auto& o : ops) in_ops += o.second.first;
-      std::printf("\nprofile %s: %.3f ms per call (%d calls), %.1f%% inside backend ops\n",
-                  r == 0 ? "decode(1)" : ("verify(" + std::to_string(r) + ")").c_str(), total / reps * 1e3, reps,
-                  100.0 * in_ops / total);
-      std::printf("  %-36s %10s %8s %10s\n", "op", "ms/call", "share", "ops/call");
-      for (const auto& o : ops) {
-        std::printf("  %-36s %10.4f %7.1f%% %10.1f\n", o.first.c_str(), o.second.first / reps * 1e3,
-                    100.0 * o.second.first / total, static_cast<double>(o.second.second) / reps);
+      print_profile(r == 0 ? "decode(1)" : "verify(" + std::to_string(r) + ")", reps,
+                    [&] { return timed_call(ps, r, rows); });
+    }
+  }
+
+  if (!drafter_path.empty()) {
+    // A drafter on `be` whose ring holds `window` rows ending at the frontier, and one full
+    // proposal from it (no thresholds: the chain runs to block_size).
+    auto make_drafter = [&](backend::Backend& be) -> Expected<std::unique_ptr<spec::Drafter>> {
+      auto d = spec::load_drafter(model, be, drafter_path);
+      if (!d.ok()) return d.status();
+      spec::Drafter& dr = *d.value();
+      const int w = dr.config().window;
+      std::vector<float> hidden(static_cast<size_t>(w) * dr.capture_width());
+      uint64_t x = 0x243f6a8885a308d3ull;
+      for (float& v : hidden) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = static_cast<float>(static_cast<int64_t>(x % 2001) - 1000) * 1e-3f;
       }
+      dr.commit_rows(ctx - w, w, hidden.data());
+      return d;
+    };
+    auto propose = [&](spec::Drafter& dr) {
+      spec::Proposal prop;
+      const double t0 = now_s();
+      dr.propose(rows[0], ctx, dr.config().block_size, {}, &prop);
+      return now_s() - t0;
+    };
+    auto d_or = make_drafter(*cpu_be);
+    if (!d_or.ok()) return die("drafter", d_or.status());
+    std::vector<double> tp;
+    for (int i = 0; i < 3; ++i) propose(*d_or.value());
+    for (int i = 0; i < rounds; ++i) tp.push_back(propose(*d_or.value()));
+    const double p_best = *std::min_element(tp.begin(), tp.end());
+    std::printf("proposal(%d drafts): best %.3f ms (%.2f decode), median %.3f ms (%.2f decode)\n",
+                d_or.value()->config().block_size, p_best * 1e3, p_best / d_best, median_of(tp) * 1e3,
+                median_of(tp) / d_med);
+    if (profile) {
+      auto pd_or = make_drafter(tbe);
+      if (!pd_or.ok()) return die("drafter", pd_or.status());
+      print_profile("proposal", reps, [&] { return propose(*pd_or.value()); });
     }
   }
   if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());

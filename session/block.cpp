@@ -111,10 +111,9 @@ void rope_q_kv_row(backend::Backend& be, const model::ModelConfig& c, float* q, 
   rope_kv_row(be, c, kv, pos, rp);
 }
 
-void attend_row(backend::Backend& be, const model::ModelConfig& c, const float* q, const float* const* keys,
-                int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed, const float* sinks,
-                float* scores, float* out, int64_t pos, const model::RopeParams& rp) {
-  const int nh = static_cast<int>(c.n_head), D = static_cast<int>(c.head_dim);
+backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const float* const* keys,
+                                             int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed,
+                                             const float* sinks, float* scores, float* out) {
   backend::SinkAttentionParams ap;
   ap.q = q;
   ap.raw = keys;
@@ -123,12 +122,19 @@ void attend_row(backend::Backend& be, const model::ModelConfig& c, const float* 
   ap.n_comp = n_comp;
   ap.comp_allowed = allowed;
   ap.sinks = sinks;
-  ap.n_head = nh;
-  ap.head_dim = D;
+  ap.n_head = static_cast<int>(c.n_head);
+  ap.head_dim = static_cast<int>(c.head_dim);
   ap.scores = scores;
   ap.out = out;
-  be.sink_attention(ap);
-  rope_tail(be, out, nh, D, static_cast<int>(c.n_rot), pos, rp, true);
+  return ap;
+}
+
+void attend_rows(backend::Backend& be, const model::ModelConfig& c, const backend::SinkAttentionParams* queries, int n,
+                 int64_t pos0, const model::RopeParams& rp) {
+  if (n <= 0) return;
+  be.sink_attention(queries, n);
+  const int nh = static_cast<int>(c.n_head), D = static_cast<int>(c.head_dim);
+  for (int i = 0; i < n; ++i) rope_tail(be, queries[i].out, nh, D, static_cast<int>(c.n_rot), pos0 + i, rp, true);
 }
 
 void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,

@@ -173,12 +173,16 @@ void rope_kv_row(backend::Backend& be, const model::ModelConfig& c, float* kv, i
 // One row's q [n_head, D] rotated, then rope_kv_row(kv).
 void rope_q_kv_row(backend::Backend& be, const model::ModelConfig& c, float* q, float* kv, int64_t pos,
                    const model::RopeParams& rp);
-// Sink attention of one query row over keys[0..n_keys) then comp rows [0, n_comp) (those with
-// allowed[k] != 0, all when allowed is null), output heads de-rotated at pos (§4.5).
-// scores: [n_head, n_keys + n_comp]; out: [n_head, D].
-void attend_row(backend::Backend& be, const model::ModelConfig& c, const float* q, const float* const* keys,
-                int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed, const float* sinks,
-                float* scores, float* out, int64_t pos, const model::RopeParams& rp);
+// The sink-attention query of one row over keys[0..n_keys) then comp rows [0, n_comp) (those
+// with allowed[k] != 0, all when allowed is null) (§4.5). scores: [n_head, n_keys + n_comp]
+// scratch of this query alone; out: [n_head, D].
+backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const float* const* keys,
+                                             int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed,
+                                             const float* sinks, float* scores, float* out);
+// Sink attention of n queries (rows at positions pos0 .. pos0 + n - 1) in one backend call,
+// then each row's output heads de-rotated at its position (§4.5).
+void attend_rows(backend::Backend& be, const model::ModelConfig& c, const backend::SinkAttentionParams* queries, int n,
+                 int64_t pos0, const model::RopeParams& rp);
 // Grouped output LoRA of heads (§4.5) into o, then the HC post into x_next.
 void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,
                       int n);

@@ -3,8 +3,10 @@
 // forward_rows() runs n <= kMaxChunkRows rows layer-major. Within a layer, everything that
 // depends only on the row itself (HC pre, norms, projections, expert FFN, HC post) is one
 // batched op over the n rows, and the state-dependent steps (RoPE, FP8, raw push, compressor
-// steps, indexer, sink attention) run row by row in token order, exactly as a decode step
-// (§5.1, §6.4). Every batched op is batch invariant, so a row's bits never depend on n.
+// steps, indexer query) run row by row in token order, exactly as a decode step (§5.1, §6.4).
+// Each row's indexer selection and sink attention only read keys, so they are recorded as
+// per-row queries and run as one batched call per group of rows (attention_layer). Every
+// batched op is batch invariant, so a row's bits never depend on n.
 // The block steps shared with the DSpark drafter (HC pre/post, projections, RoPE, sink
 // attention of a row, output LoRA, FFN sublayer) live in session/block.h; this file keeps the
 // target-only parts: embedding, compressors, indexer, raw window, prefix slots, output head.
@@ -19,19 +21,42 @@
 
 namespace ds4::session {
 
+namespace {
+
+// Bytes of one row's attention scratch (scores, key pointers, indexer scratch and mask), and
+// the budget for all the rows of a batched attention call.
+constexpr int64_t kAttnScratchBudget = int64_t{64} << 20;
+// attention_layer defers a group's attention past the group's raw pushes: a later row of a
+// chunk writes at most kMaxChunkRows - 1 positions past an earlier row's, which the ring's
+// slack beyond the window keeps out of that row's window.
+static_assert(kRollbackSlack >= kMaxChunkRows - 1);
+
+int64_t attn_row_bytes(const model::ModelConfig& c, int64_t max_comp, int64_t raw_cap) {
+  return static_cast<int64_t>(c.n_head) * (raw_cap + max_comp) * 4 + raw_cap * 8 + max_comp * 9;
+}
+
+}  // namespace
+
+int ModelSession::Scratch::attn_group_rows(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
+  const int64_t per_row = attn_row_bytes(c, n_ctx / 4 + 2, raw_cap);
+  return static_cast<int>(std::clamp<int64_t>(kAttnScratchBudget / per_row, 1, kMaxBatchRows));
+}
+
 uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
   const int64_t n = kMaxChunkRows;
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   const int64_t max_comp = n_ctx / 4 + 2;
+  const int64_t G = attn_group_rows(c, n_ctx, raw_cap);
   uint64_t floats = 0;
   floats += 3 * n * HC + n * c.hc_mix_dim() + 2 * n * E + n * (c.n_hc + c.n_hc * c.n_hc);
   floats += 2 * n * c.q_lora_rank + 2 * n * c.q_dim() + n * D + 2 * n * 2 * D;
   floats += 2 * n * 2 * c.indexer_head_dim + n * c.indexer_q_dim() + n * c.n_indexer_head;
   floats += n * c.o_low_dim() + 3 * n * E + n * c.n_expert + c.n_expert + 2 * n * c.n_expert_used;
   floats += 2 * n * c.n_ff_exp + n * E;
-  floats += static_cast<int64_t>(c.n_head) * (raw_cap + max_comp) + raw_cap * 2 + 3 * max_comp;
   floats += 2 * std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + kMaxBatchRows * c.n_vocab;
-  return floats * 4 + backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n);
+  const uint64_t attn = static_cast<uint64_t>(G * attn_row_bytes(c, max_comp, raw_cap)) +
+                        G * (sizeof(backend::SinkAttentionParams) + sizeof(backend::IndexerSelectParams));
+  return floats * 4 + attn + backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n);
 }
 
 ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
@@ -68,11 +93,16 @@ ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64
   sg.assign(n * c.n_ff_exp, 0.0f);
   su.assign(n * c.n_ff_exp, 0.0f);
   sh_out.assign(n * E, 0.0f);
-  attn_scores.assign(static_cast<int64_t>(c.n_head) * (raw_cap + max_comp), 0.0f);
-  raw_ptrs.assign(raw_cap, nullptr);
-  idx_scores.assign(max_comp, 0.0f);
-  idx_order.assign(max_comp, 0);
-  allowed.assign(max_comp, 0);
+  attn_rows = attn_group_rows(c, n_ctx, raw_cap);
+  this->max_comp = max_comp;
+  const int64_t G = attn_rows;
+  attn_scores.assign(G * c.n_head * (raw_cap + max_comp), 0.0f);
+  raw_ptrs.assign(G * raw_cap, nullptr);
+  idx_scores.assign(G * max_comp, 0.0f);
+  idx_order.assign(G * max_comp, 0);
+  allowed.assign(G * max_comp, 0);
+  attn_queries.assign(G, backend::SinkAttentionParams());
+  idx_queries.assign(G, backend::IndexerSelectParams());
   pooled.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
   crow.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
   head_mix.assign(n * c.n_hc, 0.0f);
@@ -167,82 +197,100 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   const int64_t raw_cap = state_.raw_cap();
   const int64_t swa = cfg_.n_swa;
   const float idx_w_scale = 1.0f / sqrtf(static_cast<float>(IDX * n_ih));
-  for (int i = 0; i < n; ++i) {
-    const int64_t pos = pos0 + i;
-    float* q = s.q.data() + i * Q;
-    float* kv = s.kv.data() + i * D;
-    rope_q_kv_row(be_, cfg_, q, kv, pos, rp);
-    float* raw_row = L.raw.data() + (pos % raw_cap) * D;
-    for (int64_t j = 0; j < D; ++j) raw_row[j] = quant::f16_round(kv[j]);
+  const int64_t max_comp = s.max_comp;
+  const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (raw_cap + max_comp);
+  // Rows in groups of s.attn_rows: first each row's state steps in token order (RoPE, raw
+  // push, compressor steps, the indexer query, the prefix slot), recording its attention (and
+  // indexer) query over the keys visible to it; then the group's indexer selections and
+  // attentions as two batched calls. Attention outputs feed nothing of the state, later rows of
+  // the group append compressed / indexer rows past the counters a query recorded, and raw
+  // slots pos0 .. pos0 + n - 1 stay clear of every earlier row's window (raw_cap = window +
+  // kRollbackSlack >= window + kMaxChunkRows), so each query sees exactly what it saw when
+  // the rows ran one by one.
+  for (int g0 = 0; g0 < n; g0 += s.attn_rows) {
+    const int g = std::min(s.attn_rows, n - g0);
+    int n_sel = 0;
+    for (int j = 0; j < g; ++j) {
+      const int i = g0 + j;
+      const int64_t pos = pos0 + i;
+      float* q = s.q.data() + i * Q;
+      float* kv = s.kv.data() + i * D;
+      rope_q_kv_row(be_, cfg_, q, kv, pos, rp);
+      float* raw_row = L.raw.data() + (pos % raw_cap) * D;
+      for (int64_t jj = 0; jj < D; ++jj) raw_row[jj] = quant::f16_round(kv[jj]);
 
-    // One compressor step (§4.4); a row emitted at this position is f16-rounded and
-    // appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
-    auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
-                        const uint16_t* ape, const float* norm, int r, int64_t dim,
-                        bool indexer, float* rows, int64_t& n_rows) {
-      backend::CompressorStepParams cp;
-      cp.state_kv = st_kv;
-      cp.state_score = st_sc;
-      cp.kv_cur = kv_cur;
-      cp.sc_cur = sc_cur;
-      cp.ape = ape;
-      cp.norm = norm;
-      cp.ratio = r;
-      cp.head_dim = static_cast<int>(dim);
-      cp.n_rot = n_rot;
-      cp.pos = pos;
-      cp.eps = eps;
-      cp.rope = rp;
-      cp.indexer = indexer;
-      cp.pooled = s.pooled.data();
-      cp.out_row = s.crow.data();
-      if (!be_.compressor_step(cp)) return;
-      DS4_CHECK(n_rows < state_.comp_cap(il));
-      float* dst = rows + n_rows * dim;
-      for (int64_t j = 0; j < dim; ++j) dst[j] = quant::f16_round(s.crow[j]);
-      ++n_rows;
-    };
-    if (ratio != 0) {
-      compress(L.cmp_kv.data(), L.cmp_score.data(), s.ckv.data() + i * W, s.csc.data() + i * W,
-               m.cmp_ape, m.cmp_norm, ratio, D, false, L.comp.data(), L.n_comp);
-    }
-    const uint8_t* allowed = nullptr;
-    if (ratio == 4) {
-      compress(L.idx_kv.data(), L.idx_score.data(), s.ikv.data() + i * IW,
-               s.isc.data() + i * IW, m.idx_cmp_ape, m.idx_cmp_norm, 4, IDX, true,
-               L.index.data(), L.n_index);
-      if (L.n_index > top_k) {
-        DS4_CHECK(i >= first_idx_row);
-        float* iq = s.iq.data() + i * IQ;
-        float* iw = s.iw.data() + i * n_ih;
-        rope_tail(be_, iq, n_ih, static_cast<int>(IDX), n_rot, pos, rp, false);
-        for (int k = 0; k < n_ih; ++k) quant::indexer_qat_row(iq + k * IDX);
-        for (int k = 0; k < n_ih; ++k) iw[k] = iw[k] * idx_w_scale;
-        backend::IndexerSelectParams ip;
-        ip.q = iq;
-        ip.w = iw;
-        ip.rows = L.index.data();
-        ip.n_rows = L.n_index;
-        ip.n_head = n_ih;
-        ip.head_dim = static_cast<int>(IDX);
-        ip.top_k = static_cast<int>(top_k);
-        ip.scores = s.idx_scores.data();
-        ip.order = s.idx_order.data();
-        ip.allowed = s.allowed.data();
-        be_.indexer_select(ip);
-        allowed = s.allowed.data();
+      // One compressor step (§4.4); a row emitted at this position is f16-rounded and
+      // appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
+      auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
+                          const uint16_t* ape, const float* norm, int r, int64_t dim,
+                          bool indexer, float* rows, int64_t& n_rows) {
+        backend::CompressorStepParams cp;
+        cp.state_kv = st_kv;
+        cp.state_score = st_sc;
+        cp.kv_cur = kv_cur;
+        cp.sc_cur = sc_cur;
+        cp.ape = ape;
+        cp.norm = norm;
+        cp.ratio = r;
+        cp.head_dim = static_cast<int>(dim);
+        cp.n_rot = n_rot;
+        cp.pos = pos;
+        cp.eps = eps;
+        cp.rope = rp;
+        cp.indexer = indexer;
+        cp.pooled = s.pooled.data();
+        cp.out_row = s.crow.data();
+        if (!be_.compressor_step(cp)) return;
+        DS4_CHECK(n_rows < state_.comp_cap(il));
+        float* dst = rows + n_rows * dim;
+        for (int64_t jj = 0; jj < dim; ++jj) dst[jj] = quant::f16_round(s.crow[jj]);
+        ++n_rows;
+      };
+      if (ratio != 0) {
+        compress(L.cmp_kv.data(), L.cmp_score.data(), s.ckv.data() + i * W, s.csc.data() + i * W,
+                 m.cmp_ape, m.cmp_norm, ratio, D, false, L.comp.data(), L.n_comp);
       }
-    }
+      const uint8_t* allowed = nullptr;
+      if (ratio == 4) {
+        compress(L.idx_kv.data(), L.idx_score.data(), s.ikv.data() + i * IW,
+                 s.isc.data() + i * IW, m.idx_cmp_ape, m.idx_cmp_norm, 4, IDX, true,
+                 L.index.data(), L.n_index);
+        if (L.n_index > top_k) {
+          DS4_CHECK(i >= first_idx_row);
+          float* iq = s.iq.data() + i * IQ;
+          float* iw = s.iw.data() + i * n_ih;
+          rope_tail(be_, iq, n_ih, static_cast<int>(IDX), n_rot, pos, rp, false);
+          for (int k = 0; k < n_ih; ++k) quant::indexer_qat_row(iq + k * IDX);
+          for (int k = 0; k < n_ih; ++k) iw[k] = iw[k] * idx_w_scale;
+          backend::IndexerSelectParams& ip = s.idx_queries[n_sel++];
+          ip.q = iq;
+          ip.w = iw;
+          ip.rows = L.index.data();
+          ip.n_rows = L.n_index;
+          ip.n_head = n_ih;
+          ip.head_dim = static_cast<int>(IDX);
+          ip.top_k = static_cast<int>(top_k);
+          ip.scores = s.idx_scores.data() + j * max_comp;
+          ip.order = s.idx_order.data() + j * max_comp;
+          ip.allowed = s.allowed.data() + j * max_comp;
+          allowed = ip.allowed;
+        }
+      }
 
-    // Raw window: positions [max(0, pos - swa + 1), pos], oldest first.
-    const int64_t first = std::max<int64_t>(0, pos - swa + 1);
-    int n_raw = 0;
-    for (int64_t p = first; p <= pos; ++p) s.raw_ptrs[n_raw++] = L.raw.data() + (p % raw_cap) * D;
-    attend_row(be_, cfg_, q, s.raw_ptrs.data(), n_raw, ratio != 0 ? L.comp.data() : nullptr,
-               ratio != 0 ? L.n_comp : 0, allowed, m.sinks, s.attn_scores.data(), s.heads.data() + i * Q, pos, rp);
-    // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
-    // the live one, so its slot is never restored and not saved.
-    if (capture_slots && i + 1 < n) state_.save_layer_frontier(il, slots_[i]);
+      // Raw window: positions [max(0, pos - swa + 1), pos], oldest first.
+      const int64_t first = std::max<int64_t>(0, pos - swa + 1);
+      const float** raw_ptrs = s.raw_ptrs.data() + j * raw_cap;
+      int n_raw = 0;
+      for (int64_t p = first; p <= pos; ++p) raw_ptrs[n_raw++] = L.raw.data() + (p % raw_cap) * D;
+      s.attn_queries[j] = attention_query(cfg_, q, raw_ptrs, n_raw, ratio != 0 ? L.comp.data() : nullptr,
+                                          ratio != 0 ? L.n_comp : 0, allowed, m.sinks,
+                                          s.attn_scores.data() + j * row_scores, s.heads.data() + i * Q);
+      // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
+      // the live one, so its slot is never restored and not saved.
+      if (capture_slots && i + 1 < n) state_.save_layer_frontier(il, slots_[i]);
+    }
+    if (n_sel > 0) be_.indexer_select(s.idx_queries.data(), n_sel);
+    attend_rows(be_, cfg_, s.attn_queries.data(), g, pos0 + g0, rp);
   }
 
   attention_output(be_, cfg_, am, bs, n);

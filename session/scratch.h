@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/config.h"
 #include "session/session.h"
 #include "session/state.h"
@@ -42,16 +43,25 @@ struct ModelSession::Scratch {
   std::vector<uint8_t> moe_scratch;  // backend::moe_scratch_bytes
   std::vector<float> sg, su;         // [n, F] shared expert gate/up
   std::vector<float> sh_out;         // [n, E]
-  std::vector<float> attn_scores;    // [n_head, raw_cap + max comp rows]
-  std::vector<const float*> raw_ptrs;  // [raw_cap]
-  std::vector<float> idx_scores;     // [max indexer rows]
-  std::vector<int32_t> idx_order;    // [max indexer rows]
-  std::vector<uint8_t> allowed;      // [max indexer rows]
+  // Attention of up to `attn_rows` rows is one batched backend call (attention_layer); each
+  // row of such a group has its own key pointers, scores, indexer scratch and mask.
+  int attn_rows = 1;                 // G = attn_group_rows(): rows per batched attention call
+  int64_t max_comp = 0;              // max compressed / indexer rows (n_ctx / 4 + 2)
+  std::vector<float> attn_scores;    // [G, n_head, raw_cap + max_comp]
+  std::vector<const float*> raw_ptrs;  // [G, raw_cap]
+  std::vector<float> idx_scores;     // [G, max_comp]
+  std::vector<int32_t> idx_order;    // [G, max_comp]
+  std::vector<uint8_t> allowed;      // [G, max_comp]
+  std::vector<backend::SinkAttentionParams> attn_queries;  // [G]
+  std::vector<backend::IndexerSelectParams> idx_queries;   // [G]
   std::vector<float> pooled, crow;   // [D] compressor pooling / emitted row
   std::vector<float> head_mix;       // [n, n_hc] output-head collapse logits
   std::vector<float> row_logits;     // [kMaxBatchRows, V] logits of rows [first, n)
 
   Scratch(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
+  // G: kMaxBatchRows, fewer when the per-row attention scratch would pass kAttnScratchBudget
+  // (long contexts of a wide model), never below 1 (the unbatched form).
+  static int attn_group_rows(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
   // Bytes the constructor allocates (for the memory estimate).
   static uint64_t bytes(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
 };

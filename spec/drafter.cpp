@@ -57,8 +57,9 @@ struct Drafter::Scratch {
   std::vector<float> moe_out, sh_out;  // [n, E]
   std::vector<uint8_t> moe_scratch;
   std::vector<float> sg, su;        // [n, F]
-  std::vector<float> scores;        // [n_head, W + B]
+  std::vector<float> scores;        // [B, n_head, W + B] per-row attention scratch
   std::vector<const float*> ptrs;   // [W + B]
+  std::vector<backend::SinkAttentionParams> queries;  // [B]
   std::vector<float> head_mix;      // [n, n_hc]
   std::vector<float> yhead;         // [B, E] pre-norm HC-head output
   std::vector<float> logits;        // [B, V] base logits U_k, then Z_k in place
@@ -103,8 +104,9 @@ Drafter::Drafter(const model::Model& target, backend::Backend& be, std::unique_p
   s.moe_scratch.assign(backend::moe_scratch_bytes(E, c.n_ff_exp, static_cast<int>(c.n_expert_used), static_cast<int>(n)), 0);
   s.sg.assign(n * c.n_ff_exp, 0.0f);
   s.su.assign(n * c.n_ff_exp, 0.0f);
-  s.scores.assign(static_cast<size_t>(c.n_head) * (W_ + B_), 0.0f);
+  s.scores.assign(static_cast<size_t>(B_) * c.n_head * (W_ + B_), 0.0f);
   s.ptrs.assign(W_ + B_, nullptr);
+  s.queries.assign(B_, backend::SinkAttentionParams());
   s.head_mix.assign(n * c.n_hc, 0.0f);
   s.yhead.assign(B_ * E, 0.0f);
   s.logits.assign(static_cast<size_t>(B_) * c.n_vocab, 0.0f);
@@ -204,10 +206,12 @@ void Drafter::stage_attention(int st, int64_t pos) {
   const int64_t first = std::max<int64_t>(ring_start_, pos - W_);
   for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.data() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
   for (int i = 0; i < n; ++i) s.ptrs[n_keys++] = s.kv.data() + i * D;
+  const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * n_keys;
   for (int i = 0; i < n; ++i) {
-    session::attend_row(be_, cfg_, s.q.data() + i * Q, s.ptrs.data(), n_keys, nullptr, 0, nullptr, am.sinks,
-                        s.scores.data(), s.heads.data() + i * Q, pos + i, rp);
+    s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, s.ptrs.data(), n_keys, nullptr, 0, nullptr,
+                                            am.sinks, s.scores.data() + i * row_scores, s.heads.data() + i * Q);
   }
+  session::attend_rows(be_, cfg_, s.queries.data(), n, pos, rp);
   session::attention_output(be_, cfg_, am, bs, n);
   std::swap(s.x, s.x2);
 }

@@ -41,6 +41,10 @@ using quant::BlockQ8K;
 // Multiply-adds below which sink attention runs on the caller alone (a pool job costs ~1 us
 // of hand-off on a 2-core AVX2 machine, i.e. a few thousand multiply-adds).
 constexpr int64_t kInlineAttnWork = 1 << 15;
+// Indexer scoring: about this many multiply-adds per parallel chunk (at least 16 rows).
+constexpr int64_t kIndexerChunkWork = 1 << 15;
+// Indexer rows (all queries together) below which the queries' top-k run on the caller.
+constexpr int64_t kInlineTopKRows = 4096;
 // Elements below which a row-wise or elementwise op (HC pre/post, RMSNorm, SwiGLU, the MoE
 // activation step) runs on the caller alone; above, rows (or element ranges) are split over
 // the pool. Each row's result never depends on the split.
@@ -67,6 +71,21 @@ void rms_norm_rows_to(const float* x, float* out, int64_t n, int n_rows, float e
 void weighted_stream_sum(const float* x, const float* w, int n_hc, int64_t n_embd, float* y) {
   for (int64_t d = 0; d < n_embd; ++d) y[d] = 0.0f;
   for (int h = 0; h < n_hc; ++h) cpu::axpy(w[h], x + h * n_embd, y, n_embd);  // y + w·x, elementwise
+}
+
+// Top-k of one query's scores by (score desc, index asc): the same set as repeatedly taking the
+// first strict maximum of the not-yet-selected rows (ties go to the lowest index).
+void top_k_mask(const IndexerSelectParams& p) {
+  const int64_t n = p.n_rows;
+  for (int64_t c = 0; c < n; ++c) p.order[c] = static_cast<int32_t>(c);
+  const int64_t k = std::min<int64_t>(p.top_k, n);
+  const float* sc = p.scores;
+  std::nth_element(p.order, p.order + (k - 1), p.order + n, [sc](int32_t a, int32_t b) {
+    if (sc[a] != sc[b]) return sc[a] > sc[b];
+    return a < b;
+  });
+  std::memset(p.allowed, 0, static_cast<size_t>(n));
+  for (int64_t i = 0; i < k; ++i) p.allowed[p.order[i]] = 1;
 }
 
 class CpuBackend final : public Backend {
@@ -213,37 +232,48 @@ class CpuBackend final : public Backend {
     return true;
   }
 
-  void indexer_select(const IndexerSelectParams& p) override {
-    const int64_t n = p.n_rows;
-    pool_.parallel_for(n, 256, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c) {
-        const float* row = p.rows + c * p.head_dim;
-        float s = 0.0f;
-        for (int k = 0; k < p.n_head; ++k) {
-          const float d = cpu::dot_f32(row, p.q + static_cast<int64_t>(k) * p.head_dim, p.head_dim);
-          s += (d > 0.0f ? d : 0.0f) * p.w[k];
+  // Scores of every (query, indexer row) pair in one parallel_for over the pairs of all the
+  // queries (a pair's score is one fixed expression whichever thread computes it), then each
+  // query's top-k, the queries in parallel.
+  void indexer_select(const IndexerSelectParams* p, int n) override {
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i) total += p[i].n_rows;
+    const int64_t per_row = std::max<int64_t>(1, static_cast<int64_t>(p[0].n_head) * p[0].head_dim);
+    const int64_t grain = std::max<int64_t>(16, kIndexerChunkWork / per_row);
+    pool_.parallel_for(total, grain, [&](int64_t b, int64_t e) {
+      int i = 0;
+      int64_t base = 0;  // first pair of query i
+      for (int64_t t = b; t < e; ++t) {
+        while (t - base >= p[i].n_rows) base += p[i++].n_rows;
+        const IndexerSelectParams& q = p[i];
+        const int64_t c = t - base;
+        const float* row = q.rows + c * q.head_dim;
+        float sc = 0.0f;
+        for (int k = 0; k < q.n_head; ++k) {
+          const float d = cpu::dot_f32(row, q.q + static_cast<int64_t>(k) * q.head_dim, q.head_dim);
+          sc += (d > 0.0f ? d : 0.0f) * q.w[k];
         }
-        p.scores[c] = s;
+        q.scores[c] = sc;
       }
     });
-    // Top-k by (score desc, index asc): the same set as repeatedly taking the first strict
-    // maximum of the not-yet-selected rows (ties go to the lowest index).
-    for (int64_t c = 0; c < n; ++c) p.order[c] = static_cast<int32_t>(c);
-    const int64_t k = std::min<int64_t>(p.top_k, n);
-    const float* sc = p.scores;
-    std::nth_element(p.order, p.order + (k - 1), p.order + n, [sc](int32_t a, int32_t b) {
-      if (sc[a] != sc[b]) return sc[a] > sc[b];
-      return a < b;
+    pool_.parallel_for(n, total < kInlineTopKRows ? n : 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) top_k_mask(p[i]);
     });
-    std::memset(p.allowed, 0, static_cast<size_t>(n));
-    for (int64_t i = 0; i < k; ++i) p.allowed[p.order[i]] = 1;
   }
 
-  void sink_attention(const SinkAttentionParams& p) override {
-    const int64_t n_all = p.n_raw + p.n_comp;
-    // Heads are independent; waking workers costs more than a small job (tiny models).
-    const int64_t grain = n_all * p.head_dim * p.n_head < kInlineAttnWork ? p.n_head : 1;
-    pool_.parallel_for(p.n_head, grain, [&](int64_t hb, int64_t he) { cpu::sink_attention_heads(p, hb, he); });
+  // n queries × n_head heads are independent units; waking workers costs more than a small
+  // job (tiny models), so a batch below kInlineAttnWork multiply-adds runs on the caller.
+  void sink_attention(const SinkAttentionParams* p, int n) override {
+    const int nh = p[0].n_head;
+    int64_t work = 0;
+    for (int i = 0; i < n; ++i) {
+      DS4_CHECK(p[i].n_head == nh);
+      work += (p[i].n_raw + p[i].n_comp) * p[i].head_dim * nh;
+    }
+    const int64_t units = static_cast<int64_t>(n) * nh;
+    pool_.parallel_for(units, work < kInlineAttnWork ? units : 1, [&](int64_t b, int64_t e) {
+      for (int64_t u = b; u < e; ++u) cpu::sink_attention_heads(p[u / nh], u % nh, u % nh + 1);
+    });
   }
 
   void swiglu(const SwigluParams& p) override {

@@ -55,7 +55,7 @@ class RecordingBackend final : public backend::Backend {
   bool compressor_step(const backend::CompressorStepParams& p) override {
     return in_.compressor_step(p);
   }
-  void sink_attention(const backend::SinkAttentionParams& p) override { in_.sink_attention(p); }
+  void sink_attention(const backend::SinkAttentionParams* p, int n) override { in_.sink_attention(p, n); }
   void swiglu(const backend::SwigluParams& p) override { in_.swiglu(p); }
   void moe(const backend::MoeParams& p) override { in_.moe(p); }
   void hc_collapse(const backend::HcCollapseParams& p) override { in_.hc_collapse(p); }
@@ -65,13 +65,15 @@ class RecordingBackend final : public backend::Backend {
     if (p.n_rows != 1) ++bad_rows_;
     route_sel_.emplace_back(p.sel, p.sel + p.n_used);
   }
-  void indexer_select(const backend::IndexerSelectParams& p) override {
-    in_.indexer_select(p);
-    IndexerCall c;
-    c.layer = static_cast<int>(route_sel_.size());
-    c.q.assign(p.q, p.q + static_cast<size_t>(p.n_head) * static_cast<size_t>(p.head_dim));
-    c.allowed.assign(p.allowed, p.allowed + p.n_rows);
-    idx_calls_.push_back(std::move(c));
+  void indexer_select(const backend::IndexerSelectParams* p, int n) override {
+    in_.indexer_select(p, n);
+    for (int i = 0; i < n; ++i) {
+      IndexerCall c;
+      c.layer = static_cast<int>(route_sel_.size());
+      c.q.assign(p[i].q, p[i].q + static_cast<size_t>(p[i].n_head) * static_cast<size_t>(p[i].head_dim));
+      c.allowed.assign(p[i].allowed, p[i].allowed + p[i].n_rows);
+      idx_calls_.push_back(std::move(c));
+    }
   }
 
   struct IndexerCall {

@@ -161,7 +161,7 @@ TEST(CpuBackend, IndexerTopKPrefersLowIndexOnTies) {
   p.scores = scores.data();
   p.order = order.data();
   p.allowed = allowed.data();
-  be->indexer_select(p);
+  be->indexer_select(&p, 1);
   std::vector<int> sel;
   for (int c = 0; c < n; ++c) {
     if (allowed[c]) sel.push_back(c);
@@ -186,7 +186,7 @@ TEST(CpuBackend, SinkAttentionMatchesFormula) {
   p.head_dim = D;
   p.scores = scores.data();
   p.out = out.data();
-  be->sink_attention(p);
+  be->sink_attention(&p, 1);
   for (int h = 0; h < nh; ++h) {
     double s[3], mx = sinks[h];
     for (int r = 0; r < 3; ++r) {
@@ -202,6 +202,103 @@ TEST(CpuBackend, SinkAttentionMatchesFormula) {
       for (int r = 0; r < 3; ++r) o += std::exp(s[r] - mx) * kv[r * D + j];
       EXPECT_NEAR(out[h * D + j], o / den, 1e-5);
     }
+  }
+}
+
+// A batch of independent attention queries (different key counts, compressed rows with and
+// without a mask, sizes on both sides of the inline threshold) gives, per query, the bits of
+// that query alone on one thread, at any thread count.
+TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
+  for (const int D : {32, 128}) {
+    const int nh = 8, n_q = 6, n_comp = 24;
+    const auto kv = randv(static_cast<size_t>(64) * D, 21);
+    const auto comp = randv(static_cast<size_t>(n_comp) * D, 22);
+    const auto qs = randv(static_cast<size_t>(n_q) * nh * D, 23);
+    const auto sinks = randv(nh, 24);
+    std::vector<uint8_t> mask(n_comp);
+    for (int c = 0; c < n_comp; ++c) mask[c] = (c * 7) % 3 != 0;
+    std::vector<const float*> raw(64);
+    for (int r = 0; r < 64; ++r) raw[r] = kv.data() + static_cast<size_t>(r) * D;
+    const int64_t stride = static_cast<int64_t>(nh) * (64 + n_comp);
+    auto queries = [&](std::vector<float>& scores, std::vector<float>& out) {
+      scores.assign(static_cast<size_t>(n_q) * stride, 0.0f);
+      out.assign(static_cast<size_t>(n_q) * nh * D, 0.0f);
+      std::vector<SinkAttentionParams> p(n_q);
+      for (int i = 0; i < n_q; ++i) {
+        p[i].q = qs.data() + static_cast<size_t>(i) * nh * D;
+        p[i].raw = raw.data() + i;          // windows that slide by one row per query
+        p[i].n_raw = 40 + i;
+        p[i].comp = i % 2 == 0 ? comp.data() : nullptr;
+        p[i].n_comp = i % 2 == 0 ? n_comp - i : 0;
+        p[i].comp_allowed = i % 4 == 0 ? mask.data() : nullptr;
+        p[i].sinks = sinks.data();
+        p[i].n_head = nh;
+        p[i].head_dim = D;
+        p[i].scores = scores.data() + i * stride;
+        p[i].out = out.data() + static_cast<size_t>(i) * nh * D;
+      }
+      return p;
+    };
+    std::vector<float> s1, want;
+    auto single = queries(s1, want);
+    auto be1 = make_cpu_backend(1);
+    for (int i = 0; i < n_q; ++i) be1->sink_attention(&single[i], 1);
+    for (const int threads : {1, 2, 4}) {
+      auto be = make_cpu_backend(threads);
+      std::vector<float> s2, got;
+      auto batch = queries(s2, got);
+      be->sink_attention(batch.data(), n_q);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+          << "D " << D << ", threads " << threads;
+    }
+  }
+}
+
+// Likewise for the indexer: every query of a batch selects what it selects alone.
+TEST(CpuBackend, BatchedIndexerSelectEqualsSingleQueries) {
+  const int hd = 128, nh = 4, n_q = 5, max_rows = 220, top_k = 16;
+  const auto rows = randv(static_cast<size_t>(max_rows) * hd, 31);
+  const auto qs = randv(static_cast<size_t>(n_q) * nh * hd, 32);
+  const auto ws = randv(static_cast<size_t>(n_q) * nh, 33);
+  auto queries = [&](std::vector<float>& scores, std::vector<int32_t>& order, std::vector<uint8_t>& allowed) {
+    scores.assign(static_cast<size_t>(n_q) * max_rows, 0.0f);
+    order.assign(static_cast<size_t>(n_q) * max_rows, 0);
+    allowed.assign(static_cast<size_t>(n_q) * max_rows, 2);
+    std::vector<IndexerSelectParams> p(n_q);
+    for (int i = 0; i < n_q; ++i) {
+      p[i].q = qs.data() + static_cast<size_t>(i) * nh * hd;
+      p[i].w = ws.data() + static_cast<size_t>(i) * nh;
+      p[i].rows = rows.data();
+      p[i].n_rows = 120 + 25 * i;  // a growing prefix, as rows of a verify batch see
+      p[i].n_head = nh;
+      p[i].head_dim = hd;
+      p[i].top_k = top_k;
+      p[i].scores = scores.data() + i * max_rows;
+      p[i].order = order.data() + i * max_rows;
+      p[i].allowed = allowed.data() + i * max_rows;
+    }
+    return p;
+  };
+  std::vector<float> sc1;
+  std::vector<int32_t> or1;
+  std::vector<uint8_t> want;
+  auto single = queries(sc1, or1, want);
+  auto be1 = make_cpu_backend(1);
+  for (int i = 0; i < n_q; ++i) be1->indexer_select(&single[i], 1);
+  for (int i = 0; i < n_q; ++i) {
+    int picked = 0;
+    for (int64_t c = 0; c < single[i].n_rows; ++c) picked += want[i * max_rows + c];
+    EXPECT_EQ(picked, top_k);
+  }
+  for (const int threads : {1, 2, 4}) {
+    auto be = make_cpu_backend(threads);
+    std::vector<float> sc2;
+    std::vector<int32_t> or2;
+    std::vector<uint8_t> got;
+    auto batch = queries(sc2, or2, got);
+    be->indexer_select(batch.data(), n_q);
+    EXPECT_EQ(got, want) << "threads " << threads;
+    EXPECT_EQ(0, std::memcmp(sc2.data(), sc1.data(), sc1.size() * sizeof(float))) << "threads " << threads;
   }
 }
 
