@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -106,6 +109,85 @@ TEST(E2M1, NearestTies) {
   auto v = [](int i) { return e2m1_value(i); };
   for (float t = -7.0f; t <= 7.0f; t += 0.03125f) {
     ASSERT_EQ(e2m1_nearest(t), linear_nearest(t, 8, +v, 6.0f)) << t;
+  }
+}
+
+// The row round trips (which inline the nearest-value step) against their definition through
+// the exported per-element functions, bit for bit: random blocks over a wide range, exact grid
+// values and midpoints at the block's scale, zeros of both signs and quiet NaNs.
+TEST(KvRoundtrips, RowsEqualThePerElementDefinition) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-30, 12);
+  auto fill = [&](std::vector<float>& x, int block, int grid_count, float (*grid)(int)) {
+    for (size_t b = 0; b < x.size(); b += block) {
+      const float mag = std::ldexp(1.0f, ex(rng));
+      for (int i = 0; i < block; ++i) {
+        float v = u(rng) * mag;
+        switch ((b / block + i) % 9) {
+          case 0: v = grid(static_cast<int>(rng() % grid_count)) * mag; break;
+          case 1: {
+            const int k = static_cast<int>(rng() % (grid_count - 1));
+            v = 0.5f * (grid(k) + grid(k + 1)) * mag * ((i & 1) ? -1.0f : 1.0f);
+            break;
+          }
+          case 2: v = (i & 1) ? -0.0f : 0.0f; break;
+          default: break;
+        }
+        x[b + i] = v;
+      }
+    }
+    x[3] = std::numeric_limits<float>::quiet_NaN();  // (infinities: the scale's float->int cast is UB)
+    x[block + 5] = -std::numeric_limits<float>::quiet_NaN();
+  };
+  auto expect_bits = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &got[i], 4);
+      std::memcpy(&b, &want[i], 4);
+      ASSERT_EQ(a, b) << what << " element " << i << ": " << got[i] << " vs " << want[i];
+    }
+  };
+  for (int round = 0; round < 200; ++round) {
+    {  // FP8 E4M3, blocks of kFp8BlockSize, the whole row leading (no RoPE tail)
+      std::vector<float> x(4 * kFp8BlockSize);
+      fill(x, kFp8BlockSize, kE4M3Count, e4m3_value);
+      std::vector<float> want = x;
+      for (size_t b = 0; b < want.size(); b += kFp8BlockSize) {
+        float amax = 0.0f;
+        for (int i = 0; i < kFp8BlockSize; ++i) amax = std::fabs(want[b + i]) > amax ? std::fabs(want[b + i]) : amax;
+        if (amax < kFp8MinAmax) amax = kFp8MinAmax;
+        const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 448.0f))));
+        for (int i = 0; i < kFp8BlockSize; ++i) {
+          float v = want[b + i] / scale;
+          if (v > 448.0f) v = 448.0f;
+          if (v < -448.0f) v = -448.0f;
+          want[b + i] = e4m3_nearest(v) * scale;
+        }
+      }
+      fp8_e4m3_roundtrip(x.data(), static_cast<int>(x.size()));
+      expect_bits(x, want, "fp8");
+    }
+    {  // FP4 E2M1, blocks of kFp4BlockSize
+      std::vector<float> x(4 * kFp4BlockSize);
+      fill(x, kFp4BlockSize, 8, e2m1_value);
+      std::vector<float> want = x;
+      for (size_t b = 0; b < want.size(); b += kFp4BlockSize) {
+        float amax = 0.0f;
+        for (int i = 0; i < kFp4BlockSize; ++i) amax = std::fabs(want[b + i]) > amax ? std::fabs(want[b + i]) : amax;
+        if (amax < kFp4MinAmax) amax = kFp4MinAmax;
+        const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 6.0f))));
+        for (int i = 0; i < kFp4BlockSize; ++i) {
+          float v = want[b + i] / scale;
+          if (v > 6.0f) v = 6.0f;
+          if (v < -6.0f) v = -6.0f;
+          want[b + i] = e2m1_nearest(v) * scale;
+        }
+      }
+      fp4_e2m1_roundtrip_row(x.data(), static_cast<int>(x.size()));
+      expect_bits(x, want, "fp4");
+    }
   }
 }
 
