@@ -6,9 +6,10 @@
 // lives here, next to the state it mutates (docs/ARCHITECTURE.md deviation note).
 // Invariants:
 //  * Rows are processed layer-major in token order; per layer, the state updates (raw push,
-//    compressor steps, indexer, attention) run row by row exactly as a decode does, and every
-//    batched op is batch invariant. So prefill(N) == N x decode(), and verify row i == decode
-//    of rows[0..i], bit for bit, for any thread count.
+//    compressor steps) run row by row exactly as a decode does, each row's indexer selection
+//    and attention read exactly the keys a decode at its position reads (batched per group of
+//    rows, forward.cpp), and every batched op is batch invariant. So prefill(N) == N x
+//    decode(), and verify row i == decode of rows[0..i], bit for bit, for any thread count.
 //  * checkpoint()/rollback()/commit_prefix() move only counters and compressor states.
 //  * No allocation in prefill/decode/verify: scratch is sized at creation.
 #pragma once

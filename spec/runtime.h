@@ -97,7 +97,7 @@
 //    (after a d_0 hit, verifying m drafts earns 1 + E[accepted of d_1..d_{m-1}] - verify(m);
 //    the single-draft decode earns 0). Propose only when it is > 0. Otherwise the cycle is a
 //    plain decode and the drafter's ring is not fed (ingestion is deferred to the next
-//    proposal, which commits at most `window` rows, in batches of 8; ~0.005 decode per row).
+//    proposal, which commits at most `window` rows, in chunks of 32; ~0.005 decode per row).
 //  * Probe ladder: a cold runtime whose gate is closed still proposes once probe_gap cycles
 //    passed since the last proposal and the margin is >= cost_probe_margin (4 logits): gap 4
 //    (a fresh runtime is ready to probe at its first cycle), doubled by every unproductive
