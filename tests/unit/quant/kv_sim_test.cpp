@@ -149,45 +149,34 @@ TEST(KvRoundtrips, RowsEqualThePerElementDefinition) {
       ASSERT_EQ(a, b) << what << " element " << i << ": " << got[i] << " vs " << want[i];
     }
   };
+  // The definition: per block, amax (NaNs ignored), the power-of-two scale, then each value /
+  // scale clamped to ±max, its nearest grid value, times the scale.
+  auto reference = [](std::vector<float> x, int block, float max, float min_amax, float (*nearest)(float)) {
+    for (size_t b = 0; b < x.size(); b += block) {
+      float amax = 0.0f;
+      for (int i = 0; i < block; ++i) amax = std::fabs(x[b + i]) > amax ? std::fabs(x[b + i]) : amax;
+      if (amax < min_amax) amax = min_amax;
+      const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / max))));
+      for (int i = 0; i < block; ++i) {
+        float v = x[b + i] / scale;
+        if (v > max) v = max;
+        if (v < -max) v = -max;
+        x[b + i] = nearest(v) * scale;
+      }
+    }
+    return x;
+  };
   for (int round = 0; round < 200; ++round) {
-    {  // FP8 E4M3, blocks of kFp8BlockSize, the whole row leading (no RoPE tail)
-      std::vector<float> x(4 * kFp8BlockSize);
-      fill(x, kFp8BlockSize, kE4M3Count, e4m3_value);
-      std::vector<float> want = x;
-      for (size_t b = 0; b < want.size(); b += kFp8BlockSize) {
-        float amax = 0.0f;
-        for (int i = 0; i < kFp8BlockSize; ++i) amax = std::fabs(want[b + i]) > amax ? std::fabs(want[b + i]) : amax;
-        if (amax < kFp8MinAmax) amax = kFp8MinAmax;
-        const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 448.0f))));
-        for (int i = 0; i < kFp8BlockSize; ++i) {
-          float v = want[b + i] / scale;
-          if (v > 448.0f) v = 448.0f;
-          if (v < -448.0f) v = -448.0f;
-          want[b + i] = e4m3_nearest(v) * scale;
-        }
-      }
-      fp8_e4m3_roundtrip(x.data(), static_cast<int>(x.size()));
-      expect_bits(x, want, "fp8");
-    }
-    {  // FP4 E2M1, blocks of kFp4BlockSize
-      std::vector<float> x(4 * kFp4BlockSize);
-      fill(x, kFp4BlockSize, 8, e2m1_value);
-      std::vector<float> want = x;
-      for (size_t b = 0; b < want.size(); b += kFp4BlockSize) {
-        float amax = 0.0f;
-        for (int i = 0; i < kFp4BlockSize; ++i) amax = std::fabs(want[b + i]) > amax ? std::fabs(want[b + i]) : amax;
-        if (amax < kFp4MinAmax) amax = kFp4MinAmax;
-        const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 6.0f))));
-        for (int i = 0; i < kFp4BlockSize; ++i) {
-          float v = want[b + i] / scale;
-          if (v > 6.0f) v = 6.0f;
-          if (v < -6.0f) v = -6.0f;
-          want[b + i] = e2m1_nearest(v) * scale;
-        }
-      }
-      fp4_e2m1_roundtrip_row(x.data(), static_cast<int>(x.size()));
-      expect_bits(x, want, "fp4");
-    }
+    std::vector<float> x8(4 * kFp8BlockSize);  // FP8 E4M3, the whole row leading (no RoPE tail)
+    fill(x8, kFp8BlockSize, kE4M3Count, e4m3_value);
+    const std::vector<float> want8 = reference(x8, kFp8BlockSize, 448.0f, kFp8MinAmax, e4m3_nearest);
+    fp8_e4m3_roundtrip(x8.data(), static_cast<int>(x8.size()));
+    expect_bits(x8, want8, "fp8");
+    std::vector<float> x4(4 * kFp4BlockSize);  // FP4 E2M1
+    fill(x4, kFp4BlockSize, 8, e2m1_value);
+    const std::vector<float> want4 = reference(x4, kFp4BlockSize, 6.0f, kFp4MinAmax, e2m1_nearest);
+    fp4_e2m1_roundtrip_row(x4.data(), static_cast<int>(x4.size()));
+    expect_bits(x4, want4, "fp4");
   }
 }
 
