@@ -24,9 +24,6 @@ namespace {
 // microseconds of hand-off whatever its rows, so one chunk of 32 rows instead of four of 8
 // cuts that catch-up's ops by 4x. Batch invariant: rows never depend on the chunking.
 constexpr int kCommitRows = 32;
-// Rows of the block scratch: the block (B) or a commit chunk of the old size, whichever is
-// larger (commit_chunk uses main_x / ckv only).
-constexpr int kScratchRows = 8;
 
 using session::matmul;
 using session::rms_norm;
@@ -46,7 +43,7 @@ int32_t markov_argmax(const float* u, const float* bias, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-// Activation buffers; shapes use B = block size, n = max(B, kScratchRows) rows.
+// Activation buffers; shapes use B = block size (n = B rows: commit_chunk has main_x / ckv).
 struct Drafter::Scratch {
   std::vector<float> x, x2, flat;   // [n, HC]
   std::vector<float> mix;           // [n, MIX]
@@ -82,7 +79,7 @@ Drafter::Drafter(const model::Model& target, backend::Backend& be, std::unique_p
   const model::ModelConfig& c = cfg_;
   B_ = w_->config.block_size;
   W_ = w_->config.window;
-  const int64_t n = std::max(B_, kScratchRows);
+  const int64_t n = B_;
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   ring_.assign(static_cast<size_t>(w_->config.n_stages) * W_ * D, 0.0f);
   s_ = std::make_unique<Scratch>();
