@@ -6,7 +6,8 @@
 // one run (interleaved rounds, best of each), printed as a table and as CSV.
 // Weights rotate over several copies (~64 MiB in all) so big shapes stream from outside L2;
 // they are random valid blocks (quant::fill_random_blocks), never real model weights.
-// (3) top_two (core/reduce.h) against its scalar definition on logits rows of the tiny (8192)
+// (3) pool/round_trip: one ThreadPool job of trivial chunks, the fixed cost every parallel op
+// pays. (4) top_two (core/reduce.h) against its scalar definition on logits rows of the tiny (8192)
 // and Flash (129280) vocabularies: the greedy argmax + margin read after every forward.
 // Flags (before Google Benchmark's own): --isa=scalar|avx2|avx512, --threads=N (ratio table
 // pool size, default 1), --ratios_only, --no_ratios, --all_shapes (the ratio table also
@@ -136,6 +137,26 @@ void bm_top_two(benchmark::State& state, bool fast) {
   state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
 }
 
+// One parallel_for of `chunks` chunks whose work is a single store each: the pool's own cost
+// per job (publish, wake, claim, count, wait) at this many threads.
+void bm_pool_round_trip(benchmark::State& state) {
+  const int64_t chunks = state.range(0);
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  struct alignas(64) Cell {
+    int64_t v;
+  };
+  std::vector<Cell> cells(static_cast<size_t>(chunks));
+  int64_t round = 0;
+  for (auto _ : state) {
+    ++round;
+    pool.parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) cells[static_cast<size_t>(c)].v = round;
+    });
+    benchmark::ClobberMemory();
+  }
+  state.counters["chunks"] = static_cast<double>(chunks);
+}
+
 void bm_matmul(benchmark::State& state, const Spec* spec) {
   const int r = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
@@ -247,6 +268,15 @@ int main(int argc, char** argv) {
                       ->MinTime(0.1);
         if (t > 1) b->UseRealTime();
       }
+    }
+  }
+  for (int64_t chunks : {2, 4, 8, 16, 64}) {
+    for (int t = 2; t <= hw; t *= 2) {
+      benchmark::RegisterBenchmark("pool/round_trip", bm_pool_round_trip)
+          ->Args({chunks, t})
+          ->ArgNames({"chunks", "threads"})
+          ->MinTime(0.05)
+          ->UseRealTime();
     }
   }
   for (bool fast : {false, true}) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/threadpool.h"
 #include "core/timer.h"
 #include "backend/cpu/kernels.h"
 #include "gguf/types.h"
@@ -93,20 +94,28 @@ class TimingBackend final : public backend::Backend {
     timed("hc_collapse", [&] { in_.hc_collapse(p); });
   }
 
-  void reset() { acc_.clear(); }
+  void reset() {
+    acc_.clear();
+    jobs_.clear();
+  }
   const std::map<std::string, std::pair<double, long>>& acc() const { return acc_; }
+  // Pool jobs published inside each op (ThreadPool::published_jobs deltas), by op name.
+  const std::map<std::string, uint64_t>& jobs() const { return jobs_; }
 
  private:
   template <typename F>
   void timed(const std::string& key, F&& f) {
+    const uint64_t j0 = ThreadPool::published_jobs();
     const double t0 = now_s();
     f();
     auto& a = acc_[key];
     a.first += now_s() - t0;
     a.second += 1;
+    jobs_[key] += ThreadPool::published_jobs() - j0;
   }
   backend::Backend& in_;
   std::map<std::string, std::pair<double, long>> acc_;
+  std::map<std::string, uint64_t> jobs_;
 };
 
 std::vector<int32_t> tokens(int n, uint32_t n_vocab, uint64_t seed) {
@@ -264,11 +273,16 @@ int main(int argc, char** argv) {
     for (const auto& o : ops) in_ops += o.second.first;
     std::printf("\nprofile %s: %.3f ms per call (%d calls), %.1f%% inside backend ops\n", what.c_str(),
                 total / reps * 1e3, reps, 100.0 * in_ops / total);
-    std::printf("  %-36s %10s %8s %10s\n", "op", "ms/call", "share", "ops/call");
+    std::printf("  %-36s %10s %8s %10s %10s %8s\n", "op", "ms/call", "share", "ops/call", "jobs/call", "us/op");
+    uint64_t all_jobs = 0;
     for (const auto& o : ops) {
-      std::printf("  %-36s %10.4f %7.1f%% %10.1f\n", o.first.c_str(), o.second.first / reps * 1e3,
-                  100.0 * o.second.first / total, static_cast<double>(o.second.second) / reps);
+      const uint64_t jobs = tbe.jobs().at(o.first);
+      all_jobs += jobs;
+      std::printf("  %-36s %10.4f %7.1f%% %10.1f %10.1f %8.2f\n", o.first.c_str(), o.second.first / reps * 1e3,
+                  100.0 * o.second.first / total, static_cast<double>(o.second.second) / reps,
+                  static_cast<double>(jobs) / reps, o.second.first / static_cast<double>(o.second.second) * 1e6);
     }
+    std::printf("  pool jobs per call: %.1f\n", static_cast<double>(all_jobs) / reps);
   };
   const int reps = std::max(rounds, 5);
 

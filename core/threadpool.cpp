@@ -56,6 +56,8 @@ void block_while_equal(std::atomic<uint32_t>& a, uint32_t old) {
 #endif
 }
 
+std::atomic<uint64_t> g_published_jobs{0};
+
 void wake_all(std::atomic<uint32_t>& a) {
 #if defined(__linux__)
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&a), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
@@ -65,6 +67,8 @@ void wake_all(std::atomic<uint32_t>& a) {
 }
 
 }  // namespace
+
+uint64_t ThreadPool::published_jobs() { return g_published_jobs.load(std::memory_order_relaxed); }
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -145,6 +149,7 @@ void ThreadPool::Slot::close() {
 bool ThreadPool::Slot::run(int64_t n_items, int64_t grain, Trampoline tramp, void* ctx) {
   bool expected = false;
   if (!busy_.compare_exchange_strong(expected, true)) return false;
+  g_published_jobs.fetch_add(1, std::memory_order_relaxed);
   const uint32_t g = generation_.load();  // even: no job is being written (busy_ held)
   generation_.store(g + 1u);
   while (inside_.load() != 0) DS4_CPU_RELAX();

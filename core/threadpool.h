@@ -44,6 +44,10 @@ class ThreadPool {
   // Threads that run chunks, the caller included.
   int n_threads() const { return n_threads_; }
 
+  // Jobs published to helpers so far by every pool of the process (inline calls excluded): a
+  // profiling counter (relaxed, one increment per published job), read by benchmarks.
+  static uint64_t published_jobs();
+
   // Runs fn(begin, end) for every chunk of [0, n_items); grain < 1 is treated as 1.
   template <typename F>
   void parallel_for(int64_t n_items, int64_t grain, F&& fn) {
