@@ -11,12 +11,13 @@
 // prefill is not timed). --repeat N runs the plain/DSpark pair N times per prompt and counts
 // each side's fastest run: on a shared host, interference only ever adds time, so the minimum
 // of alternated runs is the steadiest estimate (every run is still checked for identity).
-// Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall): baseline =
+// Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall,costlookup): baseline =
 // scheduler on, fold off, flat --confidence; fold, grid (--grid thresholds), backoff, margin
 // (--margin-gate) = baseline + that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
 // cost = baseline + the cost gate (spec/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*, or
 // measured on this machine first with --calibrate, engine calibrate_dspark_costs()),
-// costfold = cost + fold, costall = all + the cost gate.
+// costfold = cost + fold, costall = all + the cost gate, costlookup = costall + prompt-lookup
+// drafts (the engine's default).
 // The "model" column is the clock-free ratio: tokens / cost of the run's counters at the
 // cost-gate costs (decode 1, verify(n), proposal, rejected proposal).
 // --in-cycle adds, under each row, where the wall clock departs from that model: the measured
@@ -67,9 +68,9 @@ namespace {
 constexpr const char* kDefaultModel = "ds4-tiny.gguf";
 constexpr const char* kDefaultDrafter = "ds4-tiny-dspark.gguf";
 constexpr const char* kDefaultChannels = "structured,code,english,italian";
-// Default policy list: the seed's knobs one at a time, all of them, and the engine's default
-// (costall); every name of ds4::kDsparkPolicies is accepted.
-constexpr const char* kBenchPolicies = "baseline,fold,grid,backoff,margin,all,costall";
+// Default policy list: the seed's knobs one at a time, all of them, costall, and the engine's
+// default (costlookup); every name of ds4::kDsparkPolicies is accepted.
+constexpr const char* kBenchPolicies = "baseline,fold,grid,backoff,margin,all,costall,costlookup";
 
 struct Options {
   std::string model;
@@ -211,7 +212,8 @@ Status validate(const Options& o) {
 
 // The named policy configurations (ds4::apply_dspark_policy, the table the CLI's
 // --dspark-policy uses): each "+X" changes one knob from the baseline (scheduler on, fold
-// off, flat confidence); "all" turns every knob on, "costall" adds the cost gate.
+// off, flat confidence); "all" turns every knob on, "costall" adds the cost gate, "costlookup"
+// the lookup.
 Expected<std::vector<Policy>> make_policies(const Options& o) {
   SpecOptions base;
   base.confidence = o.confidence;
@@ -427,6 +429,7 @@ Status write_outputs(const std::string& dir, const Channel& ch,
     rec["channel"] = ch.name;
     rec["id"] = ch.prompts[i].id;
     rec["prompt"] = ch.prompts[i].text;
+    rec["prompt_tokens"] = ch.prompts[i].tokens;
     rec["output"] = codec.detokenize(outputs[i]);
     rec["output_tokens"] = outputs[i];
     out << rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
@@ -483,7 +486,7 @@ int main_impl(int argc, char** argv) {
               "filters out a shared host's interference. Every run is checked for identity", "", "N")
       .option("--csv", &o.csv, "Also write the table as CSV here", "", "FILE")
       .option("--outputs-dir", &o.outputs_dir,
-              "Write <channel>.jsonl (prompt, output, output_tokens) for ngram_similarity.py", "", "DIR")
+              "Write <channel>.jsonl (prompt, prompt_tokens, output, output_tokens) for ngram_similarity.py", "", "DIR")
       .option("-t,--threads", &o.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
       .flag("--cpu", &o.cpu, "CPU backend (default)")
       .flag("--cuda", &o.cuda, "CUDA backend")

@@ -57,6 +57,7 @@ struct Options {
   float dspark_cost_draft_reject_overlap = SpecOptions{}.cost_draft_reject_overlap;
   int dspark_cost_window = SpecOptions{}.cost_window;
   int dspark_overlap = SpecOptions{}.overlap;  // -1 auto, 0 off, 1 on
+  int dspark_lookup = -1;                      // 0/1: prompt-lookup drafts (hybrid); -1 = the preset's
   bool dspark_calibrate = false;               // measure the cost-gate costs, print, exit
   int dspark_calibrate_reps = 20;
   bool cpu = false;

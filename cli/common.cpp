@@ -110,6 +110,7 @@ Expected<SpecOptions> dspark_spec_options(const Options& o) {
   so.cost_draft_reject_overlap = o.dspark_cost_draft_reject_overlap;
   so.cost_window = o.dspark_cost_window;
   so.overlap = o.dspark_overlap;
+  if (o.dspark_lookup >= 0) so.lookup = o.dspark_lookup != 0;
   return so;
 }
 

@@ -72,7 +72,7 @@ void declare_flags(FlagTable& t, Options& o) {
             "(drafter: --mtp, or the bundled one with the default model)")
       .option("--dspark-policy", &o.dspark_policy,
               std::string("DSpark: policy preset, then the switches below add to it (") + kDsparkPolicies +
-                  "; costall = fold + grid + backoff + margin gate + cost gate)",
+                  "; costall = fold + grid + backoff + margin gate + cost gate; costlookup = costall + lookup)",
               "DS4_DSPARK_POLICY", "NAME")
       .option("--dspark-confidence", &o.dspark_confidence,
               "DSpark: sigmoid confidence threshold per draft position, 0..1",
@@ -124,6 +124,10 @@ void declare_flags(FlagTable& t, Options& o) {
       .option("--dspark-overlap", &o.dspark_overlap,
               "DSpark: propose while the seed decodes, the threads split in two: -1 auto (on with 2 threads and no cost gate, or cost gate with free overlap prices), 0 off, 1 on",
               "DS4_DSPARK_OVERLAP")
+      .option("--dspark-lookup", &o.dspark_lookup,
+              "DSpark: prompt-lookup drafts (n-gram continuations of the context) before each DSpark "
+              "proposal, verified like drafts 0/1 (default: the preset's; costlookup 1)",
+              "DS4_DSPARK_LOOKUP")
       .flag("--dspark-calibrate", &o.dspark_calibrate,
             "DSpark: measure the cost gate's costs on this machine (threads, ISA), print them as "
             "DS4_DSPARK_COST_* lines and exit (drafter: --mtp, or the bundled one)")
@@ -170,6 +174,9 @@ Status validate(const Options& o) {
   }
   if (o.dspark_overlap < -1 || o.dspark_overlap > 1) {
     return invalid_argument("--dspark-overlap must be -1 (auto), 0 or 1, got %d", o.dspark_overlap);
+  }
+  if (o.dspark_lookup < -1 || o.dspark_lookup > 1) {
+    return invalid_argument("--dspark-lookup must be 0 or 1 (-1 for the preset's), got %d", o.dspark_lookup);
   }
   if (o.dspark_calibrate_reps < 1) {
     return invalid_argument("--dspark-calibrate-reps must be >= 1, got %d", o.dspark_calibrate_reps);

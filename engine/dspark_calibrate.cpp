@@ -184,10 +184,11 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   c.decode_ms = dec * 1e3;
   c.verify.assign(static_cast<size_t>(n_rows) + 1, 0.0);
   for (int n = 1; n <= n_rows; ++n) c.verify[static_cast<size_t>(n)] = median_of(t_ver[static_cast<size_t>(n)]) / dec;
-  // Least squares over n = 2..6 (or what the batch limit allows).
+  // Least squares over n = 2..8 (or what the batch limit allows): DSpark blocks verify up to
+  // 6 rows, lookup drafts (SpecConfig::lookup) up to kMaxBatchRows.
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   int cnt = 0;
-  for (int n = 2; n <= std::min(6, n_rows); ++n) {
+  for (int n = 2; n <= n_rows; ++n) {
     const double y = c.verify[static_cast<size_t>(n)];
     sx += n;
     sy += y;

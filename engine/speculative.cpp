@@ -51,6 +51,7 @@ std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(spec::Drafter& dr
   cfg.cost_draft_reject_overlap = o.cost_draft_reject_overlap;
   cfg.cost_window = o.cost_window;
   cfg.overlap = o.overlap;
+  cfg.lookup = o.lookup;
   std::unique_ptr<SpeculativeDecoder> d(new SpeculativeDecoder());
   d->impl_ = std::make_unique<Impl>(drafter, ms, cfg);
   return d;
@@ -92,6 +93,7 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
   so->backoff = false;
   so->margin_gate = 0.0f;
   so->cost_gate = false;
+  so->lookup = false;
   auto all = [&] {
     so->fold = true;
     so->confidence_grid = grid;
@@ -121,6 +123,11 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
   } else if (name == "costallseed") {
     all();
     so->cost_gate = true;
+  } else if (name == "costlookup") {
+    all();
+    so->cost_gate = true;
+    so->fold_after_partial = true;
+    so->lookup = true;
   } else if (name == "noscheduler") {
     so->scheduler = false;
   } else {

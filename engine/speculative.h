@@ -71,6 +71,8 @@ struct SpecOptions {
   // under the cost gate with free overlap prices (spec::kFreeOverlapCost); 0 off, 1 on. Speed
   // only.
   int overlap = -1;
+  // Hybrid proposer (spec/runtime.h "Lookup"): prompt-lookup drafts before DSpark proposals.
+  bool lookup = false;
 };
 
 // "0.55,0.6,0.65" -> thresholds (each in [0, 1]); kInvalidArgument names the bad item.
@@ -78,22 +80,25 @@ Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* o
 
 // Named policy presets, one table for the ds4 CLI (--dspark-policy) and ds4-bench-spec
 // (--policies). Each sets only the policy knobs (fold, grid, backoff, margin gate, cost gate,
-// scheduler) starting from the seed's baseline (scheduler on, everything else off):
+// scheduler, lookup) starting from the seed's baseline (scheduler on, everything else off):
 //   baseline | fold | grid | backoff | margin   the baseline, or it plus that one knob
 //   all                                         fold + grid + backoff + margin
 //   cost | costfold                             the cost gate alone, + fold
 //   costall                                     all + cost gate + fold after partial accepts
 //   costallseed                                 costall with the seed's fold rule (fold only
 //                                               after a full accept): the side-by-side control
+//   costlookup                                  costall + the lookup (hybrid proposer)
 //   noscheduler                                 the baseline without the pause scheduler
-// Default: costall. On the CPU backend it is the only preset that kept every benchmark
-// channel at >= 0.99x plain (bench 8 prompts x 128 tokens, 2 threads, AVX2, 2026-12-03):
-// the plain-scheduler presets lose 15-30% on code and prose, where few drafts are accepted.
-// Its fold after partial accepts (issue #5 item 5; spec/runtime.h "fold_after_partial") is
-// measured against costallseed there.
+// Default: costlookup. costall was the only preset that kept every benchmark channel at
+// >= 0.99x plain on the CPU backend (bench 8 prompts x 128 tokens, 2 threads, AVX2, 2026-12-03;
+// the plain-scheduler presets lose 15-30% on code and prose, where few drafts are accepted);
+// its fold after partial accepts (issue #5 item 5; spec/runtime.h "fold_after_partial") is
+// measured against costallseed there. costlookup adds the lookup (spec/runtime.h "Lookup"),
+// which beat costall on structured, code and English text and matched it on Italian under
+// every calibrated cost set tried (figures there).
 inline constexpr const char* kDsparkPolicies =
-    "baseline,fold,grid,backoff,margin,all,cost,costfold,costall,costallseed,noscheduler";
-inline constexpr const char* kDefaultDsparkPolicy = "costall";
+    "baseline,fold,grid,backoff,margin,all,cost,costfold,costall,costallseed,costlookup,noscheduler";
+inline constexpr const char* kDefaultDsparkPolicy = "costlookup";
 inline constexpr const char* kDefaultDsparkGrid = "0.55,0.6,0.65";  // grid of the *grid / *all presets
 inline constexpr float kDefaultDsparkMarginGate = 2.0f;             // margin of the *margin / *all presets
 // Sets the policy knobs of `so` for preset `name` (other fields untouched); `grid` and
@@ -109,7 +114,8 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
 // (medians): decode(1); verify(n) for n = 1..8 over the greedy continuation (realistic expert
 // routing); one proposal that reaches the vocab head and one stopped by the conf0 precheck;
 // the same two run beside a decode (Backend::run_pair), as cost beyond the decode. verify(n) is
-// fitted as base + row * n by least squares over n = 2..6 (the block sizes the runtime uses).
+// fitted as base + row * n by least squares over n = 2..8 (DSpark blocks verify up to 6 rows,
+// lookup drafts up to session::kMaxBatchRows = 8).
 // The figures are timings, so they vary from run to run; a run that USES them stays
 // reproducible, because the runtime only reads the constants it is given (design.md §4).
 // Correctness is checked on the way: every verify row's argmax must equal a plain decode's

@@ -82,6 +82,22 @@ float AcceptModel::p_cont(int k) const {
   return (cont_hit[k] + kPriorWeight) / (cont_n[k] + kPriorWeight);
 }
 
+float LookupModel::q(int l) const {
+  const int top = std::clamp(l, 1, kMaxLen);
+  float est = kPrior;
+  for (int i = 1; i <= top; ++i) {
+    const float prior = i == 1 ? est : est + kLonger * (1.0f - est);
+    est = (hit[i] + kPriorWeight * prior) / (n[i] + kPriorWeight);
+  }
+  return est;
+}
+
+void LookupModel::note(int l, bool accepted, float keep) {
+  const int i = std::clamp(l, 1, kMaxLen);
+  n[i] = n[i] * keep + 1.0f;
+  hit[i] = hit[i] * keep + (accepted ? 1.0f : 0.0f);
+}
+
 int best_verify_drafts(const CostModel& c, const float* p, int n, float* gain) {
   int best_m = 1;
   float best = 0.0f, prod = 1.0f, expected = 0.0f;
@@ -146,6 +162,11 @@ std::string SpecStats::report() const {
   r += " accepted_len_hist=";
   for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(accepted_len_hist[i]);
   r += "\n";
+  std::snprintf(buf, sizeof buf,
+                "dspark: lookups=%lld lookup_first_misses=%lld lookup_drafts=%lld lookup_accepted=%lld\n",
+                (long long)lookups, (long long)lookup_first_misses, (long long)lookup_drafts,
+                (long long)lookup_accepted);
+  r += buf;
   std::snprintf(buf, sizeof buf,
                 "dspark: time_ms total=%.1f decode=%.1f propose=%.1f sync=%.1f verify=%.1f commit=%.1f replay=%.1f\n",
                 t_total * 1e3, t_decode * 1e3, t_propose * 1e3, t_sync * 1e3, t_verify * 1e3, t_commit * 1e3,
@@ -221,10 +242,11 @@ std::string Runtime::report() const {
   char buf[192];
   std::snprintf(buf, sizeof buf,
                 "dspark: policy fold=%d grid=%d backoff=%d margin=%g cost_gate=%d scheduler=%d overlap=%d "
-                "fold_partial=%d\n",
+                "fold_partial=%d lookup=%d\n",
                 cfg_.fold ? 1 : 0, static_cast<int>(cfg_.confidence_grid.size()), cfg_.backoff ? 1 : 0,
                 static_cast<double>(cfg_.margin_gate), cfg_.cost_gate ? 1 : 0, cfg_.scheduler ? 1 : 0,
-                overlap_on_ ? 1 : 0, cfg_.fold && cfg_.fold_after_partial ? 1 : 0);
+                overlap_on_ ? 1 : 0, cfg_.fold && cfg_.fold_after_partial ? 1 : 0,
+                cfg_.lookup ? 1 : 0);
   return buf + stats_.report();
 }
 
@@ -242,6 +264,8 @@ void Runtime::reset_policy() {
   probe_gap_ = kProbeGapMin;
   probing_ = false;
   overlap_passes_ = kOverlapMinPasses;
+  lkm_ = LookupModel();
+  lk_ = 0;
 }
 
 CostModel Runtime::cost_model(bool overlapped) const {
@@ -495,6 +519,7 @@ Status Runtime::step(int max_new, int32_t stop_token, int32_t banned_token, std:
   warm_ = false;
   state_ = prev_warm_ ? kMarginBuckets : 0;  // the margin bucket is added where the gate decides
   probing_ = false;
+  lk_ = 0;
   if (since_proposal_ < (1 << 30)) ++since_proposal_;
   const int32_t seed = top().id;  // fused with the margin the gates read: one pass per logits
   Status st;
@@ -516,7 +541,12 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
                                                     static_cast<int64_t>(p_.block_size()),
                                                     static_cast<int64_t>(session::kMaxBatchRows)}));
   if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
+  // The lookup is not bound to the drafter's block: a verify batch of up to kMaxBatchRows.
+  int n_lookup = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(max_new) - 1, room,
+                                                     static_cast<int64_t>(session::kMaxBatchRows)}));
+  if (cfg_.max_draft > 0) n_lookup = std::min(n_lookup, cfg_.max_draft);
   bool want = true;
+  bool can_lookup = false;  // the lookup ignores the scheduler's pause (it costs no proposal)
   if (have_proposal) {
     // A fold cycle's proposal of this seed (its gates already passed; fold proposals are never
     // margin gated).
@@ -526,9 +556,12 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   } else if (cfg_.tail_min_tokens > 0 && max_new < cfg_.tail_min_tokens) {
     ++stats_.tail_skips;
     want = false;
-  } else if (!free_overlap_ && scheduler_paused()) {
-    ++stats_.scheduler_skips;
-    want = false;
+  } else {
+    can_lookup = cfg_.lookup;
+    if (!free_overlap_ && scheduler_paused()) {
+      ++stats_.scheduler_skips;
+      want = false;
+    }
   }
   // Overlap: propose while the seed decodes when the gates are predicted to pass (header), or
   // always when the pair is free.
@@ -543,6 +576,29 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   }
   out->push_back(seed);
   ++stats_.seeds;
+  // Lookup first: its d_0 is checked for free against the seed's logits; on a hit its drafts
+  // are verified (an overlapped DSpark proposal is dropped uncounted, as when a gate says no),
+  // on a miss the cycle goes on as if there had been no lookup.
+  if (can_lookup) {
+    Proposal overlapped;
+    if (pending) overlapped = prop_;
+    const int n = propose_lookup({}, n_lookup);
+    if (n > 0) {
+      count_lookup(1);  // d_0 is checked; the rest count when verified
+      const bool hit = top().id == prop_.tokens[0];
+      note_lookup(0, 1, hit ? 1 : 0);
+      if (hit) {
+        if (pending) {
+          ++stats_.overlap_discards;
+          if (overlapped.conf0_rejected) ++stats_.overlap_discard_conf0;
+        }
+        return verify_after_hit(n, n, n_allow, out);
+      }
+      ++stats_.lookup_first_misses;
+      lk_ = 0;
+    }
+    if (pending) prop_ = overlapped;
+  }
   if (!want) return Status();
   // A gate below says no: the cycle stays plain (an overlapped proposal is dropped uncounted).
   auto gated_out = [&] {
@@ -574,14 +630,13 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   }
   if (!have_proposal) overlap_passes_ = std::min(overlap_passes_ + 1, kOverlapMinPasses);
   const int n_drafted = have_proposal ? prop_.n : pending ? finish_proposal() : propose_drafts(seed, L, n_allow);
-  int n = n_drafted;
-  if (n == 0) {
+  if (n_drafted == 0) {
     ++stats_.no_draft;
     note_probe(false);
     scheduler_note(false, 0);
     return Status();
   }
-  stats_.proposed_tokens += n;
+  stats_.proposed_tokens += n_drafted;
   // Free check: the seed's logits already say whether d_0 is right.
   const bool d0_hit = top().id == prop_.tokens[0];
   note_d0(d0_hit);
@@ -594,14 +649,54 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     return Status();
   }
   am().note_accept(0, true);
+  return verify_after_hit(n_drafted, n_drafted, n_allow, out);
+}
+
+int Runtime::propose_lookup(std::span<const int32_t> tail, int n_allow) {
+  lookup_.update(s_.tokens());
+  int n = 0;
+  const int k = lookup_.lookup(s_.tokens(), tail, std::min(n_allow, kMaxBlockSize), prop_.tokens, &n);
+  prop_.n = n;
+  prop_.conf0_rejected = false;
+  prop_.no_context = false;
+  n = k > 0 ? clean_drafts(prop_) : 0;
+  lk_ = n > 0 ? k : 0;
+  return n;
+}
+
+void Runtime::fill_checked(float* p, int n) const {
+  if (lk_ == 0) return fill_accept(p, n, false);
+  for (int j = 0; j < n; ++j) p[j] = lkm_.q(lk_ + j);
+}
+
+void Runtime::note_lookup(int first, int m, int accepted) {
+  const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, cfg_.cost_window));
+  for (int j = first; j < m; ++j) {
+    lkm_.note(lk_ + j, j < accepted, keep);
+    if (j >= accepted) break;
+  }
+}
+
+void Runtime::count_lookup(int n) {
+  ++stats_.lookups;
+  stats_.proposed_tokens += n;
+  stats_.lookup_drafts += n;
+}
+
+Status Runtime::verify_after_hit(int n, int n_drafted, int n_allow, std::vector<int32_t>* out) {
+  const bool from_lookup = lk_ > 0;
   if (cfg_.cost_gate && n > 1) {
     float p[kMaxBlockSize];
-    fill_accept(p, n, false);
+    fill_checked(p, n);
     const int m = best_verify_drafts(cost_model(), p, n, nullptr);
     if (m < n) {
       ++stats_.cost_trims;
       n = m;
     }
+  }
+  if (from_lookup) {
+    stats_.proposed_tokens += n - 1;
+    stats_.lookup_drafts += n - 1;
   }
   int accepted = 1;
   if (n == 1) {
@@ -625,13 +720,15 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     }
     DS4_RETURN_IF_ERROR(commit(accepted, n, rows_));
   }
-  note_checked(1, n, accepted, n_drafted, n_allow);
+  if (from_lookup) {
+    note_lookup(1, n, accepted);
+  } else {
+    note_checked(1, n, accepted, n_drafted, n_allow);
+  }
   for (int i = 0; i < accepted; ++i) out->push_back(prop_.tokens[i]);
   stats_.accepted_draft_tokens += accepted;
+  if (from_lookup) stats_.lookup_accepted += accepted;
   ++stats_.accepted_len_hist[accepted];
-  // Warm = a full accept of >= 2 drafts (one kept draft earns nothing): follow the streak.
-  warm_ = accepted == n && n >= 2;
-  note_probe(warm_);
   if (accepted == n) {
     ++stats_.full_accepts;
     fold_armed_ = cfg_.fold;
@@ -641,6 +738,11 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     // next seed's position - 1 and the seed's logits are in hand, so the next cycle may fold.
     fold_armed_ = fold_after_partial_open();
   }
+  // The DSpark state, the probe ladder and the scheduler follow the drafter's proposals only.
+  if (from_lookup) return Status();
+  // Warm = a full accept of >= 2 drafts (one kept draft earns nothing): follow the streak.
+  warm_ = accepted == n && n >= 2;
+  note_probe(warm_);
   scheduler_note(true, accepted);
   return Status();
 }
@@ -657,13 +759,52 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
     fold_armed_ = false;  // the standalone path counts and handles this cycle
     return Status();
   }
+  // The DSpark proposal's expected value (cost gate; margin of the seed's row, the row after it
+  // is not computed yet).
+  float dspark_value = 0.0f;
   if (cfg_.cost_gate) {
-    // Margin of the seed's row (the row after it is not computed yet).
     state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(top().margin);
-    if (!(proposal_value(n_allow, true, false) > 0.0f)) {
-      fold_armed_ = false;  // the standalone path decides (and counts) this cycle
-      return Status();
+    dspark_value = proposal_value(n_allow, true, false);
+  }
+  if (cfg_.lookup) {
+    const int32_t tail[1] = {seed};
+    int n_lookup = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(max_new) - 1, room,
+                                                       static_cast<int64_t>(session::kMaxBatchRows - 1)}));
+    if (cfg_.max_draft > 0) n_lookup = std::min(n_lookup, cfg_.max_draft);
+    const int n = propose_lookup(tail, n_lookup);
+    if (n > 0) {
+      // Fold the lookup's drafts when that is worth more than DSpark's proposal and than the
+      // standalone path, where the lookup's d_0 is checked for free.
+      int m = n;
+      bool use = true;
+      if (cfg_.cost_gate) {
+        const CostModel c = cost_model();
+        float p[kMaxBlockSize];
+        fill_checked(p, n);
+        float fold_gain = 0.0f, verify_gain = 0.0f;
+        m = best_fold_drafts(c, p, n, &fold_gain);
+        best_verify_drafts(c, p, n, &verify_gain);
+        use = fold_gain > 0.0f && fold_gain >= dspark_value && fold_gain >= p[0] * verify_gain;
+        if (use && m < n) ++stats_.cost_trims;
+        if (!use && p[0] * verify_gain > std::max(fold_gain, dspark_value)) {
+          ++stats_.cost_unfolds;
+          lk_ = 0;
+          fold_armed_ = false;  // the standalone path checks the lookup's d_0 for free
+          return Status();
+        }
+      }
+      if (use) {
+        *handled = true;
+        ++stats_.seeds;
+        count_lookup(m);
+        return fold_verify(seed, m, n, n_allow, out);
+      }
+      lk_ = 0;
     }
+  }
+  if (cfg_.cost_gate && !(dspark_value > 0.0f)) {
+    fold_armed_ = false;  // the standalone path decides (and counts) this cycle
+    return Status();
   }
   *handled = true;
   const int n_drafted = propose_drafts(seed, L, n_allow);
@@ -698,6 +839,11 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
     return Status();
   }
   stats_.proposed_tokens += n;
+  return fold_verify(seed, n, n_drafted, n_allow, out);
+}
+
+Status Runtime::fold_verify(int32_t seed, int n, int n_drafted, int n_allow, std::vector<int32_t>* out) {
+  const bool from_lookup = lk_ > 0;
   ++stats_.folded_seeds;
   rows_[0] = seed;
   for (int i = 0; i < n; ++i) rows_[i + 1] = prop_.tokens[i];
@@ -717,13 +863,22 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   }
   note_d0(accepted > 0);
   DS4_RETURN_IF_ERROR(commit(1 + accepted, n + 1, rows_));
-  note_checked(0, n, accepted, n_drafted, n_allow);
+  if (from_lookup) {
+    note_lookup(0, n, accepted);
+  } else {
+    note_checked(0, n, accepted, n_drafted, n_allow);
+  }
   for (int i = 0; i <= accepted; ++i) out->push_back(rows_[i]);
   stats_.accepted_draft_tokens += accepted;
   ++stats_.accepted_len_hist[accepted];
   if (accepted == 0) ++stats_.first_misses;
-  warm_ = accepted == n && n >= 2;
-  note_probe(warm_);
+  if (from_lookup) {
+    stats_.lookup_accepted += accepted;
+    if (accepted == 0) ++stats_.lookup_first_misses;
+  } else {
+    warm_ = accepted == n && n >= 2;
+    note_probe(warm_);
+  }
   if (accepted == n) {
     ++stats_.full_accepts;
   } else if (accepted > 0) {
@@ -732,7 +887,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   } else {
     fold_armed_ = false;  // d_0 miss: the next seed decodes standalone (free check again)
   }
-  scheduler_note(true, accepted);
+  if (!from_lookup) scheduler_note(true, accepted);
   return Status();
 }
 

@@ -80,6 +80,33 @@
 //   --dspark-replay             DS4_DSPARK_REPLAY=1          partial accepts by replay
 //   --dspark-stats              DS4_DSPARK_STATS=1           counters + time split printed to
 //                                                            stderr when the Runtime ends
+//   --dspark-lookup N           DS4_DSPARK_LOOKUP=0/1        prompt-lookup drafts before DSpark
+//                                                            proposals ("Lookup" below)
+//
+// Lookup (SpecConfig::lookup; dspark.md §6 idea 6, the hybrid proposer). Each cycle first asks
+// NgramLookup (spec/lookup.h) for the continuation of the latest earlier occurrence of the
+// context's last k <= 4 tokens. It costs a few hash probes, so it is tried before the drafter:
+//  * standalone: after the seed's decode its d_0 is checked for free against the seed's
+//    logits; on a hit its drafts (up to kMaxBatchRows, not bound to the drafter's block) are
+//    verified, trimmed by the cost gate, and the cycle ends; on a miss the cycle goes on as
+//    if there had been no lookup (DSpark gates, proposal). The scheduler's pause does not stop
+//    it (it saves no proposal); the tail rule and the token budget do.
+//  * fold armed: [seed, lookup drafts] is verified instead of a DSpark proposal when its
+//    expected gain beats the DSpark proposal's value and the standalone path's free check
+//    (else the cycle unfolds, or DSpark proposes as before).
+// Its acceptance is modelled by match length (LookupModel): a draft continuing a match of l
+// tokens (the suffix plus the accepted drafts before it) is kept with probability q(l).
+// Lookup cycles leave the DSpark statistics, warm state, probe ladder and scheduler alone.
+// Measured 2026-12-03 (ds4-bench-spec -n 16 --gen-tokens 256, costlookup vs costall; clock-free
+// model ratio at the 16-core Xeon's calibrated 16-thread costs 0.87 + 0.25 n / 0.73 / 0.55):
+// structured 1.876 / 1.602, code 1.581 / 1.180, english 1.319 / 1.083, italian 0.993 / 0.993,
+// ALL 1.365 / 1.176; at 8-thread costs (0.804 + 0.314 n / 0.818 / 0.651), the 2-core Zen 4's
+// (0.69 + 0.24 n / 0.76 / 0.46) and the compiled-in defaults it also wins on the first three
+// and stays within 0.005 on Italian. Wall clock on that host, 16 threads, calibrated, one call:
+// 1.735 / 1.548, 1.469 / 1.136, 1.242 / 1.045, 0.954 / 0.959 (both Italian runs slow there).
+// Modelling q by draft position instead (as for DSpark) verified too deep on Italian (5-draft
+// verifies predicted 2.6 extra tokens and kept 0.8; model 0.979): the chained per-length prior
+// (LookupModel) fixed it.
 //
 // Cost gate (cost_gate; on top of the scheduler, backoff and margin gate, which keep their
 // meaning: a cycle they skip is skipped). Every quantity is in units of one decode(1); plain
@@ -184,6 +211,7 @@
 #include "core/status.h"
 #include "session/session.h"
 #include "spec/drafter.h"
+#include "spec/lookup.h"
 
 namespace ds4::spec {
 
@@ -240,6 +268,21 @@ struct AcceptModel {
   float p_cont(int k) const;               // k >= 1
 };
 
+// Acceptance of lookup drafts by match length (header comment "Lookup"): a draft continuing a
+// match of l tokens (the lookup's suffix plus the drafts before it, all accepted) is accepted
+// with probability q(l). Decayed counts per length; a length's counts decay when it is seen.
+// Each length's prior is the estimate one shorter moved kLonger of the way to 1 (longer
+// matches are more predictive, and rarely seen lengths must not sit at an optimistic 1.0:
+// with a flat prior of 1.0, Italian's 5-draft lookup verifies predicted 2.6 extra tokens and
+// kept 0.8).
+struct LookupModel {
+  static constexpr int kMaxLen = 12;  // lengths >= kMaxLen share the last cell
+  static constexpr float kPrior = 0.5f, kPriorWeight = 1.0f, kLonger = 0.4f;
+  float n[kMaxLen + 1] = {}, hit[kMaxLen + 1] = {};
+  float q(int l) const;
+  void note(int l, bool accepted, float keep);
+};
+
 // Expected net gain of verifying m of n drafts after a d_0 hit (standalone path), maximized
 // over m in [1, n] (m = 1: the single-draft decode, gain 0). p[k] = P(d_k accepted | d_{k-1}
 // accepted) for k >= 1 (p[0] unused). Ties -> the smaller m. Writes the gain when non-null.
@@ -284,6 +327,9 @@ struct SpecConfig {
   // -1 auto = on when the session's backend has exactly 2 threads and the cost gate is off, or
   // when the cost gate is on with free overlap prices (kFreeOverlapCost); 0 off, 1 on.
   int overlap = -1;
+  // Hybrid proposer (header comment "Lookup"): prompt-lookup drafts (spec/lookup.h) tried
+  // before a DSpark proposal, free of the drafter's cost.
+  bool lookup = false;
 };
 
 // "0.55,0.6,0.65" -> {0.55, 0.6, 0.65}; each value in [0, 1]. kInvalidArgument otherwise.
@@ -314,6 +360,12 @@ struct SpecStats {
   int64_t overlap_discards = 0;    // of those, dropped because a gate then said no
   int64_t overlap_conf0 = 0;       // overlapped proposals stopped by the conf0 precheck
   int64_t overlap_discard_conf0 = 0;  // of those, dropped by a gate
+  int64_t lookups = 0;             // cycles whose drafts came from the lookup (checked or verified)
+  int64_t lookup_first_misses = 0; // of those, d_0 rejected
+  int64_t lookup_drafts = 0;       // lookup drafts put to the target: d_0 of every standalone
+                                   // check, the verified ones after a hit, a fold batch's
+                                   // (also in proposed_tokens)
+  int64_t lookup_accepted = 0;     // of those, kept (also in accepted_draft_tokens)
   int64_t draft_len_hist[kMaxBlockSize + 1] = {};
   int64_t accepted_len_hist[kMaxBlockSize + 1] = {};
   double t_decode = 0, t_propose = 0, t_sync = 0, t_verify = 0, t_commit = 0, t_replay = 0, t_total = 0;  // s
@@ -382,6 +434,7 @@ class Runtime {
   // proposal was a full accept of >= 2 drafts. probe_gap(): cycles a cold gate-closed runtime waits between
   // probes.
   const AcceptModel& accept_model(int state) const { return am_[state]; }
+  const LookupModel& lookup_model() const { return lkm_; }
   int probe_gap() const { return probe_gap_; }
   int cost_state() const { return state_; }  // of the last cycle: warm * kMarginBuckets + bucket
   static constexpr int kProbeGapMin = 4, kProbeGapMax = 512;
@@ -450,6 +503,20 @@ class Runtime {
   bool probing_ = false;            // this cycle's proposal is a probe
   AcceptModel& am() { return am_[state_]; }
   const AcceptModel& am() const { return am_[state_]; }
+  // Lookup (SpecConfig::lookup): drafts after context + tail into prop_; sets lk_ to the match
+  // length when there are any (0 otherwise). Returns the number of drafts.
+  int propose_lookup(std::span<const int32_t> tail, int n_allow);
+  void count_lookup(int n);  // a lookup whose first n drafts are put to the target (stats)
+  // p[j] = q(match + j) of this cycle's lookup, or the DSpark state's p_accept(j).
+  void fill_checked(float* p, int n) const;
+  // Drafts d_first..d_{m-1} of a lookup were checked (the check stops at the first miss) and
+  // `accepted` of d_0.. kept.
+  void note_lookup(int first, int m, int accepted);
+  // After d_0 was accepted (free check): verify (or decode) drafts d_0..d_{n-1} of prop_,
+  // commit the kept prefix, append it to *out and update counters and fold arming.
+  Status verify_after_hit(int n, int n_drafted, int n_allow, std::vector<int32_t>* out);
+  // The fold batch [seed, d_0..d_{n-1}] of prop_: verify, commit, counters, arming.
+  Status fold_verify(int32_t seed, int n, int n_drafted, int n_allow, std::vector<int32_t>* out);
   void note_probe(bool productive);
   // Overlap (counters only): on for this runtime; how many of the last standalone cycles that
   // wanted a proposal got past the gates in a row (capped). Overlap when >= kOverlapMinPasses:
@@ -462,6 +529,11 @@ class Runtime {
   int overlap_passes_ = kOverlapMinPasses;
   Proposal prop_;
   int32_t rows_[session::kMaxBatchRows] = {};
+  // Lookup: the n-gram index over the session's tokens, its acceptance by match length, and
+  // this cycle's match length (0 when the proposal, if any, is DSpark's).
+  NgramLookup lookup_;
+  LookupModel lkm_;
+  int lk_ = 0;
   TopTwo top_;                      // top() cache: valid for (top_epoch_, top_banned_)
   uint64_t top_epoch_ = ~uint64_t{0};
   int32_t top_banned_ = -2;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/bench_spec/smoke.sh CHECK BENCH TARGET DRAFTER SRC WORK — one smoke check of
 # ds4-bench-spec (see tests.cmake). Exits non-zero with a message on the first failure.
-#   smoke     1 prompt/channel, 16 tokens, the seven default policies, confidence 0 (the random
-#             drafter then proposes on every unpaused cycle): exit 0, 28 rows "ok 1/1" + 7 ALL
-#             rows, the identity line, a CSV with a header + 35 rows, one outputs file per channel.
+#   smoke     1 prompt/channel, 16 tokens, the eight default policies, confidence 0 (the random
+#             drafter then proposes on every unpaused cycle): exit 0, 32 rows "ok 1/1" + 8 ALL
+#             rows, the identity line, a CSV with a header + 40 rows, one outputs file per channel
+#             whose records carry the prompt's tokens.
 #   bad_flags unknown policy / bad grid / zero tokens exit 2; a missing drafter exits 1;
 #             --self-test-corrupt (alters each DSpark output) exits 1 naming the position.
 #   calibrate --calibrate --calibrate-reps 1: exit 0, the measured DS4_DSPARK_COST_* lines as
@@ -26,19 +27,19 @@ case "$CHECK" in
   smoke)
     "$BENCH" "${COMMON[@]}" --confidence 0 --csv "$WORK/t.csv" --outputs-dir "$WORK/out" \
       > "$WORK/out.txt" 2> "$WORK/err.txt" || die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
-    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|fold|grid|backoff|margin|all|costall) +16 .* ok 1/1$' "$WORK/out.txt")
-    [ "$rows" = 28 ] || die "expected 28 table rows with 16 tokens and 'ok 1/1', got $rows"
+    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|fold|grid|backoff|margin|all|costall|costlookup) +16 .* ok 1/1$' "$WORK/out.txt")
+    [ "$rows" = 32 ] || die "expected 32 table rows with 16 tokens and 'ok 1/1', got $rows"
     grep -q '^# identity: every DSpark output equals the plain output' "$WORK/out.txt" || die "no identity line"
     grep -q FAIL "$WORK/out.txt" && die "a FAIL row"
-    grep -cE '^ALL +(baseline|fold|grid|backoff|margin|all|costall) +64 .* ok 4/4$' "$WORK/out.txt" | grep -qx 7 ||
-      die "expected 7 ALL rows with 64 tokens and 'ok 4/4'"
-    [ "$(wc -l < "$WORK/t.csv")" = 36 ] || die "CSV should have 36 lines"
+    grep -cE '^ALL +(baseline|fold|grid|backoff|margin|all|costall|costlookup) +64 .* ok 4/4$' "$WORK/out.txt" | grep -qx 8 ||
+      die "expected 8 ALL rows with 64 tokens and 'ok 4/4'"
+    [ "$(wc -l < "$WORK/t.csv")" = 41 ] || die "CSV should have 41 lines"
     head -1 "$WORK/t.csv" | grep -q '^channel,policy,prompts,gen_tokens,plain_tps,dspark_tps,ratio,' || die "CSV header"
     # confidence 0: the baseline policy proposed drafts (counts parsed from stats_report()).
     awk -F, '$1 != "ALL" && $2 == "baseline" && $9 > 0 {n++} END {exit n == 4 ? 0 : 1}' "$WORK/t.csv" ||
       die "baseline rows should report proposed drafts > 0 in every channel"
     for ch in structured code english italian; do
-      python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r)==1 and len(r[0]['output_tokens'])==16" \
+      python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r)==1 and len(r[0]['output_tokens'])==16 and 2 <= len(r[0]['prompt_tokens']) <= 48" \
         "$WORK/out/$ch.jsonl" || die "outputs file for $ch"
     done
     ;;

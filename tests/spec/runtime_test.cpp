@@ -112,10 +112,11 @@ struct Combo {
   bool fold, grid, backoff, margin, replay;
   bool fold_partial = false;  // fold also after partial accepts (only meaningful with fold)
   bool cost = false;          // cost gate (with cheap costs, so it proposes, trims and unfolds)
+  bool lookup = false;        // prompt-lookup drafts before the proposer's (hybrid)
   std::string name() const {
     return std::string(fold ? (fold_partial ? "foldpartial" : "fold") : "nofold") + (grid ? "+grid" : "") +
            (backoff ? "+backoff" : "") + (margin ? "+margin" : "") + (replay ? "+replay" : "") +
-           (cost ? "+cost" : "");
+           (cost ? "+cost" : "") + (lookup ? "+lookup" : "");
   }
 };
 
@@ -133,6 +134,13 @@ std::vector<Combo> all_combos() {
   c.push_back(Combo{true, true, true, true, false, false, true});
   c.push_back(Combo{false, false, false, false, true, false, true});
   c.push_back(Combo{true, true, true, true, true, true, true});
+  // The lookup alone, with fold, with replay, under the cost gate, and with every knob.
+  c.push_back(Combo{false, false, false, false, false, false, false, true});
+  c.push_back(Combo{true, false, false, false, false, false, false, true});
+  c.push_back(Combo{true, false, false, false, true, true, false, true});
+  c.push_back(Combo{true, false, false, false, false, true, true, true});
+  c.push_back(Combo{false, false, false, false, false, false, true, true});
+  c.push_back(Combo{true, true, true, true, false, true, true, true});
   return c;
 }
 
@@ -146,6 +154,7 @@ spec::SpecConfig config_for(const Combo& c, float flat_conf) {
   cfg.backoff = c.backoff;
   cfg.margin_gate = c.margin ? 0.4f : 0.0f;
   cfg.replay = c.replay;
+  cfg.lookup = c.lookup;
   if (c.cost) {  // cheap costs: the gate engages, trims long verifies and weighs fold vs standalone
     cfg.cost_gate = true;
     cfg.cost_verify_base = 0.2f;
@@ -241,11 +250,23 @@ TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
     if (!c.fold) {
       EXPECT_EQ(st.folded_seeds, 0);
     }
+    if (c.lookup) {
+      // The lookup runs first in every cycle; this random model's text rarely repeats, so it
+      // seldom finds a match and its d_0 is (almost) never the target's token: these runs check
+      // that the lookup leaves the oracle's cycles (every accept length, misses, fold, replay)
+      // intact. Accepted lookups: LookupIdentity and the identity sweep (tests/spec_sweep), on
+      // the shipped models, whose text repeats.
+      EXPECT_LE(st.lookup_first_misses, st.lookups);
+      EXPECT_LE(st.lookup_accepted, st.lookup_drafts);
+      EXPECT_LE(st.lookup_drafts, st.proposed_tokens);
+    } else {
+      EXPECT_EQ(st.lookups + st.lookup_drafts + st.lookup_accepted + st.lookup_first_misses, 0);
+    }
   }
   EXPECT_GT(partial, 0);
   EXPECT_GT(full, 0);
   EXPECT_GT(misses, 0);
-  if (c.cost) {
+  if (c.cost || c.lookup) {
     // The gate's decisions change which cycles propose / fold: identity and state above are
     // what this matrix checks for it (its decisions have their own tests below).
     return;
@@ -297,7 +318,7 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& i) {
 std::vector<Combo> random_combos() {
   std::vector<Combo> out;
   for (const Combo& c : all_combos()) {
-    if (c.cost && c.replay) continue;
+    if ((c.cost && c.replay) || c.lookup) continue;
     if (!c.replay && c.grid == c.fold && (!c.fold_partial || (!c.backoff && !c.margin))) out.push_back(c);
   }
   return out;

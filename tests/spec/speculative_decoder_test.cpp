@@ -105,20 +105,21 @@ TEST(DsparkPolicy, PresetsSetTheirKnobs) {
   const std::vector<float> grid = {0.5f, 0.7f};
   struct Want {
     const char* name;
-    bool fold, grid, backoff, margin, cost, scheduler, partial;
+    bool fold, grid, backoff, margin, cost, scheduler, partial, lookup;
   };
   const Want wants[] = {
-      {"baseline", false, false, false, false, false, true, false},
-      {"fold", true, false, false, false, false, true, false},
-      {"grid", false, true, false, false, false, true, false},
-      {"backoff", false, false, true, false, false, true, false},
-      {"margin", false, false, false, true, false, true, false},
-      {"all", true, true, true, true, false, true, false},
-      {"cost", false, false, false, false, true, true, false},
-      {"costfold", true, false, false, false, true, true, false},
-      {"costall", true, true, true, true, true, true, true},
-      {"costallseed", true, true, true, true, true, true, false},
-      {"noscheduler", false, false, false, false, false, false, false},
+      {"baseline", false, false, false, false, false, true, false, false},
+      {"fold", true, false, false, false, false, true, false, false},
+      {"grid", false, true, false, false, false, true, false, false},
+      {"backoff", false, false, true, false, false, true, false, false},
+      {"margin", false, false, false, true, false, true, false, false},
+      {"all", true, true, true, true, false, true, false, false},
+      {"cost", false, false, false, false, true, true, false, false},
+      {"costfold", true, false, false, false, true, true, false, false},
+      {"costall", true, true, true, true, true, true, true, false},
+      {"costallseed", true, true, true, true, true, true, false, false},
+      {"costlookup", true, true, true, true, true, true, true, true},
+      {"noscheduler", false, false, false, false, false, false, false, false},
   };
   std::string names;
   for (const Want& w : wants) {
@@ -131,6 +132,7 @@ TEST(DsparkPolicy, PresetsSetTheirKnobs) {
     so.cost_gate = !w.cost;
     so.scheduler = !w.scheduler;
     so.fold_after_partial = !w.partial;
+    so.lookup = !w.lookup;
     so.confidence = 0.42f;  // not a policy knob: untouched
     ASSERT_TRUE(apply_dspark_policy(w.name, grid, 3.5f, &so).ok()) << w.name;
     EXPECT_EQ(so.fold, w.fold) << w.name;
@@ -140,6 +142,7 @@ TEST(DsparkPolicy, PresetsSetTheirKnobs) {
     EXPECT_EQ(so.cost_gate, w.cost) << w.name;
     EXPECT_EQ(so.scheduler, w.scheduler) << w.name;
     EXPECT_EQ(so.fold_after_partial, w.partial) << w.name;
+    EXPECT_EQ(so.lookup, w.lookup) << w.name;
     EXPECT_EQ(so.confidence, 0.42f) << w.name;
     names += (names.empty() ? "" : ",") + std::string(w.name);
   }
@@ -150,7 +153,8 @@ TEST(DsparkPolicy, PresetsSetTheirKnobs) {
   EXPECT_NE(bad.message().find("'costal'"), std::string::npos) << bad.message();
   EXPECT_NE(bad.message().find(kDsparkPolicies), std::string::npos) << bad.message();
   EXPECT_TRUE(apply_dspark_policy(kDefaultDsparkPolicy, grid, 2.0f, &so).ok());
-  EXPECT_TRUE(so.cost_gate && so.fold && so.fold_after_partial);  // the default preset is costall
+  // The default preset is costlookup.
+  EXPECT_TRUE(so.cost_gate && so.fold && so.fold_after_partial && so.lookup);
 }
 
 }  // namespace

@@ -5,12 +5,13 @@
 // output token for token, and the final next-token logits are bit-identical.
 //
 // Coverage (policy_matrix.h plan(); the CI budget fixes the runs per prompt): every prompt runs
-// the anchor (fold+grid+backoff+margin = the bench's "all") plus kRotatedRunsPerPrompt (1) of
-// the other 47 combinations of fold / fold-after-partial / grid / backoff / margin, with or
-// without the cost gate, each of which runs on >= 1 prompt; stats is on in every other rotated
-// run of each channel. DS4_SPEC_SWEEP_ROTATED=3 (or more) runs a deeper sweep in which every
-// combination runs on >= 4 prompts of all four channels. The full cross product
-// (48 combinations x 64 prompts) does not fit the CI budget.
+// the anchor (fold+grid+backoff+margin = the bench's "all") plus kRotatedRunsPerPrompt (2) of
+// the other 71 combinations of fold / fold-after-partial / grid / backoff / margin, with or
+// without the cost gate, and with the cost gate also with the lookup, each of which runs on
+// >= 1 prompt; stats is on in every other rotated run of each channel.
+// DS4_SPEC_SWEEP_ROTATED=5 (or more) runs a deeper sweep in which every combination runs on
+// >= 4 prompts of all four channels. The full cross product (72 combinations x 64 prompts)
+// does not fit the CI budget.
 //
 // Same code path as `ds4-bench-spec` (bench/spec_channels.cpp) and the CLI: Engine::open with
 // the drafter, prompts rendered as raw text (BOS + tokenize(text), cut to 512 tokens like
@@ -118,6 +119,7 @@ struct RunResult {
   std::vector<int32_t> tokens;  // generated ids
   std::vector<float> logits;    // [n_vocab] f32 after the last token
   SpecSummary summary;          // zero for plain
+  std::string report;           // the decoder's stats_report() (empty for plain)
   double prefill_s = 0, gen_s = 0;  // wall (report only)
 };
 
@@ -142,7 +144,10 @@ Expected<RunResult> run_one(Engine& engine, const Prompt& p, const SpecOptions* 
   r.tokens = std::move(gs.tokens);
   const std::span<const float> logits = session->logits();
   r.logits.assign(logits.begin(), logits.end());
-  if (decoder) r.summary = decoder->summary();
+  if (decoder) {
+    r.summary = decoder->summary();
+    r.report = decoder->stats_report();
+  }
   decoder.reset();  // must not outlive its session
   return r;
 }
@@ -167,32 +172,48 @@ std::string first_difference(const RunResult& plain, const RunResult& spark) {
   return "";
 }
 
+// The shipped models on ONE engine thread (two shards share the two cores under ctest -j2);
+// *error set instead when they cannot be opened.
+void open_shipped(Engine** engine, std::string** error) {
+  EngineOptions eo;
+  eo.model_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
+  eo.mtp_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
+  eo.backend = BackendKind::kCpu;
+  eo.n_threads = 1;
+  Expected<std::unique_ptr<Engine>> e = Engine::open(eo);
+  if (e.ok()) {
+    *engine = std::move(e).value().release();
+  } else {
+    *error = new std::string(e.status().to_string());
+  }
+}
+void close_shipped(Engine** engine, std::string** error) {
+  delete *engine;
+  *engine = nullptr;
+  delete *error;
+  *error = nullptr;
+}
+
 class IdentitySweep : public ::testing::TestWithParam<Shard> {
  protected:
-  static void SetUpTestSuite() {
-    EngineOptions eo;
-    eo.model_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
-    eo.mtp_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
-    eo.backend = BackendKind::kCpu;
-    eo.n_threads = 1;  // two shards share the two cores under ctest -j2
-    Expected<std::unique_ptr<Engine>> e = Engine::open(eo);
-    if (e.ok()) {
-      engine_ = std::move(e).value().release();
-    } else {
-      open_error_ = new std::string(e.status().to_string());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete engine_;
-    engine_ = nullptr;
-    delete open_error_;
-    open_error_ = nullptr;
-  }
+  static void SetUpTestSuite() { open_shipped(&engine_, &open_error_); }
+  static void TearDownTestSuite() { close_shipped(&engine_, &open_error_); }
   static Engine* engine_;
   static std::string* open_error_;
 };
 Engine* IdentitySweep::engine_ = nullptr;
 std::string* IdentitySweep::open_error_ = nullptr;
+
+// The same engine for plain tests (not parameterized).
+class LookupIdentity : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { open_shipped(&engine_, &open_error_); }
+  static void TearDownTestSuite() { close_shipped(&engine_, &open_error_); }
+  static Engine* engine_;
+  static std::string* open_error_;
+};
+Engine* LookupIdentity::engine_ = nullptr;
+std::string* LookupIdentity::open_error_ = nullptr;
 
 // The checker itself: a changed token is reported at its position, a short output at its end,
 // and a single flipped logit bit (here 0.0 -> -0.0) with equal tokens is still a difference.
@@ -232,16 +253,21 @@ void check_plan(int rotated, int min_prompts, bool all_channels) {
     if (c.options.fold_after_partial) {
       EXPECT_TRUE(c.options.fold) << c.name;
     }
+    if (c.options.lookup) {
+      EXPECT_TRUE(c.options.cost_gate) << c.name;
+    }
     EXPECT_FALSE(c.options.stats) << c.name << ": neutral knobs are not crossed";
     EXPECT_TRUE(c.options.scheduler && !c.options.replay) << c.name << ": plumbing controls are PolicyTest's";
   }
-  // 24 policy sets (fold, grid, backoff, margin; fold-after-partial only with fold) x cost gate
-  // off / on.
-  EXPECT_EQ(combos.size(), 48u);
+  // 24 policy sets (fold, grid, backoff, margin; fold-after-partial only with fold) x (cost gate
+  // off, on, on + lookup).
+  EXPECT_EQ(combos.size(), 72u);
   EXPECT_EQ(names.count("baseline"), 1u);
   EXPECT_EQ(names.count("fold+grid+backoff+margin"), 1u);  // the bench's "all"
   EXPECT_EQ(names.count("fold+grid+backoff+margin+foldpartial+cost"), 1u);
   EXPECT_EQ(names.count("foldpartial"), 0u);
+  EXPECT_EQ(names.count("fold+grid+backoff+margin+foldpartial+cost+lookup"), 1u);  // costlookup
+  EXPECT_EQ(names.count("lookup"), 0u);  // the lookup only with the cost gate
 
   int n_anchors = 0;
   for (const Combo& c : combos) n_anchors += c.anchor ? 1 : 0;
@@ -274,7 +300,7 @@ void check_plan(int rotated, int min_prompts, bool all_channels) {
 
 TEST(IdentitySweepPlan, CoversEveryCombinationAndPrompt) {
   check_plan(kRotatedRunsPerPrompt, 1, false);                       // what CI runs
-  check_plan(kDeepRotatedRunsPerPrompt, kDeepMinPrompts, true);      // DS4_SPEC_SWEEP_ROTATED=3
+  check_plan(kDeepRotatedRunsPerPrompt, kDeepMinPrompts, true);      // DS4_SPEC_SWEEP_ROTATED=5
   check_plan(rotated_runs_per_prompt(), 1, false);                   // what this process runs
 }
 
@@ -332,6 +358,58 @@ TEST_P(IdentitySweep, DSparkEqualsPlainGreedy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, IdentitySweep, ::testing::ValuesIn(all_shards()), shard_name);
+
+// A counter of a stats report ("dspark: ... key=value ..."); -1 when absent.
+int64_t report_counter(const std::string& report, const std::string& key) {
+  const size_t at = report.find(" " + key + "=");
+  return at == std::string::npos ? -1 : std::atoll(report.c_str() + at + key.size() + 2);
+}
+
+// The lookup without the cost gate, where it verifies every candidate it finds (the sweep runs
+// it under the gate only): alone, with fold after partial accepts, and with replay commits,
+// on the first prompt of the code and structured channels, where the shipped target repeats
+// itself enough for the lookup to be accepted, partially accepted and missed.
+TEST_F(LookupIdentity, UngatedLookupEqualsPlainGreedy) {
+  ASSERT_EQ(open_error_, nullptr) << "cannot open the shipped models: " << *open_error_;
+  struct Variant {
+    const char* name;
+    bool fold, fold_partial, replay;
+  };
+  const Variant variants[] = {{"lookup", false, false, false},
+                              {"lookup+fold+foldpartial", true, true, false},
+                              {"lookup+fold+replay", true, false, true}};
+  for (const char* channel : {"code", "structured"}) {
+    const std::vector<Prompt> prompts = load_prompts(engine_->text(), channel, 1);
+    ASSERT_EQ(prompts.size(), 1u);
+    Expected<RunResult> plain = run_one(*engine_, prompts[0], nullptr);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    for (const Variant& v : variants) {
+      SCOPED_TRACE(std::string(channel) + " " + v.name);
+      SpecOptions o;
+      o.confidence = kConfidence;
+      o.lookup = true;
+      o.fold = v.fold;
+      o.fold_after_partial = v.fold_partial;
+      o.replay = v.replay;
+      Expected<RunResult> spark = run_one(*engine_, prompts[0], &o);
+      ASSERT_TRUE(spark.ok()) << spark.status().to_string();
+      EXPECT_EQ(first_difference(*plain, *spark), "");
+      const std::string& r = spark->report;
+      EXPECT_GT(report_counter(r, "lookup_accepted"), 0) << r;
+      EXPECT_GT(report_counter(r, "lookup_first_misses"), 0) << r;
+      EXPECT_GT(report_counter(r, "partial"), 0) << r;
+      if (v.replay) {
+        EXPECT_GT(report_counter(r, "replay"), 0) << r;
+      } else {
+        EXPECT_GT(report_counter(r, "direct_partial"), 0) << r;
+      }
+      if (v.fold) {
+        EXPECT_GT(report_counter(r, "folded_seeds"), 0) << r;
+      }
+    }
+  }
+}
+
 
 }  // namespace
 }  // namespace ds4::spec_sweep

@@ -8,7 +8,8 @@
 // measures.
 //
 // Knob roles:
-//   kPolicy   a policy of issue #5 (fold, grid, backoff, margin, fold-after-partial);
+//   kPolicy   a policy of issue #5 (fold, grid, backoff, margin, fold-after-partial) or beyond
+//             it (lookup);
 //   kControl  another runtime switch (the cost gate): crossed with every policy set, at most
 //             one control per combination. The runtime's plumbing controls (scheduler off,
 //             replay commits) are not in this sweep: tests/spec/runtime_test.cpp PolicyTest
@@ -19,7 +20,8 @@
 //             the runs); switched on in every other rotated slot of each channel (see plan()), so the
 //             contract is checked on about half of them.
 // combinations() = every set of kPolicy knobs whose `needs` are met, alone and with each
-// single kControl knob (24 policy sets x (1 + 1 control) = 48 today).
+// single kControl knob (24 policy sets x (1 + 1 control) + 24 with the lookup, which needs
+// the cost gate = 72 today).
 //
 // plan(): every prompt runs
 //   * the anchor: every kPolicy knob on except the ones that need another (the bench's "all"
@@ -28,7 +30,7 @@
 //     DS4_SPEC_SWEEP_ROTATED for a deeper run): all other combinations share 64 x that many
 //     slots, each combination a block of consecutive slots, and consecutive slots go to
 //     consecutive channels, so every combination runs on >= 1 prompt with the CI default and
-//     on >= 4 prompts of all four channels from 3 rotated runs per prompt up (both checked by
+//     on >= 4 prompts of all four channels from 5 rotated runs per prompt up (both checked by
 //     the plan test).
 // The CI time is therefore fixed by (anchors + rotated) runs per prompt; adding a knob spreads
 // the rotated slots thinner (the plan test fails when a combination would get no prompt:
@@ -79,18 +81,23 @@ inline const std::vector<Knob>& knobs() {
       // The cost gate is a control: crossed with every policy set in the rotation, kept out of
       // the anchors so they stay the bench's baseline/"all" (the gate makes proposals rarer).
       {"cost", [](SpecOptions* o) { o->cost_gate = true; }, nullptr, Role::kControl},
+      // The lookup (hybrid proposer) runs under the cost gate here, as in the engine's default
+      // preset costlookup; without the gate PolicyTest (tests/spec/runtime_test.cpp) covers it.
+      {"lookup", [](SpecOptions* o) { o->lookup = true; }, "cost", Role::kPolicy},
       {"stats", [](SpecOptions* o) { o->stats = true; }, nullptr, Role::kNeutral},
   };
   return k;
 }
 
-// Budget: rotated DSpark runs per prompt on top of the anchor. 1 + 1 DSpark runs + 1 plain run
-// per prompt x 64 prompts x 512 tokens is ~6 min of CI wall time on the slowest 2-core
-// machine seen (AVX2, ~4.5 ms per single-thread decode); every combination gets >= 1 prompt.
-inline constexpr int kRotatedRunsPerPrompt = 1;
+// Budget: rotated DSpark runs per prompt on top of the anchor. 1 + 2 DSpark runs + 1 plain run
+// per prompt x 64 prompts x 512 tokens: 2 rotated runs give the 71 rotated combinations 128
+// slots, so each gets >= 1 prompt (1 + 1 took ~6 min of CI wall time on the slowest 2-core
+// machine seen, AVX2, ~4.5 ms per single-thread decode; on the 2-core Zen 4 the sweep's 16
+// shards took ~160 CPU-seconds).
+inline constexpr int kRotatedRunsPerPrompt = 2;
 // From this many rotated runs per prompt up, every combination runs on >= kDeepMinPrompts
-// prompts spanning all four channels (DS4_SPEC_SWEEP_ROTATED=3 or more: a deeper sweep).
-inline constexpr int kDeepRotatedRunsPerPrompt = 3;
+// prompts spanning all four channels (DS4_SPEC_SWEEP_ROTATED=5 or more: a deeper sweep).
+inline constexpr int kDeepRotatedRunsPerPrompt = 5;
 inline constexpr int kDeepMinPrompts = 4;
 
 // kRotatedRunsPerPrompt, or DS4_SPEC_SWEEP_ROTATED (1..64) when set; read once.
