@@ -43,14 +43,18 @@ void NgramLookup::insert_ends(std::span<const int32_t> h, int64_t e_begin, int64
 
 // Capacity: a power of two >= 2 x the k-grams to hold (load <= 1/2), re-inserting the ends
 // indexed so far in position order (so the most recent occurrence wins again).
-void NgramLookup::grow(std::span<const int32_t> h) {
-  const size_t want = std::max(kMinTable, 2 * h.size());
+void NgramLookup::grow(std::span<const int32_t> h, size_t n_tokens) {
+  const size_t want = std::max(kMinTable, 2 * std::max(h.size(), n_tokens));
   if (!tables_[0].empty() && tables_[0].size() >= want) return;
   size_t cap = tables_[0].empty() ? kMinTable : tables_[0].size();
   while (cap < want) cap *= 2;
   for (auto& t : tables_) t.assign(cap, 0);
   mask_ = cap - 1;
   insert_ends(h, 0, std::max<int64_t>(0, n_indexed_ - 1));
+}
+
+void NgramLookup::reserve(int64_t n_tokens) {
+  if (n_indexed_ == 0 && n_tokens > 0) grow(std::span<const int32_t>(), static_cast<size_t>(n_tokens));
 }
 
 void NgramLookup::update(std::span<const int32_t> history) {
@@ -60,7 +64,7 @@ void NgramLookup::update(std::span<const int32_t> history) {
     n_indexed_ = 0;
   }
   if (n == n_indexed_) return;
-  grow(history);
+  grow(history, 0);
   insert_ends(history, std::max<int64_t>(0, n_indexed_ - 1), n - 1);
   n_indexed_ = n;
   last_token_ = n > 0 ? history[static_cast<size_t>(n - 1)] : -1;

@@ -13,8 +13,9 @@
 //    only cost a probe). lookup() then equals a backward scan of the history.
 //  * update() indexes appended tokens only; a history that shrank or whose last indexed token
 //    changed (a new conversation in the same session) is re-indexed from the start.
-//  * Memory grows with the history (tables double, amortized O(1) per token); lookups
-//    allocate nothing.
+//  * reserve(n) sizes the tables for n tokens up front (a power of two >= 2n slots of 4 bytes
+//    per match length: at most 64 bytes per token in all), so neither update() nor lookup()
+//    allocates for histories up to n; past it the tables double (amortized O(1) per token).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,8 @@ class NgramLookup {
  public:
   static constexpr int kMaxMatch = 4;  // longest suffix tried
 
+  // Tables for histories of up to n_tokens without growing (before the first update()).
+  void reserve(int64_t n_tokens);
   // Indexes history[0, n) (the committed tokens); call before lookup() when it grew.
   void update(std::span<const int32_t> history);
   // Up to n_max drafts that followed the longest earlier match of the last k tokens of
@@ -35,10 +38,12 @@ class NgramLookup {
   int lookup(std::span<const int32_t> history, std::span<const int32_t> tail, int n_max, int32_t* out,
              int* n_out) const;
   int64_t indexed() const { return n_indexed_; }  // history tokens covered by the index
+  size_t slots() const { return tables_[0].size(); }  // per match length
 
  private:
   void insert_ends(std::span<const int32_t> h, int64_t e_begin, int64_t e_end);
-  void grow(std::span<const int32_t> h);
+  // Capacity for max(h.size(), n_tokens) tokens; re-inserts the ends indexed so far (from h).
+  void grow(std::span<const int32_t> h, size_t n_tokens);
   static uint64_t hash(const int32_t* t, int k);
 
   // tables_[k-1][hash & mask_]: continuation start (position after the k-gram) + 1; 0 = empty.

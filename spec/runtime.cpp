@@ -222,6 +222,7 @@ Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s),
   overlap_on_ = cfg_.overlap > 0 ||
                 (cfg_.overlap < 0 && ((n_threads == 2 && !cfg_.cost_gate) || (n_threads >= 2 && free_prices)));
   free_overlap_ = overlap_on_ && free_prices;
+  if (cfg_.lookup) lookup_.reserve(s_.n_ctx());  // no allocation in the cycles
   std::vector<int> layers = p_.capture_layers();
   if (!layers.empty()) {
     s_.set_capture_layers(layers);

@@ -44,6 +44,8 @@ TEST(NgramLookup, EqualsBackwardScan) {
     std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
     std::uniform_int_distribution<int> step(1, 9);
     NgramLookup lk;
+    if (vocab == 40) lk.reserve(1600);  // sized up front: the same answers, no growth
+    const size_t reserved = lk.slots();
     std::vector<int32_t> h;
     int matched = 0;
     while (h.size() < 1500) {
@@ -65,6 +67,12 @@ TEST(NgramLookup, EqualsBackwardScan) {
       }
     }
     EXPECT_GT(matched, 0);
+    if (vocab == 40) {
+      EXPECT_GE(reserved, 2u * 1600u);
+      EXPECT_EQ(lk.slots(), reserved);
+    } else {
+      EXPECT_GE(lk.slots(), 2 * h.size());  // grew from the first 1024 slots
+    }
   }
 }
 
