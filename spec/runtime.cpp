@@ -542,10 +542,6 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
                                                     static_cast<int64_t>(p_.block_size()),
                                                     static_cast<int64_t>(session::kMaxBatchRows)}));
   if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
-  // The lookup is not bound to the drafter's block: a verify batch of up to kMaxBatchRows.
-  int n_lookup = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(max_new) - 1, room,
-                                                     static_cast<int64_t>(session::kMaxBatchRows)}));
-  if (cfg_.max_draft > 0) n_lookup = std::min(n_lookup, cfg_.max_draft);
   bool want = true;
   bool can_lookup = false;  // the lookup ignores the scheduler's pause (it costs no proposal)
   if (have_proposal) {
@@ -583,7 +579,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   if (can_lookup) {
     Proposal overlapped;
     if (pending) overlapped = prop_;
-    const int n = propose_lookup({}, n_lookup);
+    const int n = propose_lookup({}, max_new);
     if (n > 0) {
       count_lookup(1);  // d_0 is checked; the rest count when verified
       const bool hit = top().id == prop_.tokens[0];
@@ -653,7 +649,14 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
   return verify_after_hit(n_drafted, n_drafted, n_allow, out);
 }
 
-int Runtime::propose_lookup(std::span<const int32_t> tail, int n_allow) {
+int Runtime::propose_lookup(std::span<const int32_t> tail, int max_new) {
+  // Not bound to the drafter's block: the verify batch (tail rows included) up to
+  // kMaxBatchRows, within the token budget and the context.
+  const int64_t room = s_.n_ctx() - (s_.n_tokens() + static_cast<int64_t>(tail.size()));
+  int n_allow = static_cast<int>(std::min<int64_t>(
+      {static_cast<int64_t>(max_new) - 1, room, static_cast<int64_t>(session::kMaxBatchRows) - static_cast<int64_t>(tail.size())}));
+  if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
+  if (n_allow < 1) return lk_ = 0;
   lookup_.update(s_.tokens());
   int n = 0;
   const int k = lookup_.lookup(s_.tokens(), tail, std::min(n_allow, kMaxBlockSize), prop_.tokens, &n);
@@ -769,10 +772,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   }
   if (cfg_.lookup) {
     const int32_t tail[1] = {seed};
-    int n_lookup = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(max_new) - 1, room,
-                                                       static_cast<int64_t>(session::kMaxBatchRows - 1)}));
-    if (cfg_.max_draft > 0) n_lookup = std::min(n_lookup, cfg_.max_draft);
-    const int n = propose_lookup(tail, n_lookup);
+    const int n = propose_lookup(tail, max_new);
     if (n > 0) {
       // Fold the lookup's drafts when that is worth more than DSpark's proposal and than the
       // standalone path, where the lookup's d_0 is checked for free.

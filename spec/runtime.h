@@ -503,9 +503,10 @@ class Runtime {
   bool probing_ = false;            // this cycle's proposal is a probe
   AcceptModel& am() { return am_[state_]; }
   const AcceptModel& am() const { return am_[state_]; }
-  // Lookup (SpecConfig::lookup): drafts after context + tail into prop_; sets lk_ to the match
+  // Lookup (SpecConfig::lookup): drafts after context + tail into prop_ (at most what the
+  // budget, the context and a verify batch with the tail rows allow); sets lk_ to the match
   // length when there are any (0 otherwise). Returns the number of drafts.
-  int propose_lookup(std::span<const int32_t> tail, int n_allow);
+  int propose_lookup(std::span<const int32_t> tail, int max_new);
   void count_lookup(int n);  // a lookup whose first n drafts are put to the target (stats)
   // p[j] = q(match + j) of this cycle's lookup, or the DSpark state's p_accept(j).
   void fill_checked(float* p, int n) const;
