@@ -109,15 +109,33 @@ struct HcPostParams {
   int n_rows = 1;
 };
 
-// RoPE on the tail dims [head_dim - n_rot, head_dim) of each head, interleaved pairs (§3.8).
-struct RopeTailParams {
-  float* x = nullptr;            // [n_head, head_dim], in place
-  int n_head = 1;
-  int head_dim = 0;
-  int n_rot = 0;
-  int64_t pos = 0;
+// Row-local finish of the attention inputs of n_rows rows at positions pos0 .. pos0 + n_rows - 1
+// (§4.3-§4.5): everything of a row that reads no state, so rows are independent and a backend
+// may run them in any order or all at once. Per row, in this order:
+//  * q (when given): RoPE (§3.8) on the tail dims [head_dim - n_rot, head_dim) of each of n_head
+//    heads at the row's position;
+//  * kv: RoPE of its tail, then the FP8 round trip of its non-RoPE dims; when raw is given, its
+//    f16-rounded copy goes to ring row (pos % raw_cap);
+//  * indexer query (when iq is given, rows >= idx_first only): RoPE of each of n_idx_head heads,
+//    the Hadamard + FP4 QAT of each head, then iw[k] = iw[k] * iw_scale.
+struct AttentionInputsParams {
+  int n_rows = 1;
+  int64_t pos0 = 0;
   model::RopeParams rope;
-  bool inverse = false;
+  int n_rot = 0;
+  int head_dim = 0;
+  float* q = nullptr;        // [n_rows, q_stride] n_head heads of head_dim, in place; or nullptr
+  int64_t q_stride = 0;
+  int n_head = 0;
+  float* kv = nullptr;       // [n_rows, head_dim] in place
+  float* raw = nullptr;      // [raw_cap, head_dim] raw KV ring, or nullptr
+  int64_t raw_cap = 0;
+  float* iq = nullptr;       // [n_rows, n_idx_head * idx_dim] in place, or nullptr
+  float* iw = nullptr;       // [n_rows, n_idx_head] indexer head weights, in place
+  int n_idx_head = 0;
+  int idx_dim = 0;
+  int idx_first = 0;
+  float iw_scale = 1.0f;
 };
 
 // One compressor step (§4.4) on precomputed projections of the current token. When the token
@@ -157,8 +175,9 @@ struct IndexerSelectParams {
   uint8_t* allowed = nullptr;     // out [n_rows] 1 = selected (exactly top_k ones)
 };
 
-// Sink attention for one query token over raw rows then compressed rows (§4.3). The op takes a
-// batch of independent queries, each with its own keys, scratch and output.
+// Sink attention for one query token over raw rows then compressed rows (§4.3), its output heads
+// de-rotated at the query's position. The op takes a batch of independent queries, each with
+// its own keys, scratch and output.
 struct SinkAttentionParams {
   const float* q = nullptr;             // [n_head, head_dim]
   const float* const* raw = nullptr;    // n_raw pointers to [head_dim] rows, oldest first
@@ -171,6 +190,10 @@ struct SinkAttentionParams {
   int head_dim = 0;
   float* scores = nullptr;              // scratch [n_head, n_raw + n_comp]
   float* out = nullptr;                 // [n_head, head_dim]
+  // When n_rot > 0, each output head is de-rotated (inverse RoPE of its tail, §4.5) at pos.
+  int n_rot = 0;
+  int64_t pos = 0;
+  model::RopeParams rope;
 };
 
 // Router (§4.6) of n_rows tokens: p_e = sqrtf(softplus(logit_e)); hash rows (tid2eid given)
@@ -187,7 +210,7 @@ struct RouteParams {
   int n_used = 0;
   bool renorm = true;
   float scale = 1.0f;
-  float* probs = nullptr;           // scratch [n_expert]
+  float* probs = nullptr;           // scratch [n_rows, n_expert]
   int32_t* sel = nullptr;           // out [n_rows, n_used]
   float* wt = nullptr;              // out [n_rows, n_used]
 };
@@ -262,7 +285,7 @@ class Backend {
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void hc_pre(const HcPreParams& p) = 0;
   virtual void hc_post(const HcPostParams& p) = 0;
-  virtual void rope_tail(const RopeTailParams& p) = 0;
+  virtual void attention_inputs(const AttentionInputsParams& p) = 0;
   virtual bool compressor_step(const CompressorStepParams& p) = 0;
   // n independent queries p[0..n) in one call (n >= 1): each query's result is the bits it
   // gets alone. Batching them lets a backend spread a verify batch's per-row attention over

@@ -71,7 +71,9 @@ class TimingBackend final : public backend::Backend {
   void rms_norm(const backend::RmsNormParams& p) override { timed("rms_norm", [&] { in_.rms_norm(p); }); }
   void hc_pre(const backend::HcPreParams& p) override { timed("hc_pre", [&] { in_.hc_pre(p); }); }
   void hc_post(const backend::HcPostParams& p) override { timed("hc_post", [&] { in_.hc_post(p); }); }
-  void rope_tail(const backend::RopeTailParams& p) override { timed("rope_tail", [&] { in_.rope_tail(p); }); }
+  void attention_inputs(const backend::AttentionInputsParams& p) override {
+    timed("attention_inputs", [&] { in_.attention_inputs(p); });
+  }
   bool compressor_step(const backend::CompressorStepParams& p) override {
     bool r = false;
     timed("compressor_step", [&] { r = in_.compressor_step(p); });

@@ -84,5 +84,6 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n);
 void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n);
 void f16_round_row(float* x, int64_t n);  // in place
+void f16_round_row(const float* src, float* dst, int64_t n);  // dst may alias src
 
 }  // namespace ds4::quant

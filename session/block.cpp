@@ -3,8 +3,6 @@
 // stages call the same functions, so both paths produce identical bits on identical inputs.
 #include "session/block.h"
 
-#include "quant/quant.h"
-
 namespace ds4::session {
 
 void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys,
@@ -28,19 +26,6 @@ void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, 
   p.n_rows = n_rows;
   p.eps = eps;
   be.rms_norm(p);
-}
-
-void rope_tail(backend::Backend& be, float* x, int n_head, int head_dim, int n_rot, int64_t pos,
-               const model::RopeParams& rp, bool inverse) {
-  backend::RopeTailParams p;
-  p.x = x;
-  p.n_head = n_head;
-  p.head_dim = head_dim;
-  p.n_rot = n_rot;
-  p.pos = pos;
-  p.rope = rp;
-  p.inverse = inverse;
-  be.rope_tail(p);
 }
 
 void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n) {
@@ -97,23 +82,25 @@ void attention_projections(backend::Backend& be, const model::ModelConfig& c, co
   kv_projection(be, c, m.kv, m.kv_a_norm, s.h, E, s.kv, n);
 }
 
-void rope_kv_row(backend::Backend& be, const model::ModelConfig& c, float* kv, int64_t pos,
-                 const model::RopeParams& rp) {
-  const int D = static_cast<int>(c.head_dim), n_rot = static_cast<int>(c.n_rot);
-  rope_tail(be, kv, 1, D, n_rot, pos, rp, false);
-  quant::fp8_e4m3_roundtrip(kv, D - n_rot);
-}
-
-void rope_q_kv_row(backend::Backend& be, const model::ModelConfig& c, float* q, float* kv, int64_t pos,
-                   const model::RopeParams& rp) {
-  rope_tail(be, q, static_cast<int>(c.n_head), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), pos, rp,
-            false);
-  rope_kv_row(be, c, kv, pos, rp);
+backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv, int n, int64_t pos0,
+                                                const model::RopeParams& rp) {
+  backend::AttentionInputsParams p;
+  p.n_rows = n;
+  p.pos0 = pos0;
+  p.rope = rp;
+  p.n_rot = static_cast<int>(c.n_rot);
+  p.head_dim = static_cast<int>(c.head_dim);
+  p.q = q;
+  p.q_stride = c.q_dim();
+  p.n_head = static_cast<int>(c.n_head);
+  p.kv = kv;
+  return p;
 }
 
 backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const float* const* keys,
                                              int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed,
-                                             const float* sinks, float* scores, float* out) {
+                                             const float* sinks, float* scores, float* out, int64_t pos,
+                                             const model::RopeParams& rp) {
   backend::SinkAttentionParams ap;
   ap.q = q;
   ap.raw = keys;
@@ -126,15 +113,10 @@ backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const 
   ap.head_dim = static_cast<int>(c.head_dim);
   ap.scores = scores;
   ap.out = out;
+  ap.n_rot = static_cast<int>(c.n_rot);
+  ap.pos = pos;
+  ap.rope = rp;
   return ap;
-}
-
-void attend_rows(backend::Backend& be, const model::ModelConfig& c, const backend::SinkAttentionParams* queries, int n,
-                 int64_t pos0, const model::RopeParams& rp) {
-  if (n <= 0) return;
-  be.sink_attention(queries, n);
-  const int nh = static_cast<int>(c.n_head), D = static_cast<int>(c.head_dim);
-  for (int i = 0; i < n; ++i) rope_tail(be, queries[i].out, nh, D, static_cast<int>(c.n_rot), pos0 + i, rp, true);
 }
 
 void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,

@@ -1,6 +1,6 @@
 // session/block.h — the V4 block math shared by the target forward (session/forward.cpp) and
-// the DSpark drafter stages (spec/drafter.cpp): HC pre/post, attention projections, RoPE of
-// q/kv, sink attention of one row, the grouped output LoRA and the FFN sublayer
+// the DSpark drafter stages (spec/drafter.cpp): HC pre/post, attention projections, the
+// row-local attention inputs (RoPE of q/kv), sink attention queries, the grouped output LoRA and the FFN sublayer
 // (ds4-architecture.md §4.2-§4.6, dspark-drafter.md §3-§4).
 //
 // Role: ONE implementation of each block step as free functions over backend ops. Callers
@@ -104,7 +104,7 @@ struct BlockScratch {
   float* low = nullptr;      // [n, OL]
   float* o = nullptr;        // [n, E] sublayer output
   float* router = nullptr;   // [n, X]
-  float* probs = nullptr;    // [X]
+  float* probs = nullptr;    // [n, X]
   int32_t* sel = nullptr;    // [n, U]
   float* wt = nullptr;       // [n, U]
   float* moe_out = nullptr;  // [n, E]
@@ -151,9 +151,6 @@ void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int6
             int n);
 // RMSNorm of n_rows rows of dim floats; w may be null (unweighted).
 void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim, int n_rows, float eps);
-// RoPE on the last n_rot dims of each of n_head heads (inverse: the de-rotation).
-void rope_tail(backend::Backend& be, float* x, int n_head, int head_dim, int n_rot, int64_t pos,
-               const model::RopeParams& rp, bool inverse);
 
 // ---- block steps ----
 // HC pre of rows [0, n) (§4.2): flat/mix/y/post/comb from x.
@@ -167,22 +164,20 @@ void kv_projection(backend::Backend& be, const model::ModelConfig& c, const back
 // kv = kv_projection(h). Leaves h, qr, q, kv (and post/comb for the HC post) in s.
 void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
                            const BlockScratch& s, int n);
-// One row's RoPE at pos: kv [D] rotated, then its non-RoPE dims FP8 round-tripped (§4.4).
-void rope_kv_row(backend::Backend& be, const model::ModelConfig& c, float* kv, int64_t pos,
-                 const model::RopeParams& rp);
-// One row's q [n_head, D] rotated, then rope_kv_row(kv).
-void rope_q_kv_row(backend::Backend& be, const model::ModelConfig& c, float* q, float* kv, int64_t pos,
-                   const model::RopeParams& rp);
-// The sink-attention query of one row over keys[0..n_keys) then comp rows [0, n_comp) (those
-// with allowed[k] != 0, all when allowed is null) (§4.5). scores: [n_head, n_keys + n_comp]
-// scratch of this query alone; out: [n_head, D].
+// The row-local attention inputs of rows [0, n) at positions pos0 .. pos0 + n - 1
+// (backend::AttentionInputsParams): q [n, Q] (or null) and kv [n, D] roped at each row's
+// position, kv's non-RoPE dims FP8 round-tripped. The target adds its raw ring and indexer
+// query to the params before issuing them (be.attention_inputs).
+backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv, int n, int64_t pos0,
+                                                const model::RopeParams& rp);
+// The sink-attention query of the row at pos over keys[0..n_keys) then comp rows [0, n_comp)
+// (those with allowed[k] != 0, all when allowed is null), its output heads de-rotated at pos
+// (§4.5). scores: [n_head, n_keys + n_comp] scratch of this query alone; out: [n_head, D].
+// Queries of several rows go to the backend as one batched sink_attention call.
 backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const float* const* keys,
                                              int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed,
-                                             const float* sinks, float* scores, float* out);
-// Sink attention of n queries (rows at positions pos0 .. pos0 + n - 1) in one backend call,
-// then each row's output heads de-rotated at its position (§4.5).
-void attend_rows(backend::Backend& be, const model::ModelConfig& c, const backend::SinkAttentionParams* queries, int n,
-                 int64_t pos0, const model::RopeParams& rp);
+                                             const float* sinks, float* scores, float* out, int64_t pos,
+                                             const model::RopeParams& rp);
 // Grouped output LoRA of heads (§4.5) into o, then the HC post into x_next.
 void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,
                       int n);

@@ -1,9 +1,10 @@
 // session/forward.cpp — the DS4 forward graph (ds4-architecture.md §4) over backend ops.
 //
 // forward_rows() runs n <= kMaxChunkRows rows layer-major. Within a layer, everything that
-// depends only on the row itself (HC pre, norms, projections, expert FFN, HC post) is one
-// batched op over the n rows, and the state-dependent steps (RoPE, FP8, raw push, compressor
-// steps, indexer query) run row by row in token order, exactly as a decode step (§5.1, §6.4).
+// depends only on the row itself (HC pre, norms, projections, RoPE, FP8, the raw push, the
+// indexer query, expert FFN, HC post) is one batched op over the n rows, and the state steps
+// (compressor steps, prefix slots) run row by row in token order, exactly as a decode step
+// (§5.1, §6.4).
 // Each row's indexer selection and sink attention only read keys, so they are recorded as
 // per-row queries and run as one batched call per group of rows (attention_layer). Every
 // batched op is batch invariant, so a row's bits never depend on n.
@@ -51,7 +52,7 @@ uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx
   floats += 3 * n * HC + n * c.hc_mix_dim() + 2 * n * E + n * (c.n_hc + c.n_hc * c.n_hc);
   floats += 2 * n * c.q_lora_rank + 2 * n * c.q_dim() + n * D + 2 * n * 2 * D;
   floats += 2 * n * 2 * c.indexer_head_dim + n * c.indexer_q_dim() + n * c.n_indexer_head;
-  floats += n * c.o_low_dim() + 3 * n * E + n * c.n_expert + c.n_expert + 2 * n * c.n_expert_used;
+  floats += n * c.o_low_dim() + 3 * n * E + 2 * n * c.n_expert + 2 * n * c.n_expert_used;
   floats += 2 * n * c.n_ff_exp + n * E;
   floats += 2 * std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + kMaxBatchRows * c.n_vocab;
   const uint64_t attn = static_cast<uint64_t>(G * attn_row_bytes(c, max_comp, raw_cap)) +
@@ -85,7 +86,7 @@ ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64
   low.assign(n * c.o_low_dim(), 0.0f);
   o.assign(n * E, 0.0f);
   router.assign(n * c.n_expert, 0.0f);
-  probs.assign(c.n_expert, 0.0f);
+  probs.assign(n * c.n_expert, 0.0f);
   sel.assign(n * c.n_expert_used, 0);
   wt.assign(n * c.n_expert_used, 0.0f);
   moe_out.assign(n * E, 0.0f);
@@ -196,28 +197,38 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
 
   const int64_t raw_cap = state_.raw_cap();
   const int64_t swa = cfg_.n_swa;
-  const float idx_w_scale = 1.0f / sqrtf(static_cast<float>(IDX * n_ih));
   const int64_t max_comp = s.max_comp;
   const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (raw_cap + max_comp);
-  // Rows in groups of s.attn_rows: first each row's state steps in token order (RoPE, raw
-  // push, compressor steps, the indexer query, the prefix slot), recording its attention (and
-  // indexer) query over the keys visible to it; then the group's indexer selections and
-  // attentions as two batched calls. Attention outputs feed nothing of the state, later rows of
-  // the group append compressed / indexer rows past the counters a query recorded, and raw
-  // slots pos0 .. pos0 + n - 1 stay clear of every earlier row's window (raw_cap = window +
-  // kRollbackSlack >= window + kMaxChunkRows), so each query sees exactly what it saw when
-  // the rows ran one by one.
+  // Everything row-local first, all rows in one op (no state read, so the rows may run in
+  // parallel): q/kv RoPE, kv's FP8 round trip and its f16 raw push, the indexer queries. The
+  // raw pushes of positions pos0 .. pos0 + n - 1 all precede every row's attention; those
+  // slots stay clear of each row's window (raw_cap = window + kRollbackSlack >= window +
+  // kMaxChunkRows - 1), so each row sees the raw rows it saw when the rows ran one by one.
+  backend::AttentionInputsParams ai = attention_inputs(cfg_, s.q.data(), s.kv.data(), n, pos0, rp);
+  ai.raw = L.raw.data();
+  ai.raw_cap = raw_cap;
+  if (first_idx_row < n) {
+    ai.iq = s.iq.data();
+    ai.iw = s.iw.data();
+    ai.n_idx_head = n_ih;
+    ai.idx_dim = static_cast<int>(IDX);
+    ai.idx_first = first_idx_row;
+    ai.iw_scale = 1.0f / sqrtf(static_cast<float>(IDX * n_ih));
+  }
+  be_.attention_inputs(ai);
+
+  // Rows in groups of s.attn_rows: first each row's state steps in token order (compressor
+  // steps, the prefix slot), recording its attention (and indexer) query over the keys visible
+  // to it; then the group's indexer selections and attentions as two batched calls. Attention
+  // outputs feed nothing of the state and later rows of the group append compressed / indexer
+  // rows past the counters a query recorded, so each query sees exactly what it saw when the
+  // rows ran one by one.
   for (int g0 = 0; g0 < n; g0 += s.attn_rows) {
     const int g = std::min(s.attn_rows, n - g0);
     int n_sel = 0;
     for (int j = 0; j < g; ++j) {
       const int i = g0 + j;
       const int64_t pos = pos0 + i;
-      float* q = s.q.data() + i * Q;
-      float* kv = s.kv.data() + i * D;
-      rope_q_kv_row(be_, cfg_, q, kv, pos, rp);
-      float* raw_row = L.raw.data() + (pos % raw_cap) * D;
-      for (int64_t jj = 0; jj < D; ++jj) raw_row[jj] = quant::f16_round(kv[jj]);
 
       // One compressor step (§4.4); a row emitted at this position is f16-rounded and
       // appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
@@ -242,8 +253,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         cp.out_row = s.crow.data();
         if (!be_.compressor_step(cp)) return;
         DS4_CHECK(n_rows < state_.comp_cap(il));
-        float* dst = rows + n_rows * dim;
-        for (int64_t jj = 0; jj < dim; ++jj) dst[jj] = quant::f16_round(s.crow[jj]);
+        quant::f16_round_row(s.crow.data(), rows + n_rows * dim, dim);
         ++n_rows;
       };
       if (ratio != 0) {
@@ -256,15 +266,10 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
                  s.isc.data() + i * IW, m.idx_cmp_ape, m.idx_cmp_norm, 4, IDX, true,
                  L.index.data(), L.n_index);
         if (L.n_index > top_k) {
-          DS4_CHECK(i >= first_idx_row);
-          float* iq = s.iq.data() + i * IQ;
-          float* iw = s.iw.data() + i * n_ih;
-          rope_tail(be_, iq, n_ih, static_cast<int>(IDX), n_rot, pos, rp, false);
-          for (int k = 0; k < n_ih; ++k) quant::indexer_qat_row(iq + k * IDX);
-          for (int k = 0; k < n_ih; ++k) iw[k] = iw[k] * idx_w_scale;
+          DS4_CHECK(i >= first_idx_row);  // its query was prepared by attention_inputs
           backend::IndexerSelectParams& ip = s.idx_queries[n_sel++];
-          ip.q = iq;
-          ip.w = iw;
+          ip.q = s.iq.data() + i * IQ;
+          ip.w = s.iw.data() + i * n_ih;
           ip.rows = L.index.data();
           ip.n_rows = L.n_index;
           ip.n_head = n_ih;
@@ -282,15 +287,16 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       const float** raw_ptrs = s.raw_ptrs.data() + j * raw_cap;
       int n_raw = 0;
       for (int64_t p = first; p <= pos; ++p) raw_ptrs[n_raw++] = L.raw.data() + (p % raw_cap) * D;
-      s.attn_queries[j] = attention_query(cfg_, q, raw_ptrs, n_raw, ratio != 0 ? L.comp.data() : nullptr,
-                                          ratio != 0 ? L.n_comp : 0, allowed, m.sinks,
-                                          s.attn_scores.data() + j * row_scores, s.heads.data() + i * Q);
+      s.attn_queries[j] = attention_query(cfg_, s.q.data() + i * Q, raw_ptrs, n_raw,
+                                          ratio != 0 ? L.comp.data() : nullptr, ratio != 0 ? L.n_comp : 0,
+                                          allowed, m.sinks, s.attn_scores.data() + j * row_scores,
+                                          s.heads.data() + i * Q, pos, rp);
       // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
       // the live one, so its slot is never restored and not saved.
       if (capture_slots && i + 1 < n) state_.save_layer_frontier(il, slots_[i]);
     }
     if (n_sel > 0) be_.indexer_select(s.idx_queries.data(), n_sel);
-    attend_rows(be_, cfg_, s.attn_queries.data(), g, pos0 + g0, rp);
+    be_.sink_attention(s.attn_queries.data(), g);
   }
 
   attention_output(be_, cfg_, am, bs, n);

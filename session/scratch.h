@@ -36,7 +36,7 @@ struct ModelSession::Scratch {
   std::vector<float> low;            // [n, OL]
   std::vector<float> o;              // [n, E]
   std::vector<float> router;         // [n, X] router logits
-  std::vector<float> probs;          // [X] sqrt-softplus scores of one row
+  std::vector<float> probs;          // [n, X] sqrt-softplus scores
   std::vector<int32_t> sel;          // [n, U]
   std::vector<float> wt;             // [n, U]
   std::vector<float> moe_out;        // [n, E]

@@ -55,7 +55,7 @@ struct Drafter::Scratch {
   std::vector<float> low;           // [n, OL]
   std::vector<float> o;             // [n, E]
   std::vector<float> router;        // [n, X]
-  std::vector<float> probs;         // [X]
+  std::vector<float> probs;         // [B, X]
   std::vector<int32_t> sel;         // [n, U]
   std::vector<float> wt;            // [n, U]
   std::vector<float> moe_out, sh_out;  // [n, E]
@@ -100,7 +100,7 @@ Drafter::Drafter(const model::Model& target, backend::Backend& be, std::unique_p
   s.low.assign(n * c.o_low_dim(), 0.0f);
   s.o.assign(n * E, 0.0f);
   s.router.assign(n * c.n_expert, 0.0f);
-  s.probs.assign(c.n_expert, 0.0f);
+  s.probs.assign(n * c.n_expert, 0.0f);
   s.sel.assign(n * c.n_expert_used, 0);
   s.wt.assign(n * c.n_expert_used, 0.0f);
   s.moe_out.assign(n * E, 0.0f);
@@ -185,10 +185,10 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
   for (int st = 0; st < w_->config.n_stages; ++st) {
     const StageWeights& sw = w_->stages[st];
     session::kv_projection(be_, cfg_, sw.attn_kv, sw.kv_a_norm, s.main_x.data(), E, s.ckv.data(), n);
+    be_.attention_inputs(session::attention_inputs(cfg_, nullptr, s.ckv.data(), n, pos0, rp));
     for (int i = 0; i < n; ++i) {
-      float* kv = s.ckv.data() + i * D;
-      session::rope_kv_row(be_, cfg_, kv, pos0 + i, rp);
-      std::memcpy(ring_.data() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, kv, sizeof(float) * D);
+      std::memcpy(ring_.data() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, s.ckv.data() + i * D,
+                  sizeof(float) * D);
     }
   }
   ring_next_ = pos0 + n;
@@ -203,7 +203,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
   const session::AttnMats am = session::attn_mats(w_->stages[st]);
   const session::BlockScratch bs = session::block_scratch(s);
   session::attention_projections(be_, cfg_, am, bs, n);
-  for (int i = 0; i < n; ++i) session::rope_q_kv_row(be_, cfg_, s.q.data() + i * Q, s.kv.data() + i * D, pos + i, rp);
+  be_.attention_inputs(session::attention_inputs(cfg_, s.q.data(), s.kv.data(), n, pos, rp));
   // Key set (identical for every slot): ring rows of positions max(start, P-W)..P-1, then the
   // block rows, bidirectionally (§3.3).
   int n_keys = 0;
@@ -213,9 +213,10 @@ void Drafter::stage_attention(int st, int64_t pos) {
   const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * n_keys;
   for (int i = 0; i < n; ++i) {
     s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, s.ptrs.data(), n_keys, nullptr, 0, nullptr,
-                                            am.sinks, s.scores.data() + i * row_scores, s.heads.data() + i * Q);
+                                            am.sinks, s.scores.data() + i * row_scores, s.heads.data() + i * Q,
+                                            pos + i, rp);
   }
-  session::attend_rows(be_, cfg_, s.queries.data(), n, pos, rp);
+  be_.sink_attention(s.queries.data(), n);
   session::attention_output(be_, cfg_, am, bs, n);
   std::swap(s.x, s.x2);
 }

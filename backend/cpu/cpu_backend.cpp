@@ -49,6 +49,12 @@ constexpr int64_t kInlineTopKRows = 4096;
 // activation step) runs on the caller alone; above, rows (or element ranges) are split over
 // the pool. Each row's result never depends on the split.
 constexpr int64_t kInlineRowElems = 1024;
+// RMSNorm: elements (all rows) below which a norm runs on the caller.
+constexpr int64_t kInlineNormElems = 8192;
+// Compressor pooling: elements one exp of a column's softmax counts as in split_rows.
+constexpr int64_t kPoolExpElems = 8;
+// Router: elements one expert score (expf, log1pf, sqrtf) counts as in split_rows' decision.
+constexpr int64_t kRouteScoreElems = 16;
 // MoE: weight bytes per task, and total weight bytes below which a call runs inline.
 constexpr int64_t kMoeTaskBytes = 64 * 1024;
 constexpr int64_t kInlineMoeBytes = 48 * 1024;
@@ -104,11 +110,18 @@ class CpuBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override { mm_.matmul(p); }
 
+  // A norm costs about one add per element and rms_norm_rows runs 8 rows' sums side by side,
+  // so a batch below kInlineNormElems runs on the caller (a 16-thread VM measured 2.8 us per
+  // split verify(8) norm of the tiny model against about 1.5 us inline).
   void rms_norm(const RmsNormParams& p) override {
     const int64_t stride = p.stride ? p.stride : p.n;
-    split_rows(p.n_rows, p.n, [&](int64_t b, int64_t e) {
-      cpu::rms_norm_rows(p.x + b * stride, p.weight, p.out + b * stride, p.n, stride, static_cast<int>(e - b), p.eps);
-    });
+    split_rows(
+        p.n_rows, p.n,
+        [&](int64_t b, int64_t e) {
+          cpu::rms_norm_rows(p.x + b * stride, p.weight, p.out + b * stride, p.n, stride, static_cast<int>(e - b),
+                             p.eps);
+        },
+        kInlineNormElems);
   }
 
   // Several rows: each chunk of rows runs the whole chain (norm, mix matmul, Sinkhorn, stream
@@ -156,8 +169,13 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void rope_tail(const RopeTailParams& p) override {
-    cpu::rope_tail_rows(p.x, p.n_head, p.head_dim, p.n_rot, p.pos, p.rope, p.inverse);
+  // Rows are independent (no state read): split over the pool like any row-wise op.
+  void attention_inputs(const AttentionInputsParams& p) override {
+    const int64_t per_row = (p.q != nullptr ? static_cast<int64_t>(p.n_head) * p.n_rot : 0) + p.head_dim +
+                            (p.iq != nullptr ? static_cast<int64_t>(p.n_idx_head) * p.idx_dim : 0);
+    split_rows(p.n_rows, per_row, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) cpu::attention_inputs_row(p, static_cast<int>(r));
+    });
   }
 
   bool compressor_step(const CompressorStepParams& p) override {
@@ -170,53 +188,15 @@ class CpuBackend final : public Backend {
     float* skv = p.state_kv + static_cast<int64_t>(row) * W;
     float* ssc = p.state_score + static_cast<int64_t>(row) * W;
     const uint16_t* ape = p.ape + static_cast<int64_t>(pm) * W;
-    for (int j = 0; j < W; ++j) {
-      skv[j] = p.kv_cur[j];
-      ssc[j] = p.sc_cur[j] + quant::f16_to_f32(ape[j]);
-    }
+    std::memcpy(skv, p.kv_cur, sizeof(float) * W);
+    quant::f16_to_f32_row(ape, ssc, W);
+    for (int j = 0; j < W; ++j) ssc[j] = p.sc_cur[j] + ssc[j];  // sc + ape (IEEE + commutes)
     if ((p.pos + 1) % R != 0) return false;
 
+    // The pooling of a window: columns are independent (a softmax over the window's rows each),
+    // about 2R exps per column, so wide heads are split over the pool.
     float* pooled = p.pooled;
-    for (int j = 0; j < D; ++j) {
-      float mx = -1.0e30f;
-      if (R == 4) {
-        for (int r = 0; r < 4; ++r) {
-          const float sp = p.state_score[static_cast<int64_t>(r) * W + j];
-          const float sc = p.state_score[static_cast<int64_t>(4 + r) * W + D + j];
-          if (sp > mx) mx = sp;
-          if (sc > mx) mx = sc;
-        }
-      } else {
-        for (int r = 0; r < R; ++r) {
-          const float s = p.state_score[static_cast<int64_t>(r) * W + j];
-          if (s > mx) mx = s;
-        }
-      }
-      if (mx <= -0.5e30f) {
-        pooled[j] = 0.0f;
-        continue;
-      }
-      float den = 0.0f, acc = 0.0f;
-      if (R == 4) {
-        for (int r = 0; r < 4; ++r) {
-          const int64_t ip = static_cast<int64_t>(r) * W + j;
-          const int64_t ic = static_cast<int64_t>(4 + r) * W + D + j;
-          const float wp = expf(p.state_score[ip] - mx);
-          const float wc = expf(p.state_score[ic] - mx);
-          den += wp + wc;
-          acc += wp * p.state_kv[ip];
-          acc += wc * p.state_kv[ic];
-        }
-      } else {
-        for (int r = 0; r < R; ++r) {
-          const int64_t ii = static_cast<int64_t>(r) * W + j;
-          const float w = expf(p.state_score[ii] - mx);
-          den += w;
-          acc += w * p.state_kv[ii];
-        }
-      }
-      pooled[j] = den > 0.0f ? acc / den : 0.0f;
-    }
+    split_rows(D, 2 * R * kPoolExpElems, [&](int64_t jb, int64_t je) { pool_columns(p, W, jb, je); });
     cpu::rms_norm_row(pooled, p.norm, p.out_row, D, p.eps);
     cpu::rope_tail_rows(p.out_row, 1, D, p.n_rot, p.pos + 1 - R, p.rope, false);
     if (p.indexer) {
@@ -286,11 +266,67 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Pooled columns [jb, je) of the closing window (§4.4): per column the max over the window's
+  // scores (ratio 4: the previous lane's first half and the current lane's second half), then
+  // den = Σ exp(s - max), acc = Σ exp(s - max)·kv in row order, pooled = acc / den.
+  static void pool_columns(const CompressorStepParams& p, int W, int64_t jb, int64_t je) {
+    const int R = p.ratio;
+    const int D = p.head_dim;
+    float* pooled = p.pooled;
+    for (int64_t j = jb; j < je; ++j) {
+      float mx = -1.0e30f;
+      if (R == 4) {
+        for (int r = 0; r < 4; ++r) {
+          const float sp = p.state_score[static_cast<int64_t>(r) * W + j];
+          const float sc = p.state_score[static_cast<int64_t>(4 + r) * W + D + j];
+          if (sp > mx) mx = sp;
+          if (sc > mx) mx = sc;
+        }
+      } else {
+        for (int r = 0; r < R; ++r) {
+          const float s = p.state_score[static_cast<int64_t>(r) * W + j];
+          if (s > mx) mx = s;
+        }
+      }
+      if (mx <= -0.5e30f) {
+        pooled[j] = 0.0f;
+        continue;
+      }
+      float den = 0.0f, acc = 0.0f;
+      if (R == 4) {
+        for (int r = 0; r < 4; ++r) {
+          const int64_t ip = static_cast<int64_t>(r) * W + j;
+          const int64_t ic = static_cast<int64_t>(4 + r) * W + D + j;
+          const float wp = expf(p.state_score[ip] - mx);
+          const float wc = expf(p.state_score[ic] - mx);
+          den += wp + wc;
+          acc += wp * p.state_kv[ip];
+          acc += wc * p.state_kv[ic];
+        }
+      } else {
+        for (int r = 0; r < R; ++r) {
+          const int64_t ii = static_cast<int64_t>(r) * W + j;
+          const float w = expf(p.state_score[ii] - mx);
+          den += w;
+          acc += w * p.state_kv[ii];
+        }
+      }
+      pooled[j] = den > 0.0f ? acc / den : 0.0f;
+    }
+  }
+
+  // Rows are independent (each its own probs row); a score costs a few transcendentals, so a
+  // row weighs kRouteScoreElems elements in the inline-or-split decision.
   void route(const RouteParams& p) override {
+    split_rows(p.n_rows, static_cast<int64_t>(p.n_expert) * kRouteScoreElems, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) route_row(p, static_cast<int>(i));
+    });
+  }
+  static void route_row(const RouteParams& p, int i) {
     const int X = p.n_expert, U = p.n_used;
-    for (int i = 0; i < p.n_rows; ++i) {
+    {
       const float* logits = p.logits + static_cast<int64_t>(i) * X;
-      float* pr = p.probs;
+      float* pr = p.probs + static_cast<int64_t>(i) * X;
       for (int e = 0; e < X; ++e) pr[e] = sqrtf(cpu::softplus_stable(logits[e]));
       int32_t* sel = p.sel + static_cast<int64_t>(i) * U;
       float* wt = p.wt + static_cast<int64_t>(i) * U;
@@ -452,13 +488,13 @@ class CpuBackend final : public Backend {
     return std::min(rows, n_out);
   }
   // fn(b, e) over [0, n_items) of items of item_elems elements each: on the caller alone when
-  // the total is below kInlineRowElems, else in about one chunk per thread (chunks are whole
+  // the total is below inline_elems, else in about one chunk per thread (chunks are whole
   // items; what each item computes never depends on the chunking).
   template <typename F>
-  void split_rows(int64_t n_items, int64_t item_elems, F&& fn) {
+  void split_rows(int64_t n_items, int64_t item_elems, F&& fn, int64_t inline_elems = kInlineRowElems) {
     const int64_t nt = pool_.n_threads();
     int64_t grain = n_items;
-    if (nt > 1 && n_items > 1 && n_items * item_elems >= kInlineRowElems) {
+    if (nt > 1 && n_items > 1 && n_items * item_elems >= inline_elems) {
       const int64_t chunks = std::min<int64_t>(n_items, nt);
       grain = (n_items + chunks - 1) / chunks;
     }

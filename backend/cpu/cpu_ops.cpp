@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "quant/dot.h"
+#include "quant/quant.h"
 #ifdef DS4_HAVE_CPU_KERNELS
 #include "backend/cpu/kernels.h"
 #endif
@@ -406,6 +407,25 @@ void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t
       for (int j = 0; j < D; ++j) oh[j] = 0.0f;
     const float inv = 1.0f / den;
     for (int j = 0; j < D; ++j) oh[j] *= inv;
+    if (p.n_rot > 0) rope_tail_rows(oh, 1, D, p.n_rot, p.pos, p.rope, true);
+  }
+}
+
+void attention_inputs_row(const AttentionInputsParams& p, int r) {
+  const int64_t pos = p.pos0 + r;
+  const int D = p.head_dim;
+  if (p.q != nullptr) rope_tail_rows(p.q + r * p.q_stride, p.n_head, D, p.n_rot, pos, p.rope, false);
+  float* kv = p.kv + static_cast<int64_t>(r) * D;
+  rope_tail_rows(kv, 1, D, p.n_rot, pos, p.rope, false);
+  quant::fp8_e4m3_roundtrip(kv, D - p.n_rot);
+  if (p.raw != nullptr) quant::f16_round_row(kv, p.raw + (pos % p.raw_cap) * D, D);
+  if (p.iq != nullptr && r >= p.idx_first) {
+    const int nh = p.n_idx_head, dim = p.idx_dim;
+    float* iq = p.iq + static_cast<int64_t>(r) * nh * dim;
+    float* iw = p.iw + static_cast<int64_t>(r) * nh;
+    rope_tail_rows(iq, nh, dim, p.n_rot, pos, p.rope, false);
+    for (int k = 0; k < nh; ++k) quant::indexer_qat_row(iq + static_cast<int64_t>(k) * dim);
+    for (int k = 0; k < nh; ++k) iw[k] = iw[k] * p.iw_scale;
   }
 }
 

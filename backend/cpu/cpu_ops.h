@@ -60,9 +60,12 @@ void weighted_sum(const float* s, float a, const float* w, const float* const* x
 void hc_pre_finish_rows(const HcPreParams& p);
 // HC post (§4.2): out[c] = f·post[c], then + comb[r][c]·x[r] for r in order. n_hc <= 16.
 void hc_post_rows(const HcPostParams& p);
+// AttentionInputsParams (backend.h) of row r alone.
+void attention_inputs_row(const AttentionInputsParams& p, int r);
 // Sink attention (§4.5) of heads [h_begin, h_end): per head the scores of the raw rows then
 // the allowed compressed rows (disallowed: -1e30 in p.scores), running max from the sink,
-// den = exp(sink - mx) + Σ exp(s - mx) in key order, out = (Σ w·key in key order)·(1/den).
+// den = exp(sink - mx) + Σ exp(s - mx) in key order, out = (Σ w·key in key order)·(1/den),
+// then (p.n_rot > 0) the head's tail de-rotated at p.pos.
 void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t h_end);
 
 }  // namespace ds4::backend::cpu

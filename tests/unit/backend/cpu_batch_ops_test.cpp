@@ -6,7 +6,10 @@
 //  * rope_tail_rows (cos/sin computed once per call) == the per-head formula of §3.8, with
 //    and without the YaRN ramp, forward and inverse;
 //  * the routed-expert op (pairs grouped by expert, one parallel task list) gives each row
-//    the bits of that row run alone, for 1 and 2 threads, IQ2_XXS gate/up + Q2_K down.
+//    the bits of that row run alone, for 1 and 2 threads, IQ2_XXS gate/up + Q2_K down;
+//  * attention_inputs (all rows' RoPE / FP8 / raw push / indexer query in one op), sink
+//    attention's fused de-rotation and the router give each row the bits of its per-row
+//    steps, for 1 and 4 threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -157,6 +160,157 @@ TEST(CpuBatchOps, MoeRowsEqualSingleRowRuns) {
     EXPECT_TRUE(same_bits(want.data(), got.data(), want.size())) << threads;
     // Non-trivial output (the op ran): some value differs from the fill.
     EXPECT_NE(got[3], -1.0f);
+  }
+}
+
+// attention_inputs over R rows (1 and 4 threads) == per row, in order: q RoPE, kv RoPE, kv FP8
+// round trip, the f16-rounded raw push into its ring slot, and (rows >= idx_first) the indexer
+// query's RoPE, per-head Hadamard + FP4 QAT and head-weight scaling (the per-row steps the
+// target forward ran before the op existed).
+TEST(CpuBatchOps, AttentionInputsEqualPerRowSteps) {
+  const int R = 7, NH = 8, D = 128, NR = 64, NIH = 4, IDX = 128, CAP = 11, first = 3;
+  const int64_t pos0 = 4093;  // the ring wraps inside the batch
+  model::RopeParams rp;
+  rp.freq_scale = 0.0625f;
+  rp.ext_factor = 1.0f;
+  rp.n_ctx_orig = 4096;
+  const float scale = 0.0441941738f;
+  const auto q0 = randv(static_cast<size_t>(R * NH * D), 31, 3.0f);
+  const auto kv0 = randv(static_cast<size_t>(R * D), 32, 3.0f);
+  const auto iq0 = randv(static_cast<size_t>(R * NIH * IDX), 33, 3.0f);
+  const auto iw0 = randv(static_cast<size_t>(R * NIH), 34, 2.0f);
+  const auto raw0 = randv(static_cast<size_t>(CAP * D), 35, 1.0f);
+  std::vector<float> q = q0, kv = kv0, iq = iq0, iw = iw0, raw = raw0;
+  for (int r = 0; r < R; ++r) {
+    const int64_t pos = pos0 + r;
+    cpu::rope_tail_rows(q.data() + r * NH * D, NH, D, NR, pos, rp, false);
+    float* k = kv.data() + r * D;
+    cpu::rope_tail_rows(k, 1, D, NR, pos, rp, false);
+    quant::fp8_e4m3_roundtrip(k, D - NR);
+    for (int j = 0; j < D; ++j) raw[(pos % CAP) * D + j] = quant::f16_round(k[j]);
+    if (r < first) continue;
+    cpu::rope_tail_rows(iq.data() + r * NIH * IDX, NIH, IDX, NR, pos, rp, false);
+    for (int h = 0; h < NIH; ++h) quant::indexer_qat_row(iq.data() + (r * NIH + h) * IDX);
+    for (int h = 0; h < NIH; ++h) iw[r * NIH + h] = iw[r * NIH + h] * scale;
+  }
+  for (int threads : {1, 4}) {
+    auto be = make_cpu_backend(threads);
+    std::vector<float> gq = q0, gkv = kv0, giq = iq0, giw = iw0, graw = raw0;
+    AttentionInputsParams p;
+    p.n_rows = R;
+    p.pos0 = pos0;
+    p.rope = rp;
+    p.n_rot = NR;
+    p.head_dim = D;
+    p.q = gq.data();
+    p.q_stride = NH * D;
+    p.n_head = NH;
+    p.kv = gkv.data();
+    p.raw = graw.data();
+    p.raw_cap = CAP;
+    p.iq = giq.data();
+    p.iw = giw.data();
+    p.n_idx_head = NIH;
+    p.idx_dim = IDX;
+    p.idx_first = first;
+    p.iw_scale = scale;
+    be->attention_inputs(p);
+    EXPECT_TRUE(same_bits(q.data(), gq.data(), q.size())) << threads;
+    EXPECT_TRUE(same_bits(kv.data(), gkv.data(), kv.size())) << threads;
+    EXPECT_TRUE(same_bits(raw.data(), graw.data(), raw.size())) << threads;
+    EXPECT_TRUE(same_bits(iq.data(), giq.data(), iq.size())) << threads;
+    EXPECT_TRUE(same_bits(iw.data(), giw.data(), iw.size())) << threads;
+    // Rows before idx_first keep their indexer inputs; untouched ring slots keep theirs.
+    EXPECT_TRUE(same_bits(iq0.data(), giq.data(), first * NIH * IDX));
+    EXPECT_TRUE(same_bits(raw0.data() + 8 * D, graw.data() + 8 * D, D));  // slot 8: no position of the batch
+  }
+}
+
+// Sink attention with n_rot > 0 == the same queries without, each output head then de-rotated
+// at its query's position; batched over queries and threads.
+TEST(CpuBatchOps, SinkAttentionDerotatesEachHead) {
+  const int NH = 4, D = 128, NR = 64, NK = 9, Q = 3;
+  const auto q = randv(static_cast<size_t>(Q * NH * D), 41, 1.0f);
+  const auto keys = randv(static_cast<size_t>(NK * D), 42, 1.0f);
+  const auto sinks = randv(NH, 43, 1.0f);
+  std::vector<const float*> kp(NK);
+  for (int k = 0; k < NK; ++k) kp[k] = keys.data() + k * D;
+  model::RopeParams rp;
+  auto queries = [&](std::vector<float>& scores, std::vector<float>& out, bool derotate) {
+    std::vector<SinkAttentionParams> ps(Q);
+    for (int i = 0; i < Q; ++i) {
+      SinkAttentionParams& a = ps[i];
+      a.q = q.data() + i * NH * D;
+      a.raw = kp.data();
+      a.n_raw = NK - i;
+      a.sinks = sinks.data();
+      a.n_head = NH;
+      a.head_dim = D;
+      a.scores = scores.data() + i * NH * NK;
+      a.out = out.data() + i * NH * D;
+      a.n_rot = derotate ? NR : 0;
+      a.pos = 1000 + 5 * i;
+      a.rope = rp;
+    }
+    return ps;
+  };
+  std::vector<float> scores(static_cast<size_t>(Q * NH * NK)), want(static_cast<size_t>(Q * NH * D));
+  auto be1 = make_cpu_backend(1);
+  auto plain = queries(scores, want, false);
+  be1->sink_attention(plain.data(), Q);
+  for (int i = 0; i < Q; ++i) cpu::rope_tail_rows(want.data() + i * NH * D, NH, D, NR, 1000 + 5 * i, rp, true);
+  for (int threads : {1, 4}) {
+    auto be = make_cpu_backend(threads);
+    std::vector<float> got(want.size(), 0.0f);
+    auto ps = queries(scores, got, true);
+    be->sink_attention(ps.data(), Q);
+    EXPECT_TRUE(same_bits(want.data(), got.data(), want.size())) << threads;
+  }
+}
+
+// The router over R rows (1 and 4 threads, learned and hash routing) == each row routed alone.
+TEST(CpuBatchOps, RouteRowsEqualSingleRows) {
+  const int R = 9, X = 64, U = 6;
+  const auto logits = randv(static_cast<size_t>(R * X), 51, 4.0f);
+  const auto bias = randv(X, 52, 0.5f);
+  std::vector<int32_t> table(static_cast<size_t>(20 * U)), tokens(R);
+  for (size_t k = 0; k < table.size(); ++k) table[k] = static_cast<int32_t>((k * 7) % X);
+  for (int i = 0; i < R; ++i) tokens[i] = (i * 3) % 20;
+  for (bool hash : {false, true}) {
+    RouteParams base;
+    base.bias = hash ? nullptr : bias.data();
+    base.tid2eid = hash ? table.data() : nullptr;
+    base.n_expert = X;
+    base.n_used = U;
+    base.scale = 1.5f;
+    std::vector<int32_t> want_sel(static_cast<size_t>(R * U));
+    std::vector<float> want_wt(static_cast<size_t>(R * U)), probs(static_cast<size_t>(R * X));
+    auto be1 = make_cpu_backend(1);
+    for (int i = 0; i < R; ++i) {
+      RouteParams p = base;
+      p.logits = logits.data() + i * X;
+      p.tokens = tokens.data() + i;
+      p.n_rows = 1;
+      p.probs = probs.data();
+      p.sel = want_sel.data() + i * U;
+      p.wt = want_wt.data() + i * U;
+      be1->route(p);
+    }
+    for (int threads : {1, 4}) {
+      auto be = make_cpu_backend(threads);
+      std::vector<int32_t> sel(want_sel.size(), -1);
+      std::vector<float> wt(want_wt.size(), 0.0f);
+      RouteParams p = base;
+      p.logits = logits.data();
+      p.tokens = tokens.data();
+      p.n_rows = R;
+      p.probs = probs.data();
+      p.sel = sel.data();
+      p.wt = wt.data();
+      be->route(p);
+      EXPECT_EQ(sel, want_sel) << hash << " " << threads;
+      EXPECT_TRUE(same_bits(want_wt.data(), wt.data(), wt.size())) << hash << " " << threads;
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "quant/half.h"
 
@@ -124,6 +125,39 @@ TEST(Half, F16Round) {
   EXPECT_EQ(row[0], f16_to_f32(f32_to_f16(0.1f)));
   EXPECT_EQ(row[1], -3.0f);
   EXPECT_EQ(row[2], INFINITY);
+}
+
+// The branch-free row form equals the scalar definition on every lane position: a sweep of
+// f32 bit patterns of both signs (NaNs, infs, the overflow edge, the subnormal and normal
+// ranges of f16) and the whole f16 subnormal/normal boundary region one pattern at a time.
+TEST(Float16, RoundRowEqualsScalar) {
+  std::vector<float> in, out;
+  auto add = [&](uint32_t bits) { in.push_back(f32_from_bits(bits)); };
+  for (uint64_t b = 0; b <= 0xffffffffull; b += 0x3fdu) add(static_cast<uint32_t>(b));
+  for (uint32_t b = 0x33000000u; b < 0x33800000u; b += 7) add(b);  // around 2^-25 (rounds to 0 or 2^-24)
+  for (uint32_t b = 0x38700000u; b < 0x38900000u; ++b) add(b | ((b & 1u) << 31));  // around 2^-14
+  for (uint32_t b = 0x477f0000u; b < 0x47810000u; ++b) add(b | ((b & 2u) << 30));  // around 65520
+  for (uint32_t b : {0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x7fffffffu, 0xff800000u, 0xffc12345u, 0u,
+                     0x80000000u})
+    add(b);
+  out.assign(in.size(), 0.0f);
+  f16_round_row(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(f32_bits(out[i]), f32_bits(f16_round(in[i]))) << "input bits " << std::hex << f32_bits(in[i]);
+  }
+  std::vector<float> inplace = in;  // the in-place form, odd length (scalar tail)
+  f16_round_row(inplace.data(), static_cast<int64_t>(inplace.size()) - 3);
+  for (size_t i = 0; i + 3 < in.size(); ++i) ASSERT_EQ(f32_bits(inplace[i]), f32_bits(out[i]));
+}
+
+// The branch-free row conversion equals the scalar one on every half (NaN payloads included),
+// at every lane position (odd lengths run the scalar tail).
+TEST(Half, RowFormsEqualScalarOnEveryHalf) {
+  std::vector<uint16_t> h(65536 + 5);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i * 40503u);  // a permutation of the halves
+  std::vector<float> f(h.size());
+  f16_to_f32_row(h.data(), f.data(), static_cast<int64_t>(h.size()));
+  for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(f32_bits(f[i]), f32_bits(f16_to_f32(h[i]))) << "h=" << h[i];
 }
 
 TEST(BFloat16, Conversions) {
