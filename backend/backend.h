@@ -282,6 +282,9 @@ class Backend {
   }
 
   virtual void matmul(const MatmulParams& p) = 0;
+  // n independent matmuls p[0..n) in one call (n >= 1), each result the bits it gets alone: the
+  // output LoRA's groups, which a backend can then run side by side instead of one by one.
+  virtual void matmul_grouped(const MatmulParams* p, int n) = 0;
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void hc_pre(const HcPreParams& p) = 0;
   virtual void hc_post(const HcPostParams& p) = 0;

@@ -68,6 +68,12 @@ class TimingBackend final : public backend::Backend {
                   static_cast<long long>(p.w.n_in), static_cast<long long>(p.w.n_out));
     timed(key, [&] { in_.matmul(p); });
   }
+  void matmul_grouped(const backend::MatmulParams* p, int n) override {
+    char key[96];
+    std::snprintf(key, sizeof key, "matmul_grouped %s %dx(%lldx%lld)", gguf::type_name(p[0].w.type), n,
+                  static_cast<long long>(p[0].w.n_in), static_cast<long long>(p[0].w.n_out));
+    timed(key, [&] { in_.matmul_grouped(p, n); });
+  }
   void rms_norm(const backend::RmsNormParams& p) override { timed("rms_norm", [&] { in_.rms_norm(p); }); }
   void hc_pre(const backend::HcPreParams& p) override { timed("hc_pre", [&] { in_.hc_pre(p); }); }
   void hc_post(const backend::HcPostParams& p) override { timed("hc_post", [&] { in_.hc_post(p); }); }

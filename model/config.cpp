@@ -265,6 +265,8 @@ std::vector<std::string> validate_config(const ModelConfig& c) {
        fmt("%sattention.output_lora_rank: expected a multiple of 32 (Q8_0 blocks), got %u", K,
            c.o_lora_rank));
   if (c.n_out_group != 0) {
+    need(c.n_out_group <= kMaxOutGroups,
+         fmt("%sattention.output_group_count: expected at most %u, got %u", K, kMaxOutGroups, c.n_out_group));
     need(c.n_head % c.n_out_group == 0,
          fmt("%sattention.head_count: expected a multiple of attention.output_group_count (%u), "
              "got %u", K, c.n_out_group, c.n_head));

@@ -35,6 +35,8 @@ namespace ds4::model {
 
 inline constexpr const char* kArchitecture = "deepseek4";
 inline constexpr const char* kKeyPrefix = "deepseek4.";
+// Most output LoRA groups a model may have (the forward issues them as one batched call).
+inline constexpr uint32_t kMaxOutGroups = 64;
 
 // What a layer keeps besides its raw sliding window (ds4-architecture.md §1.2).
 enum class LayerKind : uint8_t {

@@ -123,9 +123,18 @@ void attention_output(backend::Backend& be, const model::ModelConfig& c, const A
                       int n) {
   // Grouped output LoRA: group g reads heads [g*hpg, (g+1)*hpg) and rows [g*OLr, (g+1)*OLr).
   const int64_t E = c.n_embd, Q = c.q_dim(), G = c.group_dim(), OLr = c.o_lora_rank, OL = c.o_low_dim();
+  backend::MatmulParams groups[model::kMaxOutGroups];
+  DS4_CHECK(c.n_out_group >= 1 && c.n_out_group <= model::kMaxOutGroups);  // validated at load
   for (uint32_t g = 0; g < c.n_out_group; ++g) {
-    matmul(be, m.output_a.rows(g * OLr, OLr), s.heads + g * G, Q, s.low + g * OLr, OL, n);
+    backend::MatmulParams& p = groups[g];
+    p.w = m.output_a.rows(g * OLr, OLr);
+    p.x = s.heads + g * G;
+    p.x_stride = Q;
+    p.y = s.low + g * OLr;
+    p.y_stride = OL;
+    p.n_rows = n;
   }
+  be.matmul_grouped(groups, static_cast<int>(c.n_out_group));
   matmul(be, m.output_b, s.low, OL, s.o, E, n);
   hc_post_rows(be, c, s, n);
 }

@@ -49,6 +49,10 @@ constexpr int64_t kInlineTopKRows = 4096;
 // activation step) runs on the caller alone; above, rows (or element ranges) are split over
 // the pool. Each row's result never depends on the split.
 constexpr int64_t kInlineRowElems = 1024;
+// Grouped matmuls: total work (weight bytes x rows) below which they run on the caller, and
+// the work of one piece of the pool job otherwise.
+constexpr int64_t kInlineGroupBytes = 32 * 1024;
+constexpr int64_t kGroupPieceBytes = 96 * 1024;
 // RMSNorm: elements (all rows) below which a norm runs on the caller.
 constexpr int64_t kInlineNormElems = 8192;
 // Compressor pooling: elements one exp of a column's softmax counts as in split_rows.
@@ -96,7 +100,7 @@ void top_k_mask(const IndexerSelectParams& p) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int n_threads, ActivationNumerics act) : pool_(n_threads), mm_(&pool_, act) {}
+  CpuBackend(int n_threads, ActivationNumerics act) : pool_(n_threads), mm_(&pool_, act), mm_inline_(nullptr, act) {}
 
   const char* name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
@@ -109,6 +113,42 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const MatmulParams& p) override { mm_.matmul(p); }
+
+  // One pool job for all the matmuls: each is cut into pieces of consecutive outputs (about
+  // kGroupPieceBytes of weight bytes x rows each, whole 16-output tiles) and every piece runs
+  // on one thread (mm_inline_). A row's output o is the same dot whichever piece computes it.
+  // Small calls run on the caller, one matmul after the other.
+  void matmul_grouped(const MatmulParams* p, int n) override {
+    constexpr int kMaxPieces = 256;
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i) total += work_bytes(p[i]);
+    if (pool_.n_threads() == 1 || total < kInlineGroupBytes) {
+      for (int i = 0; i < n; ++i) mm_.matmul(p[i]);
+      return;
+    }
+    struct Piece {
+      int m;
+      int64_t o0, cnt;
+    } pieces[kMaxPieces];
+    int n_pieces = 0;
+    const int64_t budget = std::max<int64_t>(1, kMaxPieces / std::max(1, n));
+    for (int i = 0; i < n; ++i) {
+      const int64_t n_out = p[i].w.n_out;
+      const int64_t want = std::clamp<int64_t>((work_bytes(p[i]) + kGroupPieceBytes - 1) / kGroupPieceBytes, 1, budget);
+      const int64_t step = std::min(n_out, ((n_out + want - 1) / want + 15) / 16 * 16);
+      for (int64_t o0 = 0; o0 < n_out && n_pieces < kMaxPieces; o0 += step) {
+        pieces[n_pieces++] = Piece{i, o0, std::min(step, n_out - o0)};
+      }
+    }
+    pool_.parallel_for(n_pieces, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        MatmulParams q = p[pieces[k].m];
+        q.w = q.w.rows(pieces[k].o0, pieces[k].cnt);
+        q.y += pieces[k].o0;
+        mm_inline_.matmul(q);
+      }
+    });
+  }
 
   // A norm costs about one add per element and rms_norm_rows runs 8 rows' sums side by side,
   // so a batch below kInlineNormElems runs on the caller (a 16-thread VM measured 2.8 us per
@@ -509,8 +549,14 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Weight bytes x rows (up to one 8-row tile) of a matmul: its work in split decisions.
+  static int64_t work_bytes(const MatmulParams& p) {
+    return p.w.n_out * static_cast<int64_t>(p.w.row_bytes) * std::min(p.n_rows, 8);
+  }
+
   ThreadPool pool_;
   cpu::Matmul mm_;
+  cpu::Matmul mm_inline_;  // the same matmuls on the calling thread alone (pieces of a job)
 };
 
 }  // namespace

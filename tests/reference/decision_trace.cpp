@@ -51,6 +51,7 @@ class RecordingBackend final : public backend::Backend {
   void rms_norm(const backend::RmsNormParams& p) override { in_.rms_norm(p); }
   void hc_pre(const backend::HcPreParams& p) override { in_.hc_pre(p); }
   void hc_post(const backend::HcPostParams& p) override { in_.hc_post(p); }
+  void matmul_grouped(const backend::MatmulParams* p, int n) override { in_.matmul_grouped(p, n); }
   void attention_inputs(const backend::AttentionInputsParams& p) override { in_.attention_inputs(p); }
   bool compressor_step(const backend::CompressorStepParams& p) override {
     return in_.compressor_step(p);

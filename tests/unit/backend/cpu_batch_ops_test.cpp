@@ -7,6 +7,7 @@
 //    and without the YaRN ramp, forward and inverse;
 //  * the routed-expert op (pairs grouped by expert, one parallel task list) gives each row
 //    the bits of that row run alone, for 1 and 2 threads, IQ2_XXS gate/up + Q2_K down;
+//  * matmul_grouped == its matmuls one by one;
 //  * attention_inputs (all rows' RoPE / FP8 / raw push / indexer query in one op), sink
 //    attention's fused de-rotation and the router give each row the bits of its per-row
 //    steps, for 1 and 4 threads.
@@ -310,6 +311,45 @@ TEST(CpuBatchOps, RouteRowsEqualSingleRows) {
       be->route(p);
       EXPECT_EQ(sel, want_sel) << hash << " " << threads;
       EXPECT_TRUE(same_bits(want_wt.data(), wt.data(), wt.size())) << hash << " " << threads;
+    }
+  }
+}
+
+// matmul_grouped (one pool job, each matmul cut into output pieces) == the matmuls one by one,
+// Q8_0 and F16 weights, 1 and 8 rows (the output LoRA's shape: group g reads its own slice of
+// the x row and writes its own slice of the y row), 1 and 4 threads.
+TEST(CpuBatchOps, MatmulGroupedEqualsSeparateMatmuls) {
+  const int G = 4;
+  const int64_t n_in = 256, n_out = 160;  // 160: pieces end inside a 16-output tile boundary
+  for (gguf::GgmlType t : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kF16}) {
+    const size_t rb = quant::row_bytes(t, n_in);
+    std::vector<uint8_t> w(rb * n_out * G);
+    quant::fill_random_blocks(t, w.data(), n_in * n_out * G, 0.5f, 61);
+    for (int rows : {1, 8}) {
+      const auto x = randv(static_cast<size_t>(rows * G * n_in), 62 + rows, 2.0f);
+      auto params = [&](std::vector<float>& y) {
+        std::vector<MatmulParams> ps(G);
+        for (int g = 0; g < G; ++g) {
+          ps[g].w = Matrix{w.data() + g * n_out * rb, t, n_in, n_out, rb};
+          ps[g].x = x.data() + g * n_in;
+          ps[g].x_stride = G * n_in;
+          ps[g].y = y.data() + g * n_out;
+          ps[g].y_stride = G * n_out;
+          ps[g].n_rows = rows;
+        }
+        return ps;
+      };
+      std::vector<float> want(static_cast<size_t>(rows * G * n_out), 0.0f);
+      auto be1 = make_cpu_backend(1);
+      for (const MatmulParams& q : params(want)) be1->matmul(q);
+      for (int threads : {1, 4}) {
+        auto be = make_cpu_backend(threads);
+        std::vector<float> got(want.size(), -7.0f);
+        auto ps = params(got);
+        be->matmul_grouped(ps.data(), G);
+        EXPECT_TRUE(same_bits(want.data(), got.data(), want.size()))
+            << gguf::type_name(t) << " rows " << rows << " threads " << threads;
+      }
     }
   }
 }
