@@ -141,6 +141,8 @@ TEST(Config, EachBrokenRuleIsNamed) {
        "deepseek4.attention.output_lora_rank: expected a multiple of 32"},
       {"groups", [](ModelConfig& c) { c.n_out_group = 3; },
        "deepseek4.attention.head_count: expected a multiple of attention.output_group_count (3), got 8"},
+      {"groups max", [](ModelConfig& c) { c.n_out_group = 128; },
+       "deepseek4.attention.output_group_count: expected at most 64, got 128"},
       {"indexer dim", [](ModelConfig& c) { c.indexer_head_dim = 96; },
        "deepseek4.attention.indexer.key_length: expected a power of two >= 32"},
       {"top-k", [](ModelConfig& c) { c.indexer_top_k = 0; },
