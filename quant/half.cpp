@@ -5,15 +5,19 @@
 
 namespace ds4::quant {
 
+namespace {
+// 8 lanes of f32 / u32 / i32 (compare masks) / u16 for the branch-free row forms below.
+typedef float F8 __attribute__((vector_size(32)));
+typedef uint32_t U8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+typedef uint16_t H8 __attribute__((vector_size(16)));
+}  // namespace
+
 // f16_to_f32 of 8 lanes without branches: normals and inf/NaN by re-biasing the exponent on
 // the bits (the NaN payload kept in the top mantissa bits), subnormals as mant · 2^-24 (exact),
 // each with the sign of h; the same bits as the scalar definition for all 65536 inputs
 // (Half.RowFormsEqualScalarOnEveryHalf).
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
-  typedef float F8 __attribute__((vector_size(32)));
-  typedef uint32_t U8 __attribute__((vector_size(32)));
-  typedef int32_t I8 __attribute__((vector_size(32)));
-  typedef uint16_t H8 __attribute__((vector_size(16)));
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     H8 hv;
@@ -52,9 +56,6 @@ void f16_round_row(float* x, int64_t n) { f16_round_row(x, x, n); }
 // is inf and NaN the quiet NaN f16_to_f32(0x7e00) = 0x7fc00000, each with the sign of x. The
 // same values as the scalar definition bit for bit (HalfTest.RoundRowEqualsScalar).
 void f16_round_row(const float* src, float* dst, int64_t n) {
-  typedef float F8 __attribute__((vector_size(32)));
-  typedef uint32_t U8 __attribute__((vector_size(32)));
-  typedef int32_t I8 __attribute__((vector_size(32)));
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     U8 x;
