@@ -117,12 +117,12 @@ class CpuBackend final : public Backend {
   // One pool job for all the matmuls: each is cut into pieces of consecutive outputs (about
   // kGroupPieceBytes of weight bytes x rows each, whole 16-output tiles) and every piece runs
   // on one thread (mm_inline_). A row's output o is the same dot whichever piece computes it.
-  // Small calls run on the caller, one matmul after the other.
+  // Small calls (and more matmuls than pieces) run on the caller, one matmul after the other.
   void matmul_grouped(const MatmulParams* p, int n) override {
     constexpr int kMaxPieces = 256;
     int64_t total = 0;
     for (int i = 0; i < n; ++i) total += work_bytes(p[i]);
-    if (pool_.n_threads() == 1 || total < kInlineGroupBytes) {
+    if (pool_.n_threads() == 1 || total < kInlineGroupBytes || n > kMaxPieces) {
       for (int i = 0; i < n; ++i) mm_.matmul(p[i]);
       return;
     }
@@ -136,7 +136,8 @@ class CpuBackend final : public Backend {
       const int64_t n_out = p[i].w.n_out;
       const int64_t want = std::clamp<int64_t>((work_bytes(p[i]) + kGroupPieceBytes - 1) / kGroupPieceBytes, 1, budget);
       const int64_t step = std::min(n_out, ((n_out + want - 1) / want + 15) / 16 * 16);
-      for (int64_t o0 = 0; o0 < n_out && n_pieces < kMaxPieces; o0 += step) {
+      for (int64_t o0 = 0; o0 < n_out; o0 += step) {  // at most `want` <= budget pieces
+        DS4_CHECK(n_pieces < kMaxPieces);
         pieces[n_pieces++] = Piece{i, o0, std::min(step, n_out - o0)};
       }
     }
