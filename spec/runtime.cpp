@@ -265,7 +265,7 @@ void Runtime::reset_policy() {
   probe_gap_ = kProbeGapMin;
   probing_ = false;
   overlap_passes_ = kOverlapMinPasses;
-  lkm_ = LookupModel();
+  for (LookupModel& m : lkm_) m = LookupModel();
   lk_ = 0;
 }
 
@@ -491,12 +491,14 @@ Status Runtime::commit(int keep, int rows, const int32_t* toks) {
     return Status();
   }
   if (!cfg_.replay) {
-    Status st = s_.commit_prefix(keep);
-    if (st.ok()) {
-      ++stats_.direct_partial_commits;
-      stats_.t_commit += t.seconds();
-      return st;
-    }
+    // Prefix slots. No checkpoint was taken (a checkpoint copies every compressor state, ~0.5
+    // MB on the tiny model, ~30 us per verify at 16 threads: 1-2% of a cycle), so a refusal
+    // here is returned, not replayed; commit_prefix refuses only a call that breaks its
+    // contract (no verify before it, k out of range), never a model state.
+    DS4_RETURN_IF_ERROR(s_.commit_prefix(keep));
+    ++stats_.direct_partial_commits;
+    stats_.t_commit += t.seconds();
+    return Status();
   }
   // Replay: back to the pre-verify checkpoint, then ordinary decodes of the kept rows.
   s_.rollback();
@@ -665,18 +667,19 @@ int Runtime::propose_lookup(std::span<const int32_t> tail, int max_new) {
   prop_.no_context = false;
   n = k > 0 ? clean_drafts(prop_) : 0;
   lk_ = n > 0 ? k : 0;
+  lk_bucket_ = margin_bucket(top().margin);
   return n;
 }
 
 void Runtime::fill_checked(float* p, int n) const {
   if (lk_ == 0) return fill_accept(p, n, false);
-  for (int j = 0; j < n; ++j) p[j] = lkm_.q(lk_ + j);
+  for (int j = 0; j < n; ++j) p[j] = lkm_[lk_bucket_].q(lk_ + j);
 }
 
 void Runtime::note_lookup(int first, int m, int accepted) {
   const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, cfg_.cost_window));
   for (int j = first; j < m; ++j) {
-    lkm_.note(lk_ + j, j < accepted, keep);
+    lkm_[lk_bucket_].note(lk_ + j, j < accepted, keep);
     if (j >= accepted) break;
   }
 }
@@ -711,7 +714,7 @@ Status Runtime::verify_after_hit(int n, int n_drafted, int n_allow, std::vector<
     ++stats_.single_draft_decodes;
   } else {
     for (int i = 0; i < n; ++i) rows_[i] = prop_.tokens[i];
-    s_.checkpoint();
+    if (cfg_.replay) s_.checkpoint();  // commit(): only replay rolls back
     Timer t;
     auto rows = s_.verify(std::span<const int32_t>(rows_, n));
     if (!rows.ok()) return rows.status();
@@ -848,7 +851,7 @@ Status Runtime::fold_verify(int32_t seed, int n, int n_drafted, int n_allow, std
   ++stats_.folded_seeds;
   rows_[0] = seed;
   for (int i = 0; i < n; ++i) rows_[i + 1] = prop_.tokens[i];
-  s_.checkpoint();
+  if (cfg_.replay) s_.checkpoint();  // commit(): only replay rolls back
   int accepted = 0;
   {
     Timer t;

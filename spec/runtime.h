@@ -12,8 +12,9 @@
 //  * Only committed target rows reach the proposer's context (Proposer::sync(n) is called with
 //    the committed length; rows of rejected drafts are never synced).
 //  * Partial accepts commit through ModelSession::commit_prefix (prefix slots, no replay);
-//    SpecConfig::replay forces rollback + ordinary decodes, which also serve as the fallback
-//    when commit_prefix fails.
+//    SpecConfig::replay forces rollback + ordinary decodes instead. Only then does a verify
+//    take a checkpoint first (it copies every compressor state: on the 16-thread Xeon the
+//    checkpoints were 1-2% of a DSpark run's time).
 //  * Policies decide on counters only (no wall clock): the same inputs give the same output
 //    and the same stats counters. Timings are measured for the report only.
 //  * Never appends past the token budget (max_new) or the context.
@@ -95,7 +96,13 @@
 //    expected gain beats the DSpark proposal's value and the standalone path's free check
 //    (else the cycle unfolds, or DSpark proposes as before).
 // Its acceptance is modelled by match length (LookupModel): a draft continuing a match of l
-// tokens (the suffix plus the accepted drafts before it) is kept with probability q(l).
+// tokens (the suffix plus the accepted drafts before it) is kept with probability q(l), one
+// LookupModel per margin bucket (as the cost gate's states) of the logits current when the
+// lookup proposed (the seed's row when folding, the d_0 row standalone): a confident target
+// follows a repeat further. Clock-free model ratio, ds4-bench-spec -n 16 --gen-tokens 256
+// costlookup at the 16-thread Xeon's costs (0.97 + 0.19 n / 0.73 / 0.55), one model for all
+// margins -> per bucket (2026-12-04): structured 2.039 -> 2.168, code 1.692 -> 1.693, english
+// 1.408 -> 1.422, italian 0.999 -> 0.995, ALL 1.433 -> 1.449.
 // Lookup cycles leave the DSpark statistics, warm state, probe ladder and scheduler alone.
 // Measured 2026-12-03 (ds4-bench-spec -n 16 --gen-tokens 256, costlookup vs costall; clock-free
 // model ratio at the 16-core Xeon's calibrated 16-thread costs 0.87 + 0.25 n / 0.73 / 0.55):
@@ -440,7 +447,9 @@ class Runtime {
   // proposal was a full accept of >= 2 drafts. probe_gap(): cycles a cold gate-closed runtime waits between
   // probes.
   const AcceptModel& accept_model(int state) const { return am_[state]; }
-  const LookupModel& lookup_model() const { return lkm_; }
+  // Lookup acceptance per margin bucket (kMarginBuckets), and the bucket of the last lookup.
+  const LookupModel& lookup_model(int bucket) const { return lkm_[bucket]; }
+  int lookup_bucket() const { return lk_bucket_; }
   int probe_gap() const { return probe_gap_; }
   int cost_state() const { return state_; }  // of the last cycle: warm * kMarginBuckets + bucket
   static constexpr int kProbeGapMin = 4, kProbeGapMax = 512;
@@ -539,8 +548,9 @@ class Runtime {
   // Lookup: the n-gram index over the session's tokens, its acceptance by match length, and
   // this cycle's match length (0 when the proposal, if any, is DSpark's).
   NgramLookup lookup_;
-  LookupModel lkm_;
+  LookupModel lkm_[kMarginBuckets];
   int lk_ = 0;
+  int lk_bucket_ = 0;  // margin bucket of the logits current when the lookup proposed
   TopTwo top_;                      // top() cache: valid for (top_epoch_, top_banned_)
   uint64_t top_epoch_ = ~uint64_t{0};
   int32_t top_banned_ = -2;

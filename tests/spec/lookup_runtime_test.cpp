@@ -1,0 +1,72 @@
+// tests/spec/lookup_runtime_test.cpp — the runtime's prompt-lookup drafts (spec/runtime.h
+// "Lookup") on the shipped models: their acceptance is learned per margin bucket of the
+// logits they were proposed from, and the output stays plain greedy.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "spec/runtime.h"
+#include "tests/spec/shipped_fixture.h"
+
+namespace ds4::spec_test {
+namespace {
+
+// Drafts nothing: every draft of the run comes from the lookup.
+struct NoDrafts final : spec::Proposer {
+  int block_size() const override { return 4; }
+  void propose(int32_t, int64_t, int, std::span<const float>, spec::Proposal* out) override {
+    *out = spec::Proposal();
+  }
+};
+
+// Each cycle that put lookup drafts to the target changes the counts of the bucket it reports
+// (lookup_bucket()) and of no other; over structured and code text several buckets learn.
+TEST(LookupRuntime, LearnsPerMarginBucket) {
+  Shipped sh = Shipped::open(2);
+  if (!sh.ok) GTEST_SKIP() << "shipped models absent";
+  constexpr int kGen = 192;
+  std::set<int> used;
+  for (const char* channel : {"structured", "code"}) {
+    SCOPED_TRACE(channel);
+    const std::vector<int32_t> prompt = channel_prompt(*sh.tokenizer, channel);
+    const std::vector<int32_t> ref = sh.plain(prompt, kGen);
+    auto s = session::ModelSession::create(*sh.model, *sh.backend, static_cast<int64_t>(prompt.size()) + kGen + 16,
+                                           uint64_t{1} << 34);
+    ASSERT_TRUE(s.ok());
+    NoDrafts none;
+    spec::SpecConfig cfg;
+    cfg.lookup = true;
+    cfg.cost_gate = true;
+    cfg.scheduler = false;
+    cfg.tail_min_tokens = 0;
+    spec::Runtime rt(**s, none, cfg);
+    auto mass = [&](int b) {
+      float m = 0;
+      for (float x : rt.lookup_model(b).n) m += x;
+      return m;
+    };
+    ASSERT_TRUE((*s)->prefill(prompt).ok());
+    std::vector<int32_t> got, step;
+    while (static_cast<int>(got.size()) < kGen) {
+      float before[spec::Runtime::kMarginBuckets];
+      for (int b = 0; b < spec::Runtime::kMarginBuckets; ++b) before[b] = mass(b);
+      const int64_t drafts_before = rt.stats().lookup_drafts;
+      ASSERT_TRUE(rt.step(kGen - static_cast<int>(got.size()), -1, -1, &step).ok());
+      ASSERT_FALSE(step.empty());
+      got.insert(got.end(), step.begin(), step.end());
+      const bool looked_up = rt.stats().lookup_drafts > drafts_before;
+      if (looked_up) used.insert(rt.lookup_bucket());
+      for (int b = 0; b < spec::Runtime::kMarginBuckets; ++b) {
+        EXPECT_EQ(mass(b) != before[b], looked_up && b == rt.lookup_bucket())
+            << "bucket " << b << " after " << got.size() << " tokens";
+      }
+    }
+    EXPECT_EQ(got, ref);
+    EXPECT_GT(rt.stats().lookup_accepted, 0);
+  }
+  EXPECT_GE(used.size(), 2u) << "the lookups all came from one margin bucket";
+}
+
+}  // namespace
+}  // namespace ds4::spec_test
