@@ -9,7 +9,10 @@
 # measures overhead: it never gets drafts accepted). A shipped target without a shipped drafter
 # gets a random drafter shaped for it.
 # Override with env: MODEL, MTP, PROMPTS (per channel, 4), GEN (128), MAX_PROMPT (512),
-# CHANNELS, POLICIES, THREADS (0 = all), BENCH_ARGS (extra flags).
+# CHANNELS, POLICIES (default: all eight presets, the engine's default costlookup included),
+# THREADS (0 = all), CALIBRATE (1: measure this machine's cost-gate costs first, as
+# `ds4 --dspark-calibrate`, so the cost* policies price verifies and proposals for the machine
+# and thread count they run on; 0: the compiled-in 2-core costs), BENCH_ARGS (extra flags).
 # Outputs: table on stdout; BUILD/bench/spec_channels.csv; BUILD/bench/spec_outputs/<channel>.jsonl.
 # Exit status: the benchmark's (1 when any DSpark output differs from the plain output).
 set -euo pipefail
@@ -19,8 +22,9 @@ PROMPTS=${PROMPTS:-4}
 GEN=${GEN:-128}
 MAX_PROMPT=${MAX_PROMPT:-512}
 CHANNELS=${CHANNELS:-structured,code,english,italian}
-POLICIES=${POLICIES:-baseline,fold,grid,backoff,margin,all}
+POLICIES=${POLICIES:-baseline,fold,grid,backoff,margin,all,costall,costlookup}
 THREADS=${THREADS:-0}
+CALIBRATE=${CALIBRATE:-1}
 BENCH_ARGS=${BENCH_ARGS:-}
 PY=${PYTHON:-python3}
 
@@ -78,6 +82,7 @@ CSV="$OUT/spec_channels.csv"
 CMD=("$BENCH" -m "$MODEL" --mtp "$MTP" --prompts-dir "$ROOT/data/prompts" --channels "$CHANNELS"
      --policies "$POLICIES" -n "$PROMPTS" --gen-tokens "$GEN" --max-prompt-tokens "$MAX_PROMPT"
      -t "$THREADS" --csv "$CSV" --outputs-dir "$OUT/spec_outputs")
+[ "$CALIBRATE" = 1 ] && CMD+=(--calibrate)
 # shellcheck disable=SC2206
 [ -n "$BENCH_ARGS" ] && CMD+=($BENCH_ARGS)
 echo "+ ${CMD[*]}" >&2

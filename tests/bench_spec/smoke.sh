@@ -105,11 +105,14 @@ case "$CHECK" in
   script)
     BUILD="$WORK/build"
     mkdir -p "$BUILD/bin"; ln -s "$BENCH" "$BUILD/bin/ds4-bench-spec"
-    MODEL="$TARGET" MTP="$DRAFTER" PROMPTS=1 GEN=8 MAX_PROMPT=48 THREADS=1 POLICIES=baseline,fold \
+    MODEL="$TARGET" MTP="$DRAFTER" PROMPTS=1 GEN=8 MAX_PROMPT=48 THREADS=1 POLICIES=baseline,costlookup \
+      BENCH_ARGS="--calibrate-reps 2" \
       bash "$SRC/scripts/bench_spec.sh" "$BUILD" > "$WORK/out.txt" 2> "$WORK/err.txt" ||
       die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
-    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|fold) +8 .* ok 1/1$' "$WORK/out.txt")
+    rows=$(grep -cE '^(structured|code|english|italian) +(baseline|costlookup) +8 .* ok 1/1$' "$WORK/out.txt")
     [ "$rows" = 8 ] || die "expected 8 table rows, got $rows"
+    # The cost policies ran at this machine's measured costs (CALIBRATE defaults to 1).
+    grep -qE '^# DS4_DSPARK_COST_VERIFY_BASE=[0-9.]+$' "$WORK/out.txt" || die "no calibration by default"
     for ch in structured code english italian; do
       grep -qE "^$ch +1:[0-9.]+ 2:[0-9.]+ 3:[0-9.]+ 4:[0-9.]+ +1:[0-9.]+ " "$WORK/out.txt" ||
         die "no n-gram line for $ch"
