@@ -491,10 +491,11 @@ Status Runtime::commit(int keep, int rows, const int32_t* toks) {
     return Status();
   }
   if (!cfg_.replay) {
-    // Prefix slots. No checkpoint was taken (a checkpoint copies every compressor state, ~0.5
-    // MB on the tiny model, ~30 us per verify at 16 threads: 1-2% of a cycle), so a refusal
-    // here is returned, not replayed; commit_prefix refuses only a call that breaks its
-    // contract (no verify before it, k out of range), never a model state.
+    // Prefix slots. No checkpoint was taken (a checkpoint copies every compressor state and
+    // the logits, ~0.5 MB on the tiny model: 25-30 us per verify on the 2-core Zen 4; on the
+    // 16-thread Xeon dropping it took the DSpark time outside decode/verify/propose from
+    // 2.0-2.8% to 0.9-1.3%), so a refusal here is returned, not replayed: commit_prefix
+    // refuses only a call that breaks its contract (no verify before it, k out of range).
     DS4_RETURN_IF_ERROR(s_.commit_prefix(keep));
     ++stats_.direct_partial_commits;
     stats_.t_commit += t.seconds();
