@@ -124,8 +124,9 @@
 //    the d_0 row standalone, the seed's row when folding). One AcceptModel per state keeps
 //    decayed counts (x (1 - 1/window) per proposal made in that state, 1 prior pseudo-count)
 //    of P(a proposal drafts >= 1 token), P(d_k accepted | d_k checked) and P(d_k drafted |
-//    d_0..d_{k-1} accepted). Priors: acceptance/continuation 1.0; P(draft) 0.25 cold (closed
-//    until evidence, also at cheap costs), 1.0 warm (follow a streak until the counts say no).
+//    d_0..d_{k-1} accepted). Priors: acceptance/continuation 1.0; P(draft) 0.1 cold (closed
+//    until evidence: only the probe ladder below opens it), 1.0 warm (follow a streak until
+//    the counts say no).
 //  * Standalone, before proposing: expected net gain of a proposal =
 //      P(draft) * (p_0 * max(0, best verify gain) - draft) - (1 - P(draft)) * draft_reject
 //    (after a d_0 hit, verifying m drafts earns 1 + E[accepted of d_1..d_{m-1}] - verify(m);
@@ -152,7 +153,26 @@
 //    0.994 -> 0.989 / 0.991 -> 0.990. Earlier (drafter and costs of 2026-12-02 15:30 UTC) warm
 //    after partial accepts of >= 2 lost 1% on code/english/italian. Cold P(draft) prior 0.5
 //    instead of 0.25 (drafter and costs of 16:00): italian 0.973-0.978 (the cold gate opens at
-//    start at these costs), 0.25: 0.991-0.993.
+//    start at these costs), 0.25: 0.991-0.993. Cold prior 0.25 -> 0.1 (2026-12-05, run6
+//    drafter, costlookup, 16 prompts x 256 tokens, clock-free model ratio; at 0.25 the cold gate
+//    still opened at the start at 16-thread prices, and most Italian proposals then were not
+//    probes: its DSpark proposals cost it 1.3% against lookup alone; 0.15 -> 0.10 -> 0.05
+//    moved italian 0.999 -> 1.003 -> 1.003), per cost set structured / code / english /
+//    italian / ALL:
+//      16-thread Xeon 0.97 + 0.19 n / 0.73 / 0.55: 2.168 / 1.693 / 1.422 / 0.995 / 1.449 ->
+//        2.195 / 1.705 / 1.395 / 1.003 / 1.451 (lookup without DSpark: italian 1.008)
+//      16-thread Xeon 0.87 + 0.25 n / 0.73 / 0.55: 1.948 / 1.565 / 1.296 / 0.987 / 1.362 ->
+//        1.955 / 1.587 / 1.317 / 0.994 / 1.376
+//      8-thread Xeon 0.804 + 0.314 n / 0.818 / 0.651: 1.745 / 1.444 / 1.210 / 0.976 / 1.284 ->
+//        1.753 / 1.455 / 1.222 / 0.979 / 1.291
+//      2-core Zen 4 0.69 + 0.24 n / 0.76 / 0.46: 2.097 / 1.690 / 1.399 / 1.007 / 1.441 ->
+//        2.102 / 1.702 / 1.401 / 1.014 / 1.447
+//      compiled-in 0.47 + 0.49 n / 1.18 / 0.80: 1.424 / 1.262 / 1.104 / 0.966 / 1.164 ->
+//        1.431 / 1.262 / 1.104 / 0.966 / 1.166
+//    Left as they were, measured at the first cost set with the 0.1 prior: probe gap minimum
+//    2 / 8 (ALL 1.449 / 1.445, structured 2.184 / 2.141), probe margin 2 / 3 (italian 0.993 /
+//    0.997), chained continuation/acceptance priors (no change: the closed gate no longer
+//    reaches those estimates).
 //  * With overlap on (below), a standalone proposal that runs beside the seed's decode (the
 //    overlap prediction said so) costs cost_draft_overlap / cost_draft_reject_overlap instead
 //    (what it adds to the decode); other proposals, fold ones included, keep the full costs,
@@ -454,7 +474,7 @@ class Runtime {
   int cost_state() const { return state_; }  // of the last cycle: warm * kMarginBuckets + bucket
   static constexpr int kProbeGapMin = 4, kProbeGapMax = 512;
   static constexpr int kMarginBuckets = 4;     // top1 - top2 logit margin: < 2, < 4, < 8, >= 8
-  static constexpr float kColdPrior = 0.25f, kWarmPrior = 1.0f;
+  static constexpr float kColdPrior = 0.1f, kWarmPrior = 1.0f;  // prior P(draft); header comment
   static int margin_bucket(float margin);
   void reset_policy();  // scheduler / backoff / fold state back to start (new request)
 
@@ -504,8 +524,8 @@ class Runtime {
   int streak_ = 0;  // consecutive unproductive cycles (backoff)
   uint32_t d0_hits_ = 0;  // last 8 d_0 checks, newest in bit 0 (1 = hit)
   // Cost gate (statistics kept whether or not the gate is on).
-  // [warm * kMarginBuckets + margin bucket]: cold models start closed (prior 0.5), warm ones
-  // open (prior 1.0: follow a streak until the counts say otherwise).
+  // [warm * kMarginBuckets + margin bucket]: cold models start closed (kColdPrior), warm ones
+  // open (kWarmPrior: follow a streak until the counts say otherwise).
   AcceptModel am_[2 * kMarginBuckets] = {
       AcceptModel(kColdPrior), AcceptModel(kColdPrior), AcceptModel(kColdPrior), AcceptModel(kColdPrior),
       AcceptModel(kWarmPrior), AcceptModel(kWarmPrior), AcceptModel(kWarmPrior), AcceptModel(kWarmPrior)};
