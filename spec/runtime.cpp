@@ -84,9 +84,9 @@ float AcceptModel::p_cont(int k) const {
 
 float LookupModel::q(int l) const {
   const int top = std::clamp(l, 1, kMaxLen);
-  float est = kPrior;
+  float est = base;
   for (int i = 1; i <= top; ++i) {
-    const float prior = i == 1 ? est : est + kLonger * (1.0f - est);
+    const float prior = i <= flat_len ? base : est + kLonger * (1.0f - est);
     est = (hit[i] + kPriorWeight * prior) / (n[i] + kPriorWeight);
   }
   return est;
@@ -223,6 +223,7 @@ Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s),
                 (cfg_.overlap < 0 && ((n_threads == 2 && !cfg_.cost_gate) || (n_threads >= 2 && free_prices)));
   free_overlap_ = overlap_on_ && free_prices;
   if (cfg_.lookup) lookup_.reserve(s_.n_ctx());  // no allocation in the cycles
+  reset_lookup_models();
   std::vector<int> layers = p_.capture_layers();
   if (!layers.empty()) {
     s_.set_capture_layers(layers);
@@ -265,8 +266,18 @@ void Runtime::reset_policy() {
   probe_gap_ = kProbeGapMin;
   probing_ = false;
   overlap_passes_ = kOverlapMinPasses;
-  for (LookupModel& m : lkm_) m = LookupModel();
+  reset_lookup_models();
   lk_ = 0;
+}
+
+void Runtime::reset_lookup_models() {
+  for (int i = 0; i < 2 * kMarginBuckets; ++i) {
+    lkm_[i] = LookupModel();
+    if (i >= kMarginBuckets) {
+      lkm_[i].base = LookupModel::kContPrior;
+      lkm_[i].flat_len = LookupModel::kContFlatLen;
+    }
+  }
 }
 
 CostModel Runtime::cost_model(bool overlapped) const {
@@ -674,13 +685,13 @@ int Runtime::propose_lookup(std::span<const int32_t> tail, int max_new) {
 
 void Runtime::fill_checked(float* p, int n) const {
   if (lk_ == 0) return fill_accept(p, n, false);
-  for (int j = 0; j < n; ++j) p[j] = lkm_[lk_bucket_].q(lk_ + j);
+  for (int j = 0; j < n; ++j) p[j] = lkm_[lk_table(j)].q(lk_ + j);
 }
 
 void Runtime::note_lookup(int first, int m, int accepted) {
   const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, cfg_.cost_window));
   for (int j = first; j < m; ++j) {
-    lkm_[lk_bucket_].note(lk_ + j, j < accepted, keep);
+    lkm_[lk_table(j)].note(lk_ + j, j < accepted, keep);
     if (j >= accepted) break;
   }
 }

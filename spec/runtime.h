@@ -103,6 +103,26 @@
 // costlookup at the 16-thread Xeon's costs (0.97 + 0.19 n / 0.73 / 0.55), one model for all
 // margins -> per bucket (2026-12-04): structured 2.039 -> 2.168, code 1.692 -> 1.693, english
 // 1.408 -> 1.422, italian 0.999 -> 0.995, ALL 1.433 -> 1.449.
+// The free d_0 checks and the continuations after a d_0 hit learn in separate models: sharing
+// the cells, a d_0 hit after a 1-gram match predicted 0.73 for d_1 on Italian and kept 0.41
+// (0.71 / 0.30 after a 2-gram; structured's high-margin 1-grams 0.76 / 0.05). The
+// continuation model starts every length <= kContFlatLen = 3 (a 1- or 2-gram match plus the
+// drafts before) at kContPrior = 0.1 and chains from there; the d_0 model keeps kPrior 0.5 and
+// chains from length 1. Clock-free model ratio (same command; S / C / E / I / ALL), shared ->
+// split with the continuation's flat start at 3 (2026-12-05; flat start at 1 in brackets):
+//   16-thread Xeon 0.97 + 0.19 n / 0.73 / 0.55: 2.195 / 1.705 / 1.395 / 1.003 / 1.451 ->
+//     2.247 / 1.694 / 1.392 / 1.006 / 1.456 (2.216 / 1.709 / 1.387 / 0.999 / 1.450)
+//   8-thread Xeon 0.804 + 0.314 n / 0.818 / 0.651: 1.753 / 1.455 / 1.222 / 0.979 / 1.291 ->
+//     1.810 / 1.460 / 1.242 / 0.992 / 1.311 (1.824 / 1.466 / 1.236 / 0.983 / 1.308)
+//   2-core EPYC 0.864 + 0.333 n / 0.966 / 0.678: 1.679 / 1.390 / 1.177 / 0.969 / 1.251 ->
+//     1.717 / 1.400 / 1.186 / 0.985 / 1.268 (1.720 / 1.403 / 1.192 / 0.973 / 1.265)
+//   2-core 0.72 + 0.41 n / 1.0 / 0.75: 1.527 / 1.299 / 1.121 / 0.967 / 1.194 ->
+//     1.564 / 1.326 / 1.134 / 0.980 / 1.214 (1.586 / 1.315 / 1.140 / 0.971 / 1.213)
+//   compiled-in 0.47 + 0.49 n / 1.18 / 0.80: 1.431 / 1.262 / 1.104 / 0.966 / 1.166 ->
+//     1.385 / 1.263 / 1.127 / 0.989 / 1.172 (1.456 / 1.282 / 1.118 / 0.977 / 1.182)
+// Also tried: flat start at 2 (italian 0.976 / 0.981 at the last two 2-core sets), base 0.2
+// (0.973 there), one shorter "longer" step for continuations (kLonger 0.1-0.2: italian
+// 0.986-0.993 at 0.72 + 0.41 n, structured -15-20%).
 // Lookup cycles leave the DSpark statistics, warm state, probe ladder and scheduler alone.
 // Measured 2026-12-03 (ds4-bench-spec -n 16 --gen-tokens 256, costlookup vs costall; clock-free
 // model ratio at the 16-core Xeon's calibrated 16-thread costs 0.87 + 0.25 n / 0.73 / 0.55):
@@ -304,13 +324,18 @@ struct AcceptModel {
 // Acceptance of lookup drafts by match length (header comment "Lookup"): a draft continuing a
 // match of l tokens (the lookup's suffix plus the drafts before it, all accepted) is accepted
 // with probability q(l). Decayed counts per length; a length's counts decay when it is seen.
-// Each length's prior is the estimate one shorter moved kLonger of the way to 1 (longer
-// matches are more predictive, and rarely seen lengths must not sit at an optimistic 1.0:
-// with a flat prior of 1.0, Italian's 5-draft lookup verifies predicted 2.6 extra tokens and
-// kept 0.8).
+// Lengths up to flat_len take the prior `base`; each longer length's prior is the estimate one
+// shorter moved kLonger of the way to 1 (longer matches are more predictive, and rarely seen
+// lengths must not sit at an optimistic 1.0: with a flat prior of 1.0, Italian's 5-draft
+// lookup verifies predicted 2.6 extra tokens and kept 0.8). The runtime keeps d_0 checks
+// (kPrior from length 1) and continuations after a hit (kContPrior up to kContFlatLen) in
+// separate models: header comment "Lookup".
 struct LookupModel {
   static constexpr int kMaxLen = 12;  // lengths >= kMaxLen share the last cell
-  static constexpr float kPrior = 0.5f, kPriorWeight = 1.0f, kLonger = 0.4f;
+  static constexpr float kPrior = 0.5f, kContPrior = 0.1f, kPriorWeight = 1.0f, kLonger = 0.4f;
+  static constexpr int kContFlatLen = 3;
+  float base = kPrior;
+  int flat_len = 1;
   float n[kMaxLen + 1] = {}, hit[kMaxLen + 1] = {};
   float q(int l) const;
   void note(int l, bool accepted, float keep);
@@ -467,8 +492,11 @@ class Runtime {
   // proposal was a full accept of >= 2 drafts. probe_gap(): cycles a cold gate-closed runtime waits between
   // probes.
   const AcceptModel& accept_model(int state) const { return am_[state]; }
-  // Lookup acceptance per margin bucket (kMarginBuckets), and the bucket of the last lookup.
-  const LookupModel& lookup_model(int bucket) const { return lkm_[bucket]; }
+  // Lookup acceptance per margin bucket (kMarginBuckets) of d_0 checks (continuation false)
+  // or of the drafts after a d_0 hit (true), and the bucket of the last lookup.
+  const LookupModel& lookup_model(int bucket, bool continuation) const {
+    return lkm_[bucket + (continuation ? kMarginBuckets : 0)];
+  }
   int lookup_bucket() const { return lk_bucket_; }
   int probe_gap() const { return probe_gap_; }
   int cost_state() const { return state_; }  // of the last cycle: warm * kMarginBuckets + bucket
@@ -548,6 +576,10 @@ class Runtime {
   // Drafts d_first..d_{m-1} of a lookup were checked (the check stops at the first miss) and
   // `accepted` of d_0.. kept.
   void note_lookup(int first, int m, int accepted);
+  // The LookupModel of lookup draft d_j: the d_0 checks' or the continuations' (j >= 1), in
+  // the margin bucket the lookup proposed from.
+  void reset_lookup_models();  // d_0 models: kPrior; continuation models: kContPrior, kContFlatLen
+  int lk_table(int j) const { return lk_bucket_ + (j > 0 ? kMarginBuckets : 0); }
   // After d_0 was accepted (free check): verify (or decode) drafts d_0..d_{n-1} of prop_,
   // commit the kept prefix, append it to *out and update counters and fold arming.
   Status verify_after_hit(int n, int n_drafted, int n_allow, std::vector<int32_t>* out);
@@ -568,7 +600,7 @@ class Runtime {
   // Lookup: the n-gram index over the session's tokens, its acceptance by match length, and
   // this cycle's match length (0 when the proposal, if any, is DSpark's).
   NgramLookup lookup_;
-  LookupModel lkm_[kMarginBuckets];
+  LookupModel lkm_[2 * kMarginBuckets];  // [d_0 checks | continuations] x margin bucket
   int lk_ = 0;
   int lk_bucket_ = 0;  // margin bucket of the logits current when the lookup proposed
   TopTwo top_;                      // top() cache: valid for (top_epoch_, top_banned_)

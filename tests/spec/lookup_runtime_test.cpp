@@ -1,6 +1,7 @@
 // tests/spec/lookup_runtime_test.cpp — the runtime's prompt-lookup drafts (spec/runtime.h
 // "Lookup") on the shipped models: their acceptance is learned per margin bucket of the
-// logits they were proposed from, and the output stays plain greedy.
+// logits they were proposed from and apart for d_0 and the drafts after it, and the output
+// stays plain greedy.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -21,12 +22,16 @@ struct NoDrafts final : spec::Proposer {
 };
 
 // Each cycle that put lookup drafts to the target changes the counts of the bucket it reports
-// (lookup_bucket()) and of no other; over structured and code text several buckets learn.
-TEST(LookupRuntime, LearnsPerMarginBucket) {
+// (lookup_bucket()) and of no other; the d_0-check model learns from every such cycle, the
+// continuation model only from cycles whose d_0 was kept; over structured and code text
+// several buckets learn, and the two models of a bucket end up apart.
+TEST(LookupRuntime, LearnsPerMarginBucketAndPosition) {
   Shipped sh = Shipped::open(2);
   if (!sh.ok) GTEST_SKIP() << "shipped models absent";
   constexpr int kGen = 192;
+  constexpr int kBuckets = spec::Runtime::kMarginBuckets;
   std::set<int> used;
+  bool apart = false;
   for (const char* channel : {"structured", "code"}) {
     SCOPED_TRACE(channel);
     const std::vector<int32_t> prompt = channel_prompt(*sh.tokenizer, channel);
@@ -41,31 +46,45 @@ TEST(LookupRuntime, LearnsPerMarginBucket) {
     cfg.scheduler = false;
     cfg.tail_min_tokens = 0;
     spec::Runtime rt(**s, none, cfg);
-    auto mass = [&](int b) {
+    for (int b = 0; b < kBuckets; ++b) {  // a new runtime starts each model at its base prior
+      EXPECT_FLOAT_EQ(rt.lookup_model(b, false).q(1), spec::LookupModel::kPrior);
+      EXPECT_FLOAT_EQ(rt.lookup_model(b, true).q(spec::LookupModel::kContFlatLen), spec::LookupModel::kContPrior);
+    }
+    auto mass = [&](int b, bool cont) {
       float m = 0;
-      for (float x : rt.lookup_model(b).n) m += x;
+      for (float x : rt.lookup_model(b, cont).n) m += x;
       return m;
     };
     ASSERT_TRUE((*s)->prefill(prompt).ok());
     std::vector<int32_t> got, step;
     while (static_cast<int>(got.size()) < kGen) {
-      float before[spec::Runtime::kMarginBuckets];
-      for (int b = 0; b < spec::Runtime::kMarginBuckets; ++b) before[b] = mass(b);
+      float before[2][kBuckets];
+      for (int c = 0; c < 2; ++c)
+        for (int b = 0; b < kBuckets; ++b) before[c][b] = mass(b, c == 1);
       const int64_t drafts_before = rt.stats().lookup_drafts;
+      const int64_t kept_before = rt.stats().lookup_accepted;
       ASSERT_TRUE(rt.step(kGen - static_cast<int>(got.size()), -1, -1, &step).ok());
       ASSERT_FALSE(step.empty());
       got.insert(got.end(), step.begin(), step.end());
       const bool looked_up = rt.stats().lookup_drafts > drafts_before;
+      const bool d0_kept = rt.stats().lookup_accepted > kept_before;
       if (looked_up) used.insert(rt.lookup_bucket());
-      for (int b = 0; b < spec::Runtime::kMarginBuckets; ++b) {
-        EXPECT_EQ(mass(b) != before[b], looked_up && b == rt.lookup_bucket())
-            << "bucket " << b << " after " << got.size() << " tokens";
+      for (int b = 0; b < kBuckets; ++b) {
+        const bool here = looked_up && b == rt.lookup_bucket();
+        EXPECT_EQ(mass(b, false) != before[0][b], here) << "bucket " << b << " after " << got.size() << " tokens";
+        if (mass(b, true) != before[1][b]) {
+          EXPECT_TRUE(here && d0_kept) << "continuation of bucket " << b << " after " << got.size() << " tokens";
+        }
       }
     }
     EXPECT_EQ(got, ref);
     EXPECT_GT(rt.stats().lookup_accepted, 0);
+    for (int b = 0; b < kBuckets; ++b) {
+      if (mass(b, true) > 0 && rt.lookup_model(b, true).q(2) != rt.lookup_model(b, false).q(2)) apart = true;
+    }
   }
   EXPECT_GE(used.size(), 2u) << "the lookups all came from one margin bucket";
+  EXPECT_TRUE(apart) << "no bucket's continuation model learned apart from its d_0 model";
 }
 
 }  // namespace

@@ -151,5 +151,30 @@ TEST(LookupModel, PerLengthEstimates) {
   EXPECT_LT(b.q(2), a.q(2));
 }
 
+// The base prior sets every length up to flat_len and, through the chain, every longer
+// length's prior: the continuation model's lower, flatter start sits below the d_0 model's.
+TEST(LookupModel, BasePriorStartsTheChain) {
+  using spec::LookupModel;
+  LookupModel d0, cont;
+  cont.base = LookupModel::kContPrior;
+  cont.flat_len = LookupModel::kContFlatLen;
+  for (int l = 1; l <= LookupModel::kContFlatLen; ++l) EXPECT_FLOAT_EQ(cont.q(l), LookupModel::kContPrior) << l;
+  EXPECT_FLOAT_EQ(cont.q(LookupModel::kContFlatLen + 1),
+                  LookupModel::kContPrior + LookupModel::kLonger * (1.0f - LookupModel::kContPrior));
+  for (int l = 1; l <= LookupModel::kMaxLen; ++l) EXPECT_LT(cont.q(l), d0.q(l)) << l;
+  // A flat length learns from its own counts only: length 2's evidence leaves length 3 alone.
+  static_assert(LookupModel::kContFlatLen >= 3, "the check below needs lengths 2 and 3 flat");
+  for (int i = 0; i < 10; ++i) cont.note(2, true, 1.0f);
+  EXPECT_GT(cont.q(2), 0.9f);
+  EXPECT_FLOAT_EQ(cont.q(3), LookupModel::kContPrior);
+  // The same evidence moves both towards it.
+  for (int i = 0; i < 50; ++i) {
+    d0.note(2, true, 1.0f);
+    cont.note(2, true, 1.0f);
+  }
+  EXPECT_GT(cont.q(2), 0.95f);
+  EXPECT_NEAR(cont.q(2), d0.q(2), 0.02f);
+}
+
 }  // namespace
 }  // namespace ds4::spec_test
