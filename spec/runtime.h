@@ -154,7 +154,7 @@
 //    plain decode and the drafter's ring is not fed (ingestion is deferred to the next
 //    proposal, which commits at most `window` rows, in chunks of 32; ~0.005 decode per row).
 //  * Probe ladder: a cold runtime whose gate is closed still proposes once probe_gap cycles
-//    passed since the last proposal and the margin is >= cost_probe_margin (4 logits): gap 4
+//    passed since the last proposal and the margin is >= cost_probe_margin (6 logits): gap 4
 //    (a fresh runtime is ready to probe at its first cycle), doubled by every unproductive
 //    probe up to 512, back to 4 after any full accept of >= 2 drafts. So it notices quickly
 //    when the text turns predictable, and backs off exponentially where it does not; warm
@@ -193,6 +193,21 @@
 //    2 / 8 (ALL 1.449 / 1.445, structured 2.184 / 2.141), probe margin 2 / 3 (italian 0.993 /
 //    0.997), chained continuation/acceptance priors (no change: the closed gate no longer
 //    reaches those estimates).
+//    Probe margin 4 -> 6 (2026-12-05, costlookup with the split lookup models, same command;
+//    S / C / E / I / ALL): with the lookup on, most of a cold gate's proposals are probes, and
+//    on Italian they cost more than they found (no probes at all, i.e. lookup alone: italian
+//    0.995 / 1.015 at the next two sets, structured 1.745 / 2.286):
+//      16-thread Xeon 0.97 + 0.19 n / 0.73 / 0.55: 2.247 / 1.694 / 1.392 / 1.006 / 1.456 ->
+//        2.251 / 1.698 / 1.390 / 1.015 / 1.461
+//      2-core EPYC 0.864 + 0.333 n / 0.966 / 0.678: 1.717 / 1.400 / 1.186 / 0.985 / 1.268 ->
+//        1.711 / 1.405 / 1.202 / 0.995 / 1.276
+//      8-thread Xeon 0.804 + 0.314 n / 0.818 / 0.651: 1.810 / 1.460 / 1.242 / 0.992 / 1.311 ->
+//        1.799 / 1.482 / 1.246 / 1.001 / 1.319
+//      2-core 0.72 + 0.41 n / 1.0 / 0.75: 1.564 / 1.326 / 1.134 / 0.980 / 1.214 ->
+//        1.556 / 1.341 / 1.143 / 0.990 / 1.222
+//      compiled-in 0.47 + 0.49 n / 1.18 / 0.80: 1.385 / 1.263 / 1.127 / 0.989 / 1.172 ->
+//        1.384 / 1.282 / 1.140 / 1.002 / 1.184
+//    Margin 8 (the top bucket only) was within 0.004 of 6 on every channel at the first three.
 //  * With overlap on (below), a standalone proposal that runs beside the seed's decode (the
 //    overlap prediction said so) costs cost_draft_overlap / cost_draft_reject_overlap instead
 //    (what it adds to the decode); other proposals, fold ones included, keep the full costs,
@@ -380,7 +395,7 @@ struct SpecConfig {
   float cost_draft_overlap = kCpuCostDraftOverlap;            // standalone proposals, overlap on
   float cost_draft_reject_overlap = kCpuCostDraftRejectOverlap;
   int cost_window = 16;                  // proposals of memory of the acceptance statistics
-  float cost_probe_margin = 4.0f;        // probes only when the d_0 row's top1-top2 margin >= this
+  float cost_probe_margin = 6.0f;        // probes only when the d_0 row's top1-top2 margin >= this
   // Standalone proposals run concurrently with the seed's decode (header comment "Overlap"):
   // -1 auto = on when the session's backend has exactly 2 threads and the cost gate is off, or
   // when the cost gate is on with free overlap prices (kFreeOverlapCost); 0 off, 1 on.
