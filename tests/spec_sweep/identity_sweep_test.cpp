@@ -10,8 +10,9 @@
 // without the cost gate, and with the cost gate also with the lookup, each of which runs on
 // >= 1 prompt; stats is on in every other rotated run of each channel.
 // DS4_SPEC_SWEEP_ROTATED=5 (or more) runs a deeper sweep in which every combination runs on
-// >= 4 prompts of all four channels. The full cross product (72 combinations x 64 prompts)
-// does not fit the CI budget.
+// >= 4 prompts of all four channels. DS4_SPEC_SWEEP_ROTATED=all runs the full cross product
+// (every combination on every prompt, stats on for half of each combination's prompts): 4,608
+// runs, too many for CI, meant for a many-core host (`ctest -L spec_sweep -j16`).
 //
 // Same code path as `ds4-bench-spec` (bench/spec_channels.cpp) and the CLI: Engine::open with
 // the drafter, prompts rendered as raw text (BOS + tokenize(text), cut to 512 tokens like
@@ -238,7 +239,7 @@ TEST(IdentitySweepChecker, NamesTheFirstDifference) {
   EXPECT_NE(first_difference(plain, logits).find("final next-token logits differ"), std::string::npos);
 }
 
-// Coverage of plan() with `rotated` rotated runs per prompt; min_prompts: the floor every
+// Coverage of plan() with `rotated` rotated runs per prompt (or kFullCross); min_prompts: the floor every
 // rotated combination must reach; all_channels: whether each must run on every channel.
 void check_plan(int rotated, int min_prompts, bool all_channels) {
   SCOPED_TRACE("rotated runs per prompt = " + std::to_string(rotated));
@@ -276,7 +277,8 @@ void check_plan(int rotated, int min_prompts, bool all_channels) {
   std::vector<std::vector<bool>> channel_of(combos.size(), std::vector<bool>(kNumChannels, false));
   std::vector<int> neutral_runs(kNumChannels, 0);
   for (int g = 0; g < n_prompts; ++g) {
-    EXPECT_EQ(static_cast<int>(runs[g].size()), n_anchors + rotated) << "prompt " << g;
+    const int expected = rotated == kFullCross ? static_cast<int>(combos.size()) : n_anchors + rotated;
+    EXPECT_EQ(static_cast<int>(runs[g].size()), expected) << "prompt " << g;
     for (const PlannedRun& r : runs[g]) {
       ++prompts_of[r.combo];
       channel_of[r.combo][g / kPromptsPerChannel] = true;
@@ -301,6 +303,7 @@ void check_plan(int rotated, int min_prompts, bool all_channels) {
 TEST(IdentitySweepPlan, CoversEveryCombinationAndPrompt) {
   check_plan(kRotatedRunsPerPrompt, 1, false);                       // what CI runs
   check_plan(kDeepRotatedRunsPerPrompt, kDeepMinPrompts, true);      // DS4_SPEC_SWEEP_ROTATED=5
+  check_plan(kFullCross, kNumChannels * kPromptsPerChannel, true);   // DS4_SPEC_SWEEP_ROTATED=all
   check_plan(rotated_runs_per_prompt(), 1, false);                   // what this process runs
 }
 

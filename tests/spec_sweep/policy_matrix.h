@@ -100,10 +100,17 @@ inline constexpr int kRotatedRunsPerPrompt = 2;
 inline constexpr int kDeepRotatedRunsPerPrompt = 5;
 inline constexpr int kDeepMinPrompts = 4;
 
-// kRotatedRunsPerPrompt, or DS4_SPEC_SWEEP_ROTATED (1..64) when set; read once.
+// rotated_runs_per_prompt() value of the full cross product (DS4_SPEC_SWEEP_ROTATED=all):
+// every prompt runs every combination (72 x 64 runs of 512 tokens; ~45 CPU-minutes on a Zen 4
+// core, so it is for a many-core host: `DS4_SPEC_SWEEP_ROTATED=all ctest -L spec_sweep -j16`).
+inline constexpr int kFullCross = -1;
+
+// kRotatedRunsPerPrompt, or DS4_SPEC_SWEEP_ROTATED (1..64, or "all" = kFullCross) when set;
+// read once.
 inline int rotated_runs_per_prompt() {
   static const int n = [] {
     const std::optional<std::string> v = ds4::process_env()("DS4_SPEC_SWEEP_ROTATED");
+    if (v && *v == "all") return kFullCross;
     const int e = v && !v->empty() ? std::atoi(v->c_str()) : 0;
     return e >= 1 && e <= 64 ? e : kRotatedRunsPerPrompt;
   }();
@@ -193,7 +200,9 @@ inline std::vector<Combo> combinations() {
 // then its rotated runs. Rotated slot s (0 .. n_prompts * rotated - 1) holds
 // rotated combination floor(s * n_rotated / n_slots) and goes to prompt (channel s % n_channels,
 // index (s / n_channels) % per_channel); kNeutral knobs are on when (s / n_channels) is odd (every
-// other prompt of each channel's rotation).
+// other prompt of each channel's rotation). rotated_per_prompt == kFullCross: every prompt g
+// runs every rotated combination r (r-th in combination order), kNeutral knobs on when g + r is
+// odd, so each combination runs with them on for half the prompts of every channel.
 inline std::vector<std::vector<PlannedRun>> plan(const std::vector<Combo>& combos, int n_channels,
                                                  int per_channel, int rotated_per_prompt) {
   const int n_prompts = n_channels * per_channel;
@@ -207,6 +216,14 @@ inline std::vector<std::vector<PlannedRun>> plan(const std::vector<Combo>& combo
     }
   }
   if (rotated.empty()) return runs;
+  if (rotated_per_prompt == kFullCross) {
+    for (int g = 0; g < n_prompts; ++g) {
+      for (size_t r = 0; r < rotated.size(); ++r) {
+        runs[g].push_back(PlannedRun{rotated[r], (g + static_cast<int>(r)) % 2 == 1});
+      }
+    }
+    return runs;
+  }
   const int64_t n_slots = static_cast<int64_t>(n_prompts) * rotated_per_prompt;
   for (int64_t s = 0; s < n_slots; ++s) {
     const int combo = rotated[static_cast<size_t>(s * static_cast<int64_t>(rotated.size()) / n_slots)];
