@@ -239,8 +239,9 @@ TEST(IdentitySweepChecker, NamesTheFirstDifference) {
   EXPECT_NE(first_difference(plain, logits).find("final next-token logits differ"), std::string::npos);
 }
 
-// Coverage of plan() with `rotated` rotated runs per prompt (or kFullCross); min_prompts: the floor every
-// rotated combination must reach; all_channels: whether each must run on every channel.
+// Coverage of plan() with `rotated` rotated runs per prompt (or kFullCross); min_prompts: the
+// floor every rotated combination must reach; all_channels: whether each must run on every
+// channel.
 void check_plan(int rotated, int min_prompts, bool all_channels) {
   SCOPED_TRACE("rotated runs per prompt = " + std::to_string(rotated));
   const std::vector<Combo> combos = combinations();

@@ -102,7 +102,8 @@ inline constexpr int kDeepMinPrompts = 4;
 
 // rotated_runs_per_prompt() value of the full cross product (DS4_SPEC_SWEEP_ROTATED=all):
 // every prompt runs every combination (72 x 64 runs of 512 tokens; ~80 CPU-minutes: 329 s wall
-// on a 16-core Xeon, its 16 shards in parallel: `DS4_SPEC_SWEEP_ROTATED=all ctest -L spec_sweep -j16`).
+// on a 16-core Xeon, its 16 shards in parallel, as
+// `DS4_SPEC_SWEEP_ROTATED=all ctest -L spec_sweep -j16` runs them).
 inline constexpr int kFullCross = -1;
 
 // kRotatedRunsPerPrompt, or DS4_SPEC_SWEEP_ROTATED (1..64, or "all" = kFullCross) when set;
