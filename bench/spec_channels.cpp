@@ -14,7 +14,7 @@
 // Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall,costlookup): baseline =
 // scheduler on, fold off, flat --confidence; fold, grid (--grid thresholds), backoff, margin
 // (--margin-gate) = baseline + that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
-// cost = baseline + the cost gate (spec/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*, or
+// cost = baseline + the cost gate (speculative/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*, or
 // measured on this machine first with --calibrate, engine calibrate_dspark_costs()),
 // costfold = cost + fold, costall = all + the cost gate, costlookup = costall + prompt-lookup
 // drafts (the engine's default).

@@ -42,13 +42,13 @@ struct Options {
   std::string dspark_policy = kDefaultDsparkPolicy;  // preset (engine/speculative.h), then the knobs below
   std::string dspark_grid;       // "a,b,c" per-position thresholds (last extends); empty = the preset's
   bool dspark_fold = false;
-  int dspark_fold_partial = -1;  // 0/1: also fold after a partial accept (spec/runtime.h); -1 = the preset's
+  int dspark_fold_partial = -1;  // 0/1: also fold after a partial accept (speculative/runtime.h); -1 = the preset's
   int dspark_scheduler = 1;      // 0 = off
   bool dspark_backoff = false;
   float dspark_margin_gate = -1.0f;  // < 0: the preset's (0 or kDefaultDsparkMarginGate)
   bool dspark_replay = false;
   bool dspark_stats = false;
-  bool dspark_cost_gate = false;                // cost-aware engagement (spec/runtime.h)
+  bool dspark_cost_gate = false;                // cost-aware engagement (speculative/runtime.h)
   float dspark_cost_verify_base = SpecOptions{}.cost_verify_base;
   float dspark_cost_verify_row = SpecOptions{}.cost_verify_row;
   float dspark_cost_draft = SpecOptions{}.cost_draft;

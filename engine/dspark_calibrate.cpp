@@ -19,8 +19,8 @@
 #include "engine/speculative.h"
 #include "sample/sampler.h"
 #include "session/session.h"
-#include "spec/drafter.h"
-#include "spec/runtime.h"
+#include "speculative/drafter.h"
+#include "speculative/runtime.h"
 
 namespace ds4 {
 namespace {
@@ -53,7 +53,7 @@ static_assert(kCalibrationTokens + kMaxVerifyRows < kCtx, "the verify rows must 
 
 Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps, const ProgressFn& progress) {
   if (reps < 1) return invalid_argument("calibration rounds must be >= 1, got %d", reps);
-  spec::Drafter* dr = engine_drafter(engine);
+  speculative::Drafter* dr = engine_drafter(engine);
   if (dr == nullptr) {
     return invalid_argument("DSpark calibration needs a drafter: open the engine with a support GGUF (--mtp FILE)");
   }
@@ -102,7 +102,7 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
 
   const int B = dr->config().block_size;
   std::vector<float> thr_all(static_cast<size_t>(B), 0.0f), thr_rej(static_cast<size_t>(B), 1.01f);
-  spec::Proposal p;
+  speculative::Proposal p;
   std::vector<double> t_dec, t_prop, t_rej, t_pair_prop, t_pair_rej;
   std::vector<std::vector<double>> t_ver(static_cast<size_t>(n_rows) + 1);
   for (int r = 0; r < reps; ++r) {
@@ -157,11 +157,11 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
     for (int rej = 0; rej < 2; ++rej) {
       struct Pair {
         session::ModelSession* s;
-        spec::Drafter* d;
+        speculative::Drafter* d;
         int32_t seed;
         int64_t L;
         std::span<const float> thr;
-        spec::Proposal* p;
+        speculative::Proposal* p;
         Status st;
       } q{&s, dr, rows[0], L, rej ? thr_rej : thr_all, &p, Status()};
       const backend::Task dec_task{[](void* c) {
@@ -218,13 +218,13 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
 
 namespace {
 
-// The overlap prices to use: free (spec::kFreeOverlapCost) when both measured pair extras are
-// at least spec::kFreeOverlapMargin below zero, else the sequential prices (speculative.h).
+// The overlap prices to use: free (speculative::kFreeOverlapCost) when both measured pair extras are
+// at least speculative::kFreeOverlapMargin below zero, else the sequential prices (speculative.h).
 // Returns whether free.
 bool overlap_prices(const DsparkCostCalibration& c, float* draft, float* reject) {
-  const bool free = c.overlap_draft_extra <= -spec::kFreeOverlapMargin && c.overlap_reject_extra <= -spec::kFreeOverlapMargin;
-  *draft = free ? spec::kFreeOverlapCost : c.draft;
-  *reject = free ? spec::kFreeOverlapCost : c.draft_reject;
+  const bool free = c.overlap_draft_extra <= -speculative::kFreeOverlapMargin && c.overlap_reject_extra <= -speculative::kFreeOverlapMargin;
+  *draft = free ? speculative::kFreeOverlapCost : c.draft;
+  *reject = free ? speculative::kFreeOverlapCost : c.draft_reject;
   return free;
 }
 

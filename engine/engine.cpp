@@ -18,7 +18,7 @@
 #include "backend/cpu/kernels.h"
 #include "engine/engine_internal.h"
 #include "engine/speculative.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 #include "engine/text.h"
 #include "model/model.h"
 #include "session/session.h"
@@ -70,7 +70,7 @@ class SessionImpl final : public Session {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<model::Model> model, std::unique_ptr<backend::Backend> be,
-             std::unique_ptr<TextCodec> text, std::unique_ptr<spec::Drafter> drafter,
+             std::unique_ptr<TextCodec> text, std::unique_ptr<speculative::Drafter> drafter,
              ModelInfo info)
       : model_(std::move(model)),
         be_(std::move(be)),
@@ -104,13 +104,13 @@ class EngineImpl final : public Engine {
   int32_t eos_token() const override { return text_->eos(); }
   const TextCodec& text() const override { return *text_; }
 
-  spec::Drafter* drafter() const { return drafter_.get(); }
+  speculative::Drafter* drafter() const { return drafter_.get(); }
 
  private:
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<backend::Backend> be_;
   std::unique_ptr<TextCodec> text_;
-  std::unique_ptr<spec::Drafter> drafter_;  // null without --mtp; one speculative timeline
+  std::unique_ptr<speculative::Drafter> drafter_;  // null without --mtp; one speculative timeline
   ModelInfo info_;
 };
 
@@ -155,14 +155,14 @@ session::ModelSession* model_session(Session& s) {
   return impl != nullptr ? impl->inner() : nullptr;
 }
 
-spec::Drafter* engine_drafter(Engine& e) {
+speculative::Drafter* engine_drafter(Engine& e) {
   auto* impl = dynamic_cast<EngineImpl*>(&e);
   return impl != nullptr ? impl->drafter() : nullptr;
 }
 
 Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
                                                                       const SpecOptions& options) {
-  spec::Drafter* drafter = engine_drafter(engine);
+  speculative::Drafter* drafter = engine_drafter(engine);
   if (drafter == nullptr) {
     return invalid_argument("DSpark needs a drafter: open the engine with a support GGUF (--mtp FILE)");
   }
@@ -205,7 +205,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   std::unique_ptr<backend::Backend> be = backend::make_cpu_backend(
       threads, options.f32_activations ? backend::ActivationNumerics::kF32
                                        : backend::ActivationNumerics::kQuantized);
-  std::unique_ptr<spec::Drafter> drafter;
+  std::unique_ptr<speculative::Drafter> drafter;
   if (!options.mtp_path.empty()) {
     auto d = load_dspark_drafter(**model, *be, options.mtp_path);
     if (!d.ok()) return d.status();

@@ -6,9 +6,9 @@
 #include "engine/engine.h"
 #include "session/session.h"
 
-namespace ds4::spec {
+namespace ds4::speculative {
 class Drafter;
-}  // namespace ds4::spec
+}  // namespace ds4::speculative
 
 namespace ds4 {
 
@@ -18,6 +18,6 @@ session::ModelSession* model_session(Session& s);
 
 // The DSpark drafter of an engine opened with a support GGUF; nullptr without one (or for an
 // Engine that Engine::open did not make).
-spec::Drafter* engine_drafter(Engine& e);
+speculative::Drafter* engine_drafter(Engine& e);
 
 }  // namespace ds4

@@ -17,8 +17,8 @@
 //
 // Seam for speculative decoding: a Decoder chooses and appends the next token(s). The plain
 // decoder appends one token per step; DSpark will plug in a Decoder that appends an accepted
-// draft prefix per step, with the same contract. Because spec/ sits below engine/ (it cannot
-// see engine.h), that Decoder is a thin adapter living in engine/ over the spec/ scheduler,
+// draft prefix per step, with the same contract. Because speculative/ sits below engine/ (it cannot
+// see engine.h), that Decoder is a thin adapter living in engine/ over the speculative/ scheduler,
 // selected by the frontend through GenerateOptions::decoder.
 #pragma once
 

@@ -1,36 +1,36 @@
-// engine/speculative.cpp — SpeculativeDecoder (see speculative.h) over spec::Runtime.
+// engine/speculative.cpp — SpeculativeDecoder (see speculative.h) over speculative::Runtime.
 #include "engine/speculative.h"
 
 #include "session/session.h"
-#include "spec/drafter.h"
-#include "spec/runtime.h"
+#include "speculative/drafter.h"
+#include "speculative/runtime.h"
 
 namespace ds4 {
 
-// SpecOptions' cost defaults mirror spec::SpecConfig's (one set of measured CPU figures).
-static_assert(SpecOptions{}.cost_verify_base == spec::kCpuCostVerifyBase);
-static_assert(SpecOptions{}.cost_verify_row == spec::kCpuCostVerifyRow);
-static_assert(SpecOptions{}.cost_draft == spec::kCpuCostDraft);
-static_assert(SpecOptions{}.cost_draft_reject == spec::kCpuCostDraftReject);
-static_assert(SpecOptions{}.cost_draft_overlap == spec::kCpuCostDraftOverlap);
-static_assert(SpecOptions{}.cost_draft_reject_overlap == spec::kCpuCostDraftRejectOverlap);
-static_assert(SpecOptions{}.cost_window == spec::SpecConfig{}.cost_window);
+// SpecOptions' cost defaults mirror speculative::SpecConfig's (one set of measured CPU figures).
+static_assert(SpecOptions{}.cost_verify_base == speculative::kCpuCostVerifyBase);
+static_assert(SpecOptions{}.cost_verify_row == speculative::kCpuCostVerifyRow);
+static_assert(SpecOptions{}.cost_draft == speculative::kCpuCostDraft);
+static_assert(SpecOptions{}.cost_draft_reject == speculative::kCpuCostDraftReject);
+static_assert(SpecOptions{}.cost_draft_overlap == speculative::kCpuCostDraftOverlap);
+static_assert(SpecOptions{}.cost_draft_reject_overlap == speculative::kCpuCostDraftRejectOverlap);
+static_assert(SpecOptions{}.cost_window == speculative::SpecConfig{}.cost_window);
 
 struct SpeculativeDecoder::Impl {
-  Impl(spec::Drafter& d, session::ModelSession& s, const spec::SpecConfig& cfg)
+  Impl(speculative::Drafter& d, session::ModelSession& s, const speculative::SpecConfig& cfg)
       : ms(s), proposer(d), runtime(s, proposer, cfg) {}
   PlainDecoder plain;
   session::ModelSession& ms;
-  spec::DSparkProposer proposer;
-  spec::Runtime runtime;
+  speculative::DSparkProposer proposer;
+  speculative::Runtime runtime;
 };
 
 SpeculativeDecoder::SpeculativeDecoder() = default;
 SpeculativeDecoder::~SpeculativeDecoder() = default;
 
-std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(spec::Drafter& drafter, session::ModelSession& ms,
+std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(speculative::Drafter& drafter, session::ModelSession& ms,
                                                                const SpecOptions& o) {
-  spec::SpecConfig cfg;
+  speculative::SpecConfig cfg;
   cfg.confidence = o.confidence;
   cfg.confidence_grid = o.confidence_grid;
   cfg.fold = o.fold;
@@ -67,7 +67,7 @@ Status SpeculativeDecoder::step(Session& session, Sampler& sampler, const StepLi
 }
 
 SpecSummary SpeculativeDecoder::summary() const {
-  const spec::SpecStats& s = impl_->runtime.stats();
+  const speculative::SpecStats& s = impl_->runtime.stats();
   SpecSummary r;
   r.cycles = s.cycles;
   r.proposed = s.proposed_tokens;
@@ -81,7 +81,7 @@ std::string SpeculativeDecoder::stats_report() const { return impl_->runtime.rep
 void SpeculativeDecoder::reset_policy() { impl_->runtime.reset_policy(); }
 
 Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* out) {
-  return spec::parse_confidence_grid(text, out);
+  return speculative::parse_confidence_grid(text, out);
 }
 
 Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid, float margin, SpecOptions* so) {
@@ -137,10 +137,10 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
   return Status();
 }
 
-Expected<std::unique_ptr<spec::Drafter>> load_dspark_drafter(const model::Model& target,
+Expected<std::unique_ptr<speculative::Drafter>> load_dspark_drafter(const model::Model& target,
                                                              backend::Backend& backend,
                                                              const std::string& mtp_path) {
-  return spec::load_drafter(target, backend, mtp_path);
+  return speculative::load_drafter(target, backend, mtp_path);
 }
 
 }  // namespace ds4

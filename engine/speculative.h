@@ -1,6 +1,6 @@
 // engine/speculative.h — DSpark wired into the generation loop: a Decoder (engine/generate.h)
-// that runs the speculative runtime of spec/runtime.h when sampling is greedy, and the plain
-// decoder otherwise. Frontend-facing: includes no spec/ or session/ header (pimpl).
+// that runs the speculative runtime of speculative/runtime.h when sampling is greedy, and the plain
+// decoder otherwise. Frontend-facing: includes no speculative/ or session/ header (pimpl).
 //
 // Wiring (engine.cpp, owner "forward"): Engine::open loads the support file with
 // load_dspark_drafter(model, backend, options.mtp_path) and keeps the drafter (one per
@@ -10,7 +10,7 @@
 // that session (it installs the hidden capture on the session) and must not outlive it.
 //
 // Invariants: greedy output and final session state are byte-identical to PlainDecoder's
-// (tests/spec); at T > 0 every step is PlainDecoder::step (no speculation).
+// (tests/speculative); at T > 0 every step is PlainDecoder::step (no speculation).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,9 @@
 #include "core/status.h"
 #include "engine/generate.h"
 
-namespace ds4::spec {
+namespace ds4::speculative {
 class Drafter;
-}  // namespace ds4::spec
+}  // namespace ds4::speculative
 namespace ds4::session {
 class ModelSession;
 }  // namespace ds4::session
@@ -37,7 +37,7 @@ class Backend;
 
 namespace ds4 {
 
-// DSpark policies (spec::SpecConfig; flag / environment names documented in spec/runtime.h:
+// DSpark policies (speculative::SpecConfig; flag / environment names documented in speculative/runtime.h:
 // DS4_DSPARK_CONFIDENCE, _CONFIDENCE_GRID, _FOLD, _FOLD_PARTIAL, _SCHEDULER, _SCHEDULER_BACKOFF,
 // _MARGIN_GATE, _REPLAY, _STATS, _COST_GATE, _COST_VERIFY_BASE, _COST_VERIFY_ROW, _COST_DRAFT,
 // _COST_DRAFT_REJECT, _COST_DRAFT_OVERLAP, _COST_DRAFT_REJECT_OVERLAP, _COST_WINDOW, _OVERLAP).
@@ -55,8 +55,8 @@ struct SpecOptions {
   bool stats = false;                  // frontends print stats_report() at the end
   int max_draft = 0;                   // cap on drafts per proposal (0 = block size)
   int tail_min_tokens = 10;            // no proposals when fewer tokens remain
-  // Cost gate (spec/runtime.h "Cost gate"): propose / verify / fold only when the expected
-  // tokens beat the expected cost. Costs in decode(1) units; defaults = spec::kCpuCost*
+  // Cost gate (speculative/runtime.h "Cost gate"): propose / verify / fold only when the expected
+  // tokens beat the expected cost. Costs in decode(1) units; defaults = speculative::kCpuCost*
   // (measured on the CPU backend; static_assert'ed equal in speculative.cpp).
   bool cost_gate = false;
   float cost_verify_base = 0.47f;      // verify(n) ~ base + row * n
@@ -67,11 +67,11 @@ struct SpecOptions {
   float cost_draft_reject_overlap = 0.80f;
   int cost_window = 16;                // memory of the acceptance statistics (proposals)
   // Standalone proposals alongside the seed's decode, the engine's threads split in two
-  // (spec/runtime.h "Overlap"): -1 auto = on with exactly 2 engine threads and no cost gate, or
-  // under the cost gate with free overlap prices (spec::kFreeOverlapCost); 0 off, 1 on. Speed
+  // (speculative/runtime.h "Overlap"): -1 auto = on with exactly 2 engine threads and no cost gate, or
+  // under the cost gate with free overlap prices (speculative::kFreeOverlapCost); 0 off, 1 on. Speed
   // only.
   int overlap = -1;
-  // Hybrid proposer (spec/runtime.h "Lookup"): prompt-lookup drafts before DSpark proposals.
+  // Hybrid proposer (speculative/runtime.h "Lookup"): prompt-lookup drafts before DSpark proposals.
   bool lookup = false;
 };
 
@@ -92,8 +92,8 @@ Status parse_dspark_confidence_grid(std::string_view text, std::vector<float>* o
 // Default: costlookup. costall was the only preset that kept every benchmark channel at
 // >= 0.99x plain on the CPU backend (bench 8 prompts x 128 tokens, 2 threads, AVX2, 2026-12-03;
 // the plain-scheduler presets lose 15-30% on code and prose, where few drafts are accepted);
-// its fold after partial accepts (issue #5 item 5; spec/runtime.h "fold_after_partial") is
-// measured against costallseed there. costlookup adds the lookup (spec/runtime.h "Lookup"),
+// its fold after partial accepts (issue #5 item 5; speculative/runtime.h "fold_after_partial") is
+// measured against costallseed there. costlookup adds the lookup (speculative/runtime.h "Lookup"),
 // which beat costall on structured, code and English text and matched it on Italian under
 // every calibrated cost set tried (figures there).
 inline constexpr const char* kDsparkPolicies =
@@ -108,7 +108,7 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
 
 // Cost-gate calibration (ds4 --dspark-calibrate, ds4-bench-spec --calibrate). The cost gate's
 // constants are decode(1) units of one machine, backend, thread count and ISA; the compiled-in
-// defaults (spec::kCpuCost*) were measured on a 2-core AVX2 host. On a 16-core AVX-512 host
+// defaults (speculative::kCpuCost*) were measured on a 2-core AVX2 host. On a 16-core AVX-512 host
 // verify(6) is ~2.2-2.6 decode(1) instead of ~3.3, so the defaults keep the gate shut where
 // proposing pays. This measures them here, on a fixed prompt, from `reps` interleaved rounds
 // (medians): decode(1); verify(n) for n = 1..8 over the greedy continuation (realistic expert
@@ -136,10 +136,10 @@ struct DsparkCostCalibration {
 Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
                                                        const ProgressFn& progress = {});
 // Copies the measured costs into `so` (cost_verify_base/_row, cost_draft, cost_draft_reject).
-// Overlapped proposals are priced like sequential ones, as the defaults are (spec/runtime.h
+// Overlapped proposals are priced like sequential ones, as the defaults are (speculative/runtime.h
 // "kCpuCostDraftOverlap": cheaper prices opened the gate to mispredicted overlaps), unless the
-// measured pair is clearly cheaper than a decode (both extras <= -spec::kFreeOverlapMargin):
-// then free (spec::kFreeOverlapCost), which turns overlap on under the cost gate
+// measured pair is clearly cheaper than a decode (both extras <= -speculative::kFreeOverlapMargin):
+// then free (speculative::kFreeOverlapCost), which turns overlap on under the cost gate
 // (--dspark-overlap -1).
 void apply_dspark_costs(const DsparkCostCalibration& c, SpecOptions* so);
 // Human-readable table, then the environment lines (DS4_DSPARK_COST_*=...) that make
@@ -157,7 +157,7 @@ struct SpecSummary {
 class SpeculativeDecoder final : public Decoder {
  public:
   // `ms` is the ModelSession behind the engine Session that step() will receive.
-  static std::unique_ptr<SpeculativeDecoder> create(spec::Drafter& drafter, session::ModelSession& ms,
+  static std::unique_ptr<SpeculativeDecoder> create(speculative::Drafter& drafter, session::ModelSession& ms,
                                                     const SpecOptions& options);
   ~SpeculativeDecoder() override;
 
@@ -182,7 +182,7 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
                                                                       const SpecOptions& options);
 
 // The drafter for `target` from a support GGUF path (validated against the target's shapes).
-Expected<std::unique_ptr<spec::Drafter>> load_dspark_drafter(const model::Model& target,
+Expected<std::unique_ptr<speculative::Drafter>> load_dspark_drafter(const model::Model& target,
                                                              backend::Backend& backend,
                                                              const std::string& mtp_path);
 

@@ -1,11 +1,11 @@
 // session/block.h — the V4 block math shared by the target forward (session/forward.cpp) and
-// the DSpark drafter stages (spec/drafter.cpp): HC pre/post, attention projections, the
+// the DSpark drafter stages (speculative/drafter.cpp): HC pre/post, attention projections, the
 // row-local attention inputs (RoPE of q/kv), sink attention queries, the grouped output LoRA and the FFN sublayer
 // (ds4-architecture.md §4.2-§4.6, dspark-drafter.md §3-§4).
 //
 // Role: ONE implementation of each block step as free functions over backend ops. Callers
 // own the weights (views filled by attn_mats / ffn_mats from any struct with the V4 block
-// field names: session::LayerMats, spec::StageWeights) and the scratch (BlockScratch views
+// field names: session::LayerMats, speculative::StageWeights) and the scratch (BlockScratch views
 // into their own buffers, filled by block_scratch).
 // Invariants:
 //  * No allocation, no state: every function only issues backend ops on the given views, in

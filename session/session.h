@@ -2,7 +2,7 @@
 // run over a State through backend ops, plus prefill / decode / verify, checkpoints, prefix
 // commits and snapshots (§5.1, §6).
 //
-// Role: the engine's Session facade and DSpark (spec/) drive this class. The forward pass
+// Role: the engine's Session facade and DSpark (speculative/) drive this class. The forward pass
 // lives here, next to the state it mutates (docs/ARCHITECTURE.md deviation note).
 // Invariants:
 //  * Rows are processed layer-major in token order; per layer, the state updates (raw push,

@@ -1,5 +1,5 @@
 # backend/cpu/kernels.cmake — library ds4_cpu_kernels (hot CPU kernels, owned by "kernels").
-# Included by backend/CMakeLists.txt (and, as a fallback, by tests/kernels and benchmarks/);
+# Included by backend/CMakeLists.txt (and, as a fallback, by tests/kernels and bench/kernels/);
 # defines the target once. SIMD files get their ISA flags here and are reached only through
 # runtime dispatch (backend/cpu/kernels.cpp). No file enables FMA contraction: the global
 # -ffp-contract=off stays in force and the kernels never call fmadd intrinsics.

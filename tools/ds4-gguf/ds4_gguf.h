@@ -77,7 +77,7 @@ int inspect_file(const std::string& path, const InspectOptions& opt, std::ostrea
 // data_offset, file_size, summary (with "kind": "model" | "dspark-drafter"), metadata,
 // tensors (if requested), validation).
 // A DSpark drafter support file (any metadata key containing "dspark") is reported with
-// kind "dspark-drafter" and a validation error: inspect validates target models only (spec/
+// kind "dspark-drafter" and a validation error: inspect validates target models only (speculative/
 // validates drafters against their target when they are loaded).
 nlohmann::json inspect_json(const gguf::File& file, bool with_tensors);
 

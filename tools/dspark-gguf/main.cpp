@@ -9,7 +9,7 @@
 //   dump     --target TARGET.gguf --drafter FILE --rows P --anchor A -o PREFIX
 //            commits P synthetic capture rows, proposes once and writes PREFIX.json +
 //            PREFIX.bin (captures, ring rows, Z logits) for the Python reference check
-//            (tests/spec/dspark_ref.py).
+//            (tests/speculative/dspark_ref.py).
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -24,11 +24,11 @@
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "session/session.h"
-#include "spec/drafter.h"
-#include "spec/runtime.h"
+#include "speculative/drafter.h"
+#include "speculative/runtime.h"
 #include "model/config.h"
-#include "spec/drafter_gen.h"
-#include "spec/drafter_weights.h"
+#include "speculative/drafter_gen.h"
+#include "speculative/drafter_weights.h"
 
 namespace {
 
@@ -48,12 +48,12 @@ bool parse_type(const std::string& s, ds4::gguf::GgmlType* t) {
 }
 
 // Proposes the known plain-greedy future (bench upper bound).
-class FutureProposer final : public ds4::spec::Proposer {
+class FutureProposer final : public ds4::speculative::Proposer {
  public:
   FutureProposer(std::vector<int32_t> t, int block) : t_(std::move(t)), block_(block) {}
   int block_size() const override { return block_; }
-  void propose(int32_t, int64_t pos, int n_max, std::span<const float>, ds4::spec::Proposal* out) override {
-    *out = ds4::spec::Proposal();
+  void propose(int32_t, int64_t pos, int n_max, std::span<const float>, ds4::speculative::Proposal* out) override {
+    *out = ds4::speculative::Proposal();
     for (int k = 0; k < n_max && pos + 1 + k < static_cast<int64_t>(t_.size()); ++k) {
       out->tokens[k] = t_[pos + 1 + k];
       out->n = k + 1;
@@ -73,7 +73,7 @@ int run_bench(const std::string& target, const std::string& drafter_path, int n_
     return 2;
   }
   auto be = ds4::backend::make_cpu_backend(threads);
-  auto d = ds4::spec::load_drafter(**m, *be, drafter_path);
+  auto d = ds4::speculative::load_drafter(**m, *be, drafter_path);
   if (!d.ok()) {
     std::fprintf(stderr, "ds4-dspark-gguf: %s\n", d.status().to_string().c_str());
     return 2;
@@ -102,9 +102,9 @@ int run_bench(const std::string& target, const std::string& drafter_path, int n_
   const double plain_s = t.seconds();
   std::vector<int32_t> timeline = prompt;
   timeline.insert(timeline.end(), plain.begin(), plain.end());
-  auto run_spec = [&](ds4::spec::Proposer& p, const ds4::spec::SpecConfig& sc, const char* label) {
+  auto run_spec = [&](ds4::speculative::Proposer& p, const ds4::speculative::SpecConfig& sc, const char* label) {
     auto s = new_session();
-    ds4::spec::Runtime rt(*s, p, sc);
+    ds4::speculative::Runtime rt(*s, p, sc);
     (void)s->prefill(prompt);
     std::vector<int32_t> got, step;
     ds4::Timer tt;
@@ -120,12 +120,12 @@ int run_bench(const std::string& target, const std::string& drafter_path, int n_
   std::printf("target %s: %u layers, n_embd %u, vocab %u; threads %d; prompt %d; generate %d\n", target.c_str(),
               cfg.n_layer, cfg.n_embd, cfg.n_vocab, threads, prompt_len, n_gen);
   std::printf("%-8s %6.1f tok/s (%.3f s, %d tokens)\n", "plain", n_gen / plain_s, plain_s, n_gen);
-  ds4::spec::SpecConfig sc;
+  ds4::speculative::SpecConfig sc;
   sc.confidence = confidence;
-  ds4::spec::DSparkProposer dp(**d);
+  ds4::speculative::DSparkProposer dp(**d);
   run_spec(dp, sc, "dspark");
   FutureProposer fp(timeline, (*d)->config().block_size);
-  ds4::spec::SpecConfig oc;
+  ds4::speculative::SpecConfig oc;
   oc.confidence = 0.0f;
   oc.scheduler = false;
   run_spec(fp, oc, "oracle");
@@ -142,12 +142,12 @@ int run_dump(const std::string& target, const std::string& drafter_path, int row
     return 2;
   }
   auto be = ds4::backend::make_cpu_backend(1);
-  auto dr = ds4::spec::load_drafter(**m, *be, drafter_path);
+  auto dr = ds4::speculative::load_drafter(**m, *be, drafter_path);
   if (!dr.ok()) {
     std::fprintf(stderr, "ds4-dspark-gguf: %s\n", dr.status().to_string().c_str());
     return 2;
   }
-  ds4::spec::Drafter& d = **dr;
+  ds4::speculative::Drafter& d = **dr;
   const auto& cfg = (*m)->config();
   const int64_t cw = d.capture_width();
   const int S = d.config().n_stages, B = d.config().block_size, W = d.config().window;
@@ -157,7 +157,7 @@ int run_dump(const std::string& target, const std::string& drafter_path, int row
     for (int64_t j = 0; j < cw; ++j)
       hidden[p * cw + j] = 2.0f * std::sin(0.37f * static_cast<float>(p) + 0.011f * static_cast<float>(j));
   d.commit_rows(0, rows, hidden.data());
-  ds4::spec::Proposal prop;
+  ds4::speculative::Proposal prop;
   d.propose(anchor, rows, B, {}, &prop);
   const int first = std::max(0, rows - W);
   FILE* f = std::fopen((prefix + ".bin").c_str(), "wb");
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ds4-dspark-gguf: random DSpark support GGUFs and support-file checks"};
   app.require_subcommand(1);
   std::string target, out, layers, dense = "q8_0";
-  ds4::spec::DrafterGenOptions opt;
+  ds4::speculative::DrafterGenOptions opt;
   auto* gen = app.add_subcommand("generate", "write a random drafter shaped for the target");
   gen->add_option("--target", target, "target model GGUF (shapes come from it)")->required();
   gen->add_option("--seed", opt.seed, "random seed");
@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    const ds4::Status st = ds4::spec::generate_drafter(*cfg, opt, out);
+    const ds4::Status st = ds4::speculative::generate_drafter(*cfg, opt, out);
     if (!st.ok()) {
       std::fprintf(stderr, "ds4-dspark-gguf: %s\n", st.to_string().c_str());
       return 1;
@@ -255,8 +255,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ds4-dspark-gguf: '%s': %s\n", file.c_str(), f.status().to_string().c_str());
     return 2;
   }
-  ds4::spec::DSparkConfig d;
-  const std::vector<std::string> errs = ds4::spec::validate_drafter(**f, *cfg, &d);
+  ds4::speculative::DSparkConfig d;
+  const std::vector<std::string> errs = ds4::speculative::validate_drafter(**f, *cfg, &d);
   for (const std::string& e : errs) std::printf("error: %s\n", e.c_str());
   if (!errs.empty()) return 1;
   std::string ids;

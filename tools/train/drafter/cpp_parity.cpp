@@ -1,4 +1,4 @@
-// tools/train/drafter/cpp_parity.cpp — runs the C++ spec::Drafter on captures given by
+// tools/train/drafter/cpp_parity.cpp — runs the C++ speculative::Drafter on captures given by
 // cpp_parity.py, so the PyTorch twin (dspark_ref.py) and the engine's drafter can be compared
 // on identical inputs.
 //   drafter_cpp_parity TARGET.gguf DRAFTER.gguf CAPS.f32 TOKENS.i32 T P1 [P2 ...] OUT.f32
@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 
 int main(int argc, char** argv) {
   using namespace ds4;
@@ -27,12 +27,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto be = backend::make_cpu_backend(1);
-  auto d = spec::load_drafter(**m, *be, argv[2]);
+  auto d = speculative::load_drafter(**m, *be, argv[2]);
   if (!d.ok()) {
     std::fprintf(stderr, "drafter: %s\n", d.status().message().c_str());
     return 2;
   }
-  spec::Drafter& dr = **d;
+  speculative::Drafter& dr = **d;
   const int T = std::atoi(argv[5]);
   const int64_t cw = dr.capture_width();
   std::vector<float> caps(static_cast<size_t>(T) * cw);
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     }
     dr.ring_reset();
     dr.commit_rows(0, P, caps.data());
-    spec::Proposal pr;
+    speculative::Proposal pr;
     dr.propose(toks[P], P, B, {}, &pr);
     for (int k = 0; k < B; ++k) {
       const float head[2] = {k < pr.n ? static_cast<float>(pr.tokens[k]) : -1.0f,

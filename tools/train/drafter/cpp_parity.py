@@ -6,7 +6,7 @@ same target captures (fp32, from the PyTorch target) and anchors and compares dr
 identical), confidence logits and biased logits Z (close: the engine quantizes activations to
 Q8 and the PyTorch side does not; a near-tied MoE routing choice can flip, moving one slot). Anchor positions cover P < W (partial ring), P = W and
 P > W (wrapped ring). The C++ side is cpp_parity.cpp, compiled on demand against --build
-(a build dir where `cmake --build B --target ds4_spec` ran). Exit 0 = drafts identical and
+(a build dir where `cmake --build B --target ds4_speculative` ran). Exit 0 = drafts identical and
 the median slot max|ΔZ| <= --z-tol and |Δconf| <= --c-tol (maxima printed).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dspark_ref import REPO, target_forward_capture  # noqa: E402
 from export_gguf import load_support_gguf  # noqa: E402
 from gguf_io import load_model  # noqa: E402
 
-LIBS = ["spec/libds4_spec.a", "session/libds4_session.a", "sample/libds4_sample.a",
+LIBS = ["speculative/libds4_speculative.a", "session/libds4_session.a", "sample/libds4_sample.a",
         "model/libds4_model.a", "backend/libds4_backend.a", "backend/libds4_cpu_kernels.a",
         "quant/libds4_quant.a", "gguf/libds4_gguf.a", "core/libds4_core.a"]
 
@@ -40,7 +40,7 @@ def build(bdir: Path) -> str:
         return str(exe)
     missing = [str(l) for l in libs if not l.exists()]
     if missing:
-        sys.exit(f"cpp_parity: missing {missing}; run `cmake --build {bdir} --target ds4_spec`")
+        sys.exit(f"cpp_parity: missing {missing}; run `cmake --build {bdir} --target ds4_speculative`")
     subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-ffp-contract=off",
                     f"-I{REPO}", str(src)] + [str(l) for l in libs] + ["-lpthread", "-o", str(exe)],
                    check=True)

@@ -1,4 +1,4 @@
-"""tools/train/drafter/dspark_ref.py — PyTorch DSpark drafter (the training-side twin of spec/).
+"""tools/train/drafter/dspark_ref.py — PyTorch DSpark drafter (the training-side twin of speculative/).
 
 Role: the DeepSeek V4 Flash DSpark drafter of shared/spec/dspark-drafter.md as an nn.Module,
 sized from the TARGET's Ds4Config (tools/reference/ds4_ref.py) plus a DSparkConfig, with
@@ -18,7 +18,7 @@ Target embedding / LM head are passed in (they are the target's, frozen, never s
 
 Layout: parameters are stored under their support-GGUF names with torch shape = reversed GGUF
 `ne` ([out, in] for matrices, [n_expert, out, in] for expert stacks); `tensor_specs` lists
-them in the C++ file order (spec/drafter_weights.cpp drafter_tensor_specs) with export types.
+them in the C++ file order (speculative/drafter_weights.cpp drafter_tensor_specs) with export types.
 Numerics: float32 (or bf16 autocast in training); FP8 round trip of the non-RoPE KV dims is
 straight-through when gradients are on. Building blocks (rms_norm, RoPE tables, FP8 round
 trip, HC pre/post) are the reference's own, imported.
@@ -53,7 +53,7 @@ class DSparkConfig:
     swiglu_clamp: float = 10.0
 
     def resolve(self, t: Ds4Config) -> "DSparkConfig":
-        """Same defaults as spec/drafter_gen.cpp resolve_gen_options (for the tiny target)."""
+        """Same defaults as speculative/drafter_gen.cpp resolve_gen_options (for the tiny target)."""
         if self.noise_token_id < 0:
             self.noise_token_id = 128799 if t.n_vocab > 128799 else t.n_vocab - 2
         if not self.target_layers:

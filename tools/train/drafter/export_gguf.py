@@ -1,7 +1,7 @@
 """tools/train/drafter/export_gguf.py — DSparkDrafter <-> DSpark support GGUF.
 
 Role: `export_support_gguf(drafter, path)` writes the support-file layout that
-spec/drafter_weights.h validates (dspark-drafter.md §1): tensors `mtp.{s}.*` + the 9 head /
+speculative/drafter_weights.h validates (dspark-drafter.md §1): tensors `mtp.{s}.*` + the 9 head /
 projection tensors (names, GGUF `ne` = reversed torch shape), metadata
 `deepseek4.dspark.{block_size, markov_rank, noise_token_id, target_layer_ids,
 sliding_window}` (u32 / u32 array). Types (§1.2): dense Q8_0, HC fns F16, vectors F32,

@@ -1,0 +1,285 @@
+// bench/ds4_bench.cpp — `ds4-bench`: the frontier sweep (ds4-architecture.md §10.2) and the
+// regression oracle for "bit-exact" changes.
+//
+// Loads the model once and tokenizes --prompt-file as plain text (BOS + text). For each
+// frontier ctx_start, ctx_start + step (or x step_mul), ..., ctx_max it extends ONE session to
+// the frontier (timing only the new tokens), hashes the frontier's full-vocabulary logits
+// (SHA-256 of the little-endian float32 words, before any probe), saves an in-memory
+// snapshot, greedily decodes exactly --gen-tokens tokens with EOS excluded (timed), restores
+// the snapshot and continues. One CSV row per frontier:
+//   ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256
+// Invariant: logits_sha256 depends only on the model and the prompt tokens (not on the
+// thread count, the frontier schedule or the probe): it is the value to compare across runs.
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/flags.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/text.h"
+
+#ifndef DS4_MODELS_DIR
+#define DS4_MODELS_DIR "models"
+#endif
+
+namespace ds4::bench {
+namespace {
+
+constexpr const char* kDefaultModelName = "ds4-tiny.gguf";
+
+struct Options {
+  std::string model;
+  std::string prompt_file;
+  int ctx_start = 2048;
+  int ctx_max = 32768;
+  int step_incr = 2048;
+  double step_mul = 0.0;
+  int gen_tokens = 128;
+  int ctx_alloc = 0;
+  std::string csv;
+  int threads = 0;
+  std::string dump_dir;
+  bool cpu = false;
+  bool cuda = false;
+  std::string isa = "auto";
+  bool verbose = false;
+};
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "ds4-bench: error: %s\n", message.c_str());
+  return 1;
+}
+
+// SHA-256 of the logits as little-endian float32 words, lowercase hex.
+Expected<std::string> logits_sha256(std::span<const float> logits) {
+  static_assert(sizeof(float) == 4);
+  std::vector<unsigned char> bytes(logits.size() * 4);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    uint32_t w = std::bit_cast<uint32_t>(logits[i]);
+    for (int b = 0; b < 4; ++b) bytes[i * 4 + b] = static_cast<unsigned char>(w >> (8 * b));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), md, &md_len, EVP_sha256(), nullptr) != 1) {
+    return internal_error("OpenSSL SHA-256 failed");
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < md_len; ++i) {
+    hex.push_back(kHex[md[i] >> 4]);
+    hex.push_back(kHex[md[i] & 15]);
+  }
+  return hex;
+}
+
+Status dump_logits(const std::string& dir, int ctx, std::span<const float> logits) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "frontier_%06d.logits.f32", ctx);
+  const std::string path = (std::filesystem::path(dir) / name).string();
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return resource_error("cannot write '%s'", path.c_str());
+  for (float v : logits) {
+    uint32_t w = std::bit_cast<uint32_t>(v);
+    char le[4] = {static_cast<char>(w), static_cast<char>(w >> 8), static_cast<char>(w >> 16),
+                  static_cast<char>(w >> 24)};
+    out.write(le, 4);
+  }
+  if (!out) return resource_error("short write to '%s'", path.c_str());
+  return Status();
+}
+
+Status validate(const Options& o) {
+  if (o.prompt_file.empty()) return invalid_argument("--prompt-file FILE is required");
+  if (o.ctx_start < 1) return invalid_argument("--ctx-start must be >= 1, got %d", o.ctx_start);
+  if (o.ctx_max < o.ctx_start) {
+    return invalid_argument("--ctx-max (%d) must be >= --ctx-start (%d)", o.ctx_max, o.ctx_start);
+  }
+  if (o.step_mul == 0.0 && o.step_incr < 1) {
+    return invalid_argument("--step-incr must be >= 1, got %d", o.step_incr);
+  }
+  if (o.step_mul != 0.0 && !(o.step_mul > 1.0)) {
+    return invalid_argument("--step-mul must be > 1 (or 0 for --step-incr), got %g", o.step_mul);
+  }
+  if (o.gen_tokens < 0) return invalid_argument("--gen-tokens must be >= 0, got %d", o.gen_tokens);
+  if (o.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", o.threads);
+  if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
+  if (o.ctx_alloc != 0 && o.ctx_alloc <= o.ctx_max + o.gen_tokens) {
+    return invalid_argument("--ctx-alloc (%d) must exceed ctx-max + gen-tokens (%d)", o.ctx_alloc,
+                            o.ctx_max + o.gen_tokens);
+  }
+  return Status();
+}
+
+std::vector<int> frontiers(const Options& o) {
+  std::vector<int> out;
+  int64_t f = o.ctx_start;
+  while (f <= o.ctx_max) {
+    out.push_back(static_cast<int>(f));
+    const int64_t next = o.step_mul > 0.0 ? static_cast<int64_t>(f * o.step_mul)
+                                          : f + o.step_incr;
+    f = std::max(next, f + 1);
+  }
+  return out;
+}
+
+int main_impl(int argc, char** argv) {
+  Options o;
+  FlagTable t("ds4-bench", "ds4-bench — frontier sweep: prefill/decode speed and logits hashes");
+  t.option("-m,--model", &o.model,
+           std::string("Model GGUF file (default: ") + DS4_MODELS_DIR + "/" + kDefaultModelName +
+               ")",
+           "DS4_MODEL", "FILE")
+      .option("--prompt-file", &o.prompt_file, "Text to tokenize (plain text, BOS prepended)", "",
+              "FILE")
+      .option("--ctx-start", &o.ctx_start, "First frontier in tokens")
+      .option("--ctx-max", &o.ctx_max, "Last frontier in tokens")
+      .option("--step-incr", &o.step_incr, "Frontier step in tokens")
+      .option("--step-mul", &o.step_mul, "Multiply the frontier by F instead (0 = use --step-incr)")
+      .option("--gen-tokens", &o.gen_tokens, "Greedy non-EOS tokens decoded at each frontier")
+      .option("--ctx-alloc", &o.ctx_alloc, "Session context (0 = ctx-max + gen-tokens + 1)")
+      .option("--csv", &o.csv, "Write the CSV here (default: stdout)", "", "FILE")
+      .option("-t,--threads", &o.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
+      .option("--dump-frontier-logits-dir", &o.dump_dir,
+              "Write each frontier's logits as raw little-endian f32 "
+              "(frontier_<ctx>.logits.f32)",
+              "", "DIR")
+      .flag("--cpu", &o.cpu, "CPU backend (default)")
+      .flag("--cuda", &o.cuda, "CUDA backend")
+      .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
+              "DS4_CPU_ISA", "ISA")
+      .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
+  ParseResult pr = t.parse(argc, argv);
+  if (pr.should_exit()) {
+    std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n",
+                 pr.message.c_str());
+    return pr.exit_code;
+  }
+  set_log_level(o.verbose ? LogLevel::kInfo : LogLevel::kWarn);
+  if (Status s = validate(o); !s.ok()) {
+    std::fprintf(stderr, "ds4-bench: error: %s\nRun 'ds4-bench --help' for the list of flags.\n",
+                 s.message().c_str());
+    return 2;
+  }
+
+  std::error_code ec;
+  std::string model = o.model.empty() ? std::string(DS4_MODELS_DIR) + "/" + kDefaultModelName
+                                      : o.model;
+  if (!std::filesystem::exists(model, ec)) {
+    return fail("model file '" + model + "' does not exist" +
+                (o.model.empty() ? " (no -m given; this is the default model)" : ""));
+  }
+  std::string text;
+  {
+    std::ifstream in(o.prompt_file, std::ios::binary);
+    if (!in) return fail("cannot read prompt file '" + o.prompt_file + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  if (!o.dump_dir.empty()) {
+    std::filesystem::create_directories(o.dump_dir, ec);
+    if (ec) return fail("cannot create '" + o.dump_dir + "': " + ec.message());
+  }
+
+  EngineOptions eo;
+  eo.model_path = model;
+  eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
+  eo.n_threads = o.threads;
+  eo.cpu_isa = o.isa;
+  Expected<std::unique_ptr<Engine>> engine = Engine::open(eo);
+  if (!engine.ok()) return fail(engine.status().message());
+  const TextCodec* codec = &(*engine)->text();
+
+  std::vector<int32_t> tokens;
+  tokens.push_back(codec->bos());
+  std::vector<int32_t> body = codec->tokenize(text);
+  tokens.insert(tokens.end(), body.begin(), body.end());
+  if (static_cast<int64_t>(tokens.size()) < o.ctx_max) {
+    return fail("prompt file '" + o.prompt_file + "' gives " + std::to_string(tokens.size()) +
+                " tokens; --ctx-max " + std::to_string(o.ctx_max) + " needs at least that many");
+  }
+  const int ctx_alloc = o.ctx_alloc != 0 ? o.ctx_alloc : o.ctx_max + o.gen_tokens + 1;
+  Expected<std::unique_ptr<Session>> session = (*engine)->new_session(ctx_alloc);
+  if (!session.ok()) return fail(session.status().message());
+  Session& s = **session;
+
+  FILE* csv = stdout;
+  if (!o.csv.empty()) {
+    csv = std::fopen(o.csv.c_str(), "w");
+    if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
+  }
+  std::fprintf(csv, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
+                    "logits_sha256\n");
+  std::fflush(csv);
+
+  GenerateOptions probe;
+  probe.max_tokens = o.gen_tokens;
+  probe.sampler.temperature = 0.0f;
+  probe.stop_at_eos = false;  // greedy with EOS excluded: always exactly gen_tokens tokens
+
+  int rc = 0;
+  for (int frontier : frontiers(o)) {
+    const int have = s.n_tokens();
+    std::span<const int32_t> fresh(tokens.data() + have, static_cast<size_t>(frontier - have));
+    // Prefill only the new interval, timed (generate() with a zero budget = prefill only).
+    GenerateOptions pre;
+    pre.max_tokens = 0;
+    Expected<GenerateStats> p = generate(s, *codec, fresh, pre, nullptr);
+    if (!p.ok()) {
+      rc = fail("prefill to frontier " + std::to_string(frontier) + ": " + p.status().message());
+      break;
+    }
+    std::span<const float> logits = s.logits();
+    Expected<std::string> sha = logits_sha256(logits);
+    if (!sha.ok()) {
+      rc = fail(sha.status().message());
+      break;
+    }
+    if (!o.dump_dir.empty()) {
+      if (Status st = dump_logits(o.dump_dir, frontier, logits); !st.ok()) {
+        rc = fail(st.message());
+        break;
+      }
+    }
+    const uint64_t kv_bytes = s.state_bytes();
+
+    GenerateStats g;
+    if (o.gen_tokens > 0) {
+      if (Status st = s.save_snapshot(); !st.ok()) {
+        rc = fail("snapshot at frontier " + std::to_string(frontier) + ": " + st.message());
+        break;
+      }
+      Expected<GenerateStats> r = generate(s, *codec, {}, probe, nullptr);
+      if (!r.ok()) {
+        rc = fail("probe at frontier " + std::to_string(frontier) + ": " + r.status().message());
+        break;
+      }
+      g = std::move(r).value();
+      if (Status st = s.restore_snapshot(); !st.ok()) {
+        rc = fail("restore at frontier " + std::to_string(frontier) + ": " + st.message());
+        break;
+      }
+    }
+    std::fprintf(csv, "%d,%d,%.2f,%d,%.2f,%llu,%s\n", frontier, p->prompt_tokens,
+                 p->prefill_tps(), g.gen_tokens, g.gen_tps(),
+                 static_cast<unsigned long long>(kv_bytes), sha->c_str());
+    std::fflush(csv);
+  }
+  if (csv != stdout) std::fclose(csv);
+  return rc;
+}
+
+}  // namespace
+}  // namespace ds4::bench
+
+int main(int argc, char** argv) { return ds4::bench::main_impl(argc, argv); }

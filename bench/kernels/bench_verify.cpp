@@ -1,0 +1,351 @@
+// bench/kernels/bench_verify.cpp — verify(r)/decode(1) cost curve of the whole forward pass on a
+// generated tiny model, plus a per-op time split (issue #6 performance).
+//
+// Role: generates (or opens) a tiny DS4 model, prefills a fixed prompt, then times, side by
+// side in interleaved rounds, decode(1) and verify(r) for r = 1..8 from the same frontier
+// (checkpoint before, rollback after each call), and prints the best and median time of each
+// and verify(r)/decode(1). --profile adds a per-op split for decode(1) and verify(--profile_r)
+// measured through a timing decorator around the CPU backend (the library hot paths carry no
+// timers). Flags: --model=PATH (default: generate tiny q2, seed 1234, random blocks, into
+// /tmp), --quant=q2|q4, --threads=N (default 2), --ctx=N prompt tokens (default 96),
+// --rounds=N (default 15), --isa=scalar|avx2|avx512, --profile, --profile_r=R (default 6),
+// --csv, --only_r=R (0 = decode) with --only_calls=N (default 200): time only that call, N
+// times (for an external profiler such as perf). --drafter=PATH (a DSpark support file for
+// --model) adds a full proposal (block_size drafts, no confidence stop, the ring filled with
+// fixed pseudo-random hidden rows) to the timing table and, with --profile, its per-op split. Timing is wall time (best of the rounds is
+// the figure least disturbed by a shared machine); with --threads=1 it is this thread's CPU
+// time. Nothing here is a test.
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/threadpool.h"
+#include "core/timer.h"
+#include "backend/cpu/kernels.h"
+#include "gguf/types.h"
+#include "model/model.h"
+#include "model/profiles.h"
+#include "session/session.h"
+#include "speculative/drafter.h"
+#include "tools/ds4-gguf/ds4_gguf.h"
+
+namespace {
+
+using namespace ds4;  // NOLINT: benchmark program
+
+// Wall time, or this thread's CPU time when g_cpu_clock (--threads=1: robust on a shared,
+// oversubscribed machine, where wall time mostly measures other people's jobs).
+bool g_cpu_clock = false;
+double now_s() {
+  if (g_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Per-op wall time, keyed by op name (matmuls by weight type and shape).
+class TimingBackend final : public backend::Backend {
+ public:
+  explicit TimingBackend(backend::Backend& inner) : in_(inner) {}
+  const char* name() const override { return "timing"; }
+  int n_threads() const override { return in_.n_threads(); }
+
+  void matmul(const backend::MatmulParams& p) override {
+    char key[96];
+    std::snprintf(key, sizeof key, "matmul %s %lldx%lld", gguf::type_name(p.w.type),
+                  static_cast<long long>(p.w.n_in), static_cast<long long>(p.w.n_out));
+    timed(key, [&] { in_.matmul(p); });
+  }
+  void matmul_grouped(const backend::MatmulParams* p, int n) override {
+    char key[96];
+    std::snprintf(key, sizeof key, "matmul_grouped %s %dx(%lldx%lld)", gguf::type_name(p[0].w.type), n,
+                  static_cast<long long>(p[0].w.n_in), static_cast<long long>(p[0].w.n_out));
+    timed(key, [&] { in_.matmul_grouped(p, n); });
+  }
+  void rms_norm(const backend::RmsNormParams& p) override { timed("rms_norm", [&] { in_.rms_norm(p); }); }
+  void hc_pre(const backend::HcPreParams& p) override { timed("hc_pre", [&] { in_.hc_pre(p); }); }
+  void hc_post(const backend::HcPostParams& p) override { timed("hc_post", [&] { in_.hc_post(p); }); }
+  void attention_inputs(const backend::AttentionInputsParams& p) override {
+    timed("attention_inputs", [&] { in_.attention_inputs(p); });
+  }
+  bool compressor_step(const backend::CompressorStepParams& p) override {
+    bool r = false;
+    timed("compressor_step", [&] { r = in_.compressor_step(p); });
+    return r;
+  }
+  void indexer_select(const backend::IndexerSelectParams* p, int n) override {
+    timed("indexer_select", [&] { in_.indexer_select(p, n); });
+  }
+  void sink_attention(const backend::SinkAttentionParams* p, int n) override {
+    timed("sink_attention", [&] { in_.sink_attention(p, n); });
+  }
+  void swiglu(const backend::SwigluParams& p) override { timed("swiglu", [&] { in_.swiglu(p); }); }
+  void route(const backend::RouteParams& p) override { timed("route", [&] { in_.route(p); }); }
+  void moe(const backend::MoeParams& p) override {
+    char key[64];
+    std::snprintf(key, sizeof key, "moe %s/%s", gguf::type_name(p.gate.type), gguf::type_name(p.down.type));
+    timed(key, [&] { in_.moe(p); });
+  }
+  void hc_collapse(const backend::HcCollapseParams& p) override {
+    timed("hc_collapse", [&] { in_.hc_collapse(p); });
+  }
+
+  void reset() {
+    acc_.clear();
+    jobs_.clear();
+  }
+  const std::map<std::string, std::pair<double, long>>& acc() const { return acc_; }
+  // Pool jobs published inside each op (ThreadPool::published_jobs deltas), by op name.
+  const std::map<std::string, uint64_t>& jobs() const { return jobs_; }
+
+ private:
+  template <typename F>
+  void timed(const std::string& key, F&& f) {
+    const uint64_t j0 = ThreadPool::published_jobs();
+    const double t0 = now_s();
+    f();
+    auto& a = acc_[key];
+    a.first += now_s() - t0;
+    a.second += 1;
+    jobs_[key] += ThreadPool::published_jobs() - j0;
+  }
+  backend::Backend& in_;
+  std::map<std::string, std::pair<double, long>> acc_;
+  std::map<std::string, uint64_t> jobs_;
+};
+
+std::vector<int32_t> tokens(int n, uint32_t n_vocab, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t[i] = static_cast<int32_t>(x % n_vocab);
+  }
+  return t;
+}
+
+int die(const char* what, const Status& st) {
+  std::fprintf(stderr, "bench_verify: %s: %s\n", what, st.to_string().c_str());
+  return 1;
+}
+
+// One timed call from the checkpointed frontier: r == 0 is decode(1), else verify(r).
+double timed_call(session::ModelSession& s, int r, const std::vector<int32_t>& rows) {
+  const double t0 = now_s();
+  if (r == 0) {
+    (void)s.decode(rows[0]);
+  } else {
+    (void)s.verify(std::span<const int32_t>(rows.data(), r));
+  }
+  const double t = now_s() - t0;
+  s.rollback();
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, drafter_path;
+  model::ExpertQuant quant = model::ExpertQuant::kQ2;
+  int threads = 2, ctx = 96, rounds = 15, profile_r = 6, only_r = -1, only_calls = 200;
+  bool profile = false, csv = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&](const char* pfx) { return a.substr(std::string(pfx).size()); };
+    if (a.rfind("--model=", 0) == 0) {
+      model_path = val("--model=");
+    } else if (a.rfind("--drafter=", 0) == 0) {
+      drafter_path = val("--drafter=");
+    } else if (a == "--quant=q4") {
+      quant = model::ExpertQuant::kQ4;
+    } else if (a == "--quant=q2") {
+      quant = model::ExpertQuant::kQ2;
+    } else if (a.rfind("--threads=", 0) == 0) {
+      threads = std::max(1, std::atoi(val("--threads=").c_str()));
+    } else if (a.rfind("--ctx=", 0) == 0) {
+      ctx = std::max(1, std::atoi(val("--ctx=").c_str()));
+    } else if (a.rfind("--rounds=", 0) == 0) {
+      rounds = std::max(1, std::atoi(val("--rounds=").c_str()));
+    } else if (a.rfind("--profile_r=", 0) == 0) {
+      profile_r = std::clamp(std::atoi(val("--profile_r=").c_str()), 1, session::kMaxBatchRows);
+      profile = true;
+    } else if (a == "--profile") {
+      profile = true;
+    } else if (a.rfind("--only_r=", 0) == 0) {
+      only_r = std::clamp(std::atoi(val("--only_r=").c_str()), 0, session::kMaxBatchRows);
+    } else if (a.rfind("--only_calls=", 0) == 0) {
+      only_calls = std::max(1, std::atoi(val("--only_calls=").c_str()));
+    } else if (a == "--csv") {
+      csv = true;
+    } else if (a.rfind("--isa=", 0) == 0) {
+      cpu::Isa isa;
+      if (!cpu::parse_isa(val("--isa="), &isa) || !cpu::set_isa(isa)) {
+        std::fprintf(stderr, "bench_verify: ISA '%s' unknown or unsupported here\n", val("--isa=").c_str());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "bench_verify: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  g_cpu_clock = threads == 1;
+  if (model_path.empty()) {
+    model_path = "/tmp/ds4_bench_verify_tiny_" + std::string(model::expert_quant_name(quant)) + "_" +
+                 std::to_string(::getpid()) + ".gguf";
+    tools::GenerateOptions opt;
+    opt.quant = quant;
+    opt.seed = 1234;
+    opt.fill = tools::FillMode::kRandomBlocks;
+    const Status st = tools::generate_model(model::tiny_profile(), opt, model_path);
+    if (!st.ok()) return die("generate", st);
+  }
+  auto m = model::Model::open(model_path);
+  if (!m.ok()) return die("open model", m.status());
+  const auto& model = *m.value();
+  const auto& cfg = model.config();
+  auto cpu_be = backend::make_cpu_backend(threads);
+  TimingBackend tbe(*cpu_be);
+
+  const int64_t n_ctx = ctx + 2 * session::kMaxBatchRows + 8;
+  auto s_or = session::ModelSession::create(model, *cpu_be, n_ctx, uint64_t{1} << 34);
+  if (!s_or.ok()) return die("session", s_or.status());
+  auto& s = *s_or.value();
+  const auto prompt = tokens(ctx, cfg.n_vocab, 99);
+  if (Status st = s.prefill(prompt); !st.ok()) return die("prefill", st);
+  s.checkpoint();
+  const auto rows = tokens(session::kMaxBatchRows, cfg.n_vocab, 7);
+
+  if (only_r >= 0) {
+    // Only one call kind, repeated (for an external profiler such as perf).
+    std::vector<double> tt;
+    for (int i = 0; i < only_calls; ++i) tt.push_back(timed_call(s, only_r, rows));
+    std::printf("only %s: best %.3f ms, median %.3f ms (%d calls)\n",
+                only_r == 0 ? "decode(1)" : ("verify(" + std::to_string(only_r) + ")").c_str(),
+                *std::min_element(tt.begin(), tt.end()) * 1e3, median_of(tt) * 1e3, only_calls);
+    if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());
+    return 0;
+  }
+
+  constexpr int kR = session::kMaxBatchRows;
+  std::vector<std::vector<double>> t(kR + 1);
+  for (int r = 0; r <= kR; ++r) timed_call(s, r, rows);  // warm-up
+  // Interleaved rounds; the starting r rotates so every r follows every other equally often
+  // (the previous call's cache footprint would otherwise favour some r).
+  for (int round = 0; round < rounds; ++round)
+    for (int j = 0; j <= kR; ++j) {
+      const int r = (round + j) % (kR + 1);
+      t[r].push_back(timed_call(s, r, rows));
+    }
+
+  std::printf("bench_verify: model %s (%s), isa=%s, threads=%d (%s), ctx=%d, rounds=%d\n", model_path.c_str(),
+              cfg.name.c_str(), cpu::isa_name(cpu::active_isa()), threads,
+              g_cpu_clock ? "thread CPU time" : "wall time", ctx, rounds);
+  const double d_best = *std::min_element(t[0].begin(), t[0].end());
+  const double d_med = median_of(t[0]);
+  std::printf("decode(1): best %.3f ms (%.1f tok/s), median %.3f ms (%.1f tok/s)\n", d_best * 1e3, 1.0 / d_best,
+              d_med * 1e3, 1.0 / d_med);
+  std::printf("%4s %10s %10s %12s %12s\n", "r", "best_ms", "median_ms", "ratio_best", "ratio_median");
+  std::string line = "csv: " + std::string(cpu::isa_name(cpu::active_isa())) + "," + std::to_string(threads) + "," +
+                     std::to_string(d_best * 1e3);
+  for (int r = 1; r <= kR; ++r) {
+    const double b = *std::min_element(t[r].begin(), t[r].end());
+    const double md = median_of(t[r]);
+    std::printf("%4d %10.3f %10.3f %12.2f %12.2f\n", r, b * 1e3, md * 1e3, b / d_best, md / d_med);
+    line += "," + std::to_string(b / d_best);
+  }
+  if (csv) std::printf("csv: isa,threads,decode1_ms,ratio_r1..r8\n%s\n", line.c_str());
+
+  // Per-op split of `reps` calls of f through the timing backend.
+  auto print_profile = [&](const std::string& what, int reps, const std::function<double()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    tbe.reset();
+    double total = 0.0;
+    for (int i = 0; i < reps; ++i) total += f();
+    std::vector<std::pair<std::string, std::pair<double, long>>> ops(tbe.acc().begin(), tbe.acc().end());
+    std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double in_ops = 0.0;
+    for (const auto& o : ops) in_ops += o.second.first;
+    std::printf("\nprofile %s: %.3f ms per call (%d calls), %.1f%% inside backend ops\n", what.c_str(),
+                total / reps * 1e3, reps, 100.0 * in_ops / total);
+    std::printf("  %-36s %10s %8s %10s %10s %8s\n", "op", "ms/call", "share", "ops/call", "jobs/call", "us/op");
+    uint64_t all_jobs = 0;
+    for (const auto& o : ops) {
+      const uint64_t jobs = tbe.jobs().at(o.first);
+      all_jobs += jobs;
+      std::printf("  %-36s %10.4f %7.1f%% %10.1f %10.1f %8.2f\n", o.first.c_str(), o.second.first / reps * 1e3,
+                  100.0 * o.second.first / total, static_cast<double>(o.second.second) / reps,
+                  static_cast<double>(jobs) / reps, o.second.first / static_cast<double>(o.second.second) * 1e6);
+    }
+    std::printf("  pool jobs per call: %.1f\n", static_cast<double>(all_jobs) / reps);
+  };
+  const int reps = std::max(rounds, 5);
+
+  if (profile) {
+    auto ps_or = session::ModelSession::create(model, tbe, n_ctx, uint64_t{1} << 34);
+    if (!ps_or.ok()) return die("session", ps_or.status());
+    auto& ps = *ps_or.value();
+    if (Status st = ps.prefill(prompt); !st.ok()) return die("prefill", st);
+    ps.checkpoint();
+    for (int r : {0, profile_r}) {
+      print_profile(r == 0 ? "decode(1)" : "verify(" + std::to_string(r) + ")", reps,
+                    [&] { return timed_call(ps, r, rows); });
+    }
+  }
+
+  if (!drafter_path.empty()) {
+    // A drafter on `be` whose ring holds `window` rows ending at the frontier, and one full
+    // proposal from it (no thresholds: the chain runs to block_size).
+    auto make_drafter = [&](backend::Backend& be) -> Expected<std::unique_ptr<speculative::Drafter>> {
+      auto d = speculative::load_drafter(model, be, drafter_path);
+      if (!d.ok()) return d.status();
+      speculative::Drafter& dr = *d.value();
+      const int w = dr.config().window;
+      std::vector<float> hidden(static_cast<size_t>(w) * dr.capture_width());
+      uint64_t x = 0x243f6a8885a308d3ull;
+      for (float& v : hidden) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = static_cast<float>(static_cast<int64_t>(x % 2001) - 1000) * 1e-3f;
+      }
+      dr.commit_rows(ctx - w, w, hidden.data());
+      return d;
+    };
+    auto propose = [&](speculative::Drafter& dr) {
+      speculative::Proposal prop;
+      const double t0 = now_s();
+      dr.propose(rows[0], ctx, dr.config().block_size, {}, &prop);
+      return now_s() - t0;
+    };
+    auto d_or = make_drafter(*cpu_be);
+    if (!d_or.ok()) return die("drafter", d_or.status());
+    std::vector<double> tp;
+    for (int i = 0; i < 3; ++i) propose(*d_or.value());
+    for (int i = 0; i < rounds; ++i) tp.push_back(propose(*d_or.value()));
+    const double p_best = *std::min_element(tp.begin(), tp.end());
+    std::printf("proposal(%d drafts): best %.3f ms (%.2f decode), median %.3f ms (%.2f decode)\n",
+                d_or.value()->config().block_size, p_best * 1e3, p_best / d_best, median_of(tp) * 1e3,
+                median_of(tp) / d_med);
+    if (profile) {
+      auto pd_or = make_drafter(tbe);
+      if (!pd_or.ok()) return die("drafter", pd_or.status());
+      print_profile("proposal", reps, [&] { return propose(*pd_or.value()); });
+    }
+  }
+  if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());
+  return 0;
+}

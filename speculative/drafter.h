@@ -1,0 +1,109 @@
+// speculative/drafter.h — the DSpark drafter forward (dspark-drafter.md §2-§9, §11) over backend ops.
+//
+// Role: keeps the per-stage context rings fed from the target's hidden captures and turns an
+// anchor token into up to block_size greedy drafts with per-position confidences.
+// Invariants:
+//  * Ring rows exist only for COMMITTED target positions: callers pass committed rows only
+//    (the runtime never commits rows of rejected drafts). Rows hold positions
+//    [ring_start(), ring_next()) (at most `window` of them, slot = pos % window). A row at a
+//    position past ring_next() (a gap) resets the ring; a row before it truncates first.
+//  * A proposal at anchor position P needs ring_next() == P and sees context positions
+//    max(ring_start(), P - window) .. P-1 plus the whole block, bidirectionally.
+//  * Deterministic and allocation-free per proposal and per committed row (scratch sized at
+//    creation). Every batched op is batch invariant, so ring rows do not depend on how rows
+//    were grouped into commit calls.
+//  * Greedy Markov chain: d_k = argmax(U_k + W2·W1[prev]), ties -> smallest id; confidence
+//    c_k = σ(w·[y_k ; W1[prev]]) with y_k the pre-norm HC-head output (§8).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "model/model.h"
+#include "speculative/drafter_weights.h"
+
+namespace ds4::speculative {
+
+// One proposal. tokens[0..n) are the drafts d_0..d_{n-1} (d_k predicts position P+1+k).
+struct Proposal {
+  int n = 0;                          // 0 = no draft
+  int32_t tokens[kMaxBlockSize] = {};
+  float conf[kMaxBlockSize] = {};     // σ(confidence logit) of each produced draft
+  float conf0 = 0.0f;                 // σ(conf_0), set whenever the block ran
+  bool conf0_rejected = false;        // stopped by the position-0 precheck (no vocab head)
+  bool no_context = false;            // ring does not end at the anchor position
+};
+
+// First index of the maximum of u[i] + bias[i] (bias may be null): ties -> smallest id; NaN
+// never wins (all NaN / -inf: 0).
+int32_t markov_argmax(const float* u, const float* bias, int64_t n);
+
+// Threshold of draft position k: thr[min(k, size-1)], 0 when empty ("last value extends").
+inline float threshold_at(std::span<const float> thr, int k) {
+  if (thr.empty()) return 0.0f;
+  return thr[static_cast<size_t>(k) < thr.size() ? k : thr.size() - 1];
+}
+
+class Drafter {
+ public:
+  static Expected<std::unique_ptr<Drafter>> create(const model::Model& target, backend::Backend& be,
+                                                   std::unique_ptr<DrafterWeights> weights);
+  ~Drafter();
+
+  const DSparkConfig& config() const { return w_->config; }
+  const DrafterWeights& weights() const { return *w_; }
+  int64_t capture_width() const;  // n_capture * n_embd floats per captured row
+
+  // ---- context rings ----
+  void ring_reset();
+  // Commits rows at positions pos0 .. pos0+n-1; hidden: [n, capture_width()] f32 (HC means of
+  // the capture layers, in target_layer_ids order). Any n >= 1 (processed in chunks).
+  void commit_rows(int64_t pos0, int n, const float* hidden);
+  int64_t ring_next() const { return ring_next_; }
+  int64_t ring_start() const { return ring_start_; }
+  // Ring row of `stage` at position pos ([head_dim] f32), nullptr when not held.
+  const float* ring_row(int stage, int64_t pos) const;
+  // Rows of [ring_start, ring_next) past `pos` are dropped (pos <= ring_start empties it).
+  void ring_truncate(int64_t pos);
+
+  // ---- proposals ----
+  // Anchor token at position pos; at most n_max (<= block_size) drafts; per-position σ
+  // thresholds (last value extends; empty = 0). Lazy: conf_0 is checked before the vocab
+  // head, and the chain stops at the first position below its threshold.
+  void propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thresholds, Proposal* out);
+  // After propose(): biased logits Z_k ([n_vocab]) and the raw confidence logit of the
+  // positions the chain reached (k < out->n, or k == 0 when conf0 was computed).
+  std::span<const float> last_z(int k) const;
+  float last_conf_logit(int k) const { return conf_logit_[k]; }
+
+ private:
+  Drafter(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w);
+  void commit_chunk(int64_t pos0, int n, const float* hidden);
+  void stage_forward(int s, int64_t pos);
+  void stage_attention(int s, int64_t pos);
+  void stage_ffn(int s);
+
+  const model::Model& target_;
+  const model::ModelConfig& cfg_;
+  backend::Backend& be_;
+  std::unique_ptr<DrafterWeights> w_;
+  int B_ = 0;                  // block size
+  int W_ = 0;                  // ring rows
+  int64_t ring_start_ = 0;
+  int64_t ring_next_ = 0;
+  std::vector<float> ring_;    // [S, W, D]
+  float conf_logit_[kMaxBlockSize] = {};
+
+  struct Scratch;
+  std::unique_ptr<Scratch> s_;
+};
+
+// Opens a support GGUF for `target` and builds the drafter.
+Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model& target, backend::Backend& be,
+                                                const std::string& path);
+
+}  // namespace ds4::speculative

@@ -1,0 +1,131 @@
+// speculative/drafter_gen.cpp — random DSpark support GGUFs (see drafter_gen.h).
+#include "speculative/drafter_gen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "gguf/writer.h"
+#include "quant/quant.h"
+
+namespace ds4::speculative {
+
+namespace {
+
+using gguf::GgmlType;
+
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t name_key(uint64_t seed, const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return mix64(seed * 0x9e3779b97f4a7c15ull + h);
+}
+
+// Element i of a tensor: center + std*sqrt(3)*u, u uniform in [-1, 1).
+float value_at(uint64_t key, uint64_t i, float center, float std) {
+  const uint64_t h = mix64(key + (i + 1) * 0x9e3779b97f4a7c15ull);
+  const float u = static_cast<float>(h >> 40) * 0x1p-23f - 1.0f;
+  return center + std * 1.7320508f * u;
+}
+
+bool plain(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
+
+}  // namespace
+
+DrafterGenOptions resolve_gen_options(const model::ModelConfig& target, DrafterGenOptions opt) {
+  if (opt.markov_rank <= 0) opt.markov_rank = target.n_embd >= 4096 ? 256 : 64;
+  if (opt.noise_token_id < 0) {
+    opt.noise_token_id = target.n_vocab > 128799 ? 128799 : static_cast<int32_t>(target.n_vocab) - 2;
+  }
+  if (opt.target_layers.empty()) {
+    const int n = static_cast<int>(target.n_layer);
+    for (int il = std::max(0, n - 3); il < n; ++il) opt.target_layers.push_back(il);
+  }
+  return opt;
+}
+
+Status generate_drafter(const model::ModelConfig& target, const DrafterGenOptions& in, const std::string& path) {
+  DS4_RETURN_IF_ERROR(model::check_config(target));
+  const DrafterGenOptions opt = resolve_gen_options(target, in);
+  if (opt.n_stages < 1 || opt.n_stages > 16) return invalid_argument("stages: expected 1..16, got %d", opt.n_stages);
+  if (opt.block_size < 1 || opt.block_size > kMaxBlockSize)
+    return invalid_argument("block size: expected 1..%d, got %d", kMaxBlockSize, opt.block_size);
+  if (opt.markov_rank % 32 != 0) return invalid_argument("markov rank: expected a multiple of 32, got %d", opt.markov_rank);
+  DSparkConfig d;
+  d.n_stages = opt.n_stages;
+  d.block_size = opt.block_size;
+  d.noise_token_id = opt.noise_token_id;
+  d.markov_rank = opt.markov_rank;
+  d.window = opt.window > 0 ? opt.window : static_cast<int>(target.n_swa);
+  d.target_layers = opt.target_layers;
+
+  gguf::Writer w;
+  DS4_RETURN_IF_ERROR(w.set_string("general.architecture", "deepseek4"));
+  DS4_RETURN_IF_ERROR(w.set_string("general.name", "ds4-dspark-synthetic"));
+  DS4_RETURN_IF_ERROR(w.set_string("general.description", "synthetic random DSpark drafter: ds4-dspark-gguf generate seed=" +
+                                                              std::to_string(opt.seed)));
+  DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.block_size", static_cast<uint32_t>(d.block_size)));
+  DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.markov_rank", static_cast<uint32_t>(d.markov_rank)));
+  DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.noise_token_id", static_cast<uint32_t>(d.noise_token_id)));
+  std::vector<uint32_t> ids(d.target_layers.begin(), d.target_layers.end());
+  DS4_RETURN_IF_ERROR(w.set_array_u32("deepseek4.dspark.target_layer_ids", ids));
+  if (opt.window > 0) DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.sliding_window", static_cast<uint32_t>(opt.window)));
+
+  std::vector<DTensorSpec> specs = drafter_tensor_specs(target, d);
+  for (auto& [name, ne] : opt.extra_tensors) {
+    specs.push_back(DTensorSpec{name, DTensorKind::kVector, ne, -1, 0.01f, 0.0f});
+  }
+  for (DTensorSpec& s : specs) {
+    GgmlType type = GgmlType::kF32;
+    switch (s.kind) {
+      case DTensorKind::kDense: type = opt.dense_type; break;
+      case DTensorKind::kHcFn: type = opt.hc_fn_type; break;
+      case DTensorKind::kVector: type = GgmlType::kF32; break;
+      case DTensorKind::kExpert:
+        type = s.name.find("down_exps") != std::string::npos ? opt.down_type : opt.gate_up_type;
+        break;
+    }
+    if (opt.mutate && !opt.mutate(s, type)) continue;
+    const uint64_t key = name_key(opt.seed, s.name);
+    const int64_t ne0 = s.ne[0];
+    const float center = s.init_center, sd = s.init_std;
+    if (plain(type)) {
+      const uint64_t esz = type == GgmlType::kF32 ? 4 : 2;
+      gguf::FillFn fill = [key, center, sd, type, esz](uint64_t off, std::span<uint8_t> out) {
+        const uint64_t first = off / esz;
+        for (size_t k = 0; k < out.size() / esz; ++k) {
+          const float v = value_at(key, first + k, center, sd);
+          if (type == GgmlType::kF32) {
+            std::memcpy(out.data() + 4 * k, &v, 4);
+          } else {
+            const uint16_t h = type == GgmlType::kF16 ? quant::f32_to_f16(v) : quant::f32_to_bf16(v);
+            std::memcpy(out.data() + 2 * k, &h, 2);
+          }
+        }
+      };
+      DS4_RETURN_IF_ERROR(w.add_tensor(s.name, type, s.ne, std::move(fill)));
+    } else {
+      DS4_RETURN_IF_ERROR(quant::validate_row(type, ne0));
+      const uint64_t rb = quant::row_bytes(type, ne0);
+      gguf::FillFn fill = [key, center, sd, type, ne0, rb](uint64_t off, std::span<uint8_t> out) {
+        DS4_CHECK(off % rb == 0 && out.size() % rb == 0);
+        std::vector<float> row(static_cast<size_t>(ne0));
+        const uint64_t r0 = off / rb;
+        for (uint64_t r = 0; r < out.size() / rb; ++r) {
+          for (int64_t i = 0; i < ne0; ++i) row[i] = value_at(key, (r0 + r) * ne0 + i, center, sd);
+          quant::quantize_row(type, row.data(), out.data() + r * rb, ne0);
+        }
+      };
+      DS4_RETURN_IF_ERROR(w.add_tensor(s.name, type, s.ne, std::move(fill)));
+    }
+  }
+  return w.write(path);
+}
+
+}  // namespace ds4::speculative

@@ -1,0 +1,46 @@
+// speculative/drafter_gen.h — deterministic random DSpark support GGUFs for a given target config
+// (`ds4-dspark-gguf generate`, tests).
+//
+// Invariants: the file bytes depend only on (target config, options); every value is a pure
+// function of (seed, tensor name, element index) through a counter-based hash. Shapes come from
+// drafter_tensor_specs(), so generated files always pass validate_drafter() unless a test
+// mutates them on purpose. Scales keep activations sane: norms ~1, projections ~1/sqrt(fan_in),
+// HC fns small, Markov bias O(0.5) logits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "gguf/types.h"
+#include "model/config.h"
+#include "speculative/drafter_weights.h"
+
+namespace ds4::speculative {
+
+struct DrafterGenOptions {
+  uint64_t seed = 0;
+  int n_stages = 3;
+  int block_size = 5;
+  int markov_rank = 0;            // 0: 256 when n_embd >= 4096, else 64
+  int32_t noise_token_id = -1;    // -1: 128799 when the vocab holds it, else n_vocab - 2
+  std::vector<int> target_layers; // empty: the last min(3, n_layer) target layers
+  int window = 0;                 // 0: no sliding_window key (loader uses target n_swa)
+  gguf::GgmlType dense_type = gguf::GgmlType::kQ8_0;    // projections / router / Markov / confidence
+  gguf::GgmlType hc_fn_type = gguf::GgmlType::kF16;
+  gguf::GgmlType gate_up_type = gguf::GgmlType::kIQ2_XXS;
+  gguf::GgmlType down_type = gguf::GgmlType::kQ2_K;
+  // Test hook: may change a tensor's spec/type; return false to leave the tensor out.
+  std::function<bool(DTensorSpec& spec, gguf::GgmlType& type)> mutate;
+  // Test hook: extra tensors (F32, given shape) appended after the layout.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> extra_tensors;
+};
+
+// Fills defaults that depend on the target (rank, noise id, capture layers).
+DrafterGenOptions resolve_gen_options(const model::ModelConfig& target, DrafterGenOptions opt);
+Status generate_drafter(const model::ModelConfig& target, const DrafterGenOptions& opt,
+                        const std::string& path);
+
+}  // namespace ds4::speculative

@@ -1,0 +1,137 @@
+// speculative/drafter_weights.h — the DSpark support GGUF (dspark-drafter.md §1): metadata, tensor
+// layout derived from the TARGET config, validation and zero-copy binding.
+//
+// Role: turns a support file into DrafterWeights that speculative/drafter.cpp runs. Shapes come from
+// the target's ModelConfig (so the Flash file and tiny generated files use the same code) plus
+// the drafter metadata; every error names the tensor or key with expected vs actual.
+//
+// Layout (S stages, S = 1 + max N over tensor names `mtp.N.*`, S >= 1; the real file has 3):
+//   mtp.{s}.{hc_attn_fn,hc_attn_scale,hc_attn_base,attn_norm,attn_q_a,attn_q_a_norm,attn_q_b,
+//            attn_kv,attn_kv_a_norm,attn_sinks,attn_output_a,attn_output_b,hc_ffn_fn,
+//            hc_ffn_scale,hc_ffn_base,ffn_norm,ffn_gate_inp,ffn_gate_exps,ffn_up_exps,
+//            ffn_down_exps,ffn_gate_shexp,ffn_up_shexp,ffn_down_shexp}.weight
+//            + mtp.{s}.exp_probs_b.bias (required)            — 24 per stage
+//   mtp.0.main_proj.weight [n_capture*E, E], mtp.0.main_norm.weight [E],
+//   mtp.{S-1}.norm.weight [E], mtp.{S-1}.hc_head_{fn [HC, n_hc], scale [1], base [n_hc]},
+//   mtp.{S-1}.markov_head.markov_w1.weight [R, V], ...markov_w2.weight [R, V],
+//   mtp.{S-1}.confidence_head.proj.weight [E+R, 1] (or 1-D [E+R])  — 9 more
+// No compressor / indexer / tid2eid tensors may appear (a stage is SWA-only, learned routing).
+//
+// Types accepted: dense projections / router / Markov / confidence F16|F32|BF16|Q8_0; HC fns
+// F16|F32|BF16; vectors (norms, scales, bases, sinks, bias) F32|F16|BF16; routed experts
+// IQ2_XXS|Q2_K|Q4_K with up == gate type. BF16 matrices and non-F32 vectors are converted to
+// F32 copies at load (the CPU matmul has no BF16 path); everything else stays mmapped.
+//
+// Metadata (each key read under three spellings, first hit wins: `deepseek4.dspark.<k>`,
+// `deepseek4.dspark_<k>`, `dspark.<k>`; any integer type whose value fits is accepted):
+//   block_size        u32   required, 1..16                        (0731: 5)
+//   markov_rank       u32   required, > 0, == markov_w1.ne[0]      (0731: 256)
+//   noise_token_id    u32   required, < target n_vocab             (0731: 128799)
+//   target_layer_ids  u32/i32 array, required, 1..8 entries, strictly increasing, each in
+//                     [0, target n_layer)                           (0731: [40, 41, 42])
+//   sliding_window    u32   optional (ours), context ring rows W; default = target n_swa
+//                     (128 for Flash, matching the official drafter's window)
+// The generator (speculative/drafter_gen.h) writes the `deepseek4.dspark.<k>` spelling.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "gguf/gguf.h"
+#include "model/config.h"
+
+namespace ds4::speculative {
+
+inline constexpr int kMaxBlockSize = 16;
+inline constexpr int kMaxCaptureLayers = 8;
+
+struct DSparkConfig {
+  int n_stages = 0;                 // S
+  int block_size = 0;               // B: drafts per proposal (anchor-first slots)
+  int32_t noise_token_id = 0;       // MASK token of block slots 1..B-1
+  int markov_rank = 0;              // R
+  int window = 0;                   // W: context ring rows per stage
+  std::vector<int> target_layers;   // capture layers (output of the block, HC mean)
+};
+
+// One stage = a V4 block without compressor/indexer (learned routing, exp_probs_b required).
+struct StageWeights {
+  backend::Matrix hc_attn_fn;      // [HC -> MIX]
+  backend::Matrix attn_q_a;        // [E -> QL]
+  backend::Matrix attn_q_b;        // [QL -> Q]
+  backend::Matrix attn_kv;         // [E -> D]
+  backend::Matrix attn_output_a;   // [G -> OL] (n_out_group blocks of o_lora rows)
+  backend::Matrix attn_output_b;   // [OL -> E]
+  backend::Matrix hc_ffn_fn;       // [HC -> MIX]
+  backend::Matrix ffn_gate_inp;    // [E -> X] router
+  backend::Matrix ffn_gate_shexp;  // [E -> F]
+  backend::Matrix ffn_up_shexp;    // [E -> F]
+  backend::Matrix ffn_down_shexp;  // [F -> E]
+  backend::ExpertMatrix gate_exps, up_exps;  // [E -> F] x X
+  backend::ExpertMatrix down_exps;           // [F -> E] x X
+  const float* hc_attn_scale = nullptr;  // [3]
+  const float* hc_attn_base = nullptr;   // [MIX]
+  const float* attn_norm = nullptr;      // [E]
+  const float* q_a_norm = nullptr;       // [QL]
+  const float* kv_a_norm = nullptr;      // [D]
+  const float* sinks = nullptr;          // [n_head]
+  const float* hc_ffn_scale = nullptr;   // [3]
+  const float* hc_ffn_base = nullptr;    // [MIX]
+  const float* ffn_norm = nullptr;       // [E]
+  const float* exp_probs_b = nullptr;    // [X]
+};
+
+struct DrafterWeights {
+  DSparkConfig config;
+  std::vector<StageWeights> stages;  // [S]
+  backend::Matrix main_proj;         // [n_capture*E -> E]
+  const float* main_norm = nullptr;  // [E]
+  const float* norm = nullptr;       // [E] final norm (mtp.{S-1}.norm)
+  backend::Matrix hc_head_fn;        // [HC -> n_hc]
+  const float* hc_head_scale = nullptr;  // [1]
+  const float* hc_head_base = nullptr;   // [n_hc]
+  backend::Matrix markov_w1;         // V rows of R (row t = embedding of token t)
+  backend::Matrix markov_w2;         // V rows of R (row v = weights of vocab entry v's bias)
+  backend::Matrix confidence;        // 1 row of E+R (no bias)
+  size_t n_tensors = 0;              // tensors bound (81 for the real 3-stage file)
+
+  std::unique_ptr<gguf::File> file;          // keeps the mmapped bytes alive
+  std::vector<std::vector<float>> owned;     // F32 copies of converted tensors
+};
+
+// Every problem of a support file against a target config (empty = valid). Also fills *cfg
+// with what could be read.
+std::vector<std::string> validate_drafter(const gguf::File& file, const model::ModelConfig& target,
+                                          DSparkConfig* cfg);
+// Reads metadata only (stage count from tensor names).
+Expected<DSparkConfig> read_drafter_config(const gguf::File& file, const model::ModelConfig& target);
+// Validates and binds (takes ownership of the file). kInvalidArgument lists every problem.
+Expected<std::unique_ptr<DrafterWeights>> bind_drafter(std::unique_ptr<gguf::File> file,
+                                                       const model::ModelConfig& target);
+Expected<std::unique_ptr<DrafterWeights>> open_drafter_weights(const std::string& path,
+                                                               const model::ModelConfig& target);
+
+// ---- layout description (shared by validation, binding and the generator) ----
+enum class DTensorKind : uint8_t {
+  kDense,   // matrix: F16|F32|BF16|Q8_0
+  kHcFn,    // matrix: F16|F32|BF16
+  kVector,  // F32|F16|BF16
+  kExpert,  // IQ2_XXS|Q2_K|Q4_K
+};
+struct DTensorSpec {
+  std::string name;
+  DTensorKind kind = DTensorKind::kDense;
+  std::vector<int64_t> ne;  // GGUF order
+  int stage = -1;           // -1 for head tensors
+  float init_std = 0.0f;    // generator: element std
+  float init_center = 0.0f; // generator: element mean
+};
+// Tensors of an S-stage drafter for `target` and drafter config `cfg`, in file order.
+std::vector<DTensorSpec> drafter_tensor_specs(const model::ModelConfig& target,
+                                              const DSparkConfig& cfg);
+
+}  // namespace ds4::speculative

@@ -1,0 +1,323 @@
+// tests/speculative/drafter_test.cpp — support-file layout and validation errors, Markov tie-break,
+// ring maintenance (gap resets, truncation, batch invariance) and the lazy proposal loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "speculative/drafter.h"
+#include "speculative/drafter_gen.h"
+#include "tests/speculative/spec_fixture.h"
+
+namespace ds4::spec_test {
+namespace {
+
+using gguf::GgmlType;
+
+std::string errors_of(const std::string& path, const model::ModelConfig& target) {
+  auto f = gguf::File::open(path);
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  if (!f.ok()) return "";
+  std::string all;
+  for (const std::string& e : speculative::validate_drafter(**f, target, nullptr)) all += e + "\n";
+  return all;
+}
+
+std::string gen_and_validate(const std::string& stem, speculative::DrafterGenOptions opt) {
+  if (opt.gate_up_type == GgmlType::kIQ2_XXS) opt.gate_up_type = GgmlType::kQ4_K;  // fast
+  if (opt.down_type == GgmlType::kQ2_K) opt.down_type = GgmlType::kQ4_K;
+  const std::string path = temp_path(stem);
+  const Status st = speculative::generate_drafter(model::tiny_profile(), opt, path);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return errors_of(path, model::tiny_profile());
+}
+
+TEST(DrafterWeights, FlashLayoutHas81Tensors) {
+  speculative::DSparkConfig d;
+  d.n_stages = 3;
+  d.block_size = 5;
+  d.markov_rank = 256;
+  d.noise_token_id = 128799;
+  d.target_layers = {40, 41, 42};
+  const auto specs = speculative::drafter_tensor_specs(model::flash_profile(), d);
+  ASSERT_EQ(specs.size(), 81u);
+  auto find = [&](const std::string& n) -> const speculative::DTensorSpec* {
+    for (const auto& s : specs)
+      if (s.name == n) return &s;
+    return nullptr;
+  };
+  ASSERT_TRUE(find("mtp.0.main_proj.weight"));
+  EXPECT_EQ(find("mtp.0.main_proj.weight")->ne, (std::vector<int64_t>{12288, 4096}));
+  EXPECT_EQ(find("mtp.2.markov_head.markov_w1.weight")->ne, (std::vector<int64_t>{256, 129280}));
+  EXPECT_EQ(find("mtp.2.confidence_head.proj.weight")->ne, (std::vector<int64_t>{4352, 1}));
+  EXPECT_EQ(find("mtp.1.ffn_down_exps.weight")->ne, (std::vector<int64_t>{2048, 4096, 256}));
+  EXPECT_EQ(find("mtp.2.hc_head_fn.weight")->ne, (std::vector<int64_t>{16384, 4}));
+  EXPECT_EQ(find("mtp.0.hc_attn_fn.weight")->ne, (std::vector<int64_t>{16384, 24}));
+  EXPECT_EQ(find("mtp.0.attn_output_a.weight")->ne, (std::vector<int64_t>{4096, 8192}));
+  EXPECT_TRUE(find("mtp.1.exp_probs_b.bias"));
+  EXPECT_FALSE(find("mtp.0.hc_head_fn.weight"));
+  EXPECT_FALSE(find("mtp.0.attn_compressor_kv.weight"));
+}
+
+TEST(DrafterWeights, GeneratedFileValidatesAndBinds) {
+  const model::ModelConfig tiny = model::tiny_profile();
+  const std::string path = tiny_drafter_path(3);
+  EXPECT_EQ(errors_of(path, tiny), "");
+  auto w = speculative::open_drafter_weights(path, tiny);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  const speculative::DSparkConfig& c = (*w)->config;
+  EXPECT_EQ(c.n_stages, 3);
+  EXPECT_EQ(c.block_size, 5);
+  EXPECT_EQ(c.markov_rank, 64);
+  EXPECT_EQ(c.noise_token_id, static_cast<int32_t>(tiny.n_vocab) - 2);
+  EXPECT_EQ(c.target_layers, (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(c.window, static_cast<int>(tiny.n_swa));
+  EXPECT_EQ((*w)->n_tensors, 81u);
+  EXPECT_TRUE((*w)->owned.empty());  // all mmapped (no BF16 / non-F32 vectors)
+}
+
+TEST(DrafterWeights, ValidationErrorsNameTheTensor) {
+  speculative::DrafterGenOptions opt;
+  opt.seed = 1;
+  opt.mutate = [](speculative::DTensorSpec& s, GgmlType& t) {
+    if (s.name == "mtp.1.attn_kv.weight") s.ne = {256, 256};
+    if (s.name == "mtp.0.ffn_down_exps.weight") t = GgmlType::kQ8_0;
+    if (s.name == "mtp.2.hc_head_fn.weight") t = GgmlType::kQ8_0;
+    return s.name != "mtp.2.exp_probs_b.bias";
+  };
+  opt.extra_tensors = {{"mtp.1.attn_compressor_kv.weight", {256, 128}}, {"other.tool.tensor", {4}}};
+  const std::string e = gen_and_validate("bad_layout", opt);
+  EXPECT_NE(e.find("tensor 'mtp.1.attn_kv.weight': shape expected [256, 128], got [256, 256]"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'mtp.0.ffn_down_exps.weight': type expected iq2_xxs|q2_K|q4_K, got q8_0"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'mtp.2.hc_head_fn.weight': type expected f16|f32|bf16, got q8_0"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'mtp.2.exp_probs_b.bias': missing"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'mtp.1.attn_compressor_kv.weight': unexpected"), std::string::npos) << e;
+  EXPECT_EQ(e.find("other.tool.tensor"), std::string::npos) << "non-mtp tensors are ignored";
+
+  auto bad = speculative::open_drafter_weights(temp_path("bad_layout"), model::tiny_profile());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("mtp.1.attn_kv.weight"), std::string::npos);
+}
+
+TEST(DrafterWeights, MetadataAndTargetMismatch) {
+  {
+    speculative::DrafterGenOptions opt;
+    opt.target_layers = {6, 5};
+    opt.noise_token_id = 9000;
+    const std::string e = gen_and_validate("bad_meta", opt);
+    EXPECT_NE(e.find("strictly increasing"), std::string::npos) << e;
+    EXPECT_NE(e.find("noise_token_id: expected < target vocab 8192, got 9000"), std::string::npos) << e;
+  }
+  {
+    speculative::DrafterGenOptions opt;
+    opt.target_layers = {5, 8};
+    const std::string e = gen_and_validate("bad_layer", opt);
+    EXPECT_NE(e.find("expected a target layer in [0, 8), got 8"), std::string::npos) << e;
+  }
+  {
+    speculative::DrafterGenOptions opt;
+    opt.gate_up_type = GgmlType::kQ2_K;
+    opt.mutate = [](speculative::DTensorSpec& s, GgmlType& t) {
+      if (s.name == "mtp.2.ffn_up_exps.weight") t = GgmlType::kIQ2_XXS;
+      return true;
+    };
+    const std::string e = gen_and_validate("bad_up", opt);
+    EXPECT_NE(e.find("tensor 'mtp.2.ffn_up_exps.weight': type expected q2_K (same as gate), got iq2_xxs"),
+              std::string::npos)
+        << e;
+  }
+  // A tiny drafter against the Flash target: shapes derive from the target, so they differ.
+  const std::string e = errors_of(tiny_drafter_path(3), model::flash_profile());
+  EXPECT_NE(e.find("tensor 'mtp.0.main_proj.weight': shape expected [12288, 4096], got [768, 256]"), std::string::npos)
+      << e;
+}
+
+TEST(DrafterWeights, Bf16HeadsIq2AndQ4ExpertsAccepted) {
+  speculative::DrafterGenOptions opt;
+  opt.seed = 4;
+  opt.dense_type = GgmlType::kBF16;
+  opt.hc_fn_type = GgmlType::kBF16;
+  opt.gate_up_type = GgmlType::kIQ2_XXS;
+  opt.down_type = GgmlType::kQ4_K;
+  const std::string path = temp_path("bf16");
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), opt, path).ok());
+  Stack st = Stack::open(7);
+  auto d = speculative::load_drafter(*st.model, *st.backend, path);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_FALSE((*d)->weights().owned.empty());
+  EXPECT_EQ((*d)->weights().markov_w1.type, GgmlType::kF32);  // converted copy
+  // It runs: one committed row, one proposal.
+  std::vector<float> h((*d)->capture_width(), 0.25f);
+  (*d)->commit_rows(0, 1, h.data());
+  speculative::Proposal p;
+  (*d)->propose(3, 1, 5, {}, &p);
+  EXPECT_EQ(p.n, 5);
+}
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::vector<uint8_t> b;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return b;
+  uint8_t buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) b.insert(b.end(), buf, buf + n);
+  std::fclose(f);
+  return b;
+}
+
+TEST(DrafterGen, DeterministicPerSeed) {
+  speculative::DrafterGenOptions opt;
+  opt.gate_up_type = GgmlType::kQ4_K;
+  opt.down_type = GgmlType::kQ4_K;
+  opt.seed = 11;
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), opt, temp_path("det_a")).ok());
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), opt, temp_path("det_b")).ok());
+  opt.seed = 12;
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), opt, temp_path("det_c")).ok());
+  const auto a = file_bytes(temp_path("det_a")), b = file_bytes(temp_path("det_b")), c = file_bytes(temp_path("det_c"));
+  ASSERT_GT(a.size(), 1000u);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_NE(a, c);
+}
+
+TEST(Markov, ArgmaxTiesGoToSmallestId) {
+  const float u[6] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 3.0f};
+  EXPECT_EQ(speculative::markov_argmax(u, nullptr, 6), 1);
+  const float b[6] = {2.0f, 0.0f, 1.0f, 0.0f, 4.0f, 0.5f};  // sums 3,3,3,3,3,3.5
+  EXPECT_EQ(speculative::markov_argmax(u, b, 6), 5);
+  const float b2[6] = {2.0f, 0.0f, 1.0f, 0.0f, 4.0f, 0.0f};  // all 3: first wins
+  EXPECT_EQ(speculative::markov_argmax(u, b2, 6), 0);
+  const float nan_first[3] = {NAN, 1.0f, 1.0f};
+  EXPECT_EQ(speculative::markov_argmax(nan_first, nullptr, 3), 1);  // NaN never wins
+}
+
+class DrafterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { stack_ = new Stack(Stack::open(7)); }
+  static void TearDownTestSuite() {
+    delete stack_;
+    stack_ = nullptr;
+  }
+  static Stack* stack_;
+
+  // Deterministic fake captures: row p = f(p).
+  std::vector<float> hidden_rows(const speculative::Drafter& d, int64_t pos0, int n) {
+    std::vector<float> h(static_cast<size_t>(n) * d.capture_width());
+    for (int i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d.capture_width(); ++j)
+        h[i * d.capture_width() + j] = std::sin(0.37f * static_cast<float>(pos0 + i) + 0.011f * static_cast<float>(j));
+    return h;
+  }
+};
+Stack* DrafterTest::stack_ = nullptr;
+
+TEST_F(DrafterTest, RingBatchInvarianceGapAndTruncate) {
+  auto a = stack_->drafter(3);
+  auto b = stack_->drafter(3);
+  ASSERT_TRUE(a && b);
+  const int W = a->config().window;
+  const int64_t D = stack_->model->config().head_dim;
+  // a: 45 rows in one call (only the last W are computed); b: one by one.
+  auto h = hidden_rows(*a, 0, 45);
+  a->commit_rows(0, 45, h.data());
+  for (int p = 0; p < 45; ++p) b->commit_rows(p, 1, h.data() + p * a->capture_width());
+  EXPECT_EQ(a->ring_next(), 45);
+  EXPECT_EQ(a->ring_start(), 45 - W);
+  EXPECT_EQ(b->ring_start(), 45 - W);
+  for (int st = 0; st < 3; ++st) {
+    EXPECT_EQ(a->ring_row(st, 45 - W - 1), nullptr);
+    for (int64_t p = 45 - W; p < 45; ++p) {
+      ASSERT_TRUE(a->ring_row(st, p));
+      ASSERT_EQ(0, std::memcmp(a->ring_row(st, p), b->ring_row(st, p), sizeof(float) * D)) << st << " " << p;
+    }
+  }
+  // Same rings => same proposals.
+  speculative::Proposal pa, pb;
+  a->propose(11, 45, 5, {}, &pa);
+  b->propose(11, 45, 5, {}, &pb);
+  ASSERT_EQ(pa.n, 5);
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(pa.tokens[k], pb.tokens[k]);
+
+  // Anchor position must equal ring_next.
+  a->propose(11, 44, 5, {}, &pa);
+  EXPECT_TRUE(pa.no_context);
+  EXPECT_EQ(pa.n, 0);
+
+  // Truncate (timeline went back): rows past the point disappear, earlier stay.
+  a->ring_truncate(40);
+  EXPECT_EQ(a->ring_next(), 40);
+  EXPECT_EQ(a->ring_row(0, 40), nullptr);
+  EXPECT_NE(a->ring_row(0, 39), nullptr);
+  // Re-committing the same rows restores the same ring.
+  a->commit_rows(40, 5, h.data() + 40 * a->capture_width());
+  for (int64_t p = 45 - W; p < 45; ++p) ASSERT_EQ(0, std::memcmp(a->ring_row(1, p), b->ring_row(1, p), sizeof(float) * D));
+
+  // Gap: a row past ring_next resets the ring to start there.
+  auto g = hidden_rows(*a, 50, 1);
+  a->commit_rows(50, 1, g.data());
+  EXPECT_EQ(a->ring_start(), 50);
+  EXPECT_EQ(a->ring_next(), 51);
+  EXPECT_EQ(a->ring_row(0, 44), nullptr);
+  // Ring rows are position-dependent (RoPE): the same capture at another position differs.
+  auto c = stack_->drafter(3);
+  c->commit_rows(51, 1, g.data());
+  EXPECT_NE(0, std::memcmp(a->ring_row(0, 50), c->ring_row(0, 51), sizeof(float) * D));
+}
+
+TEST_F(DrafterTest, LazyLoopAndConfidenceThresholds) {
+  auto d = stack_->drafter(3);
+  ASSERT_TRUE(d);
+  auto h = hidden_rows(*d, 0, 20);
+  d->commit_rows(0, 20, h.data());
+  const int V = static_cast<int>(stack_->model->config().n_vocab);
+  speculative::Proposal full;
+  d->propose(77, 20, 5, {}, &full);
+  ASSERT_EQ(full.n, 5);
+  float conf_logit[5];
+  for (int k = 0; k < 5; ++k) {
+    conf_logit[k] = d->last_conf_logit(k);
+    EXPECT_FLOAT_EQ(full.conf[k], 1.0f / (1.0f + std::exp(-conf_logit[k])));
+    // d_k is the first argmax of Z_k.
+    std::span<const float> z = d->last_z(k);
+    EXPECT_EQ(full.tokens[k], speculative::markov_argmax(z.data(), nullptr, V));
+  }
+  EXPECT_FLOAT_EQ(full.conf0, full.conf[0]);
+  // Deterministic.
+  speculative::Proposal again;
+  d->propose(77, 20, 5, {}, &again);
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(again.tokens[k], full.tokens[k]);
+    EXPECT_EQ(again.conf[k], full.conf[k]);
+  }
+  // n_max caps the chain; the prefix is the same.
+  speculative::Proposal two;
+  d->propose(77, 20, 2, {}, &two);
+  ASSERT_EQ(two.n, 2);
+  EXPECT_EQ(two.tokens[1], full.tokens[1]);
+  // The chain stops at the first position below its threshold (last value extends).
+  for (int j = 1; j < 5; ++j) {
+    std::vector<float> thr(j + 1, 0.0f);
+    thr[j] = std::nextafter(full.conf[j], 2.0f);
+    speculative::Proposal p;
+    d->propose(77, 20, 5, thr, &p);
+    EXPECT_EQ(p.n, j) << "threshold at position " << j;
+    for (int k = 0; k < p.n; ++k) EXPECT_EQ(p.tokens[k], full.tokens[k]);
+  }
+  // conf0 precheck: no vocab head, no drafts.
+  const float thr0[1] = {std::nextafter(full.conf[0], 2.0f)};
+  speculative::Proposal r;
+  d->propose(77, 20, 5, thr0, &r);
+  EXPECT_TRUE(r.conf0_rejected);
+  EXPECT_EQ(r.n, 0);
+  EXPECT_EQ(r.conf0, full.conf0);
+  // The Markov bias depends on the previous token: another anchor changes Z_0.
+  speculative::Proposal other;
+  d->propose(78, 20, 1, {}, &other);
+  std::vector<float> z78(d->last_z(0).begin(), d->last_z(0).end());
+  d->propose(77, 20, 1, {}, &other);
+  EXPECT_NE(0, std::memcmp(z78.data(), d->last_z(0).data(), sizeof(float) * V));
+}
+
+}  // namespace
+}  // namespace ds4::spec_test
