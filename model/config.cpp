@@ -358,9 +358,18 @@ ModelConfig read_config(const gguf::File& file, std::vector<std::string>* proble
     if (!arch.ok()) {
       problem(arch.status().message());
     } else if (*arch != kArchitecture) {
-      problem(fmt("general.architecture is '%s', expected '%s'", arch->c_str(), kArchitecture));
+      // The 0731 DSpark support file is a GGUF of its own architecture: say what it is.
+      const char* hint = *arch == "deepseek4-dspark"
+                             ? " (this is a DSpark support file: load it as the drafter, next to the model)"
+                             : "";
+      problem(fmt("general.architecture is '%s', expected '%s'%s", arch->c_str(), kArchitecture, hint));
       return c;  // a different model family: its keys would only produce noise
     }
+  }
+  {
+    // Informative; the 0731 release names its checkpoint here (preview files carry none).
+    auto rev = file.get_string_or("general.source.revision", "");
+    if (rev.ok()) c.source_revision = *rev; else problem(rev.status().message());
   }
   {
     auto v = file.get_u64_or(kContextLengthKey, 0);

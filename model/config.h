@@ -62,9 +62,17 @@ struct RopeParams {
   float beta_slow = 1.0f;
 };
 
+// Hugging Face revision of deepseek-ai/DeepSeek-V4-Flash-0731, the official release: what a 0731
+// GGUF's general.source.revision and the 0731 DSpark support file's dspark.source.revision name.
+inline constexpr const char* kFlash0731Revision = "7872f01b1d1fe23eabc4c98b48bffcef5a386062";
+inline constexpr const char* kFlash0731Url = "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash-0731";
+
 struct ModelConfig {
   // ---- informative keys ----
   std::string name;             // general.name ("" if absent)
+  // general.source.revision ("" if absent): the Hugging Face revision of the checkpoint the file
+  // was converted from (0731: 7872f01b…). Compared with a DSpark support file's provenance.
+  std::string source_revision;
   uint64_t context_length = 0;  // deepseek4.context_length (0 if absent; printed only)
 
   // ---- shape (deepseek4.* keys, ds4-architecture.md §1.1) ----

@@ -66,16 +66,35 @@ Status generate_drafter(const model::ModelConfig& target, const DrafterGenOption
   d.target_layers = opt.target_layers;
 
   gguf::Writer w;
-  DS4_RETURN_IF_ERROR(w.set_string("general.architecture", "deepseek4"));
-  DS4_RETURN_IF_ERROR(w.set_string("general.name", "ds4-dspark-synthetic"));
-  DS4_RETURN_IF_ERROR(w.set_string("general.description", "synthetic random DSpark drafter: ds4-dspark-gguf generate seed=" +
-                                                              std::to_string(opt.seed)));
-  DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.block_size", static_cast<uint32_t>(d.block_size)));
-  DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.markov_rank", static_cast<uint32_t>(d.markov_rank)));
-  DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.noise_token_id", static_cast<uint32_t>(d.noise_token_id)));
+  const bool standalone = opt.layout == SupportLayout::kStandalone0731;
+  const std::string p = standalone ? "dspark." : "deepseek4.dspark.";
+  auto omitted = [&](const std::string& key) {
+    return std::find(opt.omit_keys.begin(), opt.omit_keys.end(), key) != opt.omit_keys.end();
+  };
+  auto put_u32 = [&](const std::string& key, uint32_t v) {
+    return omitted(key) ? Status::ok_status() : w.set_u32(key, v);
+  };
+  auto put_str = [&](const std::string& key, const std::string& v) {
+    return omitted(key) ? Status::ok_status() : w.set_string(key, v);
+  };
+  DS4_RETURN_IF_ERROR(put_str("general.architecture", standalone ? kStandaloneArchitecture : "deepseek4"));
+  DS4_RETURN_IF_ERROR(put_str("general.name", "ds4-dspark-synthetic"));
+  DS4_RETURN_IF_ERROR(put_str("general.description", "synthetic random DSpark drafter: ds4-dspark-gguf generate seed=" +
+                                                         std::to_string(opt.seed)));
+  DS4_RETURN_IF_ERROR(put_u32(p + "block_size", static_cast<uint32_t>(d.block_size)));
+  DS4_RETURN_IF_ERROR(put_u32(p + "markov_rank", static_cast<uint32_t>(d.markov_rank)));
+  DS4_RETURN_IF_ERROR(put_u32(p + "noise_token_id", static_cast<uint32_t>(d.noise_token_id)));
   std::vector<uint32_t> ids(d.target_layers.begin(), d.target_layers.end());
-  DS4_RETURN_IF_ERROR(w.set_array_u32("deepseek4.dspark.target_layer_ids", ids));
-  if (opt.window > 0) DS4_RETURN_IF_ERROR(w.set_u32("deepseek4.dspark.sliding_window", static_cast<uint32_t>(opt.window)));
+  if (!omitted(p + "target_layer_ids")) DS4_RETURN_IF_ERROR(w.set_array_u32(p + "target_layer_ids", ids));
+  if (standalone) {
+    DS4_RETURN_IF_ERROR(put_u32(p + "stage_count", static_cast<uint32_t>(d.n_stages)));
+    DS4_RETURN_IF_ERROR(put_u32(p + "n_layers", static_cast<uint32_t>(d.n_stages)));
+    std::string rev = opt.source_revision;
+    if (rev.empty()) rev = target.source_revision.empty() ? model::kFlash0731Revision : target.source_revision;
+    DS4_RETURN_IF_ERROR(put_str("dspark.source.revision", rev));
+  }
+  if (opt.window > 0) DS4_RETURN_IF_ERROR(put_u32(p + "sliding_window", static_cast<uint32_t>(opt.window)));
+  for (const auto& [key, v] : opt.extra_u32_keys) DS4_RETURN_IF_ERROR(w.set_u32(key, v));
 
   std::vector<DTensorSpec> specs = drafter_tensor_specs(target, d);
   for (auto& [name, ne] : opt.extra_tensors) {

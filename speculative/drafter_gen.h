@@ -32,6 +32,17 @@ struct DrafterGenOptions {
   gguf::GgmlType hc_fn_type = gguf::GgmlType::kF16;
   gguf::GgmlType gate_up_type = gguf::GgmlType::kIQ2_XXS;
   gguf::GgmlType down_type = gguf::GgmlType::kQ2_K;
+  // Metadata layout: kDeepseek4Keys writes general.architecture = deepseek4 and
+  // `deepseek4.dspark.*`; kStandalone0731 writes the published 0731 form: general.architecture =
+  // deepseek4-dspark, bare `dspark.*` keys, dspark.stage_count / n_layers and
+  // dspark.source.revision.
+  SupportLayout layout = SupportLayout::kDeepseek4Keys;
+  // Standalone layout: dspark.source.revision. "" = the target's general.source.revision, or
+  // model::kFlash0731Revision when the target has none.
+  std::string source_revision;
+  // Test hooks: metadata keys (full names) left out of the file; extra u32 keys appended.
+  std::vector<std::string> omit_keys;
+  std::vector<std::pair<std::string, uint32_t>> extra_u32_keys;
   // Test hook: may change a tensor's spec/type; return false to leave the tensor out.
   std::function<bool(DTensorSpec& spec, gguf::GgmlType& type)> mutate;
   // Test hook: extra tensors (F32, given shape) appended after the layout.

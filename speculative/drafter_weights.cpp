@@ -2,6 +2,8 @@
 #include "speculative/drafter_weights.h"
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "core/log.h"
 #include "quant/quant.h"
 
 namespace ds4::speculative {
@@ -41,13 +44,28 @@ std::string shape_str(const gguf::TensorInfo& t) {
   return shape_str(ne);
 }
 
-// The key under the first spelling present, or "" (dspark-drafter.md §1.3).
-std::string find_key(const gguf::File& f, const std::string& k) {
+// The key under the first spelling present, or "" (dspark-drafter.md §1.3). The standalone 0731
+// layout has one spelling only: bare `dspark.<k>`.
+std::string find_key(const gguf::File& f, const std::string& k, SupportLayout layout) {
+  if (layout == SupportLayout::kStandalone0731) return f.has("dspark." + k) ? "dspark." + k : "";
   for (const std::string& p : {std::string("deepseek4.dspark."), std::string("deepseek4.dspark_"), std::string("dspark.")}) {
     if (f.has(p + k)) return p + k;
   }
   return "";
 }
+
+// The spelling a missing key is reported under.
+std::string canonical_key(const std::string& k, SupportLayout layout) {
+  return (layout == SupportLayout::kStandalone0731 ? "dspark." : "deepseek4.dspark.") + k;
+}
+
+SupportLayout detect_layout(const gguf::File& f) {
+  auto arch = f.get_string_or("general.architecture", "");
+  return arch.ok() && *arch == kStandaloneArchitecture ? SupportLayout::kStandalone0731
+                                                       : SupportLayout::kDeepseek4Keys;
+}
+
+constexpr const char* kSourcePrefix = "dspark.source.";
 
 bool type_in(GgmlType t, std::initializer_list<GgmlType> list) {
   return std::find(list.begin(), list.end(), t) != list.end();
@@ -146,15 +164,22 @@ std::vector<DTensorSpec> drafter_tensor_specs(const model::ModelConfig& c, const
   return out;
 }
 
-Expected<DSparkConfig> read_drafter_config(const gguf::File& f, const model::ModelConfig& target) {
-  DSparkConfig d;
-  std::vector<std::string> errs;
+namespace {
+
+// Metadata of a support file. `target` may be null (describe_support): the checks that need the
+// target (vocab, layer range, default window) are then skipped.
+void read_metadata(const gguf::File& f, const model::ModelConfig* target, DSparkConfig* out,
+                   std::vector<std::string>* errs_out) {
+  DSparkConfig& d = *out;
+  std::vector<std::string>& errs = *errs_out;
+  const SupportLayout layout = detect_layout(f);
+  d.layout = layout;
   d.n_stages = count_stages(f);
   if (d.n_stages < 1) errs.push_back("no 'mtp.N.*' tensors: not a DSpark support file");
-  auto get_u32 = [&](const char* k, bool required, uint32_t def) -> uint32_t {
-    const std::string key = find_key(f, k);
+  auto get_u32 = [&](const std::string& k, bool required, uint32_t def) -> uint32_t {
+    const std::string key = find_key(f, k, layout);
     if (key.empty()) {
-      if (required) errs.push_back(fmt("metadata deepseek4.dspark.%s: required key missing", k));
+      if (required) errs.push_back(fmt("metadata %s: required key missing", canonical_key(k, layout).c_str()));
       return def;
     }
     auto v = f.get_u32(key);
@@ -167,22 +192,22 @@ Expected<DSparkConfig> read_drafter_config(const gguf::File& f, const model::Mod
   const uint32_t bs = get_u32("block_size", true, 0);
   const uint32_t rank = get_u32("markov_rank", true, 0);
   const uint32_t noise = get_u32("noise_token_id", true, 0);
-  const uint32_t window = get_u32("sliding_window", false, target.n_swa);
-  if (!find_key(f, "block_size").empty() && (bs < 1 || bs > static_cast<uint32_t>(kMaxBlockSize)))
+  const uint32_t window = get_u32("sliding_window", false, target ? target->n_swa : 1);
+  if (!find_key(f, "block_size", layout).empty() && (bs < 1 || bs > static_cast<uint32_t>(kMaxBlockSize)))
     errs.push_back(fmt("metadata block_size: expected 1..%d, got %u", kMaxBlockSize, bs));
-  if (!find_key(f, "markov_rank").empty() && (rank == 0 || rank % 32 != 0))
+  if (!find_key(f, "markov_rank", layout).empty() && (rank == 0 || rank % 32 != 0))
     errs.push_back(fmt("metadata markov_rank: expected a positive multiple of 32, got %u", rank));
-  if (!find_key(f, "noise_token_id").empty() && noise >= target.n_vocab)
-    errs.push_back(fmt("metadata noise_token_id: expected < target vocab %u, got %u", target.n_vocab, noise));
+  if (target && !find_key(f, "noise_token_id", layout).empty() && noise >= target->n_vocab)
+    errs.push_back(fmt("metadata noise_token_id: expected < target vocab %u, got %u", target->n_vocab, noise));
   if (window < 1 || window > 1u << 20) errs.push_back(fmt("metadata sliding_window: expected 1..2^20, got %u", window));
   d.block_size = static_cast<int>(bs);
   d.markov_rank = static_cast<int>(rank);
   d.noise_token_id = static_cast<int32_t>(noise);
   d.window = static_cast<int>(window);
 
-  const std::string lk = find_key(f, "target_layer_ids");
+  const std::string lk = find_key(f, "target_layer_ids", layout);
   if (lk.empty()) {
-    errs.push_back("metadata deepseek4.dspark.target_layer_ids: required key missing");
+    errs.push_back(fmt("metadata %s: required key missing", canonical_key("target_layer_ids", layout).c_str()));
   } else {
     auto ids = f.get_array_i64(lk);
     if (!ids.ok()) {
@@ -192,9 +217,10 @@ Expected<DSparkConfig> read_drafter_config(const gguf::File& f, const model::Mod
     } else {
       for (size_t i = 0; i < ids->size(); ++i) {
         const int64_t v = (*ids)[i];
-        if (v < 0 || v >= static_cast<int64_t>(target.n_layer)) {
-          errs.push_back(fmt("metadata %s[%zu]: expected a target layer in [0, %u), got %lld", lk.c_str(), i,
-                             target.n_layer, static_cast<long long>(v)));
+        const int64_t n_layer = target ? static_cast<int64_t>(target->n_layer) : INT32_MAX;
+        if (v < 0 || v >= n_layer) {
+          errs.push_back(fmt("metadata %s[%zu]: expected a target layer in [0, %lld), got %lld", lk.c_str(), i,
+                             static_cast<long long>(n_layer), static_cast<long long>(v)));
         } else if (i > 0 && v <= (*ids)[i - 1]) {
           errs.push_back(fmt("metadata %s: expected strictly increasing ids, got %lld after %lld", lk.c_str(),
                              static_cast<long long>(v), static_cast<long long>((*ids)[i - 1])));
@@ -203,6 +229,46 @@ Expected<DSparkConfig> read_drafter_config(const gguf::File& f, const model::Mod
       }
     }
   }
+  if (layout != SupportLayout::kStandalone0731) return;
+
+  // The 0731 standalone file: stage records agree with the tensor names, provenance strings,
+  // and no second spelling of the keys (ds4's own validator refuses aliases there too).
+  for (const char* k : {"stage_count", "n_layers"}) {
+    const uint32_t v = get_u32(k, true, 0);
+    if (!find_key(f, k, layout).empty() && d.n_stages >= 1 && v != static_cast<uint32_t>(d.n_stages))
+      errs.push_back(fmt("metadata dspark.%s: expected %d (stages mtp.0..mtp.%d in the tensor names), got %u", k,
+                         d.n_stages, d.n_stages - 1, v));
+  }
+  for (const gguf::KeyValue& kv : f.metadata()) {
+    if (kv.key.rfind("deepseek4.dspark", 0) == 0) {
+      errs.push_back(fmt("metadata %s: unexpected in a %s file (its keys are bare dspark.*)", kv.key.c_str(),
+                         kStandaloneArchitecture));
+      continue;
+    }
+    if (kv.key.rfind(kSourcePrefix, 0) != 0) continue;
+    if (kv.type != gguf::ValueType::kString) {
+      errs.push_back(fmt("metadata %s: expected a string, got %s", kv.key.c_str(), kv.type_string().c_str()));
+      continue;
+    }
+    d.provenance.fields.emplace_back(kv.key, std::string(kv.str));
+    if (kv.key == "dspark.source.revision") d.provenance.revision = std::string(kv.str);
+  }
+  if (!f.has("dspark.source.revision"))
+    errs.push_back("metadata dspark.source.revision: required key missing (the target checkpoint the drafter was "
+                   "trained for)");
+}
+
+}  // namespace
+
+const char* support_layout_name(SupportLayout layout) {
+  return layout == SupportLayout::kStandalone0731 ? "deepseek4-dspark (0731 standalone, bare dspark.* keys)"
+                                                  : "deepseek4.dspark (keys under deepseek4.dspark.*)";
+}
+
+Expected<DSparkConfig> read_drafter_config(const gguf::File& f, const model::ModelConfig& target) {
+  DSparkConfig d;
+  std::vector<std::string> errs;
+  read_metadata(f, &target, &d, &errs);
   if (!errs.empty()) {
     std::string msg = "DSpark support file";
     if (!f.path().empty()) msg += " '" + f.path() + "'";
@@ -211,6 +277,59 @@ Expected<DSparkConfig> read_drafter_config(const gguf::File& f, const model::Mod
     return invalid_argument("%s", msg.c_str());
   }
   return d;
+}
+
+SupportInfo describe_support(const gguf::File& f) {
+  SupportInfo info;
+  DSparkConfig d;
+  read_metadata(f, nullptr, &d, &info.errors);
+  info.layout = d.layout;
+  info.n_stages = d.n_stages;
+  info.provenance = d.provenance;
+  const std::string k = find_key(f, "block_size", d.layout);
+  if (!k.empty()) info.key_prefix = k.substr(0, k.size() - std::string("block_size").size());
+  return info;
+}
+
+namespace {
+
+bool same_revision(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+// "7872f01b… (DeepSeek-V4-Flash-0731)" for revisions we know, else the revision itself.
+std::string revision_text(const std::string& rev) {
+  if (same_revision(rev, model::kFlash0731Revision)) return rev + " (DeepSeek-V4-Flash-0731)";
+  return rev;
+}
+
+}  // namespace
+
+ProvenanceCheck check_provenance(const DSparkConfig& cfg, const model::ModelConfig& target) {
+  ProvenanceCheck c;
+  if (cfg.provenance.revision.empty()) return c;  // kNotRecorded
+  if (target.source_revision.empty()) {
+    c.match = ProvenanceMatch::kTargetUnknown;
+    c.message = fmt("the DSpark support file was trained for target revision %s; the target model carries no "
+                    "general.source.revision, so the pairing cannot be confirmed",
+                    revision_text(cfg.provenance.revision).c_str());
+    return c;
+  }
+  if (same_revision(cfg.provenance.revision, target.source_revision)) {
+    c.match = ProvenanceMatch::kMatch;
+    return c;
+  }
+  c.match = ProvenanceMatch::kMismatch;
+  const std::string name = target.name.empty() ? std::string() : " '" + target.name + "'";
+  c.message = fmt("the DSpark support file was trained for target revision %s, but the loaded model%s is revision "
+                  "%s: output is still the target's own greedy text (every draft is verified), but fewer drafts "
+                  "will be accepted and DSpark will be slower than with the drafter trained for this model",
+                  revision_text(cfg.provenance.revision).c_str(), name.c_str(),
+                  revision_text(target.source_revision).c_str());
+  return c;
 }
 
 std::vector<std::string> validate_drafter(const gguf::File& f, const model::ModelConfig& target, DSparkConfig* out_cfg) {
@@ -304,6 +423,11 @@ backend::ExpertMatrix experts(const gguf::TensorInfo& t) {
 }  // namespace
 
 Expected<std::unique_ptr<DrafterWeights>> bind_drafter(std::unique_ptr<gguf::File> file, const model::ModelConfig& target) {
+  return bind_drafter(std::move(file), target, DrafterLoadOptions{});
+}
+
+Expected<std::unique_ptr<DrafterWeights>> bind_drafter(std::unique_ptr<gguf::File> file, const model::ModelConfig& target,
+                                                       const DrafterLoadOptions& opt) {
   DSparkConfig cfg;
   std::vector<std::string> errs = validate_drafter(*file, target, &cfg);
   if (!errs.empty()) {
@@ -315,6 +439,19 @@ Expected<std::unique_ptr<DrafterWeights>> bind_drafter(std::unique_ptr<gguf::Fil
   }
   auto w = std::make_unique<DrafterWeights>();
   w->config = cfg;
+  // Warning, not refusal, by default: verification keeps the output exact whatever the drafter,
+  // so a mismatched pair costs speed only, and revision strings can legitimately differ (a
+  // requantized or re-uploaded target); callers that want the strict check opt in.
+  const ProvenanceCheck pc = check_provenance(cfg, target);
+  if (pc.match == ProvenanceMatch::kMismatch) {
+    if (opt.require_matching_provenance) {
+      return invalid_argument("DSpark support file '%s' refused: %s", file->path().c_str(), pc.message.c_str());
+    }
+    DS4_LOG_WARN("%s", pc.message.c_str());
+    w->warnings.push_back(pc.message);
+  } else if (pc.match == ProvenanceMatch::kTargetUnknown) {
+    DS4_LOG_INFO("%s", pc.message.c_str());
+  }
   // owned: converted copies; moving an inner vector keeps its buffer, so pointers stay valid.
   w->stages.resize(cfg.n_stages);
   auto T = [&](const std::string& name) -> const gguf::TensorInfo& {
@@ -370,6 +507,13 @@ Expected<std::unique_ptr<DrafterWeights>> open_drafter_weights(const std::string
   auto f = gguf::File::open(path);
   if (!f.ok()) return f.status();
   return bind_drafter(std::move(f).value(), target);
+}
+
+Expected<std::unique_ptr<DrafterWeights>> open_drafter_weights(const std::string& path, const model::ModelConfig& target,
+                                                               const DrafterLoadOptions& opt) {
+  auto f = gguf::File::open(path);
+  if (!f.ok()) return f.status();
+  return bind_drafter(std::move(f).value(), target, opt);
 }
 
 }  // namespace ds4::speculative

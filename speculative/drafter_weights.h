@@ -22,8 +22,17 @@
 // IQ2_XXS|Q2_K|Q4_K with up == gate type. BF16 matrices and non-F32 vectors are converted to
 // F32 copies at load (the CPU matmul has no BF16 path); everything else stays mmapped.
 //
-// Metadata (each key read under three spellings, first hit wins: `deepseek4.dspark.<k>`,
-// `deepseek4.dspark_<k>`, `dspark.<k>`; any integer type whose value fits is accepted):
+// Two metadata layouts (SupportLayout), told apart by general.architecture:
+//  - kDeepseek4Keys (today's files, any architecture but "deepseek4-dspark"): each key read under
+//    three spellings, first hit wins: `deepseek4.dspark.<k>`, `deepseek4.dspark_<k>`, `dspark.<k>`.
+//  - kStandalone0731 (ds4's published DeepSeek-V4-Flash-DSpark-support-0731.gguf):
+//    general.architecture = "deepseek4-dspark", bare `dspark.<k>` keys only (a `deepseek4.dspark*`
+//    key there is an error, as in ds4's own validator), plus two required stage records
+//    `dspark.stage_count` and `dspark.n_layers` (u32, both == S) and the provenance strings
+//    `dspark.source.*`: revision (required: the Hugging Face revision of the target checkpoint the
+//    drafter was trained for, 7872f01b… = DeepSeek-V4-Flash-0731), config_sha256, index_sha256,
+//    shard46/47/48_sha256 (optional, shown by `ds4-gguf inspect`).
+// Keys (any integer type whose value fits is accepted):
 //   block_size        u32   required, 1..16                        (0731: 5)
 //   markov_rank       u32   required, > 0, == markov_w1.ne[0]      (0731: 256)
 //   noise_token_id    u32   required, < target n_vocab             (0731: 128799)
@@ -31,7 +40,11 @@
 //                     [0, target n_layer)                           (0731: [40, 41, 42])
 //   sliding_window    u32   optional (ours), context ring rows W; default = target n_swa
 //                     (128 for Flash, matching the official drafter's window)
-// The generator (speculative/drafter_gen.h) writes the `deepseek4.dspark.<k>` spelling.
+// The generator (speculative/drafter_gen.h) writes either layout (DrafterGenOptions::layout).
+//
+// Provenance (check_provenance): a drafter trained for another checkpoint still gives the target's
+// own greedy text (every draft is verified) but is slower, so a mismatch is a load-time warning,
+// not a refusal; DrafterLoadOptions::require_matching_provenance turns it into an error.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +62,22 @@ namespace ds4::speculative {
 inline constexpr int kMaxBlockSize = 16;
 inline constexpr int kMaxCaptureLayers = 8;
 
+// Which metadata layout a support file uses (see the header comment).
+enum class SupportLayout : uint8_t {
+  kDeepseek4Keys = 0,   // `deepseek4.dspark.*` (and aliases) in a deepseek4-architecture file
+  kStandalone0731 = 1,  // general.architecture = deepseek4-dspark, bare `dspark.*` + provenance
+};
+inline constexpr const char* kStandaloneArchitecture = "deepseek4-dspark";
+// "deepseek4.dspark" (legacy keys) | "deepseek4-dspark (0731 standalone)".
+const char* support_layout_name(SupportLayout layout);
+
+// `dspark.source.*` strings of a support file, in file order (empty for legacy files).
+struct SupportProvenance {
+  std::string revision;  // dspark.source.revision ("" if absent)
+  std::vector<std::pair<std::string, std::string>> fields;  // every dspark.source.* key -> value
+  bool empty() const { return fields.empty(); }
+};
+
 struct DSparkConfig {
   int n_stages = 0;                 // S
   int block_size = 0;               // B: drafts per proposal (anchor-first slots)
@@ -56,6 +85,8 @@ struct DSparkConfig {
   int markov_rank = 0;              // R
   int window = 0;                   // W: context ring rows per stage
   std::vector<int> target_layers;   // capture layers (output of the block, HC mean)
+  SupportLayout layout = SupportLayout::kDeepseek4Keys;
+  SupportProvenance provenance;     // standalone layout only
 };
 
 // One stage = a V4 block without compressor/indexer (learned routing, exp_probs_b required).
@@ -99,6 +130,7 @@ struct DrafterWeights {
   backend::Matrix confidence;        // 1 row of E+R (no bias)
   size_t n_tensors = 0;              // tensors bound (81 for the real 3-stage file)
 
+  std::vector<std::string> warnings;         // load-time notes (provenance mismatch), also logged
   std::unique_ptr<gguf::File> file;          // keeps the mmapped bytes alive
   std::vector<std::vector<float>> owned;     // F32 copies of converted tensors
 };
@@ -114,6 +146,43 @@ Expected<std::unique_ptr<DrafterWeights>> bind_drafter(std::unique_ptr<gguf::Fil
                                                        const model::ModelConfig& target);
 Expected<std::unique_ptr<DrafterWeights>> open_drafter_weights(const std::string& path,
                                                                const model::ModelConfig& target);
+
+struct DrafterLoadOptions {
+  // Refuse (kInvalidArgument) instead of warning when the support file's provenance names a
+  // different target checkpoint than the loaded model's general.source.revision.
+  bool require_matching_provenance = false;
+};
+Expected<std::unique_ptr<DrafterWeights>> bind_drafter(std::unique_ptr<gguf::File> file,
+                                                       const model::ModelConfig& target,
+                                                       const DrafterLoadOptions& opt);
+Expected<std::unique_ptr<DrafterWeights>> open_drafter_weights(const std::string& path,
+                                                               const model::ModelConfig& target,
+                                                               const DrafterLoadOptions& opt);
+
+// Provenance of a support file against a target model.
+enum class ProvenanceMatch : uint8_t {
+  kNotRecorded,    // the support file names no target (legacy layout): nothing to check
+  kTargetUnknown,  // the target carries no general.source.revision: cannot confirm
+  kMatch,
+  kMismatch,
+};
+struct ProvenanceCheck {
+  ProvenanceMatch match = ProvenanceMatch::kNotRecorded;
+  std::string message;  // one line for the user ("" for kNotRecorded / kMatch)
+};
+ProvenanceCheck check_provenance(const DSparkConfig& cfg, const model::ModelConfig& target);
+
+// What a support file says about itself, without a target (for `ds4-gguf inspect`): layout,
+// stage count from tensor names, the metadata key spelling in use, provenance, and every
+// problem found with the metadata alone (missing / mistyped keys, stage records).
+struct SupportInfo {
+  SupportLayout layout = SupportLayout::kDeepseek4Keys;
+  int n_stages = 0;
+  std::string key_prefix;  // "deepseek4.dspark." / "deepseek4.dspark_" / "dspark." ("" if none)
+  SupportProvenance provenance;
+  std::vector<std::string> errors;
+};
+SupportInfo describe_support(const gguf::File& file);
 
 // ---- layout description (shared by validation, binding and the generator) ----
 enum class DTensorKind : uint8_t {

@@ -32,6 +32,8 @@ enum class FillMode : uint8_t {
 };
 inline constexpr uint64_t kAutoQuantizeMaxElements = 1ull << 28;
 
+enum class Release : uint8_t { kPreview = 0, k0731 = 1 };
+
 struct GenerateOptions {
   model::ExpertQuant quant = model::ExpertQuant::kQ2;
   uint64_t seed = 0;
@@ -40,6 +42,10 @@ struct GenerateOptions {
   uint32_t sparse_experts = 0;
   FillMode fill = FillMode::kAuto;
   bool progress = false;  // progress lines on stderr
+  // Which release's identity metadata to write. kPreview writes none (like the preview GGUFs);
+  // k0731 names the official 0731 checkpoint: general.source.revision = model::kFlash0731Revision
+  // and general.source.url, so a 0731 DSpark support file's provenance matches it.
+  Release release = Release::kPreview;
 };
 // Selection bias given to filled experts in sparse mode (router scores are O(1)).
 inline constexpr float kSparseBias = 16.0f;

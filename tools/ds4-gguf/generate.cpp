@@ -248,6 +248,10 @@ Status write_metadata(gguf::Writer& w, const ModelConfig& cfg, const GenerateOpt
                 " sparse_experts=%u",
                 model::expert_quant_name(opt.quant), opt.seed, opt.sparse_experts);
   DS4_RETURN_IF_ERROR(w.set_string("general.description", desc));
+  if (opt.release == Release::k0731) {
+    DS4_RETURN_IF_ERROR(w.set_string("general.source.url", model::kFlash0731Url));
+    DS4_RETURN_IF_ERROR(w.set_string("general.source.revision", model::kFlash0731Revision));
+  }
   for (const model::ConfigValue& v : model::config_values(cfg)) {
     switch (v.type) {
       case model::KeyType::kU32:
