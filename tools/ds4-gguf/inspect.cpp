@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "model/profiles.h"
+#include "speculative/drafter_weights.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
 namespace ds4::tools {
@@ -191,6 +192,19 @@ json inspect_json(const gguf::File& file, bool with_tensors) {
     summary["profile"] = profile_match(c);
     summary["expected_tensor_count"] = model::expected_tensor_count(c);
   }
+  if (drafter) {
+    // Which support-file layout, and which target checkpoint it names (provenance).
+    const speculative::SupportInfo si = speculative::describe_support(file);
+    json prov = json::object();
+    for (const auto& [k, v] : si.provenance.fields) prov[k] = v;
+    summary["dspark"] = {
+        {"layout", si.layout == speculative::SupportLayout::kStandalone0731 ? "deepseek4-dspark" : "deepseek4.dspark"},
+        {"layout_description", speculative::support_layout_name(si.layout)},
+        {"key_prefix", si.key_prefix},
+        {"stages", si.n_stages},
+        {"provenance", std::move(prov)},
+        {"metadata_errors", si.errors}};
+  }
   summary["expert_quant"] = rep.expert_quant_known ? model::expert_quant_name(rep.expert_quant) : "unknown";
   j["summary"] = std::move(summary);
 
@@ -236,6 +250,18 @@ int inspect_file(const std::string& path, const InspectOptions& opt, std::ostrea
         << " (rope " << sh["n_rot"] << "), experts " << sh["n_expert_used"] << "/"
         << sh["n_expert"] << " x ff " << sh["n_ff_exp"] << ", " << sh["n_hash_layer"]
         << " hash layers, window " << sh["n_swa"] << "\n";
+  }
+  if (s.contains("dspark")) {
+    const json& d = s["dspark"];
+    out << "dspark layout: " << d["layout_description"].get<std::string>() << ", " << d["stages"]
+        << " stages\n";
+    if (d["provenance"].empty()) {
+      out << "provenance:    none recorded (the file names no target checkpoint)\n";
+    } else {
+      for (const auto& [k, v] : d["provenance"].items())
+        out << "provenance:    " << k << " = " << v.get<std::string>() << "\n";
+    }
+    for (const auto& e : d["metadata_errors"]) out << "  dspark metadata error: " << e.get<std::string>() << "\n";
   }
   out << "experts:       " << s["expert_quant"].get<std::string>() << "\n";
   out << "tensors:       " << s["tensor_count"];

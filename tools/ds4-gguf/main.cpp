@@ -60,6 +60,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "quantize", "random"}))
       ->capture_default_str();
   generate->add_flag("-q,--quiet", quiet, "no progress output");
+  std::string release = "preview";
+  generate->add_option("--release", release,
+                       "identity metadata: preview (none, like the preview GGUFs) or 0731 "
+                       "(general.source.revision/url of DeepSeek-V4-Flash-0731, which the 0731 "
+                       "DSpark support file's provenance names)")
+      ->check(CLI::IsMember({"preview", "0731"}))
+      ->capture_default_str();
 
   // quantize
   std::string q_in, q_out, q_quant = "q2";
@@ -94,6 +101,7 @@ int main(int argc, char** argv) {
                : fill == "random" ? ds4::tools::FillMode::kRandomBlocks
                                   : ds4::tools::FillMode::kAuto;
     opt.progress = !quiet;
+    opt.release = release == "0731" ? ds4::tools::Release::k0731 : ds4::tools::Release::kPreview;
     ds4::Status st = ds4::tools::generate_model(*cfg, opt, gen_out);
     if (!st.ok()) {
       std::cerr << "ds4-gguf generate: " << st.to_string() << "\n";

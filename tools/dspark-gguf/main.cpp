@@ -1,7 +1,9 @@
 // tools/dspark-gguf/main.cpp — `ds4-dspark-gguf`: flag parsing only.
 //   generate --target TARGET.gguf --seed N -o FILE [--stages S] [--block-size B]
 //            [--markov-rank R] [--layers a,b,c] [--window W] [--dense-type q8_0|f16|f32|bf16]
-//   check    --target TARGET.gguf FILE      (exit 0 valid, 1 invalid, 2 unreadable)
+//            [--layout deepseek4|0731] [--source-revision REV]
+//   check    --target TARGET.gguf FILE      (exit 0 valid, 1 invalid, 2 unreadable; prints the
+//            metadata layout, the provenance and whether it names the target's checkpoint)
 //   bench    --target TARGET.gguf --drafter FILE [-n N] [--prompt-len P] [--threads T]
 //            plain greedy vs DSpark greedy side by side (same prompt, same thread count),
 //            plus an "oracle" run whose proposer knows the plain greedy future (the upper
@@ -197,6 +199,15 @@ int main(int argc, char** argv) {
   gen->add_option("--layers", layers, "capture layers, comma-separated (default: last 3)");
   gen->add_option("--window", opt.window, "context ring rows (0: target sliding window)");
   gen->add_option("--dense-type", dense, "dense tensor type: q8_0, f16, f32, bf16");
+  std::string layout = "deepseek4";
+  gen->add_option("--layout", layout,
+                  "metadata layout: deepseek4 (deepseek4.dspark.* keys) or 0731 (the published "
+                  "standalone form: architecture deepseek4-dspark, bare dspark.* keys, provenance)")
+      ->check(CLI::IsMember({"deepseek4", "0731"}))
+      ->capture_default_str();
+  gen->add_option("--source-revision", opt.source_revision,
+                  "0731 layout: dspark.source.revision (default: the target's "
+                  "general.source.revision, else the DeepSeek-V4-Flash-0731 revision)");
   std::string file;
   auto* chk = app.add_subcommand("check", "validate a support file against a target");
   chk->add_option("--target", target, "target model GGUF")->required();
@@ -242,6 +253,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
+    opt.layout = layout == "0731" ? ds4::speculative::SupportLayout::kStandalone0731
+                                  : ds4::speculative::SupportLayout::kDeepseek4Keys;
     const ds4::Status st = ds4::speculative::generate_drafter(*cfg, opt, out);
     if (!st.ok()) {
       std::fprintf(stderr, "ds4-dspark-gguf: %s\n", st.to_string().c_str());
@@ -263,5 +276,14 @@ int main(int argc, char** argv) {
   for (int l : d.target_layers) ids += (ids.empty() ? "" : ",") + std::to_string(l);
   std::printf("ok: stages=%d block=%d markov_rank=%d noise=%d window=%d target_layers=[%s] tensors=%zu\n",
               d.n_stages, d.block_size, d.markov_rank, d.noise_token_id, d.window, ids.c_str(), f.value()->tensors().size());
+  std::printf("layout: %s\n", ds4::speculative::support_layout_name(d.layout));
+  for (const auto& [k, v] : d.provenance.fields) std::printf("provenance: %s = %s\n", k.c_str(), v.c_str());
+  const ds4::speculative::ProvenanceCheck pc = ds4::speculative::check_provenance(d, *cfg);
+  switch (pc.match) {
+    case ds4::speculative::ProvenanceMatch::kNotRecorded: std::printf("target: not recorded in this file\n"); break;
+    case ds4::speculative::ProvenanceMatch::kMatch: std::printf("target: matches the model's general.source.revision\n"); break;
+    case ds4::speculative::ProvenanceMatch::kTargetUnknown: std::printf("target: unconfirmed: %s\n", pc.message.c_str()); break;
+    case ds4::speculative::ProvenanceMatch::kMismatch: std::printf("warning: %s\n", pc.message.c_str()); break;
+  }
   return 0;
 }

@@ -1,6 +1,6 @@
 // tests/unit/tools/ds4_gguf_test.cpp — ds4-gguf logic: generate (determinism, layout, value
 // scales, sparse experts and routing bias), quantize (float layout -> published layout) and
-// inspect (exit codes, JSON report).
+// inspect (exit codes, JSON report, DSpark support-file layout and provenance), generate --release.
 #include <unistd.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/profiles.h"
 #include "quant/quant.h"
+#include "speculative/drafter_gen.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
 namespace ds4::tools {
@@ -290,6 +291,86 @@ TEST(Inspect, ExitCodesAndJson) {
   EXPECT_EQ(inspect_file(llama.path, {}, o3, e3), 1);
   EXPECT_THAT(o3.str(), HasSubstr("general.architecture is 'llama', expected 'deepseek4'"));
   EXPECT_THAT(o3.str(), HasSubstr("validation:    FAILED"));
+}
+
+TEST(Inspect, ShowsDsparkLayoutAndProvenance) {
+  TempFile legacy("dspark_keys.gguf"), standalone("dspark_0731.gguf");
+  speculative::DrafterGenOptions o;
+  o.gate_up_type = GgmlType::kQ4_K;  // fast
+  o.down_type = GgmlType::kQ4_K;
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), o, legacy.path).ok());
+  o.layout = speculative::SupportLayout::kStandalone0731;
+  o.source_revision = "00112233445566778899aabbccddeeff00112233";
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), o, standalone.path).ok());
+
+  InspectOptions io;
+  io.json = true;
+  std::ostringstream j1, j2, err;
+  inspect_file(legacy.path, io, j1, err);
+  inspect_file(standalone.path, io, j2, err);
+  const nlohmann::json a = nlohmann::json::parse(j1.str()), b = nlohmann::json::parse(j2.str());
+  EXPECT_EQ(a["summary"]["kind"], "dspark-drafter");
+  EXPECT_EQ(a["summary"]["dspark"]["layout"], "deepseek4.dspark");
+  EXPECT_EQ(a["summary"]["dspark"]["key_prefix"], "deepseek4.dspark.");
+  EXPECT_TRUE(a["summary"]["dspark"]["provenance"].empty());
+  EXPECT_EQ(b["summary"]["kind"], "dspark-drafter");
+  EXPECT_EQ(b["summary"]["architecture"], "deepseek4-dspark");
+  EXPECT_EQ(b["summary"]["dspark"]["layout"], "deepseek4-dspark");
+  EXPECT_EQ(b["summary"]["dspark"]["key_prefix"], "dspark.");
+  EXPECT_EQ(b["summary"]["dspark"]["stages"], 3);
+  EXPECT_EQ(b["summary"]["dspark"]["provenance"]["dspark.source.revision"], "00112233445566778899aabbccddeeff00112233");
+  EXPECT_TRUE(b["summary"]["dspark"]["metadata_errors"].empty());
+
+  std::ostringstream text;
+  inspect_file(standalone.path, {}, text, err);
+  EXPECT_THAT(text.str(), HasSubstr("dspark layout: deepseek4-dspark (0731 standalone, bare dspark.* keys), 3 stages"));
+  EXPECT_THAT(text.str(), HasSubstr("provenance:    dspark.source.revision = 00112233445566778899aabbccddeeff00112233"));
+  std::ostringstream text_legacy;
+  inspect_file(legacy.path, {}, text_legacy, err);
+  EXPECT_THAT(text_legacy.str(), HasSubstr("provenance:    none recorded"));
+
+  // A support file missing a key: inspect names it without needing the target.
+  TempFile broken("dspark_broken.gguf");
+  o.omit_keys = {"dspark.noise_token_id"};
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), o, broken.path).ok());
+  std::ostringstream text_broken;
+  inspect_file(broken.path, {}, text_broken, err);
+  EXPECT_THAT(text_broken.str(), HasSubstr("dspark metadata error: metadata dspark.noise_token_id: required key missing"));
+}
+
+TEST(Generate, Release0731WritesTheCheckpointIdentity) {
+  TempFile pre("rel_preview.gguf"), rel("rel_0731.gguf");
+  GenerateOptions o = fast(5);
+  ASSERT_TRUE(generate_model(model::tiny_profile(), o, pre.path).ok());
+  o.release = Release::k0731;
+  ASSERT_TRUE(generate_model(model::tiny_profile(), o, rel.path).ok());
+  auto a = gguf::File::open(pre.path);
+  auto b = gguf::File::open(rel.path);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE((*a)->has("general.source.revision"));
+  auto rev = (*b)->get_string("general.source.revision");
+  ASSERT_TRUE(rev.ok());
+  EXPECT_EQ(*rev, model::kFlash0731Revision);
+  // Both are valid DS4 models with the same shape; the revision reaches the config.
+  auto ca = model::config_from_gguf(**a), cb = model::config_from_gguf(**b);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  EXPECT_EQ(ca->source_revision, "");
+  EXPECT_EQ(cb->source_revision, model::kFlash0731Revision);
+  EXPECT_TRUE(model::diff_config(*ca, *cb).empty());
+  EXPECT_EQ((*a)->tensors().size(), (*b)->tensors().size());
+}
+
+TEST(Inspect, SupportFileAsModelSaysWhatItIs) {
+  TempFile standalone("dspark_as_model.gguf");
+  speculative::DrafterGenOptions o;
+  o.gate_up_type = GgmlType::kQ4_K;
+  o.down_type = GgmlType::kQ4_K;
+  o.layout = speculative::SupportLayout::kStandalone0731;
+  ASSERT_TRUE(speculative::generate_drafter(model::tiny_profile(), o, standalone.path).ok());
+  auto m = model::Model::open(standalone.path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("general.architecture is 'deepseek4-dspark', expected 'deepseek4' "
+                                              "(this is a DSpark support file"));
 }
 
 }  // namespace
