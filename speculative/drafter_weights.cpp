@@ -334,11 +334,11 @@ ProvenanceCheck check_provenance(const DSparkConfig& cfg, const model::ModelConf
 
 std::vector<std::string> validate_drafter(const gguf::File& f, const model::ModelConfig& target, DSparkConfig* out_cfg) {
   std::vector<std::string> errs;
-  auto cfg = read_drafter_config(f, target);
-  if (!cfg.ok()) {
-    errs.push_back(cfg.status().message());
-    return errs;
-  }
+  // The metadata problems themselves (bind_drafter and the tools add the file name once).
+  DSparkConfig parsed;
+  read_metadata(f, &target, &parsed, &errs);
+  const DSparkConfig* cfg = &parsed;
+  if (!errs.empty()) return errs;
   if (out_cfg) *out_cfg = *cfg;
   const std::vector<DTensorSpec> specs = drafter_tensor_specs(target, *cfg);
   std::set<std::string> expected;
