@@ -5,8 +5,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-PROMPT ?= Once upon a time
-N ?= 64
+PROMPT ?=
+N ?= 128
 
 .PHONY: all setup configure build run test bench bench-spec fuzz test-cuda clean
 
@@ -23,6 +23,8 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# run: a held-out prompt of the structured channel (scripts/run_default.sh says which), greedy;
+# PROMPT="..." continues that text instead, N sets the token count.
 run: build
 	@bash scripts/run_default.sh $(BUILD) "$(PROMPT)" $(N)
 
