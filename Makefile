@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PROMPT ?=
-N ?= 128
+N ?= 134
 
 .PHONY: all setup configure build run test bench bench-spec fuzz test-cuda clean
 
@@ -23,7 +23,8 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# run: a held-out prompt of the structured channel (scripts/run_default.sh says which), greedy;
+# run: a held-out prompt of the structured channel (scripts/run_default.sh says which), greedy,
+# 134 tokens (three whole records);
 # PROMPT="..." continues that text instead, N sets the token count.
 run: build
 	@bash scripts/run_default.sh $(BUILD) "$(PROMPT)" $(N)

@@ -7,7 +7,7 @@
 # bundled model never trained on this text; the structured channel is the one it models best
 # (held-out perplexity 3.15, models/README.md), and id 14 is the prompt of that channel whose
 # greedy continuation repeats no record. Greedy (--temp 0), so every run prints the same text.
-# With PROMPT, that text is continued instead (also greedy). N: tokens to generate (default 128).
+# With PROMPT, that text is continued instead (also greedy). N: tokens to generate (default 134).
 #
 # Model: the bundled trained models/ds4-tiny.gguf when present; otherwise a random tiny
 # DS4-layout model generated into BUILD/models/ (its text is noise).
@@ -15,7 +15,7 @@ set -euo pipefail
 BUILD=${1:-build}
 PROMPT=${2:-}
 N=${3:-}
-N=${N:-128}
+N=${N:-134}  # 134: the greedy continuation ends after its third whole record
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HELD_OUT_FILE="$ROOT/data/prompts/structured.jsonl"
 HELD_OUT_ID=14
