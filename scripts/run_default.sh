@@ -44,8 +44,9 @@ if [ ! -f "$MODEL" ]; then
   echo "run_default.sh: using the RANDOM tiny model $MODEL (its text is noise)" >&2
 fi
 
+SHOWN=${MODEL#"$PWD"/}  # the model path as typed from the current directory (make: the repo root)
 if [ -n "$PROMPT" ]; then
-  echo "+ $DS4 -m $MODEL --raw --temp 0 -p \"$PROMPT\" -n $N" >&2
+  echo "+ $DS4 -m $SHOWN --raw --temp 0 -p \"$PROMPT\" -n $N" >&2
   exec "$DS4" -m "$MODEL" --raw --temp 0 -p "$PROMPT" -n "$N"
 fi
 
@@ -68,7 +69,7 @@ EOF
   echo "prompt: data/prompts/structured.jsonl id $HELD_OUT_ID (held-out text, never trained on)," \
        "$(wc -l < "$PROMPT_FILE") JSON records; its last two lines:"
   tail -n 2 "$PROMPT_FILE"
-  echo "+ $DS4 -m $MODEL --raw --temp 0 --prompt-file $PROMPT_FILE -n $N"
+  echo "+ $DS4 -m $SHOWN --raw --temp 0 --prompt-file $PROMPT_FILE -n $N"
   echo "continuation:"
 } >&2
 exec "$DS4" -m "$MODEL" --raw --temp 0 --prompt-file "$PROMPT_FILE" -n "$N"
