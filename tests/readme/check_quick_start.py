@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""tests/readme/check_quick_start.py ROOT BUILD — README.md's Quick start is what `make run` prints.
+
+Runs scripts/run_default.sh BUILD (what `make run` runs after the build) and checks that
+  * README.md opens (after its title) with a code block holding exactly `make run` and `make test`;
+  * the continuation in the README's `$ make run` block equals the script's stdout, line by line;
+  * the README's prompt lines and command line equal the script's stderr lines;
+  * the README's speed line and the real one agree on the token counts and the stop reason
+    (the tokens/s figures depend on the machine and are not compared).
+Exit status 0 when all hold, 1 with the differences otherwise.
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    root, build = Path(sys.argv[1]), sys.argv[2]
+    readme = (root / "README.md").read_text(encoding="utf-8").splitlines()
+    errors = []
+
+    # The opening: title, blank, ``` block with the two commands.
+    body = [l for l in readme[1:] if l.strip()][:4]
+    cmds = [l.split("#")[0].strip() for l in body[1:3]]
+    if body[0] != "```" or cmds != ["make run", "make test"] or body[3] != "```":
+        errors.append(f"README does not open with the make run / make test block: {body}")
+
+    # The `$ make run` block.
+    try:
+        start = readme.index("$ make run")
+    except ValueError:
+        print("README.md: no '$ make run' block")
+        return 1
+    end = readme.index("```", start)
+    block = readme[start + 1:end]
+    cont_at = block.index("continuation:")
+    want_err = [l for l in block[:cont_at] if not l.startswith("...")] + ["continuation:"]
+    want_out = block[cont_at + 1:-1]
+    want_speed = block[-1]
+
+    run = subprocess.run(["bash", str(root / "scripts" / "run_default.sh"), build],
+                         cwd=root, capture_output=True, text=True, timeout=100)
+    if run.returncode != 0:
+        print(f"run_default.sh exited {run.returncode}:\n{run.stderr}")
+        return 1
+    got_out = run.stdout.splitlines()
+    got_err = run.stderr.splitlines()
+    speed = [l for l in got_err if l.startswith("prefill:")]
+    got_err = [l for l in got_err if not l.startswith("prefill")]
+
+    if got_out != want_out:
+        errors.append("continuation differs:\n README: " + "\n         ".join(want_out) +
+                      "\n actual: " + "\n         ".join(got_out))
+    if got_err != want_err:
+        errors.append("stderr lines differ:\n README: " + "\n         ".join(want_err) +
+                      "\n actual: " + "\n         ".join(got_err))
+
+    def shape(line: str):  # token counts and stop reason, not the rates
+        m = re.match(r"prefill: (\d+) tokens, [\d.]+ t/s, generation: (\d+) tokens, [\d.]+ t/s \((.*)\)$",
+                     line)
+        return m.groups() if m else None
+
+    if len(speed) != 1 or shape(speed[0]) is None or shape(speed[0]) != shape(want_speed):
+        errors.append(f"speed line: README {want_speed!r}, actual {speed!r}")
+
+    for e in errors:
+        print(e)
+    if not errors:
+        print(f"README quick start matches: {len(got_out)} continuation lines, {speed[0]}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
