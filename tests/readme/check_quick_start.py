@@ -39,6 +39,13 @@ def main() -> int:
     want_out = block[cont_at + 1:-1]
     want_speed = block[-1]
 
+    # The README shows `make run` from the repo root with BUILD=build; any other build folder is
+    # passed relative to the root when inside it and named "build/" in the comparison.
+    build_abs = Path(build).resolve()
+    try:
+        build = str(build_abs.relative_to(root.resolve()))
+    except ValueError:
+        build = str(build_abs)
     run = subprocess.run(["bash", str(root / "scripts" / "run_default.sh"), build],
                          cwd=root, capture_output=True, text=True, timeout=100)
     if run.returncode != 0:
@@ -47,7 +54,8 @@ def main() -> int:
     got_out = run.stdout.splitlines()
     got_err = run.stderr.splitlines()
     speed = [l for l in got_err if l.startswith("prefill:")]
-    got_err = [l for l in got_err if not l.startswith("prefill")]
+    got_err = [l.replace(build.rstrip("/") + "/", "build/") for l in got_err
+               if not l.startswith("prefill")]
 
     if got_out != want_out:
         errors.append("continuation differs:\n README: " + "\n         ".join(want_out) +
