@@ -53,8 +53,8 @@ static_assert(kCalibrationTokens + kMaxVerifyRows < kCtx, "the verify rows must 
 
 Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps, const ProgressFn& progress) {
   if (reps < 1) return invalid_argument("calibration rounds must be >= 1, got %d", reps);
-  speculative::Drafter* dr = engine_drafter(engine);
-  if (dr == nullptr) {
+  const speculative::DrafterModel* dm = engine_drafter(engine);
+  if (dm == nullptr) {
     return invalid_argument("DSpark calibration needs a drafter: open the engine with a support GGUF (--mtp FILE)");
   }
   DS4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine.new_session(kCtx));
@@ -62,6 +62,8 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   if (ms == nullptr) return internal_error("DSpark calibration: the session has no model session");
   session::ModelSession& s = *ms;
   const int n_rows = std::min<int>(kMaxVerifyRows, session::kMaxBatchRows);
+  speculative::Drafter drafter(*dm);  // a timeline of its own: live decoders are untouched
+  speculative::Drafter* dr = &drafter;
 
   // Prefill the prompt, capturing the drafter's context rows, and hand them to the drafter.
   std::vector<int32_t> prompt{engine.bos_token()};
@@ -84,7 +86,6 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   s.set_capture_layers({});
   if (!pre.ok()) return pre;
   const int64_t L = s.n_tokens();
-  dr->ring_reset();
   dr->commit_rows(0, static_cast<int>(L), caps.data());
 
   // The greedy continuation: the verify rows, and the check that each verify row's argmax is
@@ -183,7 +184,6 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
     }
     if (progress) progress(r + 1, reps);
   }
-  dr->ring_reset();
 
   DsparkCostCalibration c;
   c.reps = reps;

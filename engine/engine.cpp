@@ -70,7 +70,7 @@ class SessionImpl final : public Session {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<model::Model> model, std::unique_ptr<backend::Backend> be,
-             std::unique_ptr<TextCodec> text, std::unique_ptr<speculative::Drafter> drafter,
+             std::unique_ptr<TextCodec> text, std::unique_ptr<speculative::DrafterModel> drafter,
              ModelInfo info)
       : model_(std::move(model)),
         be_(std::move(be)),
@@ -104,13 +104,13 @@ class EngineImpl final : public Engine {
   int32_t eos_token() const override { return text_->eos(); }
   const TextCodec& text() const override { return *text_; }
 
-  speculative::Drafter* drafter() const { return drafter_.get(); }
+  const speculative::DrafterModel* drafter() const { return drafter_.get(); }
 
  private:
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<backend::Backend> be_;
   std::unique_ptr<TextCodec> text_;
-  std::unique_ptr<speculative::Drafter> drafter_;  // null without --mtp; one speculative timeline
+  std::unique_ptr<speculative::DrafterModel> drafter_;  // null without --mtp; shared by every session
   ModelInfo info_;
 };
 
@@ -155,14 +155,14 @@ session::ModelSession* model_session(Session& s) {
   return impl != nullptr ? impl->inner() : nullptr;
 }
 
-speculative::Drafter* engine_drafter(Engine& e) {
+const speculative::DrafterModel* engine_drafter(Engine& e) {
   auto* impl = dynamic_cast<EngineImpl*>(&e);
   return impl != nullptr ? impl->drafter() : nullptr;
 }
 
 Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
                                                                       const SpecOptions& options) {
-  speculative::Drafter* drafter = engine_drafter(engine);
+  const speculative::DrafterModel* drafter = engine_drafter(engine);
   if (drafter == nullptr) {
     return invalid_argument("DSpark needs a drafter: open the engine with a support GGUF (--mtp FILE)");
   }
@@ -205,7 +205,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   std::unique_ptr<backend::Backend> be = backend::make_cpu_backend(
       threads, options.f32_activations ? backend::ActivationNumerics::kF32
                                        : backend::ActivationNumerics::kQuantized);
-  std::unique_ptr<speculative::Drafter> drafter;
+  std::unique_ptr<speculative::DrafterModel> drafter;
   if (!options.mtp_path.empty()) {
     auto d = load_dspark_drafter(**model, *be, options.mtp_path);
     if (!d.ok()) return d.status();

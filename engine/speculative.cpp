@@ -17,10 +17,11 @@ static_assert(SpecOptions{}.cost_draft_reject_overlap == speculative::kCpuCostDr
 static_assert(SpecOptions{}.cost_window == speculative::SpecConfig{}.cost_window);
 
 struct SpeculativeDecoder::Impl {
-  Impl(speculative::Drafter& d, session::ModelSession& s, const speculative::SpecConfig& cfg)
-      : ms(s), proposer(d), runtime(s, proposer, cfg) {}
+  Impl(const speculative::DrafterModel& m, session::ModelSession& s, const speculative::SpecConfig& cfg)
+      : ms(s), drafter(m), proposer(drafter), runtime(s, proposer, cfg) {}
   PlainDecoder plain;
   session::ModelSession& ms;
+  speculative::Drafter drafter;  // this session's timeline (rings, scratch) over the shared weights
   speculative::DSparkProposer proposer;
   speculative::Runtime runtime;
 };
@@ -28,7 +29,7 @@ struct SpeculativeDecoder::Impl {
 SpeculativeDecoder::SpeculativeDecoder() = default;
 SpeculativeDecoder::~SpeculativeDecoder() = default;
 
-std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(speculative::Drafter& drafter, session::ModelSession& ms,
+std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(const speculative::DrafterModel& drafter, session::ModelSession& ms,
                                                                const SpecOptions& o) {
   speculative::SpecConfig cfg;
   cfg.confidence = o.confidence;
@@ -137,10 +138,10 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
   return Status();
 }
 
-Expected<std::unique_ptr<speculative::Drafter>> load_dspark_drafter(const model::Model& target,
-                                                             backend::Backend& backend,
-                                                             const std::string& mtp_path) {
-  return speculative::load_drafter(target, backend, mtp_path);
+Expected<std::unique_ptr<speculative::DrafterModel>> load_dspark_drafter(const model::Model& target,
+                                                                        backend::Backend& backend,
+                                                                        const std::string& mtp_path) {
+  return speculative::load_drafter_model(target, backend, mtp_path);
 }
 
 }  // namespace ds4

@@ -2,12 +2,13 @@
 // that runs the speculative runtime of speculative/runtime.h when sampling is greedy, and the plain
 // decoder otherwise. Frontend-facing: includes no speculative/ or session/ header (pimpl).
 //
-// Wiring (engine.cpp, owner "forward"): Engine::open loads the support file with
-// load_dspark_drafter(model, backend, options.mtp_path) and keeps the drafter (one per
-// Engine; its rings follow one timeline, so one speculative session at a time). For a session
-// it builds SpeculativeDecoder::create(drafter, model_session, options) and a frontend passes
-// it as GenerateOptions::decoder. The decoder must be created BEFORE the prompt prefill of
-// that session (it installs the hidden capture on the session) and must not outlive it.
+// Wiring (engine.cpp): Engine::open loads the support file with load_dspark_drafter(model,
+// backend, options.mtp_path) and keeps its weights (one DrafterModel per Engine). Each
+// SpeculativeDecoder holds its own drafter timeline (rings, counters, scratch), so one Engine
+// serves any number of sessions, speculative or not, at once. new_speculative_decoder() builds
+// one for a session and a frontend passes it as GenerateOptions::decoder. The decoder must be
+// created BEFORE the prompt prefill of that session (it installs the hidden capture on the
+// session) and must not outlive it.
 //
 // Invariants: greedy output and final session state are byte-identical to PlainDecoder's
 // (tests/speculative); at T > 0 every step is PlainDecoder::step (no speculation).
@@ -23,7 +24,7 @@
 #include "engine/generate.h"
 
 namespace ds4::speculative {
-class Drafter;
+class DrafterModel;
 }  // namespace ds4::speculative
 namespace ds4::session {
 class ModelSession;
@@ -119,8 +120,8 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
 // The figures are timings, so they vary from run to run; a run that USES them stays
 // reproducible, because the runtime only reads the constants it is given (design.md §4).
 // Correctness is checked on the way: every verify row's argmax must equal a plain decode's
-// (kInternal otherwise). Needs an engine opened with a drafter and no live speculative
-// decoder (the drafter's context ring is reset afterwards). Allocates; not for hot paths.
+// (kInternal otherwise). Needs an engine opened with a drafter; it runs its own session and
+// drafter timeline, so live sessions are untouched. Allocates; not for hot paths.
 struct DsparkCostCalibration {
   int reps = 0;
   int n_threads = 0;
@@ -157,8 +158,10 @@ struct SpecSummary {
 class SpeculativeDecoder final : public Decoder {
  public:
   // `ms` is the ModelSession behind the engine Session that step() will receive.
-  static std::unique_ptr<SpeculativeDecoder> create(speculative::Drafter& drafter, session::ModelSession& ms,
-                                                    const SpecOptions& options);
+  // `drafter` (the engine's weights) must outlive the decoder; the decoder keeps its own
+  // drafter timeline, so any number of decoders may share one DrafterModel.
+  static std::unique_ptr<SpeculativeDecoder> create(const speculative::DrafterModel& drafter,
+                                                    session::ModelSession& ms, const SpecOptions& options);
   ~SpeculativeDecoder() override;
 
   Status step(Session& session, Sampler& sampler, const StepLimits& limits,
@@ -182,8 +185,8 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
                                                                       const SpecOptions& options);
 
 // The drafter for `target` from a support GGUF path (validated against the target's shapes).
-Expected<std::unique_ptr<speculative::Drafter>> load_dspark_drafter(const model::Model& target,
-                                                             backend::Backend& backend,
-                                                             const std::string& mtp_path);
+Expected<std::unique_ptr<speculative::DrafterModel>> load_dspark_drafter(const model::Model& target,
+                                                                        backend::Backend& backend,
+                                                                        const std::string& mtp_path);
 
 }  // namespace ds4

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
 #include "session/block.h"
@@ -27,6 +26,15 @@ constexpr int kCommitRows = 32;
 
 using session::matmul;
 using session::rms_norm;
+
+// σ(x) of one confidence logit, in the stable form of §3.9 (1 / (1 + e^-x) for x >= 0, else
+// e^x / (1 + e^x)): the same bits as the backends' sigmoid.
+float sigmoid(float x) {
+  const bool nonneg = x >= 0.0f;
+  const float e = std::exp(nonneg ? -x : x);
+  const float d = 1.0f + e;
+  return nonneg ? 1.0f / d : e / d;
+}
 
 }  // namespace
 
@@ -74,8 +82,27 @@ struct Drafter::Scratch {
   std::vector<float> ckv;           // [kCommitRows, D]
 };
 
-Drafter::Drafter(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w)
-    : target_(target), cfg_(target.config()), be_(be), w_(std::move(w)) {
+DrafterModel::DrafterModel(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w)
+    : target_(target), be_(be), w_(std::move(w)) {}
+
+DrafterModel::~DrafterModel() = default;
+
+Expected<std::unique_ptr<DrafterModel>> DrafterModel::create(const model::Model& target, backend::Backend& be,
+                                                             std::unique_ptr<DrafterWeights> weights) {
+  const model::ModelConfig& c = target.config();
+  if (c.n_expert_used > 64 || c.n_hc > 16) return unsupported("drafter: n_expert_used/n_hc above 64/16");
+  const auto& g = target.weights().global;
+  if (g.token_embd.type != gguf::GgmlType::kF16)
+    return unsupported("drafter: target token_embd must be f16, got %s", gguf::type_name(g.token_embd.type));
+  return std::unique_ptr<DrafterModel>(new DrafterModel(target, be, std::move(weights)));
+}
+
+int64_t DrafterModel::capture_width() const {
+  return static_cast<int64_t>(w_->config.target_layers.size()) * target_.config().n_embd;
+}
+
+Drafter::Drafter(const DrafterModel& model)
+    : m_(model), cfg_(model.target().config()), be_(model.backend()), w_(&model.weights()) {
   const model::ModelConfig& c = cfg_;
   B_ = w_->config.block_size;
   W_ = w_->config.window;
@@ -122,20 +149,6 @@ Drafter::Drafter(const model::Model& target, backend::Backend& be, std::unique_p
 }
 
 Drafter::~Drafter() = default;
-
-Expected<std::unique_ptr<Drafter>> Drafter::create(const model::Model& target, backend::Backend& be,
-                                                   std::unique_ptr<DrafterWeights> weights) {
-  const model::ModelConfig& c = target.config();
-  if (c.n_expert_used > 64 || c.n_hc > 16) return unsupported("drafter: n_expert_used/n_hc above 64/16");
-  const auto& g = target.weights().global;
-  if (g.token_embd.type != gguf::GgmlType::kF16)
-    return unsupported("drafter: target token_embd must be f16, got %s", gguf::type_name(g.token_embd.type));
-  return std::unique_ptr<Drafter>(new Drafter(target, be, std::move(weights)));
-}
-
-int64_t Drafter::capture_width() const {
-  return static_cast<int64_t>(w_->config.target_layers.size()) * cfg_.n_embd;
-}
 
 void Drafter::ring_reset() {
   ring_start_ = 0;
@@ -229,6 +242,26 @@ void Drafter::stage_ffn(int st) {
   std::swap(s.x, s.x2);
 }
 
+// The backend's output-head collapse (§4.7, the target's op) with the drafter's hc_head:
+// rms_norm(x) -> mix = fn · flat -> w_h = σ(mix_h·scale + base_h) + hc_eps -> y = Σ_h w_h·x_h.
+void Drafter::output_head() {
+  Scratch& s = *s_;
+  backend::HcCollapseParams cp;
+  cp.x = s.x.data();
+  cp.fn = w_->hc_head_fn;
+  cp.scale = w_->hc_head_scale[0];
+  cp.base = w_->hc_head_base;
+  cp.n_hc = static_cast<int>(cfg_.n_hc);
+  cp.n_embd = cfg_.n_embd;
+  cp.norm_eps = cfg_.rms_eps;
+  cp.hc_eps = cfg_.hc_eps;
+  cp.n_rows = B_;
+  cp.flat = s.flat.data();
+  cp.mix = s.head_mix.data();
+  cp.y = s.yhead.data();
+  be_.hc_collapse(cp);
+}
+
 void Drafter::stage_forward(int st, int64_t pos) {
   stage_attention(st, pos);
   stage_ffn(st);
@@ -250,7 +283,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim(), V = cfg_.n_vocab;
   const int R = w_->config.markov_rank;
   const int nhc = static_cast<int>(cfg_.n_hc);
-  const model::GlobalWeights& g = target_.weights().global;
+  const model::GlobalWeights& g = m_.target().weights().global;
 
   // Block input: [anchor, MASK, ...] target embeddings copied into every HC stream (§5).
   for (int i = 0; i < B_; ++i) {
@@ -263,22 +296,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   for (int st = 0; st < w_->config.n_stages; ++st) stage_forward(st, pos);
 
   // HC head (§6): sigmoid-weighted collapse of every block row -> yhead (pre-norm).
-  rms_norm(be_, s.x.data(), nullptr, s.flat.data(), HC, B_, cfg_.rms_eps);
-  matmul(be_, w_->hc_head_fn, s.flat.data(), HC, s.head_mix.data(), nhc, B_);
-  const float scale = w_->hc_head_scale[0];
-  for (int i = 0; i < B_; ++i) {
-    float wgt[16];
-    for (int hh = 0; hh < nhc; ++hh) {
-      wgt[hh] = backend::cpu::sigmoid_stable(s.head_mix[i * nhc + hh] * scale + w_->hc_head_base[hh]) + cfg_.hc_eps;
-    }
-    const float* x = s.x.data() + i * HC;
-    float* y = s.yhead.data() + i * E;
-    for (int64_t d = 0; d < E; ++d) {
-      float acc = 0.0f;
-      for (int hh = 0; hh < nhc; ++hh) acc += x[hh * E + d] * wgt[hh];
-      y[d] = acc;
-    }
-  }
+  output_head();
 
   // Confidence of position k: σ(w · [y_k ; W1[prev]]) (§8), no bias.
   auto confidence = [&](int k, int32_t prev) {
@@ -289,7 +307,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
     float logit = 0.0f;
     matmul(be_, w_->confidence, s.conf_in.data(), E + R, &logit, 1, 1);
     conf_logit_[k] = logit;
-    return backend::cpu::sigmoid_stable(logit);
+    return sigmoid(logit);
   };
 
   // conf0 precheck before the vocab head.
@@ -327,10 +345,20 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   }
 }
 
-Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model& target, backend::Backend& be, const std::string& path) {
+Expected<std::unique_ptr<DrafterModel>> load_drafter_model(const model::Model& target, backend::Backend& be,
+                                                           const std::string& path) {
   auto w = open_drafter_weights(path, target.config());
   if (!w.ok()) return w.status();
-  return Drafter::create(target, be, std::move(w).value());
+  return DrafterModel::create(target, be, std::move(w).value());
+}
+
+Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model& target, backend::Backend& be,
+                                                const std::string& path) {
+  auto m = load_drafter_model(target, be, path);
+  if (!m.ok()) return m.status();
+  auto d = std::make_unique<Drafter>(**m);
+  d->owned_ = std::move(m).value();
+  return d;
 }
 
 }  // namespace ds4::speculative
