@@ -51,35 +51,49 @@ int32_t markov_argmax(const float* u, const float* bias, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-// Activation buffers; shapes use B = block size (n = B rows: commit_chunk has main_x / ckv).
+// A typed backend buffer with the data() the block helpers (session/block.h) read: a backend
+// address. host() is the checked host view, valid on a host-addressable backend only.
+template <typename T>
+struct Arr {
+  backend::Buffer buf;
+  void alloc(backend::Backend& be, size_t n) { buf = be.alloc_array<T>(n); }
+  T* data() const { return buf.as<T>(); }
+  std::span<T> host() const { return buf.host<T>(); }
+};
+
+// Activation buffers (backend memory); shapes use B = block size (n = B rows: commit_chunk has
+// main_x / ckv). ptrs / queries are op descriptors, host side.
 struct Drafter::Scratch {
-  std::vector<float> x, x2, flat;   // [n, HC]
-  std::vector<float> mix;           // [n, MIX]
-  std::vector<float> y, h;          // [n, E]
-  std::vector<float> post, comb;    // [n, n_hc], [n, n_hc*n_hc]
-  std::vector<float> qa, qr;        // [n, QL]
-  std::vector<float> q, heads;      // [n, Q]
-  std::vector<float> kv;            // [n, D]
-  std::vector<float> low;           // [n, OL]
-  std::vector<float> o;             // [n, E]
-  std::vector<float> router;        // [n, X]
-  std::vector<float> probs;         // [B, X]
-  std::vector<int32_t> sel;         // [n, U]
-  std::vector<float> wt;            // [n, U]
-  std::vector<float> moe_out, sh_out;  // [n, E]
-  std::vector<uint8_t> moe_scratch;
-  std::vector<float> sg, su;        // [n, F]
-  std::vector<float> scores;        // [B, n_head, W + B] per-row attention scratch
-  std::vector<const float*> ptrs;   // [W + B]
+  Arr<float> x, x2, flat;           // [n, HC]
+  Arr<float> mix;                   // [n, MIX]
+  Arr<float> y, h;                  // [n, E]
+  Arr<float> post, comb;            // [n, n_hc], [n, n_hc*n_hc]
+  Arr<float> qa, qr;                // [n, QL]
+  Arr<float> q, heads;              // [n, Q]
+  Arr<float> kv;                    // [n, D]
+  Arr<float> low;                   // [n, OL]
+  Arr<float> o;                     // [n, E]
+  Arr<float> router;                // [n, X]
+  Arr<float> probs;                 // [B, X]
+  Arr<int32_t> sel;                 // [n, U]
+  Arr<float> wt;                    // [n, U]
+  Arr<float> moe_out, sh_out;       // [n, E]
+  Arr<uint8_t> moe_scratch;         // moe_scratch_bytes(E, F, U, n)
+  Arr<float> sg, su;                // [n, F]
+  Arr<float> scores;                // [B, n_head, W + B] per-row attention scratch
+  std::vector<const float*> ptrs;   // [W + B] key rows (backend addresses)
   std::vector<backend::SinkAttentionParams> queries;  // [B]
-  std::vector<float> head_mix;      // [n, n_hc]
-  std::vector<float> yhead;         // [B, E] pre-norm HC-head output
-  std::vector<float> logits;        // [B, V] base logits U_k, then Z_k in place
-  std::vector<float> bias;          // [V]
-  std::vector<float> e;             // [R]
-  std::vector<float> conf_in;       // [E + R]
-  std::vector<float> main_x;        // [kCommitRows, E]
-  std::vector<float> ckv;           // [kCommitRows, D]
+  Arr<float> head_mix;              // [n, n_hc]
+  Arr<float> yhead;                 // [B, E] pre-norm HC-head output
+  Arr<float> logits;                // [B, V] base logits U_k, then Z_k in place
+  Arr<float> bias;                  // [V]
+  Arr<float> e;                     // [R] W1 row of the previous draft
+  Arr<float> conf_in;               // [E + R] [y_k ; e]
+  Arr<float> conf_logit;            // [1]
+  Arr<float> main_x;                // [kCommitRows, E]
+  Arr<float> ckv;                   // [kCommitRows, D]
+  Arr<float> hidden;                // [kCommitRows, capture_width] (device backends only)
+  std::vector<float> e_host;        // [R] dequantized W1 row (host staging)
 };
 
 DrafterModel::DrafterModel(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w)
@@ -108,44 +122,48 @@ Drafter::Drafter(const DrafterModel& model)
   W_ = w_->config.window;
   const int64_t n = B_;
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
-  ring_.assign(static_cast<size_t>(w_->config.n_stages) * W_ * D, 0.0f);
+  backend::Backend& be = be_;
+  ring_ = be.alloc_array<float>(static_cast<size_t>(w_->config.n_stages) * W_ * D);
   s_ = std::make_unique<Scratch>();
   Scratch& s = *s_;
-  s.x.assign(n * HC, 0.0f);
-  s.x2.assign(n * HC, 0.0f);
-  s.flat.assign(n * HC, 0.0f);
-  s.mix.assign(n * c.hc_mix_dim(), 0.0f);
-  s.y.assign(n * E, 0.0f);
-  s.h.assign(n * E, 0.0f);
-  s.post.assign(n * c.n_hc, 0.0f);
-  s.comb.assign(n * c.n_hc * c.n_hc, 0.0f);
-  s.qa.assign(n * c.q_lora_rank, 0.0f);
-  s.qr.assign(n * c.q_lora_rank, 0.0f);
-  s.q.assign(n * c.q_dim(), 0.0f);
-  s.heads.assign(n * c.q_dim(), 0.0f);
-  s.kv.assign(n * D, 0.0f);
-  s.low.assign(n * c.o_low_dim(), 0.0f);
-  s.o.assign(n * E, 0.0f);
-  s.router.assign(n * c.n_expert, 0.0f);
-  s.probs.assign(n * c.n_expert, 0.0f);
-  s.sel.assign(n * c.n_expert_used, 0);
-  s.wt.assign(n * c.n_expert_used, 0.0f);
-  s.moe_out.assign(n * E, 0.0f);
-  s.sh_out.assign(n * E, 0.0f);
-  s.moe_scratch.assign(backend::moe_scratch_bytes(E, c.n_ff_exp, static_cast<int>(c.n_expert_used), static_cast<int>(n)), 0);
-  s.sg.assign(n * c.n_ff_exp, 0.0f);
-  s.su.assign(n * c.n_ff_exp, 0.0f);
-  s.scores.assign(static_cast<size_t>(B_) * c.n_head * (W_ + B_), 0.0f);
+  s.x.alloc(be, n * HC);
+  s.x2.alloc(be, n * HC);
+  s.flat.alloc(be, n * HC);
+  s.mix.alloc(be, n * c.hc_mix_dim());
+  s.y.alloc(be, n * E);
+  s.h.alloc(be, n * E);
+  s.post.alloc(be, n * c.n_hc);
+  s.comb.alloc(be, n * c.n_hc * c.n_hc);
+  s.qa.alloc(be, n * c.q_lora_rank);
+  s.qr.alloc(be, n * c.q_lora_rank);
+  s.q.alloc(be, n * c.q_dim());
+  s.heads.alloc(be, n * c.q_dim());
+  s.kv.alloc(be, n * D);
+  s.low.alloc(be, n * c.o_low_dim());
+  s.o.alloc(be, n * E);
+  s.router.alloc(be, n * c.n_expert);
+  s.probs.alloc(be, n * c.n_expert);
+  s.sel.alloc(be, n * c.n_expert_used);
+  s.wt.alloc(be, n * c.n_expert_used);
+  s.moe_out.alloc(be, n * E);
+  s.sh_out.alloc(be, n * E);
+  s.moe_scratch.alloc(be, backend::moe_scratch_bytes(E, c.n_ff_exp, static_cast<int>(c.n_expert_used), static_cast<int>(n)));
+  s.sg.alloc(be, n * c.n_ff_exp);
+  s.su.alloc(be, n * c.n_ff_exp);
+  s.scores.alloc(be, static_cast<size_t>(B_) * c.n_head * (W_ + B_));
   s.ptrs.assign(W_ + B_, nullptr);
   s.queries.assign(B_, backend::SinkAttentionParams());
-  s.head_mix.assign(n * c.n_hc, 0.0f);
-  s.yhead.assign(B_ * E, 0.0f);
-  s.logits.assign(static_cast<size_t>(B_) * c.n_vocab, 0.0f);
-  s.bias.assign(c.n_vocab, 0.0f);
-  s.e.assign(w_->config.markov_rank, 0.0f);
-  s.conf_in.assign(E + w_->config.markov_rank, 0.0f);
-  s.main_x.assign(kCommitRows * E, 0.0f);
-  s.ckv.assign(kCommitRows * D, 0.0f);
+  s.head_mix.alloc(be, n * c.n_hc);
+  s.yhead.alloc(be, B_ * E);
+  s.logits.alloc(be, static_cast<size_t>(B_) * c.n_vocab);
+  s.bias.alloc(be, c.n_vocab);
+  s.e.alloc(be, w_->config.markov_rank);
+  s.conf_in.alloc(be, E + w_->config.markov_rank);
+  s.main_x.alloc(be, kCommitRows * E);
+  s.ckv.alloc(be, kCommitRows * D);
+  s.conf_logit.alloc(be, 1);
+  if (!be.host_addressable()) s.hidden.alloc(be, static_cast<size_t>(kCommitRows) * m_.capture_width());
+  s.e_host.assign(w_->config.markov_rank, 0.0f);
 }
 
 Drafter::~Drafter() = default;
@@ -167,7 +185,7 @@ void Drafter::ring_truncate(int64_t pos) {
 const float* Drafter::ring_row(int stage, int64_t pos) const {
   if (pos < ring_start_ || pos >= ring_next_ || pos < ring_next_ - W_) return nullptr;
   const int64_t D = cfg_.head_dim;
-  return ring_.data() + (static_cast<int64_t>(stage) * W_ + pos % W_) * D;
+  return ring_.as<float>() + (static_cast<int64_t>(stage) * W_ + pos % W_) * D;
 }
 
 void Drafter::commit_rows(int64_t pos0, int n, const float* hidden) {
@@ -193,6 +211,11 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
   Scratch& s = *s_;
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const model::RopeParams rp = cfg_.rope_params(0);
+  // The captures are host rows: read in place on a host-addressable backend, uploaded otherwise.
+  if (!be_.host_addressable()) {
+    be_.upload(s.hidden.data(), hidden, sizeof(float) * static_cast<size_t>(n * capture_width()));
+    hidden = s.hidden.data();
+  }
   matmul(be_, w_->main_proj, hidden, capture_width(), s.main_x.data(), E, n);
   rms_norm(be_, s.main_x.data(), w_->main_norm, s.main_x.data(), E, n, cfg_.rms_eps);
   for (int st = 0; st < w_->config.n_stages; ++st) {
@@ -200,8 +223,8 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
     session::kv_projection(be_, cfg_, sw.attn_kv, sw.kv_a_norm, s.main_x.data(), E, s.ckv.data(), n);
     be_.attention_inputs(session::attention_inputs(cfg_, nullptr, s.ckv.data(), n, pos0, rp));
     for (int i = 0; i < n; ++i) {
-      std::memcpy(ring_.data() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, s.ckv.data() + i * D,
-                  sizeof(float) * D);
+      be_.copy(ring_.as<float>() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, s.ckv.data() + i * D,
+               sizeof(float) * D);
     }
   }
   ring_next_ = pos0 + n;
@@ -221,7 +244,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
   // block rows, bidirectionally (§3.3).
   int n_keys = 0;
   const int64_t first = std::max<int64_t>(ring_start_, pos - W_);
-  for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.data() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
+  for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.as<float>() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
   for (int i = 0; i < n; ++i) s.ptrs[n_keys++] = s.kv.data() + i * D;
   const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * n_keys;
   for (int i = 0; i < n; ++i) {
@@ -268,7 +291,7 @@ void Drafter::stage_forward(int st, int64_t pos) {
 }
 
 std::span<const float> Drafter::last_z(int k) const {
-  return std::span<const float>(s_->logits.data() + static_cast<int64_t>(k) * cfg_.n_vocab, cfg_.n_vocab);
+  return s_->logits.host().subspan(static_cast<size_t>(k) * cfg_.n_vocab, static_cast<size_t>(cfg_.n_vocab));
 }
 
 void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thr, Proposal* out) {
@@ -286,10 +309,13 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   const model::GlobalWeights& g = m_.target().weights().global;
 
   // Block input: [anchor, MASK, ...] target embeddings copied into every HC stream (§5).
+  // Host steps (here, the Markov bias and its argmax below) write and read the scratch through
+  // its host view: a host-addressable backend.
+  float* const xh = s.x.host().data();
   for (int i = 0; i < B_; ++i) {
     const int32_t tok = i == 0 ? anchor : w_->config.noise_token_id;
     const auto* row = reinterpret_cast<const uint16_t*>(g.token_embd.row(tok));
-    float* x = s.x.data() + i * HC;
+    float* x = xh + i * HC;
     for (int64_t d = 0; d < E; ++d) x[d] = quant::f16_to_f32(row[d]);
     for (int hh = 1; hh < nhc; ++hh) std::memcpy(x + hh * E, x, sizeof(float) * E);
   }
@@ -299,13 +325,19 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   output_head();
 
   // Confidence of position k: σ(w · [y_k ; W1[prev]]) (§8), no bias.
-  auto confidence = [&](int k, int32_t prev) {
+  // e = W1[prev] (dequantized on the host, uploaded).
+  auto load_e = [&](int32_t prev) {
     quant::dequantize_row(w_->markov_w1.type, w_->markov_w1.data + static_cast<size_t>(prev) * w_->markov_w1.row_bytes,
-                          s.e.data(), R);
-    std::memcpy(s.conf_in.data(), s.yhead.data() + k * E, sizeof(float) * E);
-    std::memcpy(s.conf_in.data() + E, s.e.data(), sizeof(float) * R);
+                          s.e_host.data(), R);
+    be_.upload(s.e.data(), s.e_host.data(), sizeof(float) * R);
+  };
+  auto confidence = [&](int k, int32_t prev) {
+    load_e(prev);
+    be_.copy(s.conf_in.data(), s.yhead.data() + k * E, sizeof(float) * E);
+    be_.copy(s.conf_in.data() + E, s.e.data(), sizeof(float) * R);
+    matmul(be_, w_->confidence, s.conf_in.data(), E + R, s.conf_logit.data(), 1, 1);
     float logit = 0.0f;
-    matmul(be_, w_->confidence, s.conf_in.data(), E + R, &logit, 1, 1);
+    be_.download(&logit, s.conf_logit.data(), sizeof(float));
     conf_logit_[k] = logit;
     return sigmoid(logit);
   };
@@ -330,12 +362,12 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
       c = confidence(k, prev);
       if (c < threshold_at(thr, k)) break;
     } else {
-      quant::dequantize_row(w_->markov_w1.type, w_->markov_w1.data + static_cast<size_t>(prev) * w_->markov_w1.row_bytes,
-                            s.e.data(), R);
+      load_e(prev);
     }
     matmul(be_, w_->markov_w2, s.e.data(), R, s.bias.data(), V, 1);
-    float* z = s.logits.data() + static_cast<int64_t>(k) * V;
-    for (int64_t v = 0; v < V; ++v) z[v] += s.bias[v];
+    float* z = s.logits.host().data() + static_cast<int64_t>(k) * V;
+    const float* bias = s.bias.host().data();
+    for (int64_t v = 0; v < V; ++v) z[v] += bias[v];
     // markov_argmax(z, nullptr, V) for any row with a finite maximum, vectorized (core/reduce.h).
     const int32_t d = top_two(std::span<const float>(z, static_cast<size_t>(V))).id;
     out->tokens[k] = d;

@@ -11,8 +11,8 @@
 //    position past ring_next() (a gap) resets the ring; a row before it truncates first.
 //  * A proposal at anchor position P needs ring_next() == P and sees context positions
 //    max(ring_start(), P - window) .. P-1 plus the whole block, bidirectionally.
-//  * Deterministic and allocation-free per proposal and per committed row (scratch sized at
-//    creation). Every batched op is batch invariant, so ring rows do not depend on how rows
+//  * Deterministic and allocation-free per proposal and per committed row (rings and scratch
+//    are backend buffers sized at creation). Every batched op is batch invariant, so ring rows do not depend on how rows
 //    were grouped into commit calls.
 //  * Greedy Markov chain: d_k = argmax(U_k + W2·W1[prev]), ties -> smallest id; confidence
 //    c_k = σ(w·[y_k ; W1[prev]]) with y_k the pre-norm HC-head output (§8).
@@ -93,7 +93,8 @@ class Drafter {
   void commit_rows(int64_t pos0, int n, const float* hidden);
   int64_t ring_next() const { return ring_next_; }
   int64_t ring_start() const { return ring_start_; }
-  // Ring row of `stage` at position pos ([head_dim] f32), nullptr when not held.
+  // Ring row of `stage` at position pos ([head_dim] f32, a backend address: host memory on a
+  // host-addressable backend), nullptr when not held.
   const float* ring_row(int stage, int64_t pos) const;
   // Rows of [ring_start, ring_next) past `pos` are dropped (pos <= ring_start empties it).
   void ring_truncate(int64_t pos);
@@ -103,8 +104,9 @@ class Drafter {
   // thresholds (last value extends; empty = 0). Lazy: conf_0 is checked before the vocab
   // head, and the chain stops at the first position below its threshold.
   void propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thresholds, Proposal* out);
-  // After propose(): biased logits Z_k ([n_vocab]) and the raw confidence logit of the
-  // positions the chain reached (k < out->n, or k == 0 when conf0 was computed).
+  // After propose(): biased logits Z_k ([n_vocab], host view: a host-addressable backend only)
+  // and the raw confidence logit of the positions the chain reached (k < out->n, or k == 0
+  // when conf0 was computed).
   std::span<const float> last_z(int k) const;
   float last_conf_logit(int k) const { return conf_logit_[k]; }
 
@@ -126,7 +128,7 @@ class Drafter {
   int W_ = 0;                  // ring rows
   int64_t ring_start_ = 0;
   int64_t ring_next_ = 0;
-  std::vector<float> ring_;    // [S, W, D] f32
+  backend::Buffer ring_;       // [S, W, D] f32, backend memory
   float conf_logit_[kMaxBlockSize] = {};
 
   struct Scratch;
