@@ -60,15 +60,14 @@ struct AcceptModel {
   float p_cont(int k) const;               // k >= 1
 };
 
-// Acceptance of lookup drafts by match length: a draft continuing a
-// match of l tokens (the lookup's suffix plus the drafts before it, all accepted) is accepted
-// with probability q(l). Decayed counts per length; a length's counts decay when it is seen.
-// Lengths up to flat_len take the prior `base`; each longer length's prior is the estimate one
-// shorter moved kLonger of the way to 1 (longer matches are more predictive, and rarely seen
-// lengths must not sit at an optimistic 1.0: with a flat prior of 1.0, Italian's 5-draft
-// lookup verifies predicted 2.6 extra tokens and kept 0.8). LookupPolicy keeps d_0 checks
-// (kPrior from length 1) and continuations after a hit (kContPrior up to kContFlatLen) in
-// separate models.
+// Acceptance of lookup drafts by match length: a draft continuing a match of l tokens (the
+// lookup's suffix plus the drafts before it, all accepted) is accepted with probability q(l).
+// Decayed counts per length; a length's counts decay when it is seen. Lengths up to flat_len
+// take the prior `base`; each longer length's prior is the estimate one shorter moved kLonger
+// of the way to 1 (longer matches are more predictive, and rarely seen lengths must not sit at
+// an optimistic 1.0, which verified lookup drafts far too deep on prose). LookupPolicy keeps
+// d_0 checks (kPrior from length 1) and continuations after a hit (kContPrior up to
+// kContFlatLen) in separate models.
 struct LookupModel {
   static constexpr int kMaxLen = 12;  // lengths >= kMaxLen share the last cell
   static constexpr float kPrior = 0.5f, kContPrior = 0.1f, kPriorWeight = 1.0f, kLonger = 0.4f;
