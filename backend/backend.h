@@ -1,27 +1,80 @@
 // backend/backend.h — the op-level compute interface the forward graph (session/) runs on.
 //
 // Role: every numeric step of the DS4 forward pass (ds4-architecture.md §3-4) is one op here,
-// described by a small param struct. The CPU backend (backend/cpu) is the correctness oracle;
-// a CUDA backend implements the same ops on device buffers later (then every float* below is
-// a device pointer owned by that backend, allocated through alloc_f32()).
+// described by a small param struct, plus the memory the ops run on: Buffers allocated by the
+// backend (host memory on the CPU, device memory on a GPU backend) and weights bound once per
+// model (WeightSet). Every pointer in a param struct is in the backend's address space: inside
+// a Buffer or a bound weight. The CPU backend (backend/cpu) is the correctness oracle.
 // Invariants:
 //  * Batch invariance: an op applied to r rows gives, for each row, the bits the same op gives
 //    for that row alone (design.md §4). Threads split output rows, never a reduction.
-//  * Weight views point into the mmapped model; ops never copy or modify weights.
+//  * Weight views point into the bound weights; ops never copy or modify weights.
 //  * Ops allocate nothing: callers pass scratch sized at session creation.
+//  * The host reads or writes a Buffer only through upload / download / copy / fill, or, when
+//    host_addressable() (the CPU backend), directly through Buffer::host<T>().
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "core/rope.h"
 #include "core/status.h"
 #include "gguf/types.h"
-#include "model/config.h"
+#include "core/rope.h"
 
 namespace ds4::backend {
 
 using gguf::GgmlType;
+
+class Backend;
+class WeightSet;
+struct WeightRange;
+
+// An owning handle to `bytes` bytes of backend memory (RAII; move-only). data() is a pointer in
+// the backend's address space, to pass in op params; the memory goes back to its backend when
+// the handle dies, so a Buffer must not outlive the Backend that allocated it. Allocation is
+// 64-byte aligned and zero-filled.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  bool empty() const { return bytes_ == 0; }
+  // Typed backend-address pointer to the first element (for op params).
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  size_t count() const {
+    return bytes_ / sizeof(T);
+  }
+  // Host view of the memory: only for a host-addressable backend (Backend::host_addressable(),
+  // the CPU backend); a device backend's buffers are read through Backend::download. Checked.
+  template <typename T>
+  std::span<T> host() const {
+    check_host();
+    return std::span<T>(static_cast<T*>(data_), bytes_ / sizeof(T));
+  }
+  void reset();
+
+ private:
+  friend class Backend;
+  void check_host() const;
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 // A 2-D weight: n_out rows of n_in elements of `type`, row o at data + o * row_bytes.
 struct Matrix {
@@ -121,7 +174,7 @@ struct HcPostParams {
 struct AttentionInputsParams {
   int n_rows = 1;
   int64_t pos0 = 0;
-  model::RopeParams rope;
+  RopeParams rope;
   int n_rot = 0;
   int head_dim = 0;
   float* q = nullptr;        // [n_rows, q_stride] n_head heads of head_dim, in place; or nullptr
@@ -153,7 +206,7 @@ struct CompressorStepParams {
   int n_rot = 0;
   int64_t pos = 0;
   float eps = 1e-6f;
-  model::RopeParams rope;
+  RopeParams rope;
   bool indexer = false;          // true: Hadamard+FP4 row; false: FP8 on the non-RoPE dims
   float* pooled = nullptr;       // scratch [head_dim]
   float* out_row = nullptr;      // [head_dim]
@@ -193,7 +246,7 @@ struct SinkAttentionParams {
   // When n_rot > 0, each output head is de-rotated (inverse RoPE of its tail, §4.5) at pos.
   int n_rot = 0;
   int64_t pos = 0;
-  model::RopeParams rope;
+  RopeParams rope;
 };
 
 // Router (§4.6) of n_rows tokens: p_e = sqrtf(softplus(logit_e)); hash rows (tid2eid given)
@@ -272,6 +325,36 @@ class Backend {
   virtual const char* name() const = 0;
   virtual int n_threads() const = 0;
 
+  // ---- memory ----
+  // true when backend memory is host memory (the CPU backend): Buffer::host() is then valid
+  // and a bound weight's backend address is its mmapped host address.
+  virtual bool host_addressable() const = 0;
+  // A zero-filled buffer of `bytes` bytes (0 gives an empty handle). Not for hot loops.
+  Buffer alloc(size_t bytes);
+  // Typed convenience: n elements of T.
+  template <typename T>
+  Buffer alloc_array(size_t n) {
+    return alloc(n * sizeof(T));
+  }
+  // Host -> backend, backend -> host and backend -> backend copies of `bytes` bytes; dst / src
+  // on the backend side are backend addresses (inside a Buffer). Ordered with the ops: a
+  // download sees every op issued before it, an upload is seen by every op issued after it.
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // dst[0..n) = value (f32) / the byte value.
+  virtual void fill_f32(float* dst, size_t n, float value) = 0;
+  virtual void fill_bytes(void* dst, size_t bytes, uint8_t value) = 0;
+  // Returns when every op and copy issued so far is complete (a no-op on the CPU, where each
+  // call returns when its work is done).
+  virtual void sync() = 0;
+
+  // Binds a model's weights (the mmapped tensors, each a host range) once: the WeightSet maps a
+  // host address inside a bound range to its backend address for the model's lifetime. The CPU
+  // backend binds zero-copy (backend address = host address); a device backend uploads.
+  virtual std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) = 0;
+
+
   // Runs a and b, returns when both are done. A backend with threads to spare runs them
   // concurrently, each task's ops on the task's own threads (the CPU backend splits its pool
   // in two; so a and b must not share mutable state); otherwise a, then b. Results are the same either way: every op is thread-count
@@ -299,6 +382,34 @@ class Backend {
   virtual void route(const RouteParams& p) = 0;
   virtual void moe(const MoeParams& p) = 0;
   virtual void hc_collapse(const HcCollapseParams& p) = 0;
+
+ protected:
+  // The allocator behind alloc(): zero-filled, 64-byte aligned; release() gets back exactly
+  // what allocate() returned.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p, size_t bytes) = 0;
+
+ private:
+  friend class Buffer;
+};
+
+// One weight tensor's host bytes, as bind_weights() takes them.
+struct WeightRange {
+  const void* host = nullptr;
+  size_t bytes = 0;
+};
+
+// A model's weights bound to one backend (Backend::bind_weights): lives as long as the model's
+// sessions. Every Matrix / weight pointer an op gets comes from map().
+class WeightSet {
+ public:
+  virtual ~WeightSet() = default;
+  // Backend address of host address p inside a bound range (nullptr stays nullptr). Checked.
+  virtual const void* map(const void* host) const = 0;
+  template <typename T>
+  const T* map(const T* host) const {
+    return static_cast<const T*>(map(static_cast<const void*>(host)));
+  }
 };
 
 // Scratch bytes MoeParams::scratch needs.

@@ -14,7 +14,7 @@
 // Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall,costlookup): baseline =
 // scheduler on, fold off, flat --confidence; fold, grid (--grid thresholds), backoff, margin
 // (--margin-gate) = baseline + that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
-// cost = baseline + the cost gate (speculative/runtime.h; costs from --cost-* / DS4_DSPARK_COST_*, or
+// cost = baseline + the cost gate (speculative/policies.h; costs from --cost-* / DS4_DSPARK_COST_*, or
 // measured on this machine first with --calibrate, engine calibrate_dspark_costs()),
 // costfold = cost + fold, costall = all + the cost gate, costlookup = costall + prompt-lookup
 // drafts (the engine's default).
@@ -50,6 +50,7 @@
 
 #include "core/flags.h"
 #include "core/log.h"
+#include "engine/dspark_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
@@ -81,12 +82,11 @@ struct Options {
   int prompts = 4;
   int gen_tokens = 128;
   int max_prompt_tokens = 512;
-  float confidence = 0.6f;
-  std::string grid = kDefaultDsparkGrid;
-  float margin = kDefaultDsparkMarginGate;
-  SpecOptions cost;  // cost gate parameters and overlap (cost_gate itself is set per policy)
-  bool calibrate = false;  // measure the costs first (calibrate_dspark_costs) and use them
-  int calibrate_reps = 20;
+  std::string grid = kDefaultDsparkGrid;     // the grid of the grid / all presets
+  float margin = kDefaultDsparkMarginGate;   // the margin of the margin / all presets
+  // The shared DSpark flags (engine/dspark_flags.h): confidence, costs, overlap, calibration,
+  // and switches applied on top of every policy of --policies.
+  DsparkFlags dspark;
   int warmup = 1;
   int repeat = 1;  // timed plain/DSpark pairs per prompt; each side keeps its fastest run
   std::string csv;
@@ -191,20 +191,8 @@ Status validate(const Options& o) {
   if (o.warmup < 0) return invalid_argument("--warmup must be >= 0, got %d", o.warmup);
   if (o.repeat < 1) return invalid_argument("--repeat must be >= 1, got %d", o.repeat);
   if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
-  if (!(o.confidence >= 0.0f && o.confidence <= 1.0f)) {
-    return invalid_argument("--confidence must be in [0, 1], got %g", o.confidence);
-  }
   if (!(o.margin >= 0.0f)) return invalid_argument("--margin-gate must be >= 0, got %g", o.margin);
-  if (!(o.cost.cost_verify_base >= 0.0f && o.cost.cost_verify_row >= 0.0f && o.cost.cost_draft >= 0.0f &&
-        o.cost.cost_draft_reject >= 0.0f && o.cost.cost_draft_overlap >= 0.0f &&
-        o.cost.cost_draft_reject_overlap >= 0.0f)) {
-    return invalid_argument("--cost-* costs must be >= 0");
-  }
-  if (o.cost.cost_window < 1) return invalid_argument("--cost-window must be >= 1, got %d", o.cost.cost_window);
-  if (o.calibrate_reps < 1) return invalid_argument("--calibrate-reps must be >= 1, got %d", o.calibrate_reps);
-  if (o.cost.overlap < -1 || o.cost.overlap > 1) {
-    return invalid_argument("--overlap must be -1 (auto), 0 or 1, got %d", o.cost.overlap);
-  }
+  DS4_RETURN_IF_ERROR(validate_dspark_flags(o.dspark));
   if (split_list(o.channels).empty()) return invalid_argument("--channels is empty");
   if (split_list(o.policies).empty()) return invalid_argument("--policies is empty");
   return Status();
@@ -215,25 +203,12 @@ Status validate(const Options& o) {
 // off, flat confidence); "all" turns every knob on, "costall" adds the cost gate, "costlookup"
 // the lookup.
 Expected<std::vector<Policy>> make_policies(const Options& o) {
-  SpecOptions base;
-  base.confidence = o.confidence;
-  base.cost_verify_base = o.cost.cost_verify_base;
-  base.cost_verify_row = o.cost.cost_verify_row;
-  base.cost_draft = o.cost.cost_draft;
-  base.cost_draft_reject = o.cost.cost_draft_reject;
-  base.cost_draft_overlap = o.cost.cost_draft_overlap;
-  base.cost_draft_reject_overlap = o.cost.cost_draft_reject_overlap;
-  base.cost_window = o.cost.cost_window;
-  base.overlap = o.cost.overlap;
-  base.scheduler = true;
-  base.fold = false;
   std::vector<float> grid;
   DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.grid, &grid));
   std::vector<Policy> out;
   for (const std::string& name : split_list(o.policies)) {
-    Policy p{name, base};
-    DS4_RETURN_IF_ERROR(apply_dspark_policy(name, grid, o.margin, &p.spec));
-    out.push_back(std::move(p));
+    DS4_ASSIGN_OR_RETURN(SpecOptions spec, dspark_options(o.dspark, name, grid, o.margin));
+    out.push_back(Policy{name, std::move(spec)});
   }
   return out;
 }
@@ -456,30 +431,8 @@ int main_impl(int argc, char** argv) {
       .option("-n,--prompts", &o.prompts, "Prompts per channel (the first N lines)")
       .option("--gen-tokens", &o.gen_tokens, "Greedy tokens per run (EOS excluded)")
       .option("--max-prompt-tokens", &o.max_prompt_tokens, "Cut each prompt to this many tokens (BOS included)")
-      .option("--confidence", &o.confidence, "Flat DSpark confidence threshold (all policies)")
       .option("--grid", &o.grid, "Confidence grid of the 'grid' and 'all' policies", "", "LIST")
       .option("--margin-gate", &o.margin, "Logit margin of the 'margin' and 'all' policies")
-      .option("--cost-verify-base", &o.cost.cost_verify_base,
-              "Cost gate: verify(n) ~ BASE + ROW*n decode(1) units", "DS4_DSPARK_COST_VERIFY_BASE")
-      .option("--cost-verify-row", &o.cost.cost_verify_row, "Cost gate: verify cost per row",
-              "DS4_DSPARK_COST_VERIFY_ROW")
-      .option("--cost-draft", &o.cost.cost_draft, "Cost gate: one proposal reaching the vocab head",
-              "DS4_DSPARK_COST_DRAFT")
-      .option("--cost-draft-reject", &o.cost.cost_draft_reject,
-              "Cost gate: one proposal stopped by the conf0 precheck", "DS4_DSPARK_COST_DRAFT_REJECT")
-      .option("--cost-draft-overlap", &o.cost.cost_draft_overlap,
-              "Cost gate: a standalone proposal overlapped with the seed's decode", "DS4_DSPARK_COST_DRAFT_OVERLAP")
-      .option("--cost-draft-reject-overlap", &o.cost.cost_draft_reject_overlap,
-              "Cost gate: an overlapped proposal stopped by the conf0 precheck",
-              "DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP")
-      .option("--cost-window", &o.cost.cost_window, "Cost gate: memory of the acceptance statistics (proposals)",
-              "DS4_DSPARK_COST_WINDOW")
-      .option("--overlap", &o.cost.overlap,
-              "All policies: propose while the seed decodes, the threads split in two: -1 auto (on with 2 threads and no cost gate, or cost gate with free overlap prices), 0 off, 1 on",
-              "DS4_DSPARK_OVERLAP")
-      .flag("--calibrate", &o.calibrate,
-            "Measure the cost-gate costs on this machine first (as ds4 --dspark-calibrate) and use them instead of --cost-*")
-      .option("--calibrate-reps", &o.calibrate_reps, "Rounds of --calibrate (medians)", "", "N")
       .option("--warmup", &o.warmup, "Untimed plain + DSpark warm-up runs (16 tokens, first prompt)")
       .option("--repeat", &o.repeat,
               "Timed plain/DSpark pairs per prompt (alternating); each side counts its fastest run, which "
@@ -498,6 +451,7 @@ int main_impl(int argc, char** argv) {
             "Under each row: measured over modelled time of the DSpark decodes, verifies and proposals "
             "(units: the paired plain run's time per token) and the share of time outside them")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
+  register_dspark_flags(t, &o.dspark, DsparkFlagSet::kBench);
   ParseResult pr = t.parse(argc, argv);
   if (pr.should_exit()) {
     std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n", pr.message.c_str());
@@ -535,9 +489,9 @@ int main_impl(int argc, char** argv) {
   if (!opened.ok()) return fail(opened.status().message());
   Engine& engine = **opened;
   const TextCodec& codec = engine.text();
-  if (o.calibrate) {
-    std::fprintf(stderr, "ds4-bench-spec: calibrating the cost gate (%d rounds)...\n", o.calibrate_reps);
-    Expected<DsparkCostCalibration> cal = calibrate_dspark_costs(engine, o.calibrate_reps);
+  if (o.dspark.calibrate) {
+    std::fprintf(stderr, "ds4-bench-spec: calibrating the cost gate (%d rounds)...\n", o.dspark.calibrate_reps);
+    Expected<DsparkCostCalibration> cal = calibrate_dspark_costs(engine, o.dspark.calibrate_reps);
     if (!cal.ok()) return fail("calibration: " + cal.status().message());
     const std::string text = format_dspark_costs(*cal);
     for (size_t i = 0; i < text.size();) {  // as '#' comment lines
@@ -546,7 +500,7 @@ int main_impl(int argc, char** argv) {
       std::printf("# %.*s\n", static_cast<int>(j - i), text.data() + i);
       i = j + 1;
     }
-    apply_dspark_costs(*cal, &o.cost);
+    apply_dspark_costs(*cal, &o.dspark.values);
     policies = make_policies(o);  // the policies carry the measured costs
     if (!policies.ok()) return fail(policies.status().message());
   }
@@ -567,7 +521,7 @@ int main_impl(int argc, char** argv) {
   std::printf("# ds4-bench-spec: target %s\n# drafter %s\n", model.c_str(), mtp.c_str());
   std::printf("# %d prompt(s)/channel (<= %d prompt tokens), %d greedy tokens/run (EOS banned), "
               "confidence %.2f, grid %s, margin %.2f; plain and DSpark alternate per prompt%s\n",
-              o.prompts, o.max_prompt_tokens, o.gen_tokens, o.confidence, o.grid.c_str(), o.margin,
+              o.prompts, o.max_prompt_tokens, o.gen_tokens, o.dspark.values.confidence, o.grid.c_str(), o.margin,
               o.repeat > 1 ? (", " + std::to_string(o.repeat) + " pairs each, fastest run per side").c_str() : "");
   std::printf("# model = tokens / modelled cost from the counters (decode 1, verify(n), proposals at "
               "the cost-gate costs below): the clock-free ratio\n");
@@ -575,12 +529,12 @@ int main_impl(int argc, char** argv) {
               "per cycle; dec/prop/ver/com/oth%% = DSpark time split (stats time_ms)\n");
   std::printf("# cost gate (cost* policies): verify(n) ~ %.2f + %.2f n, draft %.2f, draft rejected %.2f "
               "decode(1) units, window %d\n",
-              o.cost.cost_verify_base, o.cost.cost_verify_row, o.cost.cost_draft, o.cost.cost_draft_reject,
-              o.cost.cost_window);
+              o.dspark.values.cost_verify_base, o.dspark.values.cost_verify_row, o.dspark.values.cost_draft, o.dspark.values.cost_draft_reject,
+              o.dspark.values.cost_window);
   std::printf("# overlap (standalone proposal alongside the seed's decode, the threads split in two): %s; overlapped "
               "draft %.2f, rejected %.2f (what a pair adds to its decode; the model ratio charges overlapped proposals these)\n",
-              o.cost.overlap < 0 ? "auto (on with 2 threads and no cost gate, or free overlap prices)" : (o.cost.overlap > 0 ? "on" : "off"),
-              o.cost.cost_draft_overlap, o.cost.cost_draft_reject_overlap);
+              o.dspark.values.overlap < 0 ? "auto (on with 2 threads and no cost gate, or free overlap prices)" : (o.dspark.values.overlap > 0 ? "on" : "off"),
+              o.dspark.values.cost_draft_overlap, o.dspark.values.cost_draft_reject_overlap);
 
   for (int w = 0; w < o.warmup; ++w) {
     const Prompt& p = channels.front().prompts.front();
@@ -660,7 +614,7 @@ int main_impl(int argc, char** argv) {
         accumulate_stats(spark->report, &cell.stats);
       }
       failures += cell.token_mismatches + cell.logits_mismatches + cell.plain_nondeterministic;
-      print_row(stdout, csv, ch.name, pol.name, static_cast<int>(ch.prompts.size()), cell, o.cost, o.in_cycle);
+      print_row(stdout, csv, ch.name, pol.name, static_cast<int>(ch.prompts.size()), cell, o.dspark.values, o.in_cycle);
       merge(cell, &totals[pi]);
     }
     if (!o.outputs_dir.empty()) {
@@ -669,7 +623,7 @@ int main_impl(int argc, char** argv) {
   }
   if (channels.size() > 1) {
     for (size_t pi = 0; pi < policies->size(); ++pi) {
-      print_row(stdout, csv, "ALL", (*policies)[pi].name, total_prompts, totals[pi], o.cost, o.in_cycle);
+      print_row(stdout, csv, "ALL", (*policies)[pi].name, total_prompts, totals[pi], o.dspark.values, o.in_cycle);
     }
   }
   if (csv != nullptr) std::fclose(csv);

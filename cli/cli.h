@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/dspark_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
@@ -37,29 +38,7 @@ struct Options {
   bool nothink = false;
   bool raw = false;
   bool interactive = false;
-  bool dspark = false;
-  float dspark_confidence = 0.6f;
-  std::string dspark_policy = kDefaultDsparkPolicy;  // preset (engine/speculative.h), then the knobs below
-  std::string dspark_grid;       // "a,b,c" per-position thresholds (last extends); empty = the preset's
-  bool dspark_fold = false;
-  int dspark_fold_partial = -1;  // 0/1: also fold after a partial accept (speculative/runtime.h); -1 = the preset's
-  int dspark_scheduler = 1;      // 0 = off
-  bool dspark_backoff = false;
-  float dspark_margin_gate = -1.0f;  // < 0: the preset's (0 or kDefaultDsparkMarginGate)
-  bool dspark_replay = false;
-  bool dspark_stats = false;
-  bool dspark_cost_gate = false;                // cost-aware engagement (speculative/runtime.h)
-  float dspark_cost_verify_base = SpecOptions{}.cost_verify_base;
-  float dspark_cost_verify_row = SpecOptions{}.cost_verify_row;
-  float dspark_cost_draft = SpecOptions{}.cost_draft;
-  float dspark_cost_draft_reject = SpecOptions{}.cost_draft_reject;
-  float dspark_cost_draft_overlap = SpecOptions{}.cost_draft_overlap;
-  float dspark_cost_draft_reject_overlap = SpecOptions{}.cost_draft_reject_overlap;
-  int dspark_cost_window = SpecOptions{}.cost_window;
-  int dspark_overlap = SpecOptions{}.overlap;  // -1 auto, 0 off, 1 on
-  int dspark_lookup = -1;                      // 0/1: prompt-lookup drafts (hybrid); -1 = the preset's
-  bool dspark_calibrate = false;               // measure the cost-gate costs, print, exit
-  int dspark_calibrate_reps = 20;
+  DsparkFlags dspark;            // --dspark and every --dspark-* flag (engine/dspark_flags.h)
   bool cpu = false;
   bool cuda = false;
   std::string isa = "auto";
@@ -78,9 +57,6 @@ struct Loaded {
 // (Re)binds the DSpark decoder to loaded.session, which must be empty (before its prefill).
 // No-op without --dspark.
 Status attach_decoder(const Options& o, Loaded& loaded);
-// The DSpark options of the flags: --dspark-policy's preset, then the individual switches
-// (kInvalidArgument for an unknown preset or a bad grid).
-Expected<SpecOptions> dspark_spec_options(const Options& o);
 // Replaces loaded.session with a fresh one of n_ctx tokens (decoder re-attached).
 Status replace_session(const Options& o, Loaded& loaded, int n_ctx);
 

@@ -76,42 +76,11 @@ ProgressFn prefill_progress(bool verbose) {
 
 Status attach_decoder(const Options& o, Loaded& loaded) {
   loaded.decoder.reset();  // unbinds from the old session first (it holds a capture hook)
-  if (!o.dspark) return Status();
-  DS4_ASSIGN_OR_RETURN(SpecOptions so, dspark_spec_options(o));
+  if (!o.dspark.enabled) return Status();
+  DS4_ASSIGN_OR_RETURN(SpecOptions so, dspark_options(o.dspark));
   DS4_ASSIGN_OR_RETURN(loaded.decoder,
                        new_speculative_decoder(*loaded.engine, *loaded.session, so));
   return Status();
-}
-
-Expected<SpecOptions> dspark_spec_options(const Options& o) {
-  SpecOptions so;
-  so.confidence = o.dspark_confidence;
-  // The preset first; the switches then only turn knobs on, and a given grid / margin replaces
-  // the preset's.
-  std::vector<float> grid;
-  DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(kDefaultDsparkGrid, &grid));
-  DS4_RETURN_IF_ERROR(apply_dspark_policy(o.dspark_policy, grid, kDefaultDsparkMarginGate, &so));
-  if (!o.dspark_grid.empty()) {
-    DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &so.confidence_grid));
-  }
-  so.fold = so.fold || o.dspark_fold;
-  if (o.dspark_fold_partial >= 0) so.fold_after_partial = o.dspark_fold_partial != 0;
-  so.scheduler = so.scheduler && o.dspark_scheduler != 0;
-  so.backoff = so.backoff || o.dspark_backoff;
-  if (o.dspark_margin_gate >= 0.0f) so.margin_gate = o.dspark_margin_gate;
-  so.replay = o.dspark_replay;
-  so.stats = o.dspark_stats;
-  so.cost_gate = so.cost_gate || o.dspark_cost_gate;
-  so.cost_verify_base = o.dspark_cost_verify_base;
-  so.cost_verify_row = o.dspark_cost_verify_row;
-  so.cost_draft = o.dspark_cost_draft;
-  so.cost_draft_reject = o.dspark_cost_draft_reject;
-  so.cost_draft_overlap = o.dspark_cost_draft_overlap;
-  so.cost_draft_reject_overlap = o.dspark_cost_draft_reject_overlap;
-  so.cost_window = o.dspark_cost_window;
-  so.overlap = o.dspark_overlap;
-  if (o.dspark_lookup >= 0) so.lookup = o.dspark_lookup != 0;
-  return so;
 }
 
 Status replace_session(const Options& o, Loaded& loaded, int n_ctx) {

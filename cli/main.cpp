@@ -66,74 +66,9 @@ void declare_flags(FlagTable& t, Options& o) {
       .flag("--nothink", &o.nothink, "Non-thinking mode")
       .flag("--raw", &o.raw, "No chat template: BOS + the prompt as plain text")
       .flag("-i,--interactive", &o.interactive, "Interactive chat even when stdin is not a TTY")
-      .option("--mtp", &o.mtp, "DSpark support GGUF (drafter)", "DS4_MTP", "FILE")
-      .flag("--dspark", &o.dspark,
-            "DSpark speculative decoding, greedy only, output identical to plain decoding "
-            "(drafter: --mtp, or the bundled one with the default model)")
-      .option("--dspark-policy", &o.dspark_policy,
-              std::string("DSpark: policy preset, then the switches below add to it (") + kDsparkPolicies +
-                  "; costall = fold + grid + backoff + margin gate + cost gate; costlookup = costall + lookup)",
-              "DS4_DSPARK_POLICY", "NAME")
-      .option("--dspark-confidence", &o.dspark_confidence,
-              "DSpark: sigmoid confidence threshold per draft position, 0..1",
-              "DS4_DSPARK_CONFIDENCE")
-      .option("--dspark-confidence-grid", &o.dspark_grid,
-              "DSpark: per-position thresholds 'a,b,c' (last value extends; default: the preset's)",
-              "DS4_DSPARK_CONFIDENCE_GRID", "LIST")
-      .flag("--dspark-fold", &o.dspark_fold,
-            "DSpark: verify the seed as row 0 after a full accept", "DS4_DSPARK_FOLD")
-      .option("--dspark-fold-partial", &o.dspark_fold_partial,
-              "DSpark: with fold, also fold after a partial accept 0/1 (default: the preset's; costall 1)",
-              "DS4_DSPARK_FOLD_PARTIAL")
-      .option("--dspark-scheduler", &o.dspark_scheduler,
-              "DSpark: windowed pause scheduler (counters only) 0/1", "DS4_DSPARK_SCHEDULER")
-      .flag("--dspark-scheduler-backoff", &o.dspark_backoff,
-            "DSpark: pause x2 per unproductive cycle (<= x8), bar +0.05 (<= +0.20)",
-            "DS4_DSPARK_SCHEDULER_BACKOFF")
-      .option("--dspark-margin-gate", &o.dspark_margin_gate,
-              "DSpark: skip standalone proposals when target top1-top2 < this (logits; -1 = the preset's)",
-              "DS4_DSPARK_MARGIN_GATE")
-      .flag("--dspark-replay", &o.dspark_replay,
-            "DSpark: commit partial accepts by rollback + decode (strict control)",
-            "DS4_DSPARK_REPLAY")
-      .flag("--dspark-stats", &o.dspark_stats, "DSpark: print counters and time split",
-            "DS4_DSPARK_STATS")
-      .flag("--dspark-cost-gate", &o.dspark_cost_gate,
-            "DSpark: propose/verify/fold only when the expected tokens beat the expected cost",
-            "DS4_DSPARK_COST_GATE")
-      .option("--dspark-cost-verify-base", &o.dspark_cost_verify_base,
-              "DSpark cost gate: verify(n) ~ BASE + ROW*n decode(1) units (base)",
-              "DS4_DSPARK_COST_VERIFY_BASE")
-      .option("--dspark-cost-verify-row", &o.dspark_cost_verify_row,
-              "DSpark cost gate: verify cost per row, decode(1) units", "DS4_DSPARK_COST_VERIFY_ROW")
-      .option("--dspark-cost-draft", &o.dspark_cost_draft,
-              "DSpark cost gate: one proposal reaching the vocab head, decode(1) units",
-              "DS4_DSPARK_COST_DRAFT")
-      .option("--dspark-cost-draft-reject", &o.dspark_cost_draft_reject,
-              "DSpark cost gate: one proposal stopped by the conf0 precheck, decode(1) units",
-              "DS4_DSPARK_COST_DRAFT_REJECT")
-      .option("--dspark-cost-draft-overlap", &o.dspark_cost_draft_overlap,
-              "DSpark cost gate: a standalone proposal overlapped with the seed's decode, decode(1) units",
-              "DS4_DSPARK_COST_DRAFT_OVERLAP")
-      .option("--dspark-cost-draft-reject-overlap", &o.dspark_cost_draft_reject_overlap,
-              "DSpark cost gate: an overlapped proposal stopped by the conf0 precheck, decode(1) units",
-              "DS4_DSPARK_COST_DRAFT_REJECT_OVERLAP")
-      .option("--dspark-cost-window", &o.dspark_cost_window,
-              "DSpark cost gate: memory of the acceptance statistics, proposals",
-              "DS4_DSPARK_COST_WINDOW")
-      .option("--dspark-overlap", &o.dspark_overlap,
-              "DSpark: propose while the seed decodes, the threads split in two: -1 auto (on with 2 threads and no cost gate, or cost gate with free overlap prices), 0 off, 1 on",
-              "DS4_DSPARK_OVERLAP")
-      .option("--dspark-lookup", &o.dspark_lookup,
-              "DSpark: prompt-lookup drafts (n-gram continuations of the context) before each DSpark "
-              "proposal, verified like drafts 0/1 (default: the preset's; costlookup 1)",
-              "DS4_DSPARK_LOOKUP")
-      .flag("--dspark-calibrate", &o.dspark_calibrate,
-            "DSpark: measure the cost gate's costs on this machine (threads, ISA), print them as "
-            "DS4_DSPARK_COST_* lines and exit (drafter: --mtp, or the bundled one)")
-      .option("--dspark-calibrate-reps", &o.dspark_calibrate_reps, "DSpark: rounds of --dspark-calibrate (medians)",
-              "", "N")
-      .flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
+      .option("--mtp", &o.mtp, "DSpark support GGUF (drafter)", "DS4_MTP", "FILE");
+  register_dspark_flags(t, &o.dspark);
+  t.flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
       .flag("--cuda", &o.cuda, "Run on the CUDA backend")
       .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
               "DS4_CPU_ISA", "ISA")
@@ -155,53 +90,22 @@ Status validate(const Options& o) {
   if (!(o.min_p >= 0.0f && o.min_p <= 1.0f)) {
     return invalid_argument("--min-p must be in [0, 1], got %g", o.min_p);
   }
-  if (!(o.dspark_confidence >= 0.0f && o.dspark_confidence <= 1.0f)) {
-    return invalid_argument("--dspark-confidence must be in [0, 1], got %g", o.dspark_confidence);
-  }
   if (o.think && o.nothink) return invalid_argument("--think and --nothink are exclusive");
   if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
   if (!o.prompt.empty() && !o.prompt_file.empty()) {
     return invalid_argument("-p/--prompt and --prompt-file are exclusive");
   }
-  if (!(o.dspark_margin_gate >= 0.0f) && o.dspark_margin_gate != -1.0f) {
-    return invalid_argument("--dspark-margin-gate must be >= 0 (or -1 for the preset's), got %g",
-                            o.dspark_margin_gate);
-  }
-  if (!(o.dspark_cost_verify_base >= 0.0f && o.dspark_cost_verify_row >= 0.0f &&
-        o.dspark_cost_draft >= 0.0f && o.dspark_cost_draft_reject >= 0.0f &&
-        o.dspark_cost_draft_overlap >= 0.0f && o.dspark_cost_draft_reject_overlap >= 0.0f)) {
-    return invalid_argument("--dspark-cost-* costs must be >= 0");
-  }
-  if (o.dspark_overlap < -1 || o.dspark_overlap > 1) {
-    return invalid_argument("--dspark-overlap must be -1 (auto), 0 or 1, got %d", o.dspark_overlap);
-  }
-  if (o.dspark_lookup < -1 || o.dspark_lookup > 1) {
-    return invalid_argument("--dspark-lookup must be 0 or 1 (-1 for the preset's), got %d", o.dspark_lookup);
-  }
-  if (o.dspark_calibrate_reps < 1) {
-    return invalid_argument("--dspark-calibrate-reps must be >= 1, got %d", o.dspark_calibrate_reps);
-  }
-  if (o.dspark_cost_window < 1) {
-    return invalid_argument("--dspark-cost-window must be >= 1, got %d", o.dspark_cost_window);
-  }
-  if (!o.dspark_grid.empty()) {
-    std::vector<float> grid;
-    DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.dspark_grid, &grid));
-  }
-  {
-    SpecOptions probe;
-    DS4_RETURN_IF_ERROR(apply_dspark_policy(o.dspark_policy, {}, 0.0f, &probe));
-  }
-  if ((o.dspark || o.dspark_calibrate) && o.mtp.empty() && !o.model.empty()) {
+  DS4_RETURN_IF_ERROR(validate_dspark_flags(o.dspark));
+  if ((o.dspark.enabled || o.dspark.calibrate) && o.mtp.empty() && !o.model.empty()) {
     return invalid_argument("--dspark%s needs the drafter GGUF: pass it with --mtp FILE",
-                            o.dspark_calibrate ? "-calibrate" : "");
+                            o.dspark.calibrate ? "-calibrate" : "");
   }
   return Status();
 }
 
 // --dspark with the bundled default model and no --mtp uses the bundled drafter.
 Status resolve_drafter(Options& o) {
-  if (!(o.dspark || o.dspark_calibrate) || !o.mtp.empty()) return Status();
+  if (!(o.dspark.enabled || o.dspark.calibrate) || !o.mtp.empty()) return Status();
   const std::string def = std::string(DS4_MODELS_DIR) + "/" + kDefaultDrafterName;
   std::error_code ec;
   if (!std::filesystem::exists(def, ec)) {
@@ -293,7 +197,7 @@ int run_calibration(const Options& o, const std::string& model_path) {
   Expected<std::unique_ptr<Engine>> engine = Engine::open(engine_options(o, model_path));
   if (!engine.ok()) return fail(engine.status().message());
   Expected<DsparkCostCalibration> c =
-      calibrate_dspark_costs(**engine, o.dspark_calibrate_reps, [](int done, int total) {
+      calibrate_dspark_costs(**engine, o.dspark.calibrate_reps, [](int done, int total) {
         std::fprintf(stderr, "\rds4: calibrating the DSpark cost gate: round %d/%d", done, total);
         if (done == total) std::fputc('\n', stderr);
       });
@@ -341,13 +245,13 @@ int main_impl(int argc, char** argv) {
   if (!model_path.ok()) return fail(model_path.status().message());
   if (Status s = resolve_drafter(o); !s.ok()) return fail(s.message());
 
-  if (o.dspark_calibrate) return run_calibration(o, *model_path);
+  if (o.dspark.calibrate) return run_calibration(o, *model_path);
 
   install_sigint_handler();
   Loaded loaded;
   if (Status s = load(o, *model_path, &loaded); !s.ok()) return fail(s.message());
   DS4_LOG_INFO("model %s: %s", model_path->c_str(), loaded.engine->info().name.c_str());
-  if (o.dspark && o.temp > 0.0f) {
+  if (o.dspark.enabled && o.temp > 0.0f) {
     std::fprintf(stderr, "ds4: note: DSpark speculates only for greedy decoding (--temp 0); "
                          "sampling at --temp %g decodes normally\n", o.temp);
   }

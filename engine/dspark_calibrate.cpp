@@ -40,12 +40,8 @@ constexpr int kMaxVerifyRows = 8;
 constexpr int kCtx = 512;
 // Context the measurements run at: the prompt above, repeated, cut to this many tokens. A
 // verify row's attention grows with the context while most of a decode's work does not, so
-// verify(n) / decode(1) rises with it: 2 threads, Zen 4, 40 rounds, verify(n) ~ 0.69-0.75 +
-// 0.27-0.30 n at 153 tokens, 0.53-0.58 + 0.32-0.37 n at 457. The single prompt (153 tokens) sat
-// below what the cost gate meets (ds4-bench-spec: 250-600 tokens), and `--in-cycle` on a 16-core
-// Xeon measured verifies inside real cycles at 1.08-1.14x the calibration. ~450 is mid-range.
-// (On that Xeon at 16 threads the longer context left the figures as they were, 0.978 + 0.203 n
-// -> 0.974 + 0.193 n, and the in-cycle gap stayed at 1.09-1.16: there it is not the context.)
+// verify(n) / decode(1) rises with it; ~450 tokens is mid-range of what the cost gate meets
+// (ds4-bench-spec prompts: 250-600 tokens).
 constexpr int kCalibrationTokens = 448;
 static_assert(kCalibrationTokens + kMaxVerifyRows < kCtx, "the verify rows must fit the session");
 
@@ -53,8 +49,8 @@ static_assert(kCalibrationTokens + kMaxVerifyRows < kCtx, "the verify rows must 
 
 Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps, const ProgressFn& progress) {
   if (reps < 1) return invalid_argument("calibration rounds must be >= 1, got %d", reps);
-  speculative::Drafter* dr = engine_drafter(engine);
-  if (dr == nullptr) {
+  const speculative::DrafterModel* dm = engine_drafter(engine);
+  if (dm == nullptr) {
     return invalid_argument("DSpark calibration needs a drafter: open the engine with a support GGUF (--mtp FILE)");
   }
   DS4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine.new_session(kCtx));
@@ -62,6 +58,8 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   if (ms == nullptr) return internal_error("DSpark calibration: the session has no model session");
   session::ModelSession& s = *ms;
   const int n_rows = std::min<int>(kMaxVerifyRows, session::kMaxBatchRows);
+  speculative::Drafter drafter(*dm);  // a timeline of its own: live decoders are untouched
+  speculative::Drafter* dr = &drafter;
 
   // Prefill the prompt, capturing the drafter's context rows, and hand them to the drafter.
   std::vector<int32_t> prompt{engine.bos_token()};
@@ -84,7 +82,6 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   s.set_capture_layers({});
   if (!pre.ok()) return pre;
   const int64_t L = s.n_tokens();
-  dr->ring_reset();
   dr->commit_rows(0, static_cast<int>(L), caps.data());
 
   // The greedy continuation: the verify rows, and the check that each verify row's argmax is
@@ -109,9 +106,7 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
     {
       // Timed as plain decoding runs: decodes that follow decodes (the greedy continuation,
       // rows 1..n-1 after an untimed row 0), per token. A single decode right after the
-      // previous round's pair (which split the pool) came out slow: verify(1) = 0.92-0.95
-      // decode on the 2-core Zen 4 (1.01-1.02 now), 0.97-1.01 on the 16-thread Xeon (0.96-1.00
-      // now: there the gap is elsewhere; verifies inside real cycles stay at 1.03-1.10x).
+      // previous round's pair (which split the pool) comes out slow.
       s.checkpoint();
       Status st = s.decode(rows[0]);
       if (st.ok()) {
@@ -125,8 +120,6 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
     for (int n = 1; n <= n_rows; ++n) {
       // In a cycle a verify follows the proposal it checks, whose drafter weights and ring
       // have just displaced part of the target's working set from the caches: time it so.
-      // (Timed back to back, verifies measured 1.07-1.12x cheaper than inside real cycles:
-      // ds4-bench-spec --in-cycle, Xeon, 8 and 16 threads.)
       dr->propose(rows[0], L, B, thr_all, &p);
       s.checkpoint();
       Timer t;
@@ -183,7 +176,6 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
     }
     if (progress) progress(r + 1, reps);
   }
-  dr->ring_reset();
 
   DsparkCostCalibration c;
   c.reps = reps;

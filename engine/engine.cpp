@@ -1,8 +1,8 @@
 // engine/engine.cpp — Engine::open and the Engine / Session facades.
 //
-// Role: opens and validates the model (model::Model), builds the backend (CPU; CUDA is a
-// clear error until it exists), reads the tokenizer (TextCodec) and hands out Sessions that
-// wrap session::ModelSession. Frontends see only engine.h.
+// Role: opens and validates the model (model::Model), builds the backend by name
+// (backend/registry.h: "cpu"; "cuda" is a clear error until it exists), reads the tokenizer
+// (TextCodec) and hands out Sessions that wrap session::ModelSession. Frontends see only engine.h.
 // Invariants: the Engine outlives its Sessions (documented contract of engine.h); a Session
 // never touches another Session's state; new_session() fails cleanly (kResource) when the
 // context does not fit in memory.
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "backend/backend.h"
-#include "backend/cpu/kernels.h"
+#include "backend/registry.h"
 #include "engine/engine_internal.h"
 #include "engine/speculative.h"
 #include "speculative/drafter.h"
@@ -70,7 +70,7 @@ class SessionImpl final : public Session {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<model::Model> model, std::unique_ptr<backend::Backend> be,
-             std::unique_ptr<TextCodec> text, std::unique_ptr<speculative::Drafter> drafter,
+             std::unique_ptr<TextCodec> text, std::unique_ptr<speculative::DrafterModel> drafter,
              ModelInfo info)
       : model_(std::move(model)),
         be_(std::move(be)),
@@ -104,13 +104,13 @@ class EngineImpl final : public Engine {
   int32_t eos_token() const override { return text_->eos(); }
   const TextCodec& text() const override { return *text_; }
 
-  speculative::Drafter* drafter() const { return drafter_.get(); }
+  const speculative::DrafterModel* drafter() const { return drafter_.get(); }
 
  private:
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<backend::Backend> be_;
   std::unique_ptr<TextCodec> text_;
-  std::unique_ptr<speculative::Drafter> drafter_;  // null without --mtp; one speculative timeline
+  std::unique_ptr<speculative::DrafterModel> drafter_;  // null without --mtp; shared by every session
   ModelInfo info_;
 };
 
@@ -155,14 +155,14 @@ session::ModelSession* model_session(Session& s) {
   return impl != nullptr ? impl->inner() : nullptr;
 }
 
-speculative::Drafter* engine_drafter(Engine& e) {
+const speculative::DrafterModel* engine_drafter(Engine& e) {
   auto* impl = dynamic_cast<EngineImpl*>(&e);
   return impl != nullptr ? impl->drafter() : nullptr;
 }
 
 Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
                                                                       const SpecOptions& options) {
-  speculative::Drafter* drafter = engine_drafter(engine);
+  const speculative::DrafterModel* drafter = engine_drafter(engine);
   if (drafter == nullptr) {
     return invalid_argument("DSpark needs a drafter: open the engine with a support GGUF (--mtp FILE)");
   }
@@ -175,37 +175,26 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
 }
 
 Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
-  if (options.backend == BackendKind::kCuda) {
-    return unsupported("this build of ds4cpp was not built with CUDA; use the CPU backend");
-  }
   if (options.n_threads < 0) {
     return invalid_argument("thread count must be >= 0 (0 = all cores), got %d", options.n_threads);
   }
-  if (options.cpu_isa != "auto" && !options.cpu_isa.empty()) {
-    // Process-wide: the kernel path is a property of the machine, not of one engine. Every
-    // path gives the same bits (the canonical-hash test proves it), so this only changes speed.
-    cpu::Isa isa;
-    if (!cpu::parse_isa(options.cpu_isa, &isa)) {
-      return invalid_argument("unknown CPU ISA '%s' (expected auto, scalar, avx2 or avx512)",
-                              options.cpu_isa.c_str());
-    }
-    if (!cpu::set_isa(isa)) {
-      return unsupported("CPU ISA '%s' is not supported by this machine or build",
-                         options.cpu_isa.c_str());
-    }
-  }
+  // The backend by name (backend/registry.h): options are checked before the model is read.
+  const int threads = options.n_threads > 0
+                          ? options.n_threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  backend::BackendOptions bo;
+  bo.n_threads = threads;
+  bo.act = options.f32_activations ? backend::ActivationNumerics::kF32 : backend::ActivationNumerics::kQuantized;
+  bo.cpu_isa = options.cpu_isa;
+  auto made = backend::make_backend(options.backend == BackendKind::kCuda ? "cuda" : "cpu", bo);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<backend::Backend> be = std::move(made).value();
   auto model = model::Model::open(options.model_path);
   if (!model.ok()) return model.status();
   auto text = TextCodec::from_gguf((*model)->file());
   if (!text.ok()) return text.status();
-  const int threads = options.n_threads > 0
-                          ? options.n_threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ModelInfo info = make_info(**model, options.model_path);
-  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend(
-      threads, options.f32_activations ? backend::ActivationNumerics::kF32
-                                       : backend::ActivationNumerics::kQuantized);
-  std::unique_ptr<speculative::Drafter> drafter;
+  std::unique_ptr<speculative::DrafterModel> drafter;
   if (!options.mtp_path.empty()) {
     auto d = load_dspark_drafter(**model, *be, options.mtp_path);
     if (!d.ok()) return d.status();

@@ -7,7 +7,7 @@
 #include "session/session.h"
 
 namespace ds4::speculative {
-class Drafter;
+class DrafterModel;
 }  // namespace ds4::speculative
 
 namespace ds4 {
@@ -16,8 +16,8 @@ namespace ds4 {
 // Session implementation.
 session::ModelSession* model_session(Session& s);
 
-// The DSpark drafter of an engine opened with a support GGUF; nullptr without one (or for an
-// Engine that Engine::open did not make).
-speculative::Drafter* engine_drafter(Engine& e);
+// The DSpark drafter weights of an engine opened with a support GGUF; nullptr without one (or
+// for an Engine that Engine::open did not make). Shared: each user keeps its own Drafter.
+const speculative::DrafterModel* engine_drafter(Engine& e);
 
 }  // namespace ds4

@@ -16,10 +16,10 @@
 //   * No allocation per token beyond the text the callback receives.
 //
 // Seam for speculative decoding: a Decoder chooses and appends the next token(s). The plain
-// decoder appends one token per step; DSpark will plug in a Decoder that appends an accepted
-// draft prefix per step, with the same contract. Because speculative/ sits below engine/ (it cannot
-// see engine.h), that Decoder is a thin adapter living in engine/ over the speculative/ scheduler,
-// selected by the frontend through GenerateOptions::decoder.
+// decoder appends one token per step; SpeculativeDecoder (engine/speculative.h) appends the
+// seed plus an accepted draft prefix per step, with the same contract. Because speculative/
+// sits below engine/ (it cannot see engine.h), that Decoder is a thin adapter living in engine/
+// over the speculative runtime, selected by the frontend through GenerateOptions::decoder.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +50,7 @@ struct StepLimits {
   int32_t banned_token = -1;  // never chosen (bench: EOS excluded); -1: none
 };
 
-// Decoding strategy (plain now, DSpark later).
+// Decoding strategy: PlainDecoder, or SpeculativeDecoder (DSpark).
 class Decoder {
  public:
   virtual ~Decoder() = default;

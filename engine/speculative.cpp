@@ -7,20 +7,12 @@
 
 namespace ds4 {
 
-// SpecOptions' cost defaults mirror speculative::SpecConfig's (one set of measured CPU figures).
-static_assert(SpecOptions{}.cost_verify_base == speculative::kCpuCostVerifyBase);
-static_assert(SpecOptions{}.cost_verify_row == speculative::kCpuCostVerifyRow);
-static_assert(SpecOptions{}.cost_draft == speculative::kCpuCostDraft);
-static_assert(SpecOptions{}.cost_draft_reject == speculative::kCpuCostDraftReject);
-static_assert(SpecOptions{}.cost_draft_overlap == speculative::kCpuCostDraftOverlap);
-static_assert(SpecOptions{}.cost_draft_reject_overlap == speculative::kCpuCostDraftRejectOverlap);
-static_assert(SpecOptions{}.cost_window == speculative::SpecConfig{}.cost_window);
-
 struct SpeculativeDecoder::Impl {
-  Impl(speculative::Drafter& d, session::ModelSession& s, const speculative::SpecConfig& cfg)
-      : ms(s), proposer(d), runtime(s, proposer, cfg) {}
+  Impl(const speculative::DrafterModel& m, session::ModelSession& s, const speculative::SpecConfig& cfg)
+      : ms(s), drafter(m), proposer(drafter), runtime(s, proposer, cfg) {}
   PlainDecoder plain;
   session::ModelSession& ms;
+  speculative::Drafter drafter;  // this session's timeline (rings, scratch) over the shared weights
   speculative::DSparkProposer proposer;
   speculative::Runtime runtime;
 };
@@ -28,32 +20,10 @@ struct SpeculativeDecoder::Impl {
 SpeculativeDecoder::SpeculativeDecoder() = default;
 SpeculativeDecoder::~SpeculativeDecoder() = default;
 
-std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(speculative::Drafter& drafter, session::ModelSession& ms,
+std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(const speculative::DrafterModel& drafter, session::ModelSession& ms,
                                                                const SpecOptions& o) {
-  speculative::SpecConfig cfg;
-  cfg.confidence = o.confidence;
-  cfg.confidence_grid = o.confidence_grid;
-  cfg.fold = o.fold;
-  cfg.fold_after_partial = o.fold_after_partial;
-  cfg.scheduler = o.scheduler;
-  cfg.backoff = o.backoff;
-  cfg.margin_gate = o.margin_gate;
-  cfg.replay = o.replay;
-  cfg.stats = o.stats;
-  cfg.max_draft = o.max_draft;
-  cfg.tail_min_tokens = o.tail_min_tokens;
-  cfg.cost_gate = o.cost_gate;
-  cfg.cost_verify_base = o.cost_verify_base;
-  cfg.cost_verify_row = o.cost_verify_row;
-  cfg.cost_draft = o.cost_draft;
-  cfg.cost_draft_reject = o.cost_draft_reject;
-  cfg.cost_draft_overlap = o.cost_draft_overlap;
-  cfg.cost_draft_reject_overlap = o.cost_draft_reject_overlap;
-  cfg.cost_window = o.cost_window;
-  cfg.overlap = o.overlap;
-  cfg.lookup = o.lookup;
   std::unique_ptr<SpeculativeDecoder> d(new SpeculativeDecoder());
-  d->impl_ = std::make_unique<Impl>(drafter, ms, cfg);
+  d->impl_ = std::make_unique<Impl>(drafter, ms, o);
   return d;
 }
 
@@ -137,10 +107,10 @@ Status apply_dspark_policy(std::string_view name, const std::vector<float>& grid
   return Status();
 }
 
-Expected<std::unique_ptr<speculative::Drafter>> load_dspark_drafter(const model::Model& target,
-                                                             backend::Backend& backend,
-                                                             const std::string& mtp_path) {
-  return speculative::load_drafter(target, backend, mtp_path);
+Expected<std::unique_ptr<speculative::DrafterModel>> load_dspark_drafter(const model::Model& target,
+                                                                        backend::Backend& backend,
+                                                                        const std::string& mtp_path) {
+  return speculative::load_drafter_model(target, backend, mtp_path);
 }
 
 }  // namespace ds4

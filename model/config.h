@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/rope.h"
 #include "core/status.h"
 
 namespace ds4::gguf {
@@ -51,16 +52,8 @@ constexpr uint32_t expected_compress_ratio(uint32_t il) {
   return il < 2 ? 0u : (il % 2 == 0 ? 4u : 128u);
 }
 
-// RoPE parameters of one layer (ds4-architecture.md §3.8).
-struct RopeParams {
-  float freq_base = 10000.0f;
-  float freq_scale = 1.0f;   // 1 / rope_scaling_factor for compressed layers
-  float ext_factor = 0.0f;   // 1 for compressed layers (YaRN ramp on)
-  float attn_factor = 1.0f;  // 1 / (1 + 0.1 ln(1/freq_scale)) for compressed layers
-  uint32_t n_ctx_orig = 0;
-  float beta_fast = 32.0f;
-  float beta_slow = 1.0f;
-};
+// RoPE parameters of one layer (ds4-architecture.md §3.8); defined in core/ for the backend.
+using RopeParams = ds4::RopeParams;
 
 // Hugging Face revision of deepseek-ai/DeepSeek-V4-Flash-0731, the official release: what a 0731
 // GGUF's general.source.revision and the 0731 DSpark support file's dspark.source.revision name.

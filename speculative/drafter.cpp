@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
 #include "session/block.h"
@@ -28,6 +27,15 @@ constexpr int kCommitRows = 32;
 using session::matmul;
 using session::rms_norm;
 
+// σ(x) of one confidence logit, in the stable form of §3.9 (1 / (1 + e^-x) for x >= 0, else
+// e^x / (1 + e^x)): the same bits as the backends' sigmoid.
+float sigmoid(float x) {
+  const bool nonneg = x >= 0.0f;
+  const float e = std::exp(nonneg ? -x : x);
+  const float d = 1.0f + e;
+  return nonneg ? 1.0f / d : e / d;
+}
+
 }  // namespace
 
 int32_t markov_argmax(const float* u, const float* bias, int64_t n) {
@@ -43,99 +51,122 @@ int32_t markov_argmax(const float* u, const float* bias, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-// Activation buffers; shapes use B = block size (n = B rows: commit_chunk has main_x / ckv).
-struct Drafter::Scratch {
-  std::vector<float> x, x2, flat;   // [n, HC]
-  std::vector<float> mix;           // [n, MIX]
-  std::vector<float> y, h;          // [n, E]
-  std::vector<float> post, comb;    // [n, n_hc], [n, n_hc*n_hc]
-  std::vector<float> qa, qr;        // [n, QL]
-  std::vector<float> q, heads;      // [n, Q]
-  std::vector<float> kv;            // [n, D]
-  std::vector<float> low;           // [n, OL]
-  std::vector<float> o;             // [n, E]
-  std::vector<float> router;        // [n, X]
-  std::vector<float> probs;         // [B, X]
-  std::vector<int32_t> sel;         // [n, U]
-  std::vector<float> wt;            // [n, U]
-  std::vector<float> moe_out, sh_out;  // [n, E]
-  std::vector<uint8_t> moe_scratch;
-  std::vector<float> sg, su;        // [n, F]
-  std::vector<float> scores;        // [B, n_head, W + B] per-row attention scratch
-  std::vector<const float*> ptrs;   // [W + B]
-  std::vector<backend::SinkAttentionParams> queries;  // [B]
-  std::vector<float> head_mix;      // [n, n_hc]
-  std::vector<float> yhead;         // [B, E] pre-norm HC-head output
-  std::vector<float> logits;        // [B, V] base logits U_k, then Z_k in place
-  std::vector<float> bias;          // [V]
-  std::vector<float> e;             // [R]
-  std::vector<float> conf_in;       // [E + R]
-  std::vector<float> main_x;        // [kCommitRows, E]
-  std::vector<float> ckv;           // [kCommitRows, D]
+// A typed backend buffer with the data() the block helpers (session/block.h) read: a backend
+// address. host() is the checked host view, valid on a host-addressable backend only.
+template <typename T>
+struct Arr {
+  backend::Buffer buf;
+  void alloc(backend::Backend& be, size_t n) { buf = be.alloc_array<T>(n); }
+  T* data() const { return buf.as<T>(); }
+  std::span<T> host() const { return buf.host<T>(); }
 };
 
-Drafter::Drafter(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w)
-    : target_(target), cfg_(target.config()), be_(be), w_(std::move(w)) {
-  const model::ModelConfig& c = cfg_;
-  B_ = w_->config.block_size;
-  W_ = w_->config.window;
-  const int64_t n = B_;
-  const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
-  ring_.assign(static_cast<size_t>(w_->config.n_stages) * W_ * D, 0.0f);
-  s_ = std::make_unique<Scratch>();
-  Scratch& s = *s_;
-  s.x.assign(n * HC, 0.0f);
-  s.x2.assign(n * HC, 0.0f);
-  s.flat.assign(n * HC, 0.0f);
-  s.mix.assign(n * c.hc_mix_dim(), 0.0f);
-  s.y.assign(n * E, 0.0f);
-  s.h.assign(n * E, 0.0f);
-  s.post.assign(n * c.n_hc, 0.0f);
-  s.comb.assign(n * c.n_hc * c.n_hc, 0.0f);
-  s.qa.assign(n * c.q_lora_rank, 0.0f);
-  s.qr.assign(n * c.q_lora_rank, 0.0f);
-  s.q.assign(n * c.q_dim(), 0.0f);
-  s.heads.assign(n * c.q_dim(), 0.0f);
-  s.kv.assign(n * D, 0.0f);
-  s.low.assign(n * c.o_low_dim(), 0.0f);
-  s.o.assign(n * E, 0.0f);
-  s.router.assign(n * c.n_expert, 0.0f);
-  s.probs.assign(n * c.n_expert, 0.0f);
-  s.sel.assign(n * c.n_expert_used, 0);
-  s.wt.assign(n * c.n_expert_used, 0.0f);
-  s.moe_out.assign(n * E, 0.0f);
-  s.sh_out.assign(n * E, 0.0f);
-  s.moe_scratch.assign(backend::moe_scratch_bytes(E, c.n_ff_exp, static_cast<int>(c.n_expert_used), static_cast<int>(n)), 0);
-  s.sg.assign(n * c.n_ff_exp, 0.0f);
-  s.su.assign(n * c.n_ff_exp, 0.0f);
-  s.scores.assign(static_cast<size_t>(B_) * c.n_head * (W_ + B_), 0.0f);
-  s.ptrs.assign(W_ + B_, nullptr);
-  s.queries.assign(B_, backend::SinkAttentionParams());
-  s.head_mix.assign(n * c.n_hc, 0.0f);
-  s.yhead.assign(B_ * E, 0.0f);
-  s.logits.assign(static_cast<size_t>(B_) * c.n_vocab, 0.0f);
-  s.bias.assign(c.n_vocab, 0.0f);
-  s.e.assign(w_->config.markov_rank, 0.0f);
-  s.conf_in.assign(E + w_->config.markov_rank, 0.0f);
-  s.main_x.assign(kCommitRows * E, 0.0f);
-  s.ckv.assign(kCommitRows * D, 0.0f);
-}
+// Activation buffers (backend memory); shapes use B = block size (n = B rows: commit_chunk has
+// main_x / ckv). ptrs / queries are op descriptors, host side.
+struct Drafter::Scratch {
+  Arr<float> x, x2, flat;           // [n, HC]
+  Arr<float> mix;                   // [n, MIX]
+  Arr<float> y, h;                  // [n, E]
+  Arr<float> post, comb;            // [n, n_hc], [n, n_hc*n_hc]
+  Arr<float> qa, qr;                // [n, QL]
+  Arr<float> q, heads;              // [n, Q]
+  Arr<float> kv;                    // [n, D]
+  Arr<float> low;                   // [n, OL]
+  Arr<float> o;                     // [n, E]
+  Arr<float> router;                // [n, X]
+  Arr<float> probs;                 // [B, X]
+  Arr<int32_t> sel;                 // [n, U]
+  Arr<float> wt;                    // [n, U]
+  Arr<float> moe_out, sh_out;       // [n, E]
+  Arr<uint8_t> moe_scratch;         // moe_scratch_bytes(E, F, U, n)
+  Arr<float> sg, su;                // [n, F]
+  Arr<float> scores;                // [B, n_head, W + B] per-row attention scratch
+  std::vector<const float*> ptrs;   // [W + B] key rows (backend addresses)
+  std::vector<backend::SinkAttentionParams> queries;  // [B]
+  Arr<float> head_mix;              // [n, n_hc]
+  Arr<float> yhead;                 // [B, E] pre-norm HC-head output
+  Arr<float> logits;                // [B, V] base logits U_k, then Z_k in place
+  Arr<float> bias;                  // [V]
+  Arr<float> e;                     // [R] W1 row of the previous draft
+  Arr<float> conf_in;               // [E + R] [y_k ; e]
+  Arr<float> conf_logit;            // [1]
+  Arr<float> main_x;                // [kCommitRows, E]
+  Arr<float> ckv;                   // [kCommitRows, D]
+  Arr<float> hidden;                // [kCommitRows, capture_width] (device backends only)
+  std::vector<float> e_host;        // [R] dequantized W1 row (host staging)
+};
 
-Drafter::~Drafter() = default;
+DrafterModel::DrafterModel(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w)
+    : target_(target), be_(be), w_(std::move(w)) {}
 
-Expected<std::unique_ptr<Drafter>> Drafter::create(const model::Model& target, backend::Backend& be,
-                                                   std::unique_ptr<DrafterWeights> weights) {
+DrafterModel::~DrafterModel() = default;
+
+Expected<std::unique_ptr<DrafterModel>> DrafterModel::create(const model::Model& target, backend::Backend& be,
+                                                             std::unique_ptr<DrafterWeights> weights) {
   const model::ModelConfig& c = target.config();
   if (c.n_expert_used > 64 || c.n_hc > 16) return unsupported("drafter: n_expert_used/n_hc above 64/16");
   const auto& g = target.weights().global;
   if (g.token_embd.type != gguf::GgmlType::kF16)
     return unsupported("drafter: target token_embd must be f16, got %s", gguf::type_name(g.token_embd.type));
-  return std::unique_ptr<Drafter>(new Drafter(target, be, std::move(weights)));
+  return std::unique_ptr<DrafterModel>(new DrafterModel(target, be, std::move(weights)));
 }
 
-int64_t Drafter::capture_width() const {
-  return static_cast<int64_t>(w_->config.target_layers.size()) * cfg_.n_embd;
+int64_t DrafterModel::capture_width() const {
+  return static_cast<int64_t>(w_->config.target_layers.size()) * target_.config().n_embd;
 }
+
+Drafter::Drafter(const DrafterModel& model)
+    : m_(model), cfg_(model.target().config()), be_(model.backend()), w_(&model.weights()) {
+  const model::ModelConfig& c = cfg_;
+  B_ = w_->config.block_size;
+  W_ = w_->config.window;
+  const int64_t n = B_;
+  const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
+  backend::Backend& be = be_;
+  ring_ = be.alloc_array<float>(static_cast<size_t>(w_->config.n_stages) * W_ * D);
+  s_ = std::make_unique<Scratch>();
+  Scratch& s = *s_;
+  s.x.alloc(be, n * HC);
+  s.x2.alloc(be, n * HC);
+  s.flat.alloc(be, n * HC);
+  s.mix.alloc(be, n * c.hc_mix_dim());
+  s.y.alloc(be, n * E);
+  s.h.alloc(be, n * E);
+  s.post.alloc(be, n * c.n_hc);
+  s.comb.alloc(be, n * c.n_hc * c.n_hc);
+  s.qa.alloc(be, n * c.q_lora_rank);
+  s.qr.alloc(be, n * c.q_lora_rank);
+  s.q.alloc(be, n * c.q_dim());
+  s.heads.alloc(be, n * c.q_dim());
+  s.kv.alloc(be, n * D);
+  s.low.alloc(be, n * c.o_low_dim());
+  s.o.alloc(be, n * E);
+  s.router.alloc(be, n * c.n_expert);
+  s.probs.alloc(be, n * c.n_expert);
+  s.sel.alloc(be, n * c.n_expert_used);
+  s.wt.alloc(be, n * c.n_expert_used);
+  s.moe_out.alloc(be, n * E);
+  s.sh_out.alloc(be, n * E);
+  s.moe_scratch.alloc(be, backend::moe_scratch_bytes(E, c.n_ff_exp, static_cast<int>(c.n_expert_used), static_cast<int>(n)));
+  s.sg.alloc(be, n * c.n_ff_exp);
+  s.su.alloc(be, n * c.n_ff_exp);
+  s.scores.alloc(be, static_cast<size_t>(B_) * c.n_head * (W_ + B_));
+  s.ptrs.assign(W_ + B_, nullptr);
+  s.queries.assign(B_, backend::SinkAttentionParams());
+  s.head_mix.alloc(be, n * c.n_hc);
+  s.yhead.alloc(be, B_ * E);
+  s.logits.alloc(be, static_cast<size_t>(B_) * c.n_vocab);
+  s.bias.alloc(be, c.n_vocab);
+  s.e.alloc(be, w_->config.markov_rank);
+  s.conf_in.alloc(be, E + w_->config.markov_rank);
+  s.main_x.alloc(be, kCommitRows * E);
+  s.ckv.alloc(be, kCommitRows * D);
+  s.conf_logit.alloc(be, 1);
+  if (!be.host_addressable()) s.hidden.alloc(be, static_cast<size_t>(kCommitRows) * m_.capture_width());
+  s.e_host.assign(w_->config.markov_rank, 0.0f);
+}
+
+Drafter::~Drafter() = default;
 
 void Drafter::ring_reset() {
   ring_start_ = 0;
@@ -154,7 +185,7 @@ void Drafter::ring_truncate(int64_t pos) {
 const float* Drafter::ring_row(int stage, int64_t pos) const {
   if (pos < ring_start_ || pos >= ring_next_ || pos < ring_next_ - W_) return nullptr;
   const int64_t D = cfg_.head_dim;
-  return ring_.data() + (static_cast<int64_t>(stage) * W_ + pos % W_) * D;
+  return ring_.as<float>() + (static_cast<int64_t>(stage) * W_ + pos % W_) * D;
 }
 
 void Drafter::commit_rows(int64_t pos0, int n, const float* hidden) {
@@ -180,6 +211,11 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
   Scratch& s = *s_;
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const model::RopeParams rp = cfg_.rope_params(0);
+  // The captures are host rows: read in place on a host-addressable backend, uploaded otherwise.
+  if (!be_.host_addressable()) {
+    be_.upload(s.hidden.data(), hidden, sizeof(float) * static_cast<size_t>(n * capture_width()));
+    hidden = s.hidden.data();
+  }
   matmul(be_, w_->main_proj, hidden, capture_width(), s.main_x.data(), E, n);
   rms_norm(be_, s.main_x.data(), w_->main_norm, s.main_x.data(), E, n, cfg_.rms_eps);
   for (int st = 0; st < w_->config.n_stages; ++st) {
@@ -187,8 +223,8 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
     session::kv_projection(be_, cfg_, sw.attn_kv, sw.kv_a_norm, s.main_x.data(), E, s.ckv.data(), n);
     be_.attention_inputs(session::attention_inputs(cfg_, nullptr, s.ckv.data(), n, pos0, rp));
     for (int i = 0; i < n; ++i) {
-      std::memcpy(ring_.data() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, s.ckv.data() + i * D,
-                  sizeof(float) * D);
+      be_.copy(ring_.as<float>() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, s.ckv.data() + i * D,
+               sizeof(float) * D);
     }
   }
   ring_next_ = pos0 + n;
@@ -208,7 +244,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
   // block rows, bidirectionally (§3.3).
   int n_keys = 0;
   const int64_t first = std::max<int64_t>(ring_start_, pos - W_);
-  for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.data() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
+  for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.as<float>() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
   for (int i = 0; i < n; ++i) s.ptrs[n_keys++] = s.kv.data() + i * D;
   const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * n_keys;
   for (int i = 0; i < n; ++i) {
@@ -229,13 +265,33 @@ void Drafter::stage_ffn(int st) {
   std::swap(s.x, s.x2);
 }
 
+// The backend's output-head collapse (§4.7, the target's op) with the drafter's hc_head:
+// rms_norm(x) -> mix = fn · flat -> w_h = σ(mix_h·scale + base_h) + hc_eps -> y = Σ_h w_h·x_h.
+void Drafter::output_head() {
+  Scratch& s = *s_;
+  backend::HcCollapseParams cp;
+  cp.x = s.x.data();
+  cp.fn = w_->hc_head_fn;
+  cp.scale = w_->hc_head_scale[0];
+  cp.base = w_->hc_head_base;
+  cp.n_hc = static_cast<int>(cfg_.n_hc);
+  cp.n_embd = cfg_.n_embd;
+  cp.norm_eps = cfg_.rms_eps;
+  cp.hc_eps = cfg_.hc_eps;
+  cp.n_rows = B_;
+  cp.flat = s.flat.data();
+  cp.mix = s.head_mix.data();
+  cp.y = s.yhead.data();
+  be_.hc_collapse(cp);
+}
+
 void Drafter::stage_forward(int st, int64_t pos) {
   stage_attention(st, pos);
   stage_ffn(st);
 }
 
 std::span<const float> Drafter::last_z(int k) const {
-  return std::span<const float>(s_->logits.data() + static_cast<int64_t>(k) * cfg_.n_vocab, cfg_.n_vocab);
+  return s_->logits.host().subspan(static_cast<size_t>(k) * cfg_.n_vocab, static_cast<size_t>(cfg_.n_vocab));
 }
 
 void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thr, Proposal* out) {
@@ -250,46 +306,40 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim(), V = cfg_.n_vocab;
   const int R = w_->config.markov_rank;
   const int nhc = static_cast<int>(cfg_.n_hc);
-  const model::GlobalWeights& g = target_.weights().global;
+  const model::GlobalWeights& g = m_.target().weights().global;
 
   // Block input: [anchor, MASK, ...] target embeddings copied into every HC stream (§5).
+  // Host steps (here, the Markov bias and its argmax below) write and read the scratch through
+  // its host view: a host-addressable backend.
+  float* const xh = s.x.host().data();
   for (int i = 0; i < B_; ++i) {
     const int32_t tok = i == 0 ? anchor : w_->config.noise_token_id;
     const auto* row = reinterpret_cast<const uint16_t*>(g.token_embd.row(tok));
-    float* x = s.x.data() + i * HC;
+    float* x = xh + i * HC;
     for (int64_t d = 0; d < E; ++d) x[d] = quant::f16_to_f32(row[d]);
     for (int hh = 1; hh < nhc; ++hh) std::memcpy(x + hh * E, x, sizeof(float) * E);
   }
   for (int st = 0; st < w_->config.n_stages; ++st) stage_forward(st, pos);
 
   // HC head (§6): sigmoid-weighted collapse of every block row -> yhead (pre-norm).
-  rms_norm(be_, s.x.data(), nullptr, s.flat.data(), HC, B_, cfg_.rms_eps);
-  matmul(be_, w_->hc_head_fn, s.flat.data(), HC, s.head_mix.data(), nhc, B_);
-  const float scale = w_->hc_head_scale[0];
-  for (int i = 0; i < B_; ++i) {
-    float wgt[16];
-    for (int hh = 0; hh < nhc; ++hh) {
-      wgt[hh] = backend::cpu::sigmoid_stable(s.head_mix[i * nhc + hh] * scale + w_->hc_head_base[hh]) + cfg_.hc_eps;
-    }
-    const float* x = s.x.data() + i * HC;
-    float* y = s.yhead.data() + i * E;
-    for (int64_t d = 0; d < E; ++d) {
-      float acc = 0.0f;
-      for (int hh = 0; hh < nhc; ++hh) acc += x[hh * E + d] * wgt[hh];
-      y[d] = acc;
-    }
-  }
+  output_head();
 
   // Confidence of position k: σ(w · [y_k ; W1[prev]]) (§8), no bias.
-  auto confidence = [&](int k, int32_t prev) {
+  // e = W1[prev] (dequantized on the host, uploaded).
+  auto load_e = [&](int32_t prev) {
     quant::dequantize_row(w_->markov_w1.type, w_->markov_w1.data + static_cast<size_t>(prev) * w_->markov_w1.row_bytes,
-                          s.e.data(), R);
-    std::memcpy(s.conf_in.data(), s.yhead.data() + k * E, sizeof(float) * E);
-    std::memcpy(s.conf_in.data() + E, s.e.data(), sizeof(float) * R);
+                          s.e_host.data(), R);
+    be_.upload(s.e.data(), s.e_host.data(), sizeof(float) * R);
+  };
+  auto confidence = [&](int k, int32_t prev) {
+    load_e(prev);
+    be_.copy(s.conf_in.data(), s.yhead.data() + k * E, sizeof(float) * E);
+    be_.copy(s.conf_in.data() + E, s.e.data(), sizeof(float) * R);
+    matmul(be_, w_->confidence, s.conf_in.data(), E + R, s.conf_logit.data(), 1, 1);
     float logit = 0.0f;
-    matmul(be_, w_->confidence, s.conf_in.data(), E + R, &logit, 1, 1);
+    be_.download(&logit, s.conf_logit.data(), sizeof(float));
     conf_logit_[k] = logit;
-    return backend::cpu::sigmoid_stable(logit);
+    return sigmoid(logit);
   };
 
   // conf0 precheck before the vocab head.
@@ -312,12 +362,12 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
       c = confidence(k, prev);
       if (c < threshold_at(thr, k)) break;
     } else {
-      quant::dequantize_row(w_->markov_w1.type, w_->markov_w1.data + static_cast<size_t>(prev) * w_->markov_w1.row_bytes,
-                            s.e.data(), R);
+      load_e(prev);
     }
     matmul(be_, w_->markov_w2, s.e.data(), R, s.bias.data(), V, 1);
-    float* z = s.logits.data() + static_cast<int64_t>(k) * V;
-    for (int64_t v = 0; v < V; ++v) z[v] += s.bias[v];
+    float* z = s.logits.host().data() + static_cast<int64_t>(k) * V;
+    const float* bias = s.bias.host().data();
+    for (int64_t v = 0; v < V; ++v) z[v] += bias[v];
     // markov_argmax(z, nullptr, V) for any row with a finite maximum, vectorized (core/reduce.h).
     const int32_t d = top_two(std::span<const float>(z, static_cast<size_t>(V))).id;
     out->tokens[k] = d;
@@ -327,10 +377,20 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   }
 }
 
-Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model& target, backend::Backend& be, const std::string& path) {
+Expected<std::unique_ptr<DrafterModel>> load_drafter_model(const model::Model& target, backend::Backend& be,
+                                                           const std::string& path) {
   auto w = open_drafter_weights(path, target.config());
   if (!w.ok()) return w.status();
-  return Drafter::create(target, be, std::move(w).value());
+  return DrafterModel::create(target, be, std::move(w).value());
+}
+
+Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model& target, backend::Backend& be,
+                                                const std::string& path) {
+  auto m = load_drafter_model(target, be, path);
+  if (!m.ok()) return m.status();
+  auto d = std::make_unique<Drafter>(**m);
+  d->owned_ = std::move(m).value();
+  return d;
 }
 
 }  // namespace ds4::speculative

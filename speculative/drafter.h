@@ -1,7 +1,9 @@
 // speculative/drafter.h — the DSpark drafter forward (dspark-drafter.md §2-§9, §11) over backend ops.
 //
-// Role: keeps the per-stage context rings fed from the target's hidden captures and turns an
-// anchor token into up to block_size greedy drafts with per-position confidences.
+// Role: DrafterModel holds the drafter's weights, bound once per loaded target; a Drafter is one
+// session's timeline over it: it keeps the per-stage context rings fed from the target's hidden
+// captures and turns an anchor token into up to block_size greedy drafts with per-position
+// confidences.
 // Invariants:
 //  * Ring rows exist only for COMMITTED target positions: callers pass committed rows only
 //    (the runtime never commits rows of rejected drafts). Rows hold positions
@@ -9,8 +11,8 @@
 //    position past ring_next() (a gap) resets the ring; a row before it truncates first.
 //  * A proposal at anchor position P needs ring_next() == P and sees context positions
 //    max(ring_start(), P - window) .. P-1 plus the whole block, bidirectionally.
-//  * Deterministic and allocation-free per proposal and per committed row (scratch sized at
-//    creation). Every batched op is batch invariant, so ring rows do not depend on how rows
+//  * Deterministic and allocation-free per proposal and per committed row (rings and scratch
+//    are backend buffers sized at creation). Every batched op is batch invariant, so ring rows do not depend on how rows
 //    were grouped into commit calls.
 //  * Greedy Markov chain: d_k = argmax(U_k + W2·W1[prev]), ties -> smallest id; confidence
 //    c_k = σ(w·[y_k ; W1[prev]]) with y_k the pre-norm HC-head output (§8).
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -48,15 +51,40 @@ inline float threshold_at(std::span<const float> thr, int k) {
   return thr[static_cast<size_t>(k) < thr.size() ? k : thr.size() - 1];
 }
 
-class Drafter {
+// The immutable half: weights and shapes, bound once per loaded target and shared by every
+// session (it holds no per-session state; its methods are const).
+class DrafterModel {
  public:
-  static Expected<std::unique_ptr<Drafter>> create(const model::Model& target, backend::Backend& be,
-                                                   std::unique_ptr<DrafterWeights> weights);
-  ~Drafter();
+  static Expected<std::unique_ptr<DrafterModel>> create(const model::Model& target, backend::Backend& be,
+                                                        std::unique_ptr<DrafterWeights> weights);
+  ~DrafterModel();
 
   const DSparkConfig& config() const { return w_->config; }
   const DrafterWeights& weights() const { return *w_; }
+  const model::Model& target() const { return target_; }
+  backend::Backend& backend() const { return be_; }
   int64_t capture_width() const;  // n_capture * n_embd floats per captured row
+
+ private:
+  DrafterModel(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w);
+  const model::Model& target_;
+  backend::Backend& be_;
+  std::unique_ptr<DrafterWeights> w_;
+};
+
+// One timeline of the drafter: its context rings, scratch and last proposal, over a
+// DrafterModel that must outlive it. One per speculative session; any number per model.
+class Drafter {
+ public:
+  explicit Drafter(const DrafterModel& model);
+  ~Drafter();
+  Drafter(const Drafter&) = delete;
+  Drafter& operator=(const Drafter&) = delete;
+
+  const DrafterModel& model() const { return m_; }
+  const DSparkConfig& config() const { return m_.config(); }
+  const DrafterWeights& weights() const { return m_.weights(); }
+  int64_t capture_width() const { return m_.capture_width(); }
 
   // ---- context rings ----
   void ring_reset();
@@ -65,7 +93,8 @@ class Drafter {
   void commit_rows(int64_t pos0, int n, const float* hidden);
   int64_t ring_next() const { return ring_next_; }
   int64_t ring_start() const { return ring_start_; }
-  // Ring row of `stage` at position pos ([head_dim] f32), nullptr when not held.
+  // Ring row of `stage` at position pos ([head_dim] f32, a backend address: host memory on a
+  // host-addressable backend), nullptr when not held.
   const float* ring_row(int stage, int64_t pos) const;
   // Rows of [ring_start, ring_next) past `pos` are dropped (pos <= ring_start empties it).
   void ring_truncate(int64_t pos);
@@ -75,34 +104,41 @@ class Drafter {
   // thresholds (last value extends; empty = 0). Lazy: conf_0 is checked before the vocab
   // head, and the chain stops at the first position below its threshold.
   void propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thresholds, Proposal* out);
-  // After propose(): biased logits Z_k ([n_vocab]) and the raw confidence logit of the
-  // positions the chain reached (k < out->n, or k == 0 when conf0 was computed).
+  // After propose(): biased logits Z_k ([n_vocab], host view: a host-addressable backend only)
+  // and the raw confidence logit of the positions the chain reached (k < out->n, or k == 0
+  // when conf0 was computed).
   std::span<const float> last_z(int k) const;
   float last_conf_logit(int k) const { return conf_logit_[k]; }
 
  private:
-  Drafter(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w);
+  friend Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model&, backend::Backend&,
+                                                         const std::string&);
   void commit_chunk(int64_t pos0, int n, const float* hidden);
   void stage_forward(int s, int64_t pos);
   void stage_attention(int s, int64_t pos);
   void stage_ffn(int s);
+  void output_head();
 
-  const model::Model& target_;
+  std::unique_ptr<DrafterModel> owned_;  // set by load_drafter only (a standalone drafter)
+  const DrafterModel& m_;
   const model::ModelConfig& cfg_;
   backend::Backend& be_;
-  std::unique_ptr<DrafterWeights> w_;
+  const DrafterWeights* w_;
   int B_ = 0;                  // block size
   int W_ = 0;                  // ring rows
   int64_t ring_start_ = 0;
   int64_t ring_next_ = 0;
-  std::vector<float> ring_;    // [S, W, D]
+  backend::Buffer ring_;       // [S, W, D] f32, backend memory
   float conf_logit_[kMaxBlockSize] = {};
 
   struct Scratch;
   std::unique_ptr<Scratch> s_;
 };
 
-// Opens a support GGUF for `target` and builds the drafter.
+// Opens a support GGUF for `target` and binds its weights (one per loaded target).
+Expected<std::unique_ptr<DrafterModel>> load_drafter_model(const model::Model& target, backend::Backend& be,
+                                                           const std::string& path);
+// A standalone drafter that owns its DrafterModel (tests, tools: one timeline per file).
 Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model& target, backend::Backend& be,
                                                 const std::string& path);
 

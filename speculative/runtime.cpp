@@ -2,228 +2,24 @@
 #include "speculative/runtime.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/timer.h"
 
 namespace ds4::speculative {
 
-Status parse_confidence_grid(std::string_view text, std::vector<float>* out) {
-  out->clear();
-  std::string s(text);
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    const std::string item = s.substr(i, j - i);
-    char* end = nullptr;
-    const float v = std::strtof(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !(v >= 0.0f && v <= 1.0f)) {
-      const size_t index = out->size() + 1;  // 1-based, as a person counts the items
-      out->clear();
-      return invalid_argument("confidence grid '%s': item %zu '%s' is not a number in [0, 1]",
-                              s.c_str(), index, item.c_str());
-    }
-    out->push_back(v);
-    if (out->size() > static_cast<size_t>(kMaxBlockSize)) {
-      out->clear();
-      return invalid_argument("confidence grid '%s': more than %d values", s.c_str(), kMaxBlockSize);
-    }
-    i = j + 1;
-  }
-  return Status();
-}
-
-// ---- cost gate ----
-
-void AcceptModel::decay(float keep) {
-  draft_n *= keep;
-  draft_hit *= keep;
-  for (int k = 0; k < kMaxBlockSize; ++k) {
-    acc_n[k] *= keep;
-    acc_hit[k] *= keep;
-    cont_n[k] *= keep;
-    cont_hit[k] *= keep;
-  }
-}
-
-void AcceptModel::note_proposal(bool drafted) {
-  draft_n += 1.0f;
-  if (drafted) draft_hit += 1.0f;
-}
-
-void AcceptModel::note_accept(int k, bool hit) {
-  if (k < 0 || k >= kMaxBlockSize) return;
-  acc_n[k] += 1.0f;
-  if (hit) acc_hit[k] += 1.0f;
-}
-
-void AcceptModel::note_cont(int k, bool drafted) {
-  if (k < 1 || k >= kMaxBlockSize) return;
-  cont_n[k] += 1.0f;
-  if (drafted) cont_hit[k] += 1.0f;
-}
-
-float AcceptModel::p_draft() const {
-  return (draft_hit + kPriorWeight * prior_draft) / (draft_n + kPriorWeight);
-}
-
-float AcceptModel::p_accept(int k) const {
-  if (k < 0 || k >= kMaxBlockSize) return 0.0f;
-  return (acc_hit[k] + kPriorWeight) / (acc_n[k] + kPriorWeight);
-}
-
-float AcceptModel::p_cont(int k) const {
-  if (k < 1 || k >= kMaxBlockSize) return 0.0f;
-  return (cont_hit[k] + kPriorWeight) / (cont_n[k] + kPriorWeight);
-}
-
-float LookupModel::q(int l) const {
-  const int top = std::clamp(l, 1, kMaxLen);
-  float est = base;
-  for (int i = 1; i <= top; ++i) {
-    const float prior = i <= flat_len ? base : est + kLonger * (1.0f - est);
-    est = (hit[i] + kPriorWeight * prior) / (n[i] + kPriorWeight);
-  }
-  return est;
-}
-
-void LookupModel::note(int l, bool accepted, float keep) {
-  const int i = std::clamp(l, 1, kMaxLen);
-  n[i] = n[i] * keep + 1.0f;
-  hit[i] = hit[i] * keep + (accepted ? 1.0f : 0.0f);
-}
-
-int best_verify_drafts(const CostModel& c, const float* p, int n, float* gain) {
-  int best_m = 1;
-  float best = 0.0f, prod = 1.0f, expected = 0.0f;
-  for (int m = 2; m <= n; ++m) {
-    prod *= p[m - 1];
-    expected += prod;  // E[accepted among d_1..d_{m-1}]
-    const float g = 1.0f + expected - c.verify(m);
-    if (g > best) {
-      best = g;
-      best_m = m;
-    }
-  }
-  if (gain) *gain = best;
-  return best_m;
-}
-
-int best_fold_drafts(const CostModel& c, const float* p, int n, float* gain) {
-  int best_m = 1;
-  float best = 0.0f, prod = 1.0f, expected = 0.0f;
-  for (int m = 1; m <= n; ++m) {
-    prod *= p[m - 1];
-    expected += prod;  // E[accepted among d_0..d_{m-1}]
-    const float g = 1.0f + expected - c.verify(m + 1);
-    if (m == 1 || g > best) {
-      best = g;
-      best_m = m;
-    }
-  }
-  if (gain) *gain = n >= 1 ? best : 0.0f;
-  return best_m;
-}
-
-std::string SpecStats::report() const {
-  char buf[2048];
-  std::string r;
-  const double accept_rate = proposed_tokens ? 100.0 * accepted_draft_tokens / proposed_tokens : 0.0;
-  const double avg_accept = cycles ? static_cast<double>(accepted_draft_tokens) / cycles : 0.0;
-  std::snprintf(buf, sizeof buf,
-                "dspark: cycles=%lld seeds=%lld folded_seeds=%lld proposals=%lld proposed=%lld accepted=%lld "
-                "accept_rate=%.1f%% avg_accept=%.3f\n",
-                (long long)cycles, (long long)seeds, (long long)folded_seeds, (long long)proposals,
-                (long long)proposed_tokens, (long long)accepted_draft_tokens, accept_rate, avg_accept);
-  r += buf;
-  std::snprintf(buf, sizeof buf,
-                "dspark: full=%lld partial=%lld direct_full=%lld direct_partial=%lld replay=%lld miss_first=%lld "
-                "no_draft=%lld conf0_rejects=%lld no_room=%lld invalid_draft=%lld\n",
-                (long long)full_accepts, (long long)partial_accepts, (long long)direct_full_commits,
-                (long long)direct_partial_commits, (long long)replay_fallbacks, (long long)first_misses,
-                (long long)no_draft, (long long)conf0_rejects, (long long)no_room, (long long)invalid_draft);
-  r += buf;
-  std::snprintf(buf, sizeof buf,
-                "dspark: scheduler_skips=%lld tail_skips=%lld margin_skips=%lld verify_calls=%lld verify_rows=%lld "
-                "single_draft_decodes=%lld cost_skips=%lld cost_probes=%lld cost_trims=%lld cost_unfolds=%lld "
-                "overlapped=%lld overlap_discards=%lld overlap_conf0=%lld overlap_discard_conf0=%lld\n",
-                (long long)scheduler_skips, (long long)tail_skips, (long long)margin_skips, (long long)verify_calls,
-                (long long)verify_rows, (long long)single_draft_decodes, (long long)cost_skips,
-                (long long)cost_probes, (long long)cost_trims, (long long)cost_unfolds, (long long)overlapped,
-                (long long)overlap_discards, (long long)overlap_conf0, (long long)overlap_discard_conf0);
-  r += buf;
-  r += "dspark: draft_len_hist=";
-  for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(draft_len_hist[i]);
-  r += " accepted_len_hist=";
-  for (int i = 0; i <= kMaxBlockSize; ++i) r += (i ? "," : "") + std::to_string(accepted_len_hist[i]);
-  r += "\n";
-  std::snprintf(buf, sizeof buf,
-                "dspark: lookups=%lld lookup_first_misses=%lld lookup_drafts=%lld lookup_accepted=%lld\n",
-                (long long)lookups, (long long)lookup_first_misses, (long long)lookup_drafts,
-                (long long)lookup_accepted);
-  r += buf;
-  std::snprintf(buf, sizeof buf,
-                "dspark: time_ms total=%.1f decode=%.1f propose=%.1f sync=%.1f verify=%.1f commit=%.1f replay=%.1f\n",
-                t_total * 1e3, t_decode * 1e3, t_propose * 1e3, t_sync * 1e3, t_verify * 1e3, t_commit * 1e3,
-                t_replay * 1e3);
-  r += buf;
-  return r;
-}
-
-// ---- DSparkProposer ----
-
-DSparkProposer::DSparkProposer(Drafter& drafter) : d_(drafter) {
-  cap_ = d_.config().window + 2 * session::kMaxBatchRows;
-  width_ = d_.capture_width();
-  buf_.assign(static_cast<size_t>(cap_ * width_), 0.0f);
-  tag_.assign(static_cast<size_t>(cap_), -1);
-}
-
-void DSparkProposer::on_capture(int64_t pos, std::span<const float> hidden) {
-  if (static_cast<int64_t>(hidden.size()) != width_) return;  // capture layers changed under us
-  if (pos < d_.ring_next()) d_.ring_truncate(pos);            // the timeline went back
-  const int64_t slot = pos % cap_;
-  std::memcpy(buf_.data() + slot * width_, hidden.data(), sizeof(float) * width_);
-  tag_[slot] = pos;
-}
-
-void DSparkProposer::sync(int64_t n) {
-  if (n < d_.ring_next()) d_.ring_truncate(n);
-  const int64_t start = std::max<int64_t>(d_.ring_next(), n - d_.config().window);
-  int64_t first = n;
-  while (first > start && tag_[(first - 1) % cap_] == first - 1) --first;
-  // Rows [first, n) are captured and committed; a missing row before them is a gap, which
-  // commit_rows() turns into a ring reset.
-  for (int64_t p = first; p < n;) {
-    const int64_t slot = p % cap_;
-    const int64_t run = std::min(n - p, cap_ - slot);
-    d_.commit_rows(p, static_cast<int>(run), buf_.data() + slot * width_);
-    p += run;
-  }
-}
-
-void DSparkProposer::propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thr, Proposal* out) {
-  d_.propose(anchor, pos, n_max, thr, out);
-}
-
-// ---- Runtime ----
-
-Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg) : s_(s), p_(p), cfg_(std::move(cfg)) {
-  // Auto: without the cost gate on 2 threads (runtime.h "Overlap": under the gate at 2-thread
-  // prices it lost up to 2.5%), or under the gate when the prices say the pair is free.
-  const bool free_prices = cfg_.cost_gate && cfg_.cost_draft_overlap <= kFreeOverlapCost &&
-                           cfg_.cost_draft_reject_overlap <= kFreeOverlapCost;
-  const int n_threads = s_.backend().n_threads();
-  overlap_on_ = cfg_.overlap > 0 ||
-                (cfg_.overlap < 0 && ((n_threads == 2 && !cfg_.cost_gate) || (n_threads >= 2 && free_prices)));
-  free_overlap_ = overlap_on_ && free_prices;
+Runtime::Runtime(session::ModelSession& s, Proposer& p, SpecConfig cfg)
+    : s_(s),
+      p_(p),
+      cfg_(std::move(cfg)),
+      sched_(cfg_),
+      margin_gate_(cfg_.margin_gate),
+      cost_(cfg_),
+      lookup_policy_(cfg_),
+      fold_(cfg_),
+      overlap_(cfg_, s.backend().n_threads()) {
   if (cfg_.lookup) lookup_.reserve(s_.n_ctx());  // no allocation in the cycles
-  reset_lookup_models();
   std::vector<int> layers = p_.capture_layers();
   if (!layers.empty()) {
     s_.set_capture_layers(layers);
@@ -247,108 +43,17 @@ std::string Runtime::report() const {
                 "fold_partial=%d lookup=%d\n",
                 cfg_.fold ? 1 : 0, static_cast<int>(cfg_.confidence_grid.size()), cfg_.backoff ? 1 : 0,
                 static_cast<double>(cfg_.margin_gate), cfg_.cost_gate ? 1 : 0, cfg_.scheduler ? 1 : 0,
-                overlap_on_ ? 1 : 0, cfg_.fold && cfg_.fold_after_partial ? 1 : 0,
+                overlap_.on() ? 1 : 0, cfg_.fold && cfg_.fold_after_partial ? 1 : 0,
                 cfg_.lookup ? 1 : 0);
   return buf + stats_.report();
 }
 
 void Runtime::reset_policy() {
-  fold_armed_ = false;
-  pause_ = 0;
-  win_cycles_ = win_accepted_ = win_no_draft_ = 0;
-  streak_ = 0;
-  d0_hits_ = 0;
-  for (int i = 0; i < 2 * kMarginBuckets; ++i) am_[i] = AcceptModel(i < kMarginBuckets ? kColdPrior : kWarmPrior);
-  state_ = 0;
-  prev_warm_ = false;
-  warm_ = false;
-  since_proposal_ = kProbeGapMin;  // a first probe at once (header: "Probe ladder")
-  probe_gap_ = kProbeGapMin;
-  probing_ = false;
-  overlap_passes_ = kOverlapMinPasses;
-  reset_lookup_models();
-  lk_ = 0;
-}
-
-void Runtime::reset_lookup_models() {
-  for (int i = 0; i < 2 * kMarginBuckets; ++i) {
-    lkm_[i] = LookupModel();
-    if (i >= kMarginBuckets) {
-      lkm_[i].base = LookupModel::kContPrior;
-      lkm_[i].flat_len = LookupModel::kContFlatLen;
-    }
-  }
-}
-
-CostModel Runtime::cost_model(bool overlapped) const {
-  CostModel c;
-  c.verify_base = cfg_.cost_verify_base;
-  c.verify_row = cfg_.cost_verify_row;
-  const bool ov = overlapped && overlap_on_;
-  c.draft = ov ? cfg_.cost_draft_overlap : cfg_.cost_draft;
-  c.draft_reject = ov ? cfg_.cost_draft_reject_overlap : cfg_.cost_draft_reject;
-  return c;
-}
-
-// p[0] = P(d_0 accepted); p[k] = P(d_k accepted | d_{k-1} accepted), times P(d_k drafted)
-// when with_cont (before the proposal, when its length is not known yet).
-void Runtime::fill_accept(float* p, int n, bool with_cont) const {
-  for (int k = 0; k < n; ++k) {
-    p[k] = am().p_accept(k);
-    if (with_cont && k > 0) p[k] *= am().p_cont(k);
-  }
-}
-
-float Runtime::proposal_value(int n_allow, bool folding, bool overlapped) const {
-  const CostModel c = cost_model(overlapped);
-  float p[kMaxBlockSize];
-  n_allow = std::min(n_allow, kMaxBlockSize);
-  fill_accept(p, n_allow, true);
-  float verify_gain = 0.0f;
-  best_verify_drafts(c, p, n_allow, &verify_gain);
-  float post = p[0] * verify_gain;
-  if (folding) {
-    float fold_gain = 0.0f;
-    best_fold_drafts(c, p, n_allow, &fold_gain);
-    post = std::max(post, fold_gain);
-  }
-  const float pd = am().p_draft();
-  return pd * (post - c.draft) - (1.0f - pd) * c.draft_reject;
-}
-
-int Runtime::margin_bucket(float margin) {
-  if (!(margin >= 2.0f)) return 0;
-  if (margin < 4.0f) return 1;
-  if (margin < 8.0f) return 2;
-  return 3;
-}
-
-// The probe ladder: a productive cycle (every verified draft kept) brings the probe gap back
-// to its minimum; an unproductive probe doubles it (bounded).
-void Runtime::note_probe(bool productive) {
-  if (productive) {
-    probe_gap_ = kProbeGapMin;
-  } else if (probing_) {
-    probe_gap_ = std::min(kProbeGapMax, 2 * probe_gap_);
-  }
-}
-
-void Runtime::note_checked(int first, int m, int accepted, int n_drafted, int n_allow) {
-  for (int k = first; k < m; ++k) {
-    am().note_accept(k, k < accepted);
-    if (k >= accepted) break;
-  }
-  for (int k = 1; k <= accepted; ++k) {
-    if (k < n_allow) am().note_cont(k, k < n_drafted);
-  }
-}
-
-void Runtime::note_d0(bool hit) {
-  d0_hits_ = ((d0_hits_ << 1) | (hit ? 1u : 0u)) & 0xffu;
-}
-
-bool Runtime::fold_after_partial_open() const {
-  return cfg_.fold && cfg_.fold_after_partial && std::popcount(d0_hits_) >= cfg_.fold_partial_min_hits;
+  fold_.reset();
+  sched_.reset();
+  cost_.reset();
+  overlap_.reset();
+  lookup_policy_.reset();
 }
 
 int32_t Runtime::choose(std::span<const float> logits) const {
@@ -372,14 +77,6 @@ int32_t Runtime::row_choice(const session::RowResult& r) const {
   return a;
 }
 
-void Runtime::thresholds(float* thr, int n) const {
-  for (int k = 0; k < n; ++k) {
-    float t = cfg_.confidence_grid.empty() ? cfg_.confidence : threshold_at(cfg_.confidence_grid, k);
-    if (k == 0 && cfg_.backoff) t += std::min(0.20f, 0.05f * static_cast<float>(streak_));
-    thr[k] = t;
-  }
-}
-
 int Runtime::clean_drafts(Proposal& p) const {
   const int32_t V = static_cast<int32_t>(s_.config().n_vocab);
   for (int k = 0; k < p.n; ++k) {
@@ -401,7 +98,7 @@ int Runtime::propose_drafts(int32_t seed, int64_t L, int n_allow) {
     stats_.t_sync += t.seconds();
   }
   float thr[kMaxBlockSize];
-  thresholds(thr, n_allow);
+  sched_.thresholds(thr, n_allow);
   {
     Timer t;
     p_.propose(seed, L, n_allow, std::span<const float>(thr, n_allow), &prop_);
@@ -417,9 +114,7 @@ int Runtime::finish_proposal() {
   const int n = clean_drafts(prop_);
   if (n < raw_n) ++stats_.invalid_draft;
   ++stats_.draft_len_hist[n];
-  am().decay(1.0f - 1.0f / static_cast<float>(std::max(1, cfg_.cost_window)));
-  am().note_proposal(n > 0);
-  since_proposal_ = 0;
+  cost_.note_proposal(n > 0);
   return n;
 }
 
@@ -440,7 +135,7 @@ Status Runtime::decode_with_proposal(int32_t seed, int64_t L, int n_allow) {
     float thr[kMaxBlockSize];
     Status decoded;
   } pair{this, seed, L, n_allow, {}, Status()};
-  thresholds(pair.thr, n_allow);
+  sched_.thresholds(pair.thr, n_allow);
   const backend::Task decode{[](void* c) {
                                auto* q = static_cast<Pair*>(c);
                                q->decoded = q->rt->s_.decode(q->seed);
@@ -460,41 +155,6 @@ Status Runtime::decode_with_proposal(int32_t seed, int64_t L, int n_allow) {
   return pair.decoded;
 }
 
-bool Runtime::scheduler_paused() {
-  if (pause_ > 0) {
-    --pause_;
-    return true;
-  }
-  return false;
-}
-
-// Window logic of dspark.md §2.5 on counters only, plus the optional backoff ladder.
-void Runtime::scheduler_note(bool drafted, int accepted) {
-  if (accepted > 0) {
-    streak_ = 0;
-  } else {
-    streak_ = std::min(streak_ + 1, 16);
-  }
-  if (!cfg_.scheduler) return;
-  const int mult = cfg_.backoff && streak_ > 0 ? std::min(8, 1 << std::min(streak_ - 1, 3)) : 1;
-  ++win_cycles_;
-  win_accepted_ += accepted;
-  if (!drafted) {
-    ++win_no_draft_;
-    if (cfg_.no_draft_skip > 0) pause_ = std::max(pause_, cfg_.no_draft_skip * mult);
-  }
-  if (win_cycles_ >= std::max(1, cfg_.sched_window)) {
-    int p = 0;
-    if (2 * win_no_draft_ >= win_cycles_) {
-      p = cfg_.sched_slow_skip;
-    } else if (static_cast<float>(win_accepted_) < cfg_.sched_min_avg * static_cast<float>(win_cycles_)) {
-      p = cfg_.sched_skip;
-    }
-    pause_ = std::max(pause_, p * mult);
-    win_cycles_ = win_accepted_ = win_no_draft_ = 0;
-  }
-}
-
 Status Runtime::commit(int keep, int rows, const int32_t* toks) {
   Timer t;
   if (keep == rows) {
@@ -502,11 +162,10 @@ Status Runtime::commit(int keep, int rows, const int32_t* toks) {
     return Status();
   }
   if (!cfg_.replay) {
-    // Prefix slots. No checkpoint was taken (a checkpoint copies every compressor state and
-    // the logits, ~0.5 MB on the tiny model: 25-30 us per verify on the 2-core Zen 4; on the
-    // 16-thread Xeon dropping it took the DSpark time outside decode/verify/propose from
-    // 2.0-2.8% to 0.9-1.3%), so a refusal here is returned, not replayed: commit_prefix
-    // refuses only a call that breaks its contract (no verify before it, k out of range).
+    // Prefix slots. No checkpoint was taken (it copies every compressor state and the logits,
+    // which cost more than the prefix commit), so a refusal here is returned, not replayed:
+    // commit_prefix refuses only a call that breaks its contract (no verify before it, k out
+    // of range).
     DS4_RETURN_IF_ERROR(s_.commit_prefix(keep));
     ++stats_.direct_partial_commits;
     stats_.t_commit += t.seconds();
@@ -529,20 +188,15 @@ Status Runtime::step(int max_new, int32_t stop_token, int32_t banned_token, std:
   banned_ = banned_token;
   Timer t;
   ++stats_.cycles;
-  // Cost gate state: warm = the previous cycle's proposal kept every draft it verified.
-  prev_warm_ = warm_;
-  warm_ = false;
-  state_ = prev_warm_ ? kMarginBuckets : 0;  // the margin bucket is added where the gate decides
-  probing_ = false;
-  lk_ = 0;
-  if (since_proposal_ < (1 << 30)) ++since_proposal_;
+  cost_.begin_cycle();  // the margin bucket is added where the gate decides
+  lookup_policy_.clear();
   const int32_t seed = top().id;  // fused with the margin the gates read: one pass per logits
   Status st;
   if (seed == stop_) {
     out->push_back(seed);
   } else {
     bool handled = false;
-    if (fold_armed_) st = fold_cycle(seed, max_new, out, &handled);
+    if (fold_.armed()) st = fold_cycle(seed, max_new, out, &handled);
     if (st.ok() && !handled) st = standalone(seed, max_new, out);
   }
   stats_.t_total += t.seconds();
@@ -569,15 +223,14 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     want = false;
   } else {
     can_lookup = cfg_.lookup;
-    if (!free_overlap_ && scheduler_paused()) {
+    if (!overlap_.free() && sched_.take_pause()) {
       ++stats_.scheduler_skips;
       want = false;
     }
   }
-  // Overlap: propose while the seed decodes when the gates are predicted to pass (header), or
-  // always when the pair is free.
-  const bool pending =
-      want && !have_proposal && overlap_on_ && (free_overlap_ || overlap_passes_ >= kOverlapMinPasses);
+  // Overlap: propose while the seed decodes when the gates are predicted to pass, or always
+  // when the pair is free.
+  const bool pending = want && !have_proposal && overlap_.predict();
   if (pending) {
     DS4_RETURN_IF_ERROR(decode_with_proposal(seed, L, n_allow));
   } else {
@@ -597,7 +250,7 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
     if (n > 0) {
       count_lookup(1);  // d_0 is checked; the rest count when verified
       const bool hit = top().id == prop_.tokens[0];
-      note_lookup(0, 1, hit ? 1 : 0);
+      lookup_policy_.note(0, 1, hit ? 1 : 0);
       if (hit) {
         if (pending) {
           ++stats_.overlap_discards;
@@ -606,60 +259,59 @@ Status Runtime::standalone(int32_t seed, int max_new, std::vector<int32_t>* out,
         return verify_after_hit(n, n, n_allow, out);
       }
       ++stats_.lookup_first_misses;
-      lk_ = 0;
+      lookup_policy_.clear();
     }
     if (pending) prop_ = overlapped;
   }
   if (!want) return Status();
   // A gate below says no: the cycle stays plain (an overlapped proposal is dropped uncounted).
   auto gated_out = [&] {
-    overlap_passes_ = 0;
+    overlap_.note_gated();
     if (pending) {
       ++stats_.overlap_discards;
       if (prop_.conf0_rejected) ++stats_.overlap_discard_conf0;
     }
   };
 
-  if (!have_proposal && (cfg_.margin_gate > 0.0f || cfg_.cost_gate)) {
+  if (!have_proposal && (margin_gate_.on() || cfg_.cost_gate)) {
     const float margin = top().margin;
-    if (cfg_.margin_gate > 0.0f && margin < cfg_.margin_gate && !free_overlap_) {
+    if (margin_gate_.closed(margin) && !overlap_.free()) {
       ++stats_.margin_skips;
       gated_out();
       return Status();
     }
-    state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(margin);
-    margin_ = margin;
+    cost_.observe_margin(margin);
   }
-  if (!have_proposal && cfg_.cost_gate && !(proposal_value(n_allow, false, pending) > 0.0f)) {
-    if (prev_warm_ || since_proposal_ < probe_gap_ || !(margin_ >= cfg_.cost_probe_margin)) {
+  if (!have_proposal && cfg_.cost_gate) {
+    const CostGate::Decision d = cost_.decide(n_allow, pending);
+    if (d == CostGate::Decision::kSkip) {
       ++stats_.cost_skips;  // a plain cycle: the drafter's ring catches up at the next proposal
       gated_out();
       return Status();
     }
-    probing_ = true;  // cold and the probe gap has passed: propose anyway, to keep learning
-    ++stats_.cost_probes;
+    if (d == CostGate::Decision::kProbe) ++stats_.cost_probes;
   }
-  if (!have_proposal) overlap_passes_ = std::min(overlap_passes_ + 1, kOverlapMinPasses);
+  if (!have_proposal) overlap_.note_passed();
   const int n_drafted = have_proposal ? prop_.n : pending ? finish_proposal() : propose_drafts(seed, L, n_allow);
   if (n_drafted == 0) {
     ++stats_.no_draft;
-    note_probe(false);
-    scheduler_note(false, 0);
+    cost_.note_unproductive();
+    sched_.note(false, 0);
     return Status();
   }
   stats_.proposed_tokens += n_drafted;
   // Free check: the seed's logits already say whether d_0 is right.
   const bool d0_hit = top().id == prop_.tokens[0];
-  note_d0(d0_hit);
+  fold_.note_d0(d0_hit);
   if (!d0_hit) {
     ++stats_.first_misses;
     ++stats_.accepted_len_hist[0];
-    am().note_accept(0, false);
-    note_probe(false);
-    scheduler_note(true, 0);
+    cost_.note_accept(0, false);
+    cost_.note_unproductive();
+    sched_.note(true, 0);
     return Status();
   }
-  am().note_accept(0, true);
+  cost_.note_accept(0, true);
   return verify_after_hit(n_drafted, n_drafted, n_allow, out);
 }
 
@@ -670,7 +322,10 @@ int Runtime::propose_lookup(std::span<const int32_t> tail, int max_new) {
   int n_allow = static_cast<int>(std::min<int64_t>(
       {static_cast<int64_t>(max_new) - 1, room, static_cast<int64_t>(session::kMaxBatchRows) - static_cast<int64_t>(tail.size())}));
   if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
-  if (n_allow < 1) return lk_ = 0;
+  if (n_allow < 1) {
+    lookup_policy_.clear();
+    return 0;
+  }
   lookup_.update(s_.tokens());
   int n = 0;
   const int k = lookup_.lookup(s_.tokens(), tail, std::min(n_allow, kMaxBlockSize), prop_.tokens, &n);
@@ -678,21 +333,15 @@ int Runtime::propose_lookup(std::span<const int32_t> tail, int max_new) {
   prop_.conf0_rejected = false;
   prop_.no_context = false;
   n = k > 0 ? clean_drafts(prop_) : 0;
-  lk_ = n > 0 ? k : 0;
-  lk_bucket_ = margin_bucket(top().margin);
+  lookup_policy_.begin(n > 0 ? k : 0, MarginGate::bucket(top().margin));
   return n;
 }
 
 void Runtime::fill_checked(float* p, int n) const {
-  if (lk_ == 0) return fill_accept(p, n, false);
-  for (int j = 0; j < n; ++j) p[j] = lkm_[lk_table(j)].q(lk_ + j);
-}
-
-void Runtime::note_lookup(int first, int m, int accepted) {
-  const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, cfg_.cost_window));
-  for (int j = first; j < m; ++j) {
-    lkm_[lk_table(j)].note(lk_ + j, j < accepted, keep);
-    if (j >= accepted) break;
+  if (lookup_policy_.active()) {
+    lookup_policy_.fill(p, n);
+  } else {
+    cost_.fill_accept(p, n, false);
   }
 }
 
@@ -703,11 +352,11 @@ void Runtime::count_lookup(int n) {
 }
 
 Status Runtime::verify_after_hit(int n, int n_drafted, int n_allow, std::vector<int32_t>* out) {
-  const bool from_lookup = lk_ > 0;
+  const bool from_lookup = lookup_policy_.active();
   if (cfg_.cost_gate && n > 1) {
     float p[kMaxBlockSize];
     fill_checked(p, n);
-    const int m = best_verify_drafts(cost_model(), p, n, nullptr);
+    const int m = best_verify_drafts(cost_.cost_model(), p, n, nullptr);
     if (m < n) {
       ++stats_.cost_trims;
       n = m;
@@ -740,9 +389,9 @@ Status Runtime::verify_after_hit(int n, int n_drafted, int n_allow, std::vector<
     DS4_RETURN_IF_ERROR(commit(accepted, n, rows_));
   }
   if (from_lookup) {
-    note_lookup(1, n, accepted);
+    lookup_policy_.note(1, n, accepted);
   } else {
-    note_checked(1, n, accepted, n_drafted, n_allow);
+    cost_.note_checked(1, n, accepted, n_drafted, n_allow);
   }
   for (int i = 0; i < accepted; ++i) out->push_back(prop_.tokens[i]);
   stats_.accepted_draft_tokens += accepted;
@@ -750,19 +399,18 @@ Status Runtime::verify_after_hit(int n, int n_drafted, int n_allow, std::vector<
   ++stats_.accepted_len_hist[accepted];
   if (accepted == n) {
     ++stats_.full_accepts;
-    fold_armed_ = cfg_.fold;
+    fold_.after_full();
   } else {
     ++stats_.partial_accepts;
     // The verify rows of the kept drafts were captured and are committed: the ring ends at the
     // next seed's position - 1 and the seed's logits are in hand, so the next cycle may fold.
-    fold_armed_ = fold_after_partial_open();
+    fold_.after_partial();
   }
   // The DSpark state, the probe ladder and the scheduler follow the drafter's proposals only.
   if (from_lookup) return Status();
   // Warm = a full accept of >= 2 drafts (one kept draft earns nothing): follow the streak.
-  warm_ = accepted == n && n >= 2;
-  note_probe(warm_);
-  scheduler_note(true, accepted);
+  cost_.note_outcome(accepted == n && n >= 2);
+  sched_.note(true, accepted);
   return Status();
 }
 
@@ -774,16 +422,16 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
                                                     static_cast<int64_t>(p_.block_size()),
                                                     static_cast<int64_t>(session::kMaxBatchRows - 1)}));
   if (cfg_.max_draft > 0) n_allow = std::min(n_allow, cfg_.max_draft);
-  if (n_allow < 1 || (cfg_.tail_min_tokens > 0 && max_new < cfg_.tail_min_tokens) || pause_ > 0) {
-    fold_armed_ = false;  // the standalone path counts and handles this cycle
+  if (n_allow < 1 || (cfg_.tail_min_tokens > 0 && max_new < cfg_.tail_min_tokens) || sched_.paused()) {
+    fold_.disarm();  // the standalone path counts and handles this cycle
     return Status();
   }
   // The DSpark proposal's expected value (cost gate; margin of the seed's row, the row after it
   // is not computed yet).
   float dspark_value = 0.0f;
   if (cfg_.cost_gate) {
-    state_ = (prev_warm_ ? kMarginBuckets : 0) + margin_bucket(top().margin);
-    dspark_value = proposal_value(n_allow, true, false);
+    cost_.set_state(top().margin);
+    dspark_value = cost_.proposal_value(n_allow, true, false);
   }
   if (cfg_.lookup) {
     const int32_t tail[1] = {seed};
@@ -794,18 +442,16 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
       int m = n;
       bool use = true;
       if (cfg_.cost_gate) {
-        const CostModel c = cost_model();
         float p[kMaxBlockSize];
         fill_checked(p, n);
-        float fold_gain = 0.0f, verify_gain = 0.0f;
-        m = best_fold_drafts(c, p, n, &fold_gain);
-        best_verify_drafts(c, p, n, &verify_gain);
-        use = fold_gain > 0.0f && fold_gain >= dspark_value && fold_gain >= p[0] * verify_gain;
+        const FoldPolicy::LookupChoice ch = FoldPolicy::choose_lookup(cost_.cost_model(), p, n, dspark_value);
+        m = ch.m;
+        use = ch.use;
         if (use && m < n) ++stats_.cost_trims;
-        if (!use && p[0] * verify_gain > std::max(fold_gain, dspark_value)) {
+        if (ch.unfold) {
           ++stats_.cost_unfolds;
-          lk_ = 0;
-          fold_armed_ = false;  // the standalone path checks the lookup's d_0 for free
+          lookup_policy_.clear();
+          fold_.disarm();  // the standalone path checks the lookup's d_0 for free
           return Status();
         }
       }
@@ -815,11 +461,11 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
         count_lookup(m);
         return fold_verify(seed, m, n, n_allow, out);
       }
-      lk_ = 0;
+      lookup_policy_.clear();
     }
   }
   if (cfg_.cost_gate && !(dspark_value > 0.0f)) {
-    fold_armed_ = false;  // the standalone path decides (and counts) this cycle
+    fold_.disarm();  // the standalone path decides (and counts) this cycle
     return Status();
   }
   *handled = true;
@@ -827,27 +473,24 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
   int n = n_drafted;
   if (n > 0 && cfg_.cost_gate) {
     // Fold [seed, d_0..d_{m-1}] or decode the seed and free-check d_0 (same proposal)?
-    const CostModel c = cost_model();
     float p[kMaxBlockSize];
-    fill_accept(p, n, false);
-    float fold_gain = 0.0f, verify_gain = 0.0f;
-    const int m = best_fold_drafts(c, p, n, &fold_gain);
-    best_verify_drafts(c, p, n, &verify_gain);
-    if (p[0] * verify_gain > fold_gain) {
+    cost_.fill_accept(p, n, false);
+    const FoldPolicy::DsparkChoice ch = FoldPolicy::choose_dspark(cost_.cost_model(), p, n);
+    if (ch.unfold) {
       ++stats_.cost_unfolds;
-      fold_armed_ = false;
+      fold_.disarm();
       return standalone(seed, max_new, out, /*have_proposal=*/true);
     }
-    if (m < n) {
+    if (ch.m < n) {
       ++stats_.cost_trims;
-      n = m;
+      n = ch.m;
     }
   }
   ++stats_.seeds;
   if (n == 0) {
     ++stats_.no_draft;
-    fold_armed_ = false;
-    scheduler_note(false, 0);
+    fold_.disarm();
+    sched_.note(false, 0);
     Timer t;
     DS4_RETURN_IF_ERROR(s_.decode(seed));
     stats_.t_decode += t.seconds();
@@ -859,7 +502,7 @@ Status Runtime::fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out,
 }
 
 Status Runtime::fold_verify(int32_t seed, int n, int n_drafted, int n_allow, std::vector<int32_t>* out) {
-  const bool from_lookup = lk_ > 0;
+  const bool from_lookup = lookup_policy_.active();
   ++stats_.folded_seeds;
   rows_[0] = seed;
   for (int i = 0; i < n; ++i) rows_[i + 1] = prop_.tokens[i];
@@ -877,12 +520,12 @@ Status Runtime::fold_verify(int32_t seed, int n, int n_drafted, int n_allow, std
       ++accepted;
     }
   }
-  note_d0(accepted > 0);
+  fold_.note_d0(accepted > 0);
   DS4_RETURN_IF_ERROR(commit(1 + accepted, n + 1, rows_));
   if (from_lookup) {
-    note_lookup(0, n, accepted);
+    lookup_policy_.note(0, n, accepted);
   } else {
-    note_checked(0, n, accepted, n_drafted, n_allow);
+    cost_.note_checked(0, n, accepted, n_drafted, n_allow);
   }
   for (int i = 0; i <= accepted; ++i) out->push_back(rows_[i]);
   stats_.accepted_draft_tokens += accepted;
@@ -892,18 +535,17 @@ Status Runtime::fold_verify(int32_t seed, int n, int n_drafted, int n_allow, std
     stats_.lookup_accepted += accepted;
     if (accepted == 0) ++stats_.lookup_first_misses;
   } else {
-    warm_ = accepted == n && n >= 2;
-    note_probe(warm_);
+    cost_.note_outcome(accepted == n && n >= 2);
   }
   if (accepted == n) {
     ++stats_.full_accepts;
   } else if (accepted > 0) {
     ++stats_.partial_accepts;
-    fold_armed_ = fold_after_partial_open();  // rows L..L+accepted captured by this verify
+    fold_.after_partial();  // rows L..L+accepted captured by this verify
   } else {
-    fold_armed_ = false;  // d_0 miss: the next seed decodes standalone (free check again)
+    fold_.disarm();  // d_0 miss: the next seed decodes standalone (free check again)
   }
-  if (!from_lookup) scheduler_note(true, accepted);
+  if (!from_lookup) sched_.note(true, accepted);
   return Status();
 }
 

@@ -9,8 +9,10 @@
 // row's own operation sequence, so a row's bits never depend on the batch.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -98,12 +100,53 @@ void top_k_mask(const IndexerSelectParams& p) {
   for (int64_t i = 0; i < k; ++i) p.allowed[p.order[i]] = 1;
 }
 
+// Zero-copy weight binding: a tensor's backend address is its mmapped host address. map()
+// only checks that the address lies in a bound range (a weight the model did not bind would
+// be a graph bug).
+class CpuWeightSet final : public WeightSet {
+ public:
+  explicit CpuWeightSet(std::span<const WeightRange> ranges) {
+    for (const WeightRange& r : ranges) {
+      if (r.host != nullptr && r.bytes != 0) {
+        const auto* b = static_cast<const uint8_t*>(r.host);
+        ranges_.push_back({b, b + r.bytes});
+      }
+    }
+    std::sort(ranges_.begin(), ranges_.end());
+  }
+  const void* map(const void* host) const override {
+    if (host == nullptr) return nullptr;
+    const auto* p = static_cast<const uint8_t*>(host);
+    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), std::pair<const uint8_t*, const uint8_t*>{p, nullptr},
+                               [](const auto& a, const auto& b) { return a.first < b.first; });
+    DS4_CHECK_MSG(it != ranges_.begin() && p < std::prev(it)->second, "WeightSet::map: address outside the bound weights");
+    return host;
+  }
+
+ private:
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges_;  // [begin, end) sorted
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, ActivationNumerics act) : pool_(n_threads), mm_(&pool_, act), mm_inline_(nullptr, act) {}
 
   const char* name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
+
+  // Memory: host memory, so every copy is a memcpy and Buffer::host() is valid.
+  bool host_addressable() const override { return true; }
+  void upload(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+  void fill_f32(float* dst, size_t n, float value) override { std::fill(dst, dst + n, value); }
+  void fill_bytes(void* dst, size_t bytes, uint8_t value) override {
+    if (bytes != 0) std::memset(dst, value, bytes);
+  }
+  void sync() override {}
+  std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) override {
+    return std::make_unique<CpuWeightSet>(ranges);
+  }
 
   // The pool splits in two for the pair: a on the caller with ceil(n/2) threads, b with the
   // rest (ThreadPool::run_split), every op of a task parallel over its own part. With 2
@@ -553,6 +596,16 @@ class CpuBackend final : public Backend {
   // Weight bytes x rows (up to one 8-row tile) of a matmul: its work in split decisions.
   static int64_t work_bytes(const MatmulParams& p) {
     return p.w.n_out * static_cast<int64_t>(p.w.row_bytes) * std::min(p.n_rows, 8);
+  }
+
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p != nullptr) std::memset(p, 0, bytes);
+    return p;
+  }
+  void release(void* p, size_t) override { std::free(p); }
+  static void copy_bytes(void* dst, const void* src, size_t bytes) {
+    if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
   }
 
   ThreadPool pool_;

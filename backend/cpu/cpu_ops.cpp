@@ -70,7 +70,7 @@ float yarn_ramp(float low, float high, int k) {
 }  // namespace
 
 void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
-                    const model::RopeParams& rp, bool inverse) {
+                    const RopeParams& rp, bool inverse) {
   const int n_nope = head_dim - n_rot;
   const float sin_sign = inverse ? -1.0f : 1.0f;
   float theta_scale = 0.0f, corr_lo = 0.0f, corr_hi = 0.0f;
@@ -98,7 +98,7 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
     bool valid = false;
     int64_t pos = 0;
     int n_rot = 0;
-    model::RopeParams rp;
+    RopeParams rp;
     float cs[kMaxPairs], sn[kMaxPairs];
   };
   thread_local Cache caches[kEntries];

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
-#include "model/config.h"
+#include "core/rope.h"
 
 namespace ds4::backend::cpu {
 
@@ -26,7 +26,7 @@ void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_
 
 // §3.8: RoPE on dims [head_dim - n_rot, head_dim) of each of n_head heads, interleaved pairs.
 void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
-                    const model::RopeParams& rp, bool inverse);
+                    const RopeParams& rp, bool inverse);
 
 // §3.9. sigmoid_stable: x >= 0 gives 1 / (1 + expf(-x)), otherwise expf(x) / (1 + expf(x)).
 // Both forms come from the one exp (argument selected without a branch; NaN keeps x as is)

@@ -137,7 +137,7 @@ TEST(DsparkCalibrate, OverlapIsFreeOnlyWellBelowADecode) {
     bool free;
   };
   // -0.125 / -0.120: a 16-thread calibration whose free overlap lost on every channel but
-  // structured (runtime.h, kFreeOverlapMargin).
+  // structured (speculative/config.h, kFreeOverlapMargin).
   for (const Case& k : {Case{-0.25f, -0.22f, true}, Case{-0.125f, -0.12f, false}, Case{-0.05f, -0.25f, false},
                         Case{-0.25f, 0.0f, false}, Case{0.5f, 0.3f, false}}) {
     c.overlap_draft_extra = k.extra;

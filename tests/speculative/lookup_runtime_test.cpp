@@ -1,5 +1,5 @@
-// tests/speculative/lookup_runtime_test.cpp — the runtime's prompt-lookup drafts (speculative/runtime.h
-// "Lookup") on the shipped models: their acceptance is learned per margin bucket of the
+// tests/speculative/lookup_runtime_test.cpp — the runtime's prompt-lookup drafts (speculative/runtime.h,
+// speculative/policies.h LookupPolicy) on the shipped models: their acceptance is learned per margin bucket of the
 // logits they were proposed from and apart for d_0 and the drafts after it, and the output
 // stays plain greedy.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // tests/speculative/lookup_test.cpp — NgramLookup (speculative/lookup.h) against a backward scan of the
-// history, and LookupModel's per-length estimates (speculative/runtime.h).
+// history, and LookupModel's per-length estimates (speculative/policies.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// tests/speculative/overlap_test.cpp — DSpark's overlap (speculative/runtime.h "Overlap": a standalone
+// tests/speculative/overlap_test.cpp — DSpark's overlap (speculative/policies.h OverlapPolicy: a standalone
 // proposal computed alongside the seed's decode, the backend's threads split in two) changes
 // timing only. With the shipped models on a 2- and a 4-thread CPU backend, every policy set
 // gives, overlap on vs off at the same prices: the same tokens (= plain greedy), the same

@@ -67,11 +67,10 @@ TEST(SpeculativeDecoder, GenerateMatchesPlainDecoder) {
       ASSERT_TRUE(a.ok()) << a.status().to_string();
 
       TestSession spec_s(st.session(256));
-      drafter->ring_reset();
       SpecOptions so;
       so.confidence = 0.0f;
       so.fold = true;
-      auto dec = SpeculativeDecoder::create(*drafter, spec_s.ms(), so);
+      auto dec = SpeculativeDecoder::create(drafter->model(), spec_s.ms(), so);
       opt.decoder = dec.get();
       std::string spec_text;
       auto b = generate(spec_s, **text, prompt, opt, [&](int32_t, std::string_view t) {

@@ -34,13 +34,13 @@ TEST(CpuOps, RmsNormMatchesDoubleSumFormula) {
 }
 
 TEST(CpuOps, RopeInverseUndoesForwardAndLeavesNopeDims) {
-  model::RopeParams yarn;
+  RopeParams yarn;
   yarn.freq_base = 160000.0f;
   yarn.freq_scale = 1.0f / 16.0f;
   yarn.ext_factor = 1.0f;
   yarn.attn_factor = 1.0f / (1.0f + 0.1f * logf(16.0f));
   yarn.n_ctx_orig = 65536;
-  for (const model::RopeParams& rp : {model::RopeParams{}, yarn}) {
+  for (const RopeParams& rp : {RopeParams{}, yarn}) {
     auto x = randv(2 * 128, 3);
     const auto orig = x;
     cpu::rope_tail_rows(x.data(), 2, 128, 64, 777, rp, false);
@@ -54,7 +54,7 @@ TEST(CpuOps, RopeInverseUndoesForwardAndLeavesNopeDims) {
   // Position 0 is the identity rotation for plain RoPE (cos 0 = 1, sin 0 = 0).
   auto z = randv(128, 4);
   const auto z0 = z;
-  cpu::rope_tail_rows(z.data(), 1, 128, 64, 0, model::RopeParams{}, false);
+  cpu::rope_tail_rows(z.data(), 1, 128, 64, 0, RopeParams{}, false);
   EXPECT_EQ(z, z0);
 }
 
@@ -109,7 +109,7 @@ TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
   std::vector<float> skv(8 * W, 0.0f), ssc(8 * W, -1.0e30f);
   std::vector<uint16_t> ape(R * W, quant::f32_to_f16(0.0f));
   std::vector<float> norm(D, 1.0f), pooled(D), out(D);
-  model::RopeParams rp;
+  RopeParams rp;
   // Window 0: token t has kv = t+1 everywhere, equal scores: the pooled value is the mean of
   // the current lane (1+2+3+4)/4 = 2.5 because the previous lane is still empty.
   int emitted = 0;

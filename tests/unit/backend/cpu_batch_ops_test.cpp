@@ -54,7 +54,7 @@ TEST(CpuBatchOps, RmsNormRowsEqualsRowByRow) {
 }
 
 // The §3.8 formula with cos/sin evaluated per head (the definition rope_tail_rows hoists).
-void rope_per_head(float* x, int n_head, int head_dim, int n_rot, int64_t pos, const model::RopeParams& rp,
+void rope_per_head(float* x, int n_head, int head_dim, int n_rot, int64_t pos, const RopeParams& rp,
                    bool inverse) {
   const int n_nope = head_dim - n_rot;
   const float theta_scale = powf(rp.freq_base, -2.0f / static_cast<float>(n_rot));
@@ -93,13 +93,13 @@ void rope_per_head(float* x, int n_head, int head_dim, int n_rot, int64_t pos, c
 }
 
 TEST(CpuBatchOps, RopeTailRowsEqualsPerHeadFormula) {
-  model::RopeParams plain;
-  model::RopeParams yarn;
+  RopeParams plain;
+  RopeParams yarn;
   yarn.freq_scale = 0.0625f;
   yarn.ext_factor = 1.0f;
   yarn.attn_factor = 1.0f / (1.0f + 0.1f * logf(16.0f));
   yarn.n_ctx_orig = 4096;
-  for (const model::RopeParams& rp : {plain, yarn}) {
+  for (const RopeParams& rp : {plain, yarn}) {
     for (int64_t pos : {0, 1, 37, 4095, 100000}) {
       for (bool inverse : {false, true}) {
         const auto x = randv(8 * 128, static_cast<uint32_t>(pos) + (inverse ? 7u : 3u));
@@ -171,7 +171,7 @@ TEST(CpuBatchOps, MoeRowsEqualSingleRowRuns) {
 TEST(CpuBatchOps, AttentionInputsEqualPerRowSteps) {
   const int R = 7, NH = 8, D = 128, NR = 64, NIH = 4, IDX = 128, CAP = 11, first = 3;
   const int64_t pos0 = 4093;  // the ring wraps inside the batch
-  model::RopeParams rp;
+  RopeParams rp;
   rp.freq_scale = 0.0625f;
   rp.ext_factor = 1.0f;
   rp.n_ctx_orig = 4096;
@@ -236,7 +236,7 @@ TEST(CpuBatchOps, SinkAttentionDerotatesEachHead) {
   const auto sinks = randv(NH, 43, 1.0f);
   std::vector<const float*> kp(NK);
   for (int k = 0; k < NK; ++k) kp[k] = keys.data() + k * D;
-  model::RopeParams rp;
+  RopeParams rp;
   auto queries = [&](std::vector<float>& scores, std::vector<float>& out, bool derotate) {
     std::vector<SinkAttentionParams> ps(Q);
     for (int i = 0; i < Q; ++i) {

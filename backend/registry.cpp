@@ -1,0 +1,57 @@
+// backend/registry.cpp — the table behind make_backend(): each entry validates its options and
+// builds its backend. The CPU entry owns the kernel ISA choice (backend/cpu/kernels.h).
+#include "backend/registry.h"
+
+#include "backend/cpu/kernels.h"
+
+namespace ds4::backend {
+
+namespace {
+
+Expected<std::unique_ptr<Backend>> make_cpu(const BackendOptions& o) {
+  if (o.cpu_isa != "auto" && !o.cpu_isa.empty()) {
+    cpu::Isa isa;
+    if (!cpu::parse_isa(o.cpu_isa, &isa)) {
+      return invalid_argument("unknown CPU ISA '%s' (expected auto, scalar, avx2 or avx512)", o.cpu_isa.c_str());
+    }
+    if (!cpu::set_isa(isa)) {
+      return unsupported("CPU ISA '%s' is not supported by this machine or build", o.cpu_isa.c_str());
+    }
+  }
+  return make_cpu_backend(o.n_threads, o.act);
+}
+
+struct Entry {
+  const char* name;
+  Expected<std::unique_ptr<Backend>> (*make)(const BackendOptions&);
+};
+
+constexpr Entry kBackends[] = {
+    {"cpu", make_cpu},
+};
+
+}  // namespace
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const Entry& e : kBackends) names.emplace_back(e.name);
+  return names;
+}
+
+Expected<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options) {
+  if (options.n_threads < 0) {
+    return invalid_argument("thread count must be >= 0 (0 = all cores), got %d", options.n_threads);
+  }
+  for (const Entry& e : kBackends) {
+    if (name == e.name) return e.make(options);
+  }
+  std::string known;
+  for (const Entry& e : kBackends) known += std::string(known.empty() ? "" : ", ") + e.name;
+  if (name == "cuda") {
+    return unsupported("this build of ds4cpp was not built with CUDA (available backends: %s)", known.c_str());
+  }
+  return unsupported("backend '%.*s' is not built into this ds4cpp (available: %s)", static_cast<int>(name.size()),
+                     name.data(), known.c_str());
+}
+
+}  // namespace ds4::backend

@@ -1,0 +1,34 @@
+// backend/registry.h — backends by name: the engine (and any frontend-facing code) asks for
+// "cpu" (later "cuda") here and never includes a backend's own folder.
+//
+// Role: one table of the backends this build has, each with a factory that takes the common
+// options and validates the ones it understands (the CPU backend owns its ISA choice).
+// Invariants: an unknown name or a bad option is an error Status naming it, never an abort.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace ds4::backend {
+
+struct BackendOptions {
+  int n_threads = 0;  // <= 0: all hardware threads
+  ActivationNumerics act = ActivationNumerics::kQuantized;
+  // CPU kernel path: "auto" (or ""), "scalar", "avx2", "avx512". Process-wide (every path gives
+  // the same bits, so this only changes speed); ignored by other backends.
+  std::string cpu_isa = "auto";
+};
+
+// Names make_backend() accepts, in preference order ("cpu" first).
+std::vector<std::string> backend_names();
+
+// The backend called `name` (kInvalidArgument for an unknown name, kUnsupported for an option
+// this machine or build cannot honour).
+Expected<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options);
+
+}  // namespace ds4::backend
