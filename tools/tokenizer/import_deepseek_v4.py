@@ -145,7 +145,7 @@ def check_gguf(path, tokens, types, merges):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="output GGUF (tokenizer metadata only)")
+    ap.add_argument("--out", help="output GGUF (tokenizer metadata only; required)")
     ap.add_argument("--tokenizer-json", help="tokenizer.json (default: the installed package's)")
     ap.add_argument("--tokenizer-config", help="tokenizer_config.json (default: beside it)")
     ap.add_argument("--check", action="store_true", help="re-read the file and compare")
@@ -160,6 +160,8 @@ def main() -> int:
             return 1
         print(pkg_json)
         return 0
+    if not args.out:
+        ap.error("--out is required")
     tj = args.tokenizer_json or pkg_json
     if not tj:
         print(f"error: no --tokenizer-json and the {PACKAGE} package is not installed "
