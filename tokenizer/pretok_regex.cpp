@@ -62,13 +62,38 @@ struct Ch {
 
 inline bool cont(uint8_t b) { return (b & 0xC0) == 0x80; }
 
+// ASCII classes without the big table (the common case).
+constexpr uint8_t ascii_class(int c) {
+  if (c == '\t' || c == '\n' || c == 0x0B || c == 0x0C || c == '\r' || c == ' ') return kWs;
+  if (c >= '0' && c <= '9') return kN;
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return kL;
+  if (c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' || c == '`' ||
+      c == '|' || c == '~')
+    return kS;
+  if (c >= 0x21 && c <= 0x7E) return kP;
+  return kOther;
+}
+constexpr auto make_ascii_classes() {
+  struct T {
+    uint8_t v[128];
+  } t{};
+  for (int c = 0; c < 128; ++c) t.v[c] = ascii_class(c);
+  return t;
+}
+constexpr auto kAscii = make_ascii_classes();
+
 // Strict UTF-8 decode of the character at s[i] (i < n).
-inline Ch char_at(const uint8_t* s, size_t i, size_t n, const uint8_t* table) {
+#define DS4_TOK_INLINE inline __attribute__((always_inline))
+
+DS4_TOK_INLINE Ch char_at(const uint8_t* s, size_t i, size_t n, const uint8_t* table) {
   const uint8_t c = s[i];
+  if (c < 0x80) {
+    const uint8_t cls = kAscii.v[c];
+    return {1, c, cls, cls == kN ? uint8_t(kKindNum) : uint8_t(kKindOther)};
+  }
   uint32_t cp = c, len = 1;
-  bool ok = true;
-  if (c >= 0x80) {
-    ok = false;
+  bool ok = false;
+  {
     if (c >= 0xC2 && c <= 0xDF) {
       if (i + 1 < n && cont(s[i + 1])) {
         cp = (uint32_t(c & 0x1F) << 6) | (s[i + 1] & 0x3F);
@@ -145,13 +170,25 @@ class Scanner {
   }
 
  private:
-  Ch at(size_t i) const { return char_at(s_, i, n_, table_); }
+  DS4_TOK_INLINE Ch at(size_t i) const { return char_at(s_, i, n_, table_); }
   // The character at i if it is inside the current segment (same kind), else len 0.
-  Ch seg(size_t i) const {
+  DS4_TOK_INLINE Ch seg(size_t i) const {
     if (i >= n_) return {0, 0, kOther, kKindOther};
     Ch c = at(i);
     if (c.kind != kind_) c.len = 0;
     return c;
+  }
+  // [L M]+ run from j, with an ASCII-letter fast path.
+  size_t run_lm(size_t j) const {
+    for (;;) {
+      if (kind_ == kKindOther) {  // ASCII letters belong to "other" segments only
+        while (j < n_ && s_[j] < 0x80 && kAscii.v[s_[j]] == kL) ++j;
+        if (j >= n_ || s_[j] < 0x80) return j;
+      }
+      const Ch d = seg(j);
+      if (!d.len || !is_lm(d.cls)) return j;
+      j += d.len;
+    }
   }
   size_t run(size_t j, bool (*pred)(uint8_t)) const {
     for (Ch d = seg(j); d.len && pred(d.cls); d = seg(j)) j += d.len;
@@ -174,8 +211,8 @@ class Scanner {
     }
     // A2: optional prefix (not \r \n L P S), then [L M]+.
     if (!is_nl(c.cp) && c.cls != kL && !is_ps(c.cls) && next.len && is_lm(next.cls))
-      return run(i1, [](uint8_t k) { return is_lm(k); });
-    if (is_lm(c.cls)) return run(i1, [](uint8_t k) { return is_lm(k); });
+      return run_lm(i1);
+    if (is_lm(c.cls)) return run_lm(i1);
     // A3
     if (c.cp == ' ' && next.len && is_ps(next.cls))
       return newline_run(run(i1, [](uint8_t k) { return is_ps(k); }));
