@@ -13,7 +13,7 @@ if(TARGET ds4-tok-pieces)
     add_test(NAME tokenizer_real_vocab_parity
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tokenizer/check_real_vocab.py
                      ${CMAKE_SOURCE_DIR} $<TARGET_FILE:ds4-tok-pieces>
-                     ${CMAKE_BINARY_DIR}/vocab)
+                     ${CMAKE_BINARY_DIR}/vocab/parity ${CMAKE_BINARY_DIR}/vocab/deepseek-v4-tokenizer.gguf)
     set_tests_properties(tokenizer_real_vocab_parity PROPERTIES TIMEOUT 600 LABELS tokenizer)
   endif()
 endif()
