@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
+#include "model/profiles.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
@@ -72,6 +73,33 @@ TEST(GenerateVocab, RealDeepSeekV4VocabularyIsCopied) {
   EXPECT_EQ(*file->get_u32("tokenizer.ggml.bos_token_id"), 0u);
   EXPECT_EQ(*file->get_u32("tokenizer.ggml.eos_token_id"), 1u);
   EXPECT_EQ(tok->decode(tok->encode("Hello, world! 你好")), "Hello, world! 你好");
+}
+
+// A whole generated model (the tiny shape with the V4 vocabulary size) carries the real
+// vocabulary and tokenizes exactly like the tokenizer-only file.
+TEST(GenerateVocab, GeneratedModelTokenizesLikeTheRealVocabulary) {
+  const std::string real = default_real_vocab_path();
+  ASSERT_FALSE(real.empty()) << "the real V4 tokenizer GGUF was not built (scripts/setup.sh)";
+  model::ModelConfig cfg = model::tiny_profile();
+  cfg.n_vocab = tok::kDeepSeekV4Tokens;
+  GenerateOptions opt;
+  opt.seed = 3;
+  opt.fill = FillMode::kRandomBlocks;
+  opt.vocab_path = real;
+  TempFile f("model.gguf");
+  ASSERT_TRUE(generate_model(cfg, opt, f.path).ok());
+  auto model_file = gguf::File::open(f.path);
+  ASSERT_TRUE(model_file.ok());
+  auto from_model = tok::Tokenizer::from_gguf(**model_file);
+  ASSERT_TRUE(from_model.ok()) << from_model.status().to_string();
+  auto vocab_file = gguf::File::open(real);
+  ASSERT_TRUE(vocab_file.ok());
+  auto from_vocab = tok::Tokenizer::from_gguf(**vocab_file);
+  ASSERT_TRUE(from_vocab.ok());
+  EXPECT_EQ(from_model->pretok_mode(), tok::PretokMode::kDeepSeekV4);
+  const std::string text = "Quel ramo del lago di Como \xC2\xAB" "ciao\xC2\xBB 12345 \xE4\xB8\xAD\xE6\x96\x87!\n\n  x";
+  EXPECT_EQ(from_model->encode(text), from_vocab->encode(text));
+  EXPECT_EQ(*(*model_file)->get_string("tokenizer.ggml.pre"), "joyai-llm");
 }
 
 TEST(GenerateVocab, TokenCountMismatchIsAnError) {
