@@ -2,7 +2,8 @@
 //
 // Role: text <-> token ids for the DS4 vocabulary read from GGUF metadata
 // (tokenizer.ggml.tokens / merges / token_type), with the hand-written DS4 ("JoyAI")
-// pre-tokenizer, GPT-2 byte<->code point mapping, smallest-rank-first merging, the 7 DS4
+// pre-tokenizer or, for the real DeepSeek V4 vocabulary, the exact split of its published
+// tokenizer.json (PretokMode), GPT-2 byte<->code point mapping, smallest-rank-first merging, the 7 DS4
 // special tokens, and a streaming UTF-8 detokenizer.
 //
 // Invariants:
