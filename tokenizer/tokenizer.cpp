@@ -23,6 +23,7 @@ namespace ds4::tok {
 
 namespace detail {
 size_t next_piece_end(std::string_view text, size_t i);
+size_t next_piece_end_v4(std::string_view text, size_t i);
 void append_codepoint_utf8(uint32_t cp, std::string* out);
 }  // namespace detail
 
@@ -162,6 +163,12 @@ struct Tokenizer::Impl {
   // The 7 specials sorted by text for encode_rendered (first byte dispatch).
   std::vector<std::pair<std::string_view, int32_t>> special_list;
 
+  PretokMode pretok = PretokMode::kDs4Scanner;    // never kAuto
+  // Added tokens (kControl / kUserDefined) for encode_with_added: byte lengths present, longest
+  // first, and whether a byte can start one.
+  std::vector<size_t> added_lengths;
+  bool added_first_byte[256] = {};
+
   void encode_plain(std::string_view text, std::vector<int32_t>* out) const;
 };
 
@@ -292,7 +299,8 @@ void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>* 
   if (cache.owner != instance) cache.reset(instance);
   size_t i = 0;
   while (i < text.size()) {
-    const size_t j = detail::next_piece_end(text, i);
+    const size_t j = pretok == PretokMode::kDeepSeekV4 ? detail::next_piece_end_v4(text, i)
+                                                       : detail::next_piece_end(text, i);
     const std::string_view piece = text.substr(i, j - i);
     i = j;
     if (piece.size() == 1) {
@@ -337,12 +345,13 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Expected<Tokenizer> Tokenizer::create(VocabData vocab) {
-  return create(std::move(vocab.tokens), std::move(vocab.merges), std::move(vocab.token_types));
+  return create(std::move(vocab.tokens), std::move(vocab.merges), std::move(vocab.token_types),
+                vocab.pretok);
 }
 
 Expected<Tokenizer> Tokenizer::create(std::vector<std::string> tokens,
                                       std::vector<std::string> merges,
-                                      std::vector<int32_t> token_types) {
+                                      std::vector<int32_t> token_types, PretokMode pretok) {
   if (tokens.empty()) return invalid_argument("tokenizer: vocabulary is empty (no tokens)");
   if (tokens.size() > size_t(INT32_MAX))
     return invalid_argument("tokenizer: vocabulary too large (%zu tokens)", tokens.size());
@@ -428,6 +437,24 @@ Expected<Tokenizer> Tokenizer::create(std::vector<std::string> tokens,
 
   im->bytes.resize(im->tokens.size());
   for (int32_t id = 0; id < n_vocab; ++id) im->bytes[id] = token_to_bytes(im->tokens[id]);
+
+  if (pretok == PretokMode::kAuto) {
+    pretok = n_vocab == kDeepSeekV4Tokens && int32_t(merges.size()) == kDeepSeekV4Merges
+                 ? PretokMode::kDeepSeekV4
+                 : PretokMode::kDs4Scanner;
+  }
+  im->pretok = pretok;
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    const int32_t t = im->types[id];
+    if (t != int32_t(TokenType::kControl) && t != int32_t(TokenType::kUserDefined)) continue;
+    const std::string& s = im->tokens[id];
+    if (s.empty()) continue;
+    im->added_first_byte[uint8_t(s[0])] = true;
+    if (std::find(im->added_lengths.begin(), im->added_lengths.end(), s.size()) ==
+        im->added_lengths.end())
+      im->added_lengths.push_back(s.size());
+  }
+  std::sort(im->added_lengths.rbegin(), im->added_lengths.rend());
   return Tokenizer(std::move(im));
 }
 
@@ -481,6 +508,42 @@ std::vector<int32_t> Tokenizer::encode_rendered(std::string_view text) const {
   encode_rendered_append(text, &out);
   return out;
 }
+
+std::vector<int32_t> Tokenizer::encode_with_added(std::string_view text) const {
+  const Impl& im = *impl_;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  size_t span_begin = 0, i = 0;
+  while (i < text.size()) {
+    int32_t hit = -1;
+    size_t hit_len = 0;
+    if (im.added_first_byte[uint8_t(text[i])]) {
+      for (size_t len : im.added_lengths) {  // longest first
+        if (len > text.size() - i) continue;
+        auto it = im.ids.find(text.substr(i, len));
+        if (it == im.ids.end()) continue;
+        const int32_t t = im.types[it->second];
+        if (t == int32_t(TokenType::kControl) || t == int32_t(TokenType::kUserDefined)) {
+          hit = it->second;
+          hit_len = len;
+          break;
+        }
+      }
+    }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    if (i > span_begin) im.encode_plain(text.substr(span_begin, i - span_begin), &out);
+    out.push_back(hit);
+    i += hit_len;
+    span_begin = i;
+  }
+  if (span_begin < text.size()) im.encode_plain(text.substr(span_begin), &out);
+  return out;
+}
+
+PretokMode Tokenizer::pretok_mode() const { return impl_->pretok; }
 
 // ---- decode and accessors ----
 

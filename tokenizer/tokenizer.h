@@ -2,7 +2,8 @@
 //
 // Role: text <-> token ids for the DS4 vocabulary read from GGUF metadata
 // (tokenizer.ggml.tokens / merges / token_type), with the hand-written DS4 ("JoyAI")
-// pre-tokenizer, GPT-2 byte<->code point mapping, smallest-rank-first merging, the 7 DS4
+// pre-tokenizer or, for the real DeepSeek V4 vocabulary, the exact split of its published
+// tokenizer.json (PretokMode), GPT-2 byte<->code point mapping, smallest-rank-first merging, the 7 DS4
 // special tokens, and a streaming UTF-8 detokenizer.
 //
 // Invariants:
@@ -68,11 +69,25 @@ struct SpecialTokens {
   int32_t dsml = -1;         // ｜DSML｜
 };
 
+// Which pre-tokenizer cuts text into pieces.
+//   kDs4Scanner:  ds4's hand-written JoyAI splitter (§8.2, ASCII classes, every non-ASCII byte
+//                 letter-like). Used for the project's own vocabularies (tiny models, tok2k).
+//   kDeepSeekV4:  the exact split of the published DeepSeek V4 tokenizer.json (Unicode
+//                 classes, three-stage Split; pretok_regex.cpp), equal to the `tokenizers`
+//                 package on valid UTF-8.
+//   kAuto:        kDeepSeekV4 for the real V4 vocabulary (kDeepSeekV4Tokens tokens and
+//                 kDeepSeekV4Merges merges, as imported by tools/tokenizer/import_deepseek_v4.py
+//                 or stored in the published ds4 GGUF files), else kDs4Scanner.
+enum class PretokMode { kAuto, kDs4Scanner, kDeepSeekV4 };
+inline constexpr int32_t kDeepSeekV4Tokens = 129280;
+inline constexpr int32_t kDeepSeekV4Merges = 127741;
+
 // Raw vocabulary as stored in GGUF metadata; also what synthetic_vocab() produces.
 struct VocabData {
   std::vector<std::string> tokens;    // id -> GPT-2-mapped token string
   std::vector<std::string> merges;    // rank -> "A B"
   std::vector<int32_t> token_types;   // id -> TokenType value (may be empty)
+  PretokMode pretok = PretokMode::kAuto;
 };
 
 // GPT-2 byte-level map: byte -> code point (bytes 33-126, 161-172, 174-255 map to
@@ -86,15 +101,19 @@ std::string bytes_to_symbols(std::string_view bytes);
 // DS4 pre-tokenizer (§8.2): cuts text into pieces; returns [begin, end) byte offsets
 // (32-bit: text < 4 GiB; encode() has no such limit). Total over arbitrary bytes; the pieces
 // tile the input exactly.
-void pretokenize(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>* pieces);
-std::vector<std::string> pretokenize_strings(std::string_view text);
+// mode must not be kAuto (kAuto is treated as kDs4Scanner here).
+void pretokenize(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>* pieces,
+                 PretokMode mode = PretokMode::kDs4Scanner);
+std::vector<std::string> pretokenize_strings(std::string_view text,
+                                             PretokMode mode = PretokMode::kDs4Scanner);
 
 class Tokenizer {
  public:
   // tokens: id -> token string; merges: rank -> "A B"; token_types: empty or one per token.
   static Expected<Tokenizer> create(std::vector<std::string> tokens,
                                     std::vector<std::string> merges,
-                                    std::vector<int32_t> token_types = {});
+                                    std::vector<int32_t> token_types = {},
+                                    PretokMode pretok = PretokMode::kAuto);
   static Expected<Tokenizer> create(VocabData vocab);
   // Reads tokenizer.ggml.tokens, tokenizer.ggml.merges and (optional) tokenizer.ggml.token_type.
   static Expected<Tokenizer> from_gguf(const gguf::File& file);
@@ -109,6 +128,14 @@ class Tokenizer {
   // Rendered chat text: the 7 special strings are emitted as their ids (§8.4).
   std::vector<int32_t> encode_rendered(std::string_view text) const;
   void encode_rendered_append(std::string_view text, std::vector<int32_t>* out) const;
+  // Every added token (token_type kControl or kUserDefined, e.g. all 1,283 of the V4
+  // vocabulary) is recognized by its string, leftmost-longest, as the `tokenizers` package
+  // does by default; the spans between them are BPE-encoded. For checks and tools: neither
+  // the plain nor the chat path uses it (raw user text cannot inject control tokens).
+  std::vector<int32_t> encode_with_added(std::string_view text) const;
+
+  // The pre-tokenizer in use (never kAuto).
+  PretokMode pretok_mode() const;
 
   // Concatenated bytes of the tokens (may be invalid UTF-8). Out-of-range ids -> U+FFFD.
   std::string decode(std::span<const int32_t> ids) const;

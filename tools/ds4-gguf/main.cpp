@@ -67,6 +67,13 @@ int main(int argc, char** argv) {
                        "DSpark support file's provenance names)")
       ->check(CLI::IsMember({"preview", "0731"}))
       ->capture_default_str();
+  std::string vocab = "auto";
+  generate->add_option("--vocab", vocab,
+                       "tokenizer: auto (flash: the real DeepSeek V4 vocabulary when built, else "
+                       "synthetic; tiny: synthetic), real, synthetic, or a tokenizer GGUF path "
+                       "(tools/tokenizer/import_deepseek_v4.py)")
+      ->envname("DS4_VOCAB")
+      ->capture_default_str();
 
   // quantize
   std::string q_in, q_out, q_quant = "q2";
@@ -102,6 +109,25 @@ int main(int argc, char** argv) {
                                   : ds4::tools::FillMode::kAuto;
     opt.progress = !quiet;
     opt.release = release == "0731" ? ds4::tools::Release::k0731 : ds4::tools::Release::kPreview;
+    const std::string real = ds4::tools::default_real_vocab_path();
+    if (vocab == "real") {
+      if (real.empty()) {
+        std::cerr << "ds4-gguf generate: --vocab real: the DeepSeek V4 tokenizer GGUF was not "
+                     "built (install tools/requirements.txt with scripts/setup.sh, then build "
+                     "the ds4_real_vocab target)\n";
+        return 2;
+      }
+      opt.vocab_path = real;
+    } else if (vocab == "auto") {
+      if (profile == "flash") {
+        opt.vocab_path = real;
+        if (real.empty() && !quiet)
+          std::cerr << "ds4-gguf generate: the real DeepSeek V4 vocabulary is not built; using "
+                       "the synthetic one\n";
+      }
+    } else if (vocab != "synthetic") {
+      opt.vocab_path = vocab;
+    }
     ds4::Status st = ds4::tools::generate_model(*cfg, opt, gen_out);
     if (!st.ok()) {
       std::cerr << "ds4-gguf generate: " << st.to_string() << "\n";

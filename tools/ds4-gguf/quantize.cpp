@@ -39,6 +39,8 @@ T load(const uint8_t* p) {
   return v;
 }
 
+}  // namespace
+
 Status copy_kv(gguf::Writer& w, const gguf::KeyValue& kv) {
   const std::string& k = kv.key;
   if (!kv.is_array()) {
@@ -83,6 +85,8 @@ Status copy_kv(gguf::Writer& w, const gguf::KeyValue& kv) {
   return unsupported("metadata key '%s': cannot copy value type %s", k.c_str(),
                      kv.type_string().c_str());
 }
+
+namespace {
 
 bool is_float_input(GgmlType t) {
   return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;

@@ -32,7 +32,7 @@ README.md "Decision replay").
 Usage:
   decision_replay.py --trace-bin BUILD/tests/ds4-decision-trace --check   (the ctest)
   decision_replay.py --trace DIR --model PATH                             (one existing trace)
-Exit code 77 when torch or gguf is missing (ctest SKIP_RETURN_CODE).
+Exit code 77 when torch or gguf is missing (a failure in ctest: scripts/setup.sh installs them).
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ try:
     import torch
     import gguf  # noqa: F401
 except ImportError as e:  # pragma: no cover
-    print(f"decision_replay: SKIP ({e})")
+    print(f"decision_replay: FAIL: missing Python package ({e}); scripts/setup.sh installs tools/requirements.txt")
     sys.exit(77)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,8 @@
 //   ds4-tokenizer-bench [--gguf TOK.gguf | --vocab N] [--reps R] FILE
 // Vocabulary: a GGUF file's tokenizer metadata (e.g. tests/tokenizer/tok8k.gguf) or
 // synthetic_vocab(N) (default 129280, the V4 size). Reports MB/s of encode() on the first run
-// (cold piece cache) and the best of R warm runs, plus decode MB/s; checks the round trip.
+// (cold piece cache) and the best of R warm runs, the pre-tokenizer alone (the split the
+// vocabulary selects), plus decode MB/s; checks the round trip.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -79,6 +80,16 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Pre-tokenizer alone (the split the vocabulary selected), best of R.
+  double pre_s = 1e30;
+  size_t n_pieces = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> pieces;
+  for (int r = 0; r < reps; ++r) {
+    t.reset();
+    ds4::tok::pretokenize(text, &pieces, tok->pretok_mode());
+    pre_s = std::min(pre_s, t.seconds());
+    n_pieces = pieces.size();
+  }
   t.reset();
   const std::string back = tok->decode(ids);
   const double dec_s = t.seconds();
@@ -88,6 +99,10 @@ int main(int argc, char** argv) {
               tok->n_vocab(), tok->n_merges(), load_s);
   std::printf("input: %s, %.3f MB -> %zu tokens (%.2f bytes/token)\n", file_path.c_str(), mb,
               ids.size(), double(text.size()) / double(std::max<size_t>(1, ids.size())));
+  std::printf("pre-tokenizer (%s): %.1f MB/s, %zu pieces\n",
+              tok->pretok_mode() == ds4::tok::PretokMode::kDeepSeekV4 ? "DeepSeek V4 exact"
+                                                                      : "ds4 scanner",
+              mb / pre_s, n_pieces);
   std::printf("encode cold (empty piece cache): %.1f MB/s\n", mb / cold_s);
   std::printf("encode warm (best of %d):        %.1f MB/s\n", reps, mb / best_s);
   std::printf("decode:                          %.1f MB/s\n", mb / dec_s);
