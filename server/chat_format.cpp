@@ -354,6 +354,7 @@ void OutputParser::content(std::string_view text, OutputDelta* out) {
   if (at != std::string::npos) {
     out->content.append(text_buf_, 0, at);
     in_block_ = true;
+    block_calls_ = 0;
     block_ = text_buf_.substr(at);
     text_buf_.clear();
     drain_dsml(out, false);
@@ -377,6 +378,11 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     body = body.substr(ws);
     if (body.starts_with(close)) {
       const std::string rest(body.substr(close.size()));
+      if (block_calls_ == 0) {  // nothing parsed in this block: keep its text, say so
+        out->content.append(block_, 0, open.size() + ws + close.size());
+        if (!out->tool_error.empty()) out->tool_error += "; ";
+        out->tool_error += "empty tool-call block";
+      }
       in_block_ = false;
       block_.clear();
       content(rest, out);
@@ -401,6 +407,7 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     const std::string_view element = body.substr(0, end + inv_close.size());
     if (parse_dsml_invoke(element, &call, &error)) {
       call.id = id_prefix_ + std::to_string(n_calls_++);
+      block_calls_++;
       out->tool_calls.push_back(std::move(call));
     } else {
       out->content.append(element);
@@ -416,7 +423,7 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     if (!trim(body).empty()) {
       out->content.append(body);
       out->tool_error = "unterminated tool-call block";
-    } else if (n_calls_ == 0) {
+    } else if (block_calls_ == 0) {
       out->content.append(block_);
       out->tool_error = "empty tool-call block";
     }

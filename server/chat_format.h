@@ -136,7 +136,7 @@ class OutputParser {
   std::string text_buf_;    // held back: a possible start of the DSML block tag
   std::string block_;       // inside a DSML block: its text so far
   bool in_block_ = false;
-  std::vector<ToolCall> block_calls_;
+  int block_calls_ = 0;     // calls parsed in the current block
   std::string matched_stop_;
   bool stopped_ = false;
   int n_calls_ = 0;

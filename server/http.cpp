@@ -257,7 +257,8 @@ struct HttpServer::Impl {
     svr.set_payload_max_length(opt.max_body_bytes);
     svr.set_read_timeout(opt.read_timeout_s, 0);
     svr.set_write_timeout(opt.write_timeout_s, 0);
-    svr.set_keep_alive_timeout(5);
+    svr.set_keep_alive_timeout(2);
+    svr.set_keep_alive_max_count(1000);
 
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.path == "/health" || req.path == "/") return httplib::Server::HandlerResponse::Unhandled;
