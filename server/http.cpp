@@ -3,6 +3,9 @@
 #include "server/http.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -258,6 +261,14 @@ struct HttpServer::Impl {
     svr.set_read_timeout(opt.read_timeout_s, 0);
     svr.set_write_timeout(opt.write_timeout_s, 0);
     svr.set_keep_alive_timeout(2);
+    // No SO_REUSEPORT (httplib's default): a second server on a taken port must fail, not share
+    // it. TCP_NODELAY (inherited by accepted sockets): SSE events are small writes that must not
+    // wait for the client's delayed ACK.
+    svr.set_socket_options([](int sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    });
     svr.set_keep_alive_max_count(1000);
 
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
