@@ -165,6 +165,7 @@ json openai_usage(const Outcome& o, int prompt_tokens) {
   u["prompt_tokens"] = prompt_tokens;
   u["completion_tokens"] = o.completion_tokens;
   u["total_tokens"] = prompt_tokens + o.completion_tokens;
+  u["prompt_tokens_details"] = {{"cached_tokens", o.result.reused_tokens}};
   u["dspark"] = dspark_json(o.result);
   u["timings"] = timings_json(o.result);
   return u;
@@ -383,7 +384,14 @@ struct HttpServer::Impl {
            static_cast<double>(rejected_queue.load()));
     metric("ds4_client_disconnects_total", "counter", "Streaming clients that went away mid-stream.",
            static_cast<double>(client_disconnects.load()));
-    metric("ds4_prompt_tokens_total", "counter", "Prompt tokens prefilled.", static_cast<double>(s.prompt_tokens));
+    metric("ds4_prompt_tokens_total", "counter", "Prompt tokens prefilled (computed).", static_cast<double>(s.prompt_tokens));
+    metric("ds4_prefix_reused_tokens_total", "counter", "Prompt tokens restored from cached sessions instead of prefilled.",
+           static_cast<double>(s.reused_tokens));
+    metric("ds4_prefix_reuse_hits_total", "counter", "Requests that resumed a cached session.",
+           static_cast<double>(s.reuse_hits));
+    metric("ds4_idle_sessions", "gauge", "Cached idle sessions.", s.idle_sessions);
+    metric("ds4_idle_session_bytes", "gauge", "Estimated state bytes of the cached idle sessions.",
+           static_cast<double>(s.idle_bytes));
     metric("ds4_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.gen_tokens));
     o << "# HELP ds4_time_to_first_token_seconds Time from submission to the first generated token.\n"
          "# TYPE ds4_time_to_first_token_seconds histogram\n";
@@ -453,6 +461,7 @@ struct HttpServer::Impl {
     jp.sampler = r.sampler;
     jp.top_logprobs = r.top_logprobs;
     jp.prompt = std::move(prompt);
+    jp.reuse_tail = api == Api::kCompletion ? 1 : 2;  // chat: <｜Assistant｜> + <think> / </think>
     const int prompt_tokens = static_cast<int>(jp.prompt.size());
     Expected<std::shared_ptr<Job>> submitted = scheduler.submit(std::move(jp));
     if (!submitted.ok()) {
@@ -511,6 +520,7 @@ struct HttpServer::Impl {
       out["stop_reason"] = anthropic_stop(o);
       out["stop_sequence"] = o.stop_matched ? json(o.stop_sequence) : json(nullptr);
       out["usage"] = {{"input_tokens", prompt_tokens},
+                      {"cache_read_input_tokens", o.result.reused_tokens},
                       {"output_tokens", o.completion_tokens},
                       {"dspark", dspark_json(o.result)},
                       {"timings", timings_json(o.result)}};

@@ -50,6 +50,7 @@ struct Flags {
   int max_queue = 64;
   int max_tokens = 4096;
   int max_body_mb = 8;
+  int kv_memory_mb = 512;
   int read_timeout = 60;
   int write_timeout = 60;
   int http_threads = 64;
@@ -79,6 +80,10 @@ void declare(FlagTable& t, Flags& f) {
       .option("--parallel", &f.parallel, "Requests advanced together (1..8)", "DS4_PARALLEL")
       .option("--max-queue", &f.max_queue, "Requests waiting for a slot before 429", "DS4_MAX_QUEUE")
       .option("--max-tokens", &f.max_tokens, "Cap (and default) of generated tokens per request", "DS4_MAX_TOKENS")
+      .option("--kv-memory", &f.kv_memory_mb,
+              "MiB of idle sessions kept for prefix reuse (LRU; a prompt that extends a cached one "
+              "resumes it); 0 = no reuse",
+              "DS4_KV_MEMORY", "MIB")
       .option("--max-body", &f.max_body_mb, "Request body limit in MiB (then 413)", "", "MIB")
       .option("--read-timeout", &f.read_timeout, "Seconds to wait for a client's request bytes", "", "S")
       .option("--write-timeout", &f.write_timeout, "Seconds a client may stall reading the response", "", "S")
@@ -96,6 +101,7 @@ Status validate(const Flags& f) {
   if (f.ctx < 16) return invalid_argument("-c/--ctx must be >= 16 tokens, got %d", f.ctx);
   if (f.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", f.threads);
   if (f.parallel < 1 || f.parallel > 8) return invalid_argument("--parallel must be in [1, 8], got %d", f.parallel);
+  if (f.kv_memory_mb < 0) return invalid_argument("--kv-memory must be >= 0, got %d", f.kv_memory_mb);
   if (f.max_queue < 0) return invalid_argument("--max-queue must be >= 0, got %d", f.max_queue);
   if (f.max_tokens < 1) return invalid_argument("--max-tokens must be >= 1, got %d", f.max_tokens);
   if (f.max_body_mb < 1 || f.max_body_mb > 1024) return invalid_argument("--max-body must be in [1, 1024] MiB");
@@ -163,6 +169,7 @@ int main_impl(int argc, char** argv) {
   so.max_queue = f.max_queue;
   so.n_ctx = f.ctx;
   so.dspark = !f.mtp.empty();
+  so.kv_memory_bytes = static_cast<uint64_t>(f.kv_memory_mb) << 20;
   if (so.dspark) {
     std::vector<float> grid;
     Status s = parse_dspark_confidence_grid(kDefaultDsparkGrid, &grid);

@@ -53,7 +53,11 @@ struct Scheduler::Slot {
   std::unique_ptr<SpeculativeDecoder> spec;  // destroyed before the session (declared after)
   std::unique_ptr<Sampler> sampler;
   TextStream stream;
-  size_t prefilled = 0;   // prompt tokens appended so far
+  size_t prefilled = 0;   // prompt tokens appended so far (restored ones included)
+  size_t reused = 0;      // prompt tokens restored from a cached session
+  size_t snap_at = 0;     // snapshot after this many prompt tokens (0: none)
+  bool snap_done = false;
+  std::vector<int32_t> snap_prefix;  // the prompt tokens the snapshot holds
   int generated = 0;
   double admitted_at = 0.0;
   double first_token_at = 0.0;
@@ -72,6 +76,8 @@ Scheduler::Scheduler(Engine& engine, SchedulerOptions options)
     : engine_(engine), options_(std::move(options)) {
   options_.max_active = std::clamp(options_.max_active, 1, 8);
   options_.max_queue = std::max(options_.max_queue, 0);
+  const ModelInfo& info = engine_.info();
+  session_bytes_ = info.session_fixed_bytes + info.kv_bytes_per_token * static_cast<uint64_t>(options_.n_ctx);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -121,21 +127,74 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+std::unique_ptr<Session> Scheduler::take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused) {
+  *reused = 0;
+  std::unique_ptr<Session> out;
+  if (options_.kv_memory_bytes > 0 && !fresh) {
+    // The longest cached prefix that the prompt extends by at least one token.
+    size_t best = idle_.size(), best_len = 0;
+    for (size_t i = 0; i < idle_.size(); ++i) {
+      const std::vector<int32_t>& pre = idle_[i].prefix;
+      if (!pre.empty() && pre.size() < prompt.size() && pre.size() > best_len &&
+          std::equal(pre.begin(), pre.end(), prompt.begin())) {
+        best = i;
+        best_len = pre.size();
+      }
+    }
+    if (best < idle_.size()) {
+      Idle e = std::move(idle_[best]);
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
+      idle_bytes_ -= e.bytes;
+      out = std::move(e.session);
+      const std::span<const int32_t> have = out->tokens();
+      if (out->restore_snapshot().ok() && have.size() == best_len &&
+          std::equal(have.begin(), have.end(), e.prefix.begin())) {
+        *reused = static_cast<int>(best_len);
+      } else {
+        out->reset();
+      }
+    }
+  }
+  if (!out && !idle_.empty()) {  // the least recently used one, emptied
+    out = std::move(idle_.back().session);
+    idle_bytes_ -= idle_.back().bytes;
+    idle_.pop_back();
+    out->reset();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.idle_sessions = static_cast<int>(idle_.size());
+  stats_.idle_bytes = idle_bytes_;
+  return out;
+}
+
+void Scheduler::return_session(std::unique_ptr<Session> session, std::vector<int32_t> prefix) {
+  Idle e;
+  e.bytes = session_bytes_ + engine_.info().kv_bytes_per_token * prefix.size();
+  e.session = std::move(session);
+  e.prefix = std::move(prefix);
+  idle_bytes_ += e.bytes;
+  idle_.push_front(std::move(e));
+  if (options_.kv_memory_bytes > 0) {
+    while (!idle_.empty() && idle_bytes_ > options_.kv_memory_bytes) {
+      idle_bytes_ -= idle_.back().bytes;
+      idle_.pop_back();
+    }
+  } else {
+    while (static_cast<int>(idle_.size()) > options_.max_active) {
+      idle_bytes_ -= idle_.back().bytes;
+      idle_.pop_back();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.idle_sessions = static_cast<int>(idle_.size());
+  stats_.idle_bytes = idle_bytes_;
+}
+
 bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
   auto slot = std::make_unique<Slot>(engine_.text().new_stream());
   slot->job = std::move(job);
   slot->admitted_at = now();
   const JobParams& p = slot->job->params();
-  Expected<std::unique_ptr<Session>> session = engine_.new_session(options_.n_ctx);
-  if (!session.ok()) {
-    JobResult r;
-    r.stop = StopReason::kCancelled;
-    r.error = session.status().message();
-    slot->job->finish(std::move(r));
-    return false;
-  }
-  slot->session = std::move(*session);
-  slot->sampler = std::make_unique<Sampler>(p.sampler, engine_.info().n_vocab);
   // DSpark: greedy jobs without logprobs (a speculative step appends several tokens and
   // exposes no per-token logits), one at a time (the drafter follows one timeline).
   const bool want_spec = options_.dspark && p.allow_dspark && p.sampler.temperature <= 0.0f &&
@@ -145,6 +204,33 @@ bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!spec_busy_) take_spec = spec_busy_ = true;
   }
+  int reused = 0;
+  slot->session = take_session(p.prompt, take_spec, &reused);
+  if (!slot->session) {
+    Expected<std::unique_ptr<Session>> session = engine_.new_session(options_.n_ctx);
+    if (!session.ok()) {
+      if (take_spec) {
+        std::lock_guard<std::mutex> lock(mu_);
+        spec_busy_ = false;
+      }
+      JobResult r;
+      r.stop = StopReason::kCancelled;
+      r.error = session.status().message();
+      slot->job->finish(std::move(r));
+      return false;
+    }
+    slot->session = std::move(*session);
+  }
+  slot->prefilled = slot->reused = static_cast<size_t>(reused);
+  if (options_.kv_memory_bytes > 0) {
+    const size_t tail = static_cast<size_t>(std::max(1, p.reuse_tail));
+    slot->snap_at = p.prompt.size() > tail ? p.prompt.size() - tail : 0;
+    if (slot->snap_at > 0 && slot->snap_at == slot->reused) {  // the restored snapshot is that one
+      slot->snap_done = true;
+      slot->snap_prefix.assign(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(slot->snap_at));
+    }
+  }
+  slot->sampler = std::make_unique<Sampler>(p.sampler, engine_.info().n_vocab);
   if (take_spec) {
     Expected<std::unique_ptr<SpeculativeDecoder>> d =
         new_speculative_decoder(engine_, *slot->session, options_.spec);
@@ -176,6 +262,7 @@ void Scheduler::finish(Slot& slot, StopReason stop, std::string error) {
   r.stop = stop;
   r.error = std::move(error);
   r.prompt_tokens = static_cast<int>(slot.job->params().prompt.size());
+  r.reused_tokens = static_cast<int>(slot.reused);
   r.gen_tokens = slot.generated;
   r.queue_s = slot.admitted_at - slot.job->submitted_at_;
   const double t = now();
@@ -189,7 +276,9 @@ void Scheduler::finish(Slot& slot, StopReason stop, std::string error) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.finished++;
     if (stop == StopReason::kCancelled) stats_.cancelled++;
-    stats_.prompt_tokens += static_cast<int64_t>(slot.prefilled);
+    stats_.prompt_tokens += static_cast<int64_t>(slot.prefilled - slot.reused);
+    stats_.reused_tokens += static_cast<int64_t>(slot.reused);
+    if (slot.reused > 0) stats_.reuse_hits++;
     stats_.gen_tokens += slot.generated;
     if (slot.spec) {
       stats_.dspark_jobs++;
@@ -205,8 +294,18 @@ void Scheduler::finish(Slot& slot, StopReason stop, std::string error) {
       }
     }
   }
-  slot.spec.reset();
+  const bool healthy = r.error.empty();
   slot.job->finish(std::move(r));
+  slot.spec.reset();  // unbinds from the session before it is cached
+  if (healthy) {
+    if (slot.snap_done) {
+      // Back to the shareable prefix; a failed restore caches the session without a prefix.
+      if (!slot.session->restore_snapshot().ok()) slot.snap_prefix.clear();
+    } else {
+      slot.snap_prefix.clear();
+    }
+    return_session(std::move(slot.session), std::move(slot.snap_prefix));
+  }
 }
 
 // One unit of work: a prefill slice, or one decoding step.
@@ -218,13 +317,21 @@ void Scheduler::advance(Slot& slot) {
     return;
   }
   if (slot.prefilled < p.prompt.size()) {
-    const size_t n = std::min(p.prompt.size() - slot.prefilled, static_cast<size_t>(kPrefillSlice));
+    // Slices stop at the snapshot point (prefill is split-invariant: same bits).
+    const size_t end = slot.snap_at > slot.prefilled ? slot.snap_at : p.prompt.size();
+    const size_t n = std::min(end - slot.prefilled, static_cast<size_t>(kPrefillSlice));
     Status s = slot.session->prefill(std::span<const int32_t>(p.prompt).subspan(slot.prefilled, n));
     if (!s.ok()) {
       finish(slot, StopReason::kCancelled, s.message());
       return;
     }
     slot.prefilled += n;
+    if (slot.prefilled == slot.snap_at && !slot.snap_done) {
+      if (slot.session->save_snapshot().ok()) {
+        slot.snap_done = true;
+        slot.snap_prefix.assign(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(slot.snap_at));
+      }
+    }
     return;
   }
   if (slot.generated >= p.max_tokens) {

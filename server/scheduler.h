@@ -22,6 +22,12 @@
 //   * Cancellation: a cancelled job stops before its next unit of work (one prefill slice or
 //     one token) and its slot is freed in the same round.
 //   * A job's events end with exactly one finish (finished() true, result() valid).
+//   * Prefix reuse: a finished job's session goes to an LRU of idle sessions, restored to a
+//     snapshot taken right after its prompt's shareable part. A new job whose prompt extends
+//     that part (by >= 1 token) restores the snapshot and prefills only the rest — the same
+//     state as prefilling the whole prompt (prefill is split-invariant, engine.h), so reuse never
+//     changes an output. A job that takes the drafter starts from an empty session instead (the
+//     speculative decoder must be bound before the prompt).
 #pragma once
 
 #include <atomic>
@@ -60,11 +66,16 @@ struct JobParams {
   SamplerParams sampler;
   int top_logprobs = -1;  // -1: no logprobs; 0..20: the chosen token's + that many alternatives
   bool allow_dspark = true;
+  // Prefix reuse: the session is snapshotted after prompt[0 .. size - reuse_tail), the part a
+  // later request can share (chat: the generation prefix <｜Assistant｜><think> is left out, it
+  // is rendered differently once the turn is history). >= 1.
+  int reuse_tail = 1;
 };
 
 struct JobResult {
   StopReason stop = StopReason::kMaxTokens;
   int prompt_tokens = 0;
+  int reused_tokens = 0;  // prompt tokens restored from a cached session instead of prefilled
   int gen_tokens = 0;
   double queue_s = 0.0;   // submit -> admitted
   double ttft_s = 0.0;    // submit -> first token (0 when none)
@@ -109,6 +120,11 @@ struct SchedulerOptions {
   int n_ctx = 4096;     // context of every session
   bool dspark = false;  // the engine has a drafter and speculation is on
   SpecOptions spec;     // DSpark policy (when dspark)
+  // Idle sessions kept for reuse, LRU, bounded by this many bytes of session state (estimated
+  // from ModelInfo: fixed + per-token bytes at n_ctx, plus the snapshot's tokens). 0: no prefix
+  // reuse (no snapshots); up to max_active idle sessions are still kept and reset for new jobs,
+  // so memory stays flat under load.
+  uint64_t kv_memory_bytes = 0;
 };
 
 // Live counters for /metrics (all cumulative except queued/active).
@@ -123,6 +139,10 @@ struct SchedulerStats {
   int64_t dspark_jobs = 0;
   int64_t dspark_proposed = 0;
   int64_t dspark_accepted = 0;
+  int64_t reused_tokens = 0;   // prompt tokens restored from cached sessions
+  int64_t reuse_hits = 0;      // jobs that resumed a cached session
+  int idle_sessions = 0;
+  uint64_t idle_bytes = 0;
   // time to first token histogram (seconds)
   static constexpr int kBuckets = 10;
   static constexpr double kBucketBounds[kBuckets] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -148,6 +168,13 @@ class Scheduler {
 
  private:
   struct Slot;
+  struct Idle {
+    std::unique_ptr<Session> session;
+    std::vector<int32_t> prefix;  // tokens at its snapshot (empty: no snapshot)
+    uint64_t bytes = 0;
+  };
+  std::unique_ptr<Session> take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused);
+  void return_session(std::unique_ptr<Session> session, std::vector<int32_t> prefix);
   void run();
   bool admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job);
   void advance(Slot& slot);              // one unit of work
@@ -166,6 +193,9 @@ class Scheduler {
   int active_ = 0;
   bool spec_busy_ = false;  // the drafter is bound to an active job
   SchedulerStats stats_;
+  std::deque<Idle> idle_;  // most recently used first; scheduler thread only
+  uint64_t idle_bytes_ = 0;
+  uint64_t session_bytes_ = 0;  // estimate of one session's state at n_ctx
   std::thread thread_;
 };
 

@@ -466,6 +466,31 @@ def open_stream(server, max_tokens, key):
     return sock
 
 
+def test_prefix_reuse(s, small=None, **_):
+    """A follow-up turn resumes the cached session of the first; outputs equal a server without reuse."""
+    c, ref = s.openai(), small.openai("sekret")
+    sys_msg = {"role": "system", "content": "You are a terse assistant for C programmers."}
+    first = [sys_msg, {"role": "user", "content": PROMPTS[2]}]
+    a = c.chat.completions.create(model=MODEL, messages=first, max_tokens=24, temperature=0, extra_body=NOTHINK)
+    again = c.chat.completions.create(model=MODEL, messages=first, max_tokens=24, temperature=0, extra_body=NOTHINK)
+    check(again.choices[0].message.content == a.choices[0].message.content, "repeat differs")
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    check(cached == a.usage.prompt_tokens - 2, f"repeat reused {cached} of {a.usage.prompt_tokens} tokens")
+    follow = first + [{"role": "assistant", "content": a.choices[0].message.content},
+                      {"role": "user", "content": "And a union?"}]
+    before = s.metrics()
+    b = c.chat.completions.create(model=MODEL, messages=follow, max_tokens=24, temperature=0, extra_body=NOTHINK)
+    after = s.metrics()
+    check(b.usage.prompt_tokens_details.cached_tokens >= a.usage.prompt_tokens - 2,
+          f"follow-up reused {b.usage.prompt_tokens_details.cached_tokens} tokens")
+    check(after["ds4_prefix_reuse_hits_total"] == before["ds4_prefix_reuse_hits_total"] + 1, "reuse not counted")
+    for msgs, got in ((first, a), (follow, b)):
+        r = ref.chat.completions.create(model=MODEL, messages=msgs, max_tokens=24, temperature=0, extra_body=NOTHINK)
+        check(r.usage.prompt_tokens_details.cached_tokens == 0, "reference server reused a session")
+        check(r.choices[0].message.content == got.choices[0].message.content,
+              f"reused {got.choices[0].message.content!r} != fresh {r.choices[0].message.content!r}")
+
+
 def read_until_data(sock):
     got = b""
     sock.settimeout(15)
@@ -530,7 +555,7 @@ def test_auth_queue_and_sigterm(s, small=None, **_):
 TESTS = [test_models_and_health, test_openai_chat_stream_and_usage, test_thinking_split, test_stop_sequences,
          test_completions_and_logprobs, test_openai_errors, test_anthropic, test_tool_round_trip_shapes,
          test_determinism, test_dspark_identity, test_bad_input, test_disconnect_frees_slot,
-         test_auth_queue_and_sigterm]
+         test_prefix_reuse, test_auth_queue_and_sigterm]
 
 
 def main():
@@ -546,7 +571,8 @@ def main():
         servers["s"] = Server(args.server, args.models, *common)
         servers["dspark"] = Server(args.server, args.models, *common, "--dspark")
         servers["small"] = Server(args.server, args.models, "--ctx", "4096", "--max-tokens", "4000", "--parallel", "1",
-                                  "--max-queue", "1", "--api-key", "sekret", "--shutdown-timeout", "2")
+                                  "--max-queue", "1", "--api-key", "sekret", "--shutdown-timeout", "2",
+                                  "--kv-memory", "0")
         refs = {}
         for t in TESTS:
             if args.k and args.k not in t.__name__:
