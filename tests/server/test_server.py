@@ -127,6 +127,10 @@ def test_models_and_health(s, **_):
     check(ids == [MODEL], f"models: {ids}")
     st, _, body = s.request("GET", "/health")
     check(st == 200 and json.loads(body)["status"] == "ok", f"health {st} {body}")
+    st, h, page = s.request("GET", "/")
+    check(st == 200 and h.get("Content-Type", "").startswith("text/html"), f"chat page {st} {h}")
+    check(b"/v1/chat/completions" in page and not re.search(rb"(src|href)=\"?https?:|https?://", page),
+          "chat page must stream from this server and fetch nothing external")
 
 
 def test_openai_chat_stream_and_usage(s, **_):
