@@ -710,6 +710,13 @@ struct HttpServer::Impl {
     };
     drive(job, parser, false, emit, idle, o);
     if (o->client_gone) return;
+    if (!o->result.error.empty()) {  // an engine failure mid-stream: Anthropic's error event
+      if (!write(sse_event("error", {{"type", "error"},
+                                     {"error", {{"type", "api_error"}, {"message", "generation failed: " + o->result.error}}}}))) {
+        o->client_gone = true;
+      }
+      return;
+    }
     bool ok = true;
     if (index < 0) ok = open_block("text", {{"type", "text"}, {"text", ""}});
     ok = ok && close_block();

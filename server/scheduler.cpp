@@ -399,6 +399,13 @@ void Scheduler::advance(Slot& slot) {
   else if (slot.session->n_tokens() >= slot.session->n_ctx()) finish(slot, StopReason::kContextFull);
 }
 
+// One round: every active job gets one unit of work, one job after another. The batching seam
+// (header): a multi-session step would gather the decode-phase slots here and advance them in
+// one forward; prefill slices and cancellations stay per slot.
+void Scheduler::run_round(std::vector<std::unique_ptr<Slot>>& slots) {
+  for (auto& slot : slots) advance(*slot);
+}
+
 void Scheduler::run() {
   std::vector<std::unique_ptr<Slot>> slots;
   while (true) {
@@ -430,8 +437,7 @@ void Scheduler::run() {
     if (quitting) {
       for (auto& slot : slots) slot->job->cancel();
     }
-    // One round: every active job gets one unit of work (decode_round seam: see header).
-    for (auto& slot : slots) advance(*slot);
+    run_round(slots);
     slots.erase(std::remove_if(slots.begin(), slots.end(),
                                [](const std::unique_ptr<Slot>& s) { return s->done; }),
                 slots.end());

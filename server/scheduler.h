@@ -8,7 +8,7 @@
 //
 // Batching seam: the jobs advance one after another (round-robin), each in its own forward.
 // Advancing the rows of different sessions in ONE forward needs an engine API that does not
-// exist yet (a multi-session verify); when it lands, decode_round() is the one place to
+// exist yet (a multi-session verify); when it lands, run_round() is the one place to
 // replace: gather the decode-phase slots, run one batched step, scatter the tokens.
 //
 // Invariants:
@@ -176,6 +176,7 @@ class Scheduler {
   std::unique_ptr<Session> take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused);
   void return_session(std::unique_ptr<Session> session, std::vector<int32_t> prefix);
   void run();
+  void run_round(std::vector<std::unique_ptr<Slot>>& slots);
   bool admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job);
   void advance(Slot& slot);              // one unit of work
   void finish(Slot& slot, StopReason stop, std::string error = {});
