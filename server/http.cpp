@@ -2,10 +2,17 @@
 // (Writes to a vanished client can raise SIGPIPE inside cpp-httplib: main() ignores it.)
 #include "server/http.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <atomic>
 #include <chrono>
@@ -51,6 +58,60 @@ const char* error_type_for(int status) {
   }
 }
 
+// The socket of a request's connection. cpp-httplib 0.11 does not hand it to handlers, so it is
+// found among this process's sockets by its two endpoints (the handler runs while httplib holds
+// the connection open, so the descriptor cannot be closed or reused meanwhile). -1: not found.
+int find_connection_fd(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  auto addr_port = [](const sockaddr_storage& ss, std::string* addr) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (ss.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+      inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+      *addr = buf;
+      return static_cast<int>(ntohs(a->sin_port));
+    }
+    if (ss.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+      inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+      *addr = buf;
+      return static_cast<int>(ntohs(a->sin6_port));
+    }
+    return -1;
+  };
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    if (fd <= 2 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage local {}, peer {};
+    socklen_t ll = sizeof(local), pl = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) {
+      continue;
+    }
+    std::string la, pa;
+    if (addr_port(local, &la) == req.local_port && addr_port(peer, &pa) == req.remote_port &&
+        pa == req.remote_addr) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// True once the client closed its side (EOF) or the connection broke. Bytes of a next,
+// pipelined request keep it "open".
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
 // What drive() gathered from one job.
 struct Outcome {
   OutputDelta total;
@@ -68,13 +129,18 @@ using EmitFn = std::function<bool(const OutputDelta& delta, std::span<const Toke
 using IdleFn = std::function<bool()>;
 
 void drive(Job& job, OutputParser& parser, bool keep_logprobs, const EmitFn& emit, const IdleFn& idle,
-           Outcome* out) {
+           int fd, Outcome* out) {
   std::vector<TokenEvent> events;
   int idle_ms = 0;
   bool finished = false;
   while (!finished) {
     events.clear();
     finished = job.take(&events, 100);
+    // A client that closed its connection stops the job before its next token.
+    if (!out->client_gone && !finished && peer_closed(fd)) {
+      out->client_gone = true;
+      job.cancel();
+    }
     if (events.empty()) {
       idle_ms += 100;
       if (idle && idle_ms >= 1000) {
@@ -473,13 +539,19 @@ struct HttpServer::Impl {
       throw ApiError(503, "overloaded_error", submitted.status().message());
     }
     std::shared_ptr<Job> job = std::move(*submitted);
+    const int fd = find_connection_fd(req);
     const std::string id = new_id(api == Api::kChat ? "chatcmpl-" : api == Api::kCompletion ? "cmpl-" : "msg_");
     auto parser = std::make_shared<OutputParser>(thinking, r.tools_enabled, r.stops, "call_" + id.substr(id.find_first_of("-_") + 1) + "_");
     auto req_copy = std::make_shared<ApiRequest>(std::move(r));
     if (!req_copy->stream) {
       Outcome o;
       drive(*job, *parser, req_copy->top_logprobs >= 0, [](const OutputDelta&, std::span<const TokenEvent>) { return true; },
-            {}, &o);
+            {}, fd, &o);
+      if (o.client_gone) {
+        client_disconnects++;
+        res.status = 499;  // client closed the request (nobody reads this answer)
+        return;
+      }
       if (!o.result.error.empty() && o.completion_tokens == 0) {
         throw ApiError(500, "server_error", "generation failed: " + o.result.error);
       }
@@ -490,8 +562,8 @@ struct HttpServer::Impl {
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, api, job, parser, req_copy, id, prompt_tokens](size_t, httplib::DataSink& sink) {
-          stream_response(api, *job, *parser, *req_copy, id, prompt_tokens, sink);
+        [this, api, job, parser, req_copy, id, prompt_tokens, fd](size_t, httplib::DataSink& sink) {
+          stream_response(api, *job, *parser, *req_copy, id, prompt_tokens, fd, sink);
           sink.done();
           return true;
         },
@@ -576,13 +648,13 @@ struct HttpServer::Impl {
   }
 
   void stream_response(Api api, Job& job, OutputParser& parser, const ApiRequest& r, const std::string& id,
-                       int prompt_tokens, httplib::DataSink& sink) {
+                       int prompt_tokens, int fd, httplib::DataSink& sink) {
     auto write = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
     const int64_t created = unix_time();
     Outcome o;
     IdleFn idle = [&] { return write(": keep-alive\n\n"); };
     if (api == Api::kMessages) {
-      stream_anthropic(job, parser, r, id, prompt_tokens, write, idle, &o);
+      stream_anthropic(job, parser, r, id, prompt_tokens, write, idle, fd, &o);
     } else {
       json base;
       base["id"] = id;
@@ -621,7 +693,7 @@ struct HttpServer::Impl {
         }
         return write(sse(chunk(std::move(choice))));
       };
-      if (ok) drive(job, parser, r.top_logprobs >= 0, emit, idle, &o);
+      if (ok) drive(job, parser, r.top_logprobs >= 0, emit, idle, fd, &o);
       else {
         o.client_gone = true;
         job.cancel();
@@ -652,7 +724,7 @@ struct HttpServer::Impl {
 
   template <typename WriteFn>
   void stream_anthropic(Job& job, OutputParser& parser, const ApiRequest& r, const std::string& id,
-                        int prompt_tokens, WriteFn& write, const IdleFn& idle, Outcome* o) {
+                        int prompt_tokens, WriteFn& write, const IdleFn& idle, int fd, Outcome* o) {
     json msg;
     msg["id"] = id;
     msg["type"] = "message";
@@ -708,7 +780,7 @@ struct HttpServer::Impl {
       }
       return ok;
     };
-    drive(job, parser, false, emit, idle, o);
+    drive(job, parser, false, emit, idle, fd, o);
     if (o->client_gone) return;
     if (!o->result.error.empty()) {  // an engine failure mid-stream: Anthropic's error event
       if (!write(sse_event("error", {{"type", "error"},

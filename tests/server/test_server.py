@@ -435,28 +435,38 @@ def test_bad_input(s, **_):
 
 
 def test_disconnect_frees_slot(s, **_):
-    before = s.metrics()
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": PROMPTS[6]}], "max_tokens": 512,
-                       "temperature": 0, "stream": True, "reasoning_effort": "none"}).encode()
-    sock = socket.create_connection((s.host, s.port))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    got = b""
-    while got.count(b"data:") < 3:
-        got += sock.recv(4096)
-    sock.close()
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        m = s.metrics()
-        if (m["ds4_active_requests"] == 0 and
-                m["ds4_requests_cancelled_total"] > before["ds4_requests_cancelled_total"]):
-            break
-        time.sleep(0.05)
-    check(m["ds4_active_requests"] == 0, "slot not freed")
-    check(m["ds4_requests_cancelled_total"] > before["ds4_requests_cancelled_total"], "not cancelled")
-    check(m["ds4_client_disconnects_total"] > before["ds4_client_disconnects_total"], "disconnect not counted")
-    gen = m["ds4_generated_tokens_total"] - before["ds4_generated_tokens_total"]
-    check(gen < 512, f"generation ran to the end ({gen} tokens)")
+    """A client that goes away mid-generation (streaming or not) frees its slot early."""
+    for stream in (True, False):
+        before = s.metrics()
+        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": PROMPTS[6]}], "max_tokens": 512,
+                           "temperature": 0, "stream": stream, "reasoning_effort": "none"}).encode()
+        sock = socket.create_connection((s.host, s.port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        if stream:
+            got = b""
+            while got.count(b"data:") < 3:
+                got += sock.recv(4096)
+        else:
+            deadline = time.time() + 10
+            while s.metrics()["ds4_active_requests"] == 0 and time.time() < deadline:
+                time.sleep(0.002)
+            time.sleep(0.02)
+        sock.close()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            m = s.metrics()
+            if (m["ds4_active_requests"] == 0 and
+                    m["ds4_requests_finished_total"] > before["ds4_requests_finished_total"]):
+                break
+            time.sleep(0.05)
+        what = "stream" if stream else "whole"
+        check(m["ds4_active_requests"] == 0, f"{what}: slot not freed")
+        check(m["ds4_requests_cancelled_total"] > before["ds4_requests_cancelled_total"], f"{what}: not cancelled")
+        check(m["ds4_client_disconnects_total"] > before["ds4_client_disconnects_total"], f"{what}: not counted")
+        gen = m["ds4_generated_tokens_total"] - before["ds4_generated_tokens_total"]
+        check(gen < 512, f"{what}: generation ran to the end ({gen} tokens)")
+        print(f"    {what}: cancelled after {int(gen)} of 512 tokens")
 
 
 def open_stream(server, max_tokens, key):
