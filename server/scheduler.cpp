@@ -410,14 +410,22 @@ void Scheduler::run() {
   std::vector<std::unique_ptr<Slot>> slots;
   while (true) {
     std::vector<std::shared_ptr<Job>> admitted;
+    std::vector<std::shared_ptr<Job>> dropped;
     bool quitting = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return quit_ || !queue_.empty() || !slots.empty(); });
       if (quit_) {
-        for (auto& j : queue_) j->cancel();
-        for (auto& j : queue_) admitted.push_back(j);
-        queue_.clear();
+        for (auto& j : queue_) j->cancel();  // dropped just below, never admitted
+      }
+      // Queued jobs whose client went away leave the queue now, not when a slot frees.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->cancelled()) {
+          dropped.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
       }
       while (!queue_.empty() && static_cast<int>(slots.size() + admitted.size()) < options_.max_active) {
         admitted.push_back(std::move(queue_.front()));
@@ -425,6 +433,18 @@ void Scheduler::run() {
       }
       active_ = static_cast<int>(slots.size() + admitted.size());
       quitting = quit_;
+    }
+    for (auto& job : dropped) {
+      JobResult r;
+      r.stop = StopReason::kCancelled;
+      r.prompt_tokens = static_cast<int>(job->params().prompt.size());
+      r.queue_s = now() - job->submitted_at_;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.finished++;
+        stats_.cancelled++;
+      }
+      job->finish(std::move(r));
     }
     for (auto& job : admitted) {
       std::unique_ptr<Slot> slot;
