@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -36,12 +37,15 @@ NOTHINK = {"reasoning_effort": "none"}
 class Server:
     def __init__(self, binary, models, *extra):
         args = [binary, "-m", os.path.join(models, "ds4-tiny.gguf"), "--port", "0", "-t", "2", *extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # stderr goes to a file: a pipe nobody drains would block a chatty server.
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         m = re.match(r"listening on (\S+):(\d+)", line)
         if not m:
-            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
-            raise RuntimeError(f"server did not start: {line!r} {err}")
+            self.proc.wait(timeout=10)
+            self.log.seek(0)
+            raise RuntimeError(f"server did not start: {line!r} {self.log.read()[-2000:]}")
         self.host, self.port = m.group(1), int(m.group(2))
         self.base = f"http://{self.host}:{self.port}"
 
