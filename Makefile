@@ -1,14 +1,14 @@
 # ds4cpp — the two set-up commands (see README.md):
 #   make run    installs what is missing, builds, runs the ds4 CLI on the bundled model
 #   make test   installs what is missing, builds, runs the whole CPU test suite
-# Other targets: build, bench, bench-spec, fuzz, test-cuda, clean.
+# Other targets: build, serve, bench, bench-spec, fuzz, test-cuda, clean.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PROMPT ?=
 N ?= 134
 
-.PHONY: all setup configure build run test bench bench-spec fuzz test-cuda clean
+.PHONY: all setup configure build run serve test bench bench-spec fuzz test-cuda clean
 
 all: build
 
@@ -28,6 +28,10 @@ build: configure
 # PROMPT="..." continues that text instead, N sets the token count.
 run: build
 	@bash scripts/run_default.sh $(BUILD) "$(PROMPT)" $(N)
+
+PORT ?= 8000
+serve: build
+	$(BUILD)/bin/ds4-server --port $(PORT)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

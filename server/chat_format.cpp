@@ -1,0 +1,451 @@
+// server/chat_format.cpp — DS4 template rendering (server semantics), DSML, OutputParser.
+#include "server/chat_format.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace ds4::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kThinkMaxPrefix =
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
+    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
+    "edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate "
+    "step, considered alternative, and rejected hypothesis to ensure absolutely no assumption "
+    "is left unchecked.\n"
+    "\n";
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Reads attr="value" pairs from the inside of a tag ("name=\"x\" string=\"true\"").
+bool parse_attributes(std::string_view s, std::vector<std::pair<std::string, std::string>>* out) {
+  s = trim(s);
+  while (!s.empty()) {
+    const size_t eq = s.find('=');
+    if (eq == std::string_view::npos || eq + 1 >= s.size() || s[eq + 1] != '"') return false;
+    std::string key(trim(s.substr(0, eq)));
+    const size_t end = s.find('"', eq + 2);
+    if (end == std::string_view::npos || key.empty()) return false;
+    out->emplace_back(std::move(key), std::string(s.substr(eq + 2, end - eq - 2)));
+    s = trim(s.substr(end + 1));
+  }
+  return true;
+}
+
+const std::string* find_attr(const std::vector<std::pair<std::string, std::string>>& attrs,
+                             std::string_view key) {
+  for (const auto& [k, v] : attrs)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+std::string dsml_tag(std::string_view name) {
+  std::string s("<");
+  s.append(kDsml).append(name);
+  return s;
+}
+
+std::string dsml_close_tag(std::string_view name) {
+  std::string s("</");
+  s.append(kDsml).append(name).append(">");
+  return s;
+}
+
+std::string_view think_max_prefix() { return kThinkMaxPrefix; }
+
+std::string render_tool_section(const std::vector<ToolDef>& tools, const std::string& tool_choice) {
+  if (tools.empty()) return {};
+  const std::string calls = dsml_tag("function_calls") + ">";
+  std::string s;
+  s.append("## Tools\n\n");
+  s.append("You may call the tools listed below. To call tools, write a single ");
+  s.append(calls);
+  s.append(" block in exactly this form:\n\n");
+  s.append(calls).append("\n");
+  s.append(dsml_tag("invoke")).append(" name=\"TOOL_NAME\">\n");
+  s.append(dsml_tag("parameter")).append(" name=\"TEXT_PARAM\" string=\"true\">plain text value");
+  s.append(dsml_close_tag("parameter")).append("\n");
+  s.append(dsml_tag("parameter")).append(" name=\"OTHER_PARAM\" string=\"false\">{\"json\": [\"value\"]}");
+  s.append(dsml_close_tag("parameter")).append("\n");
+  s.append(dsml_close_tag("invoke")).append("\n");
+  s.append(dsml_close_tag("function_calls")).append("\n\n");
+  s.append("Write string parameters raw with string=\"true\"; numbers, booleans, arrays and "
+           "objects as JSON with string=\"false\". One block may hold several invoke elements. "
+           "Results come back as <tool_result>...</tool_result>.\n");
+  if (tool_choice == "required") {
+    s.append("You must call at least one tool in your reply.\n");
+  } else if (!tool_choice.empty() && tool_choice != "auto" && tool_choice != "none") {
+    s.append("You must call the tool \"").append(tool_choice).append("\" in your reply.\n");
+  }
+  s.append("\n### Available tools\n\n");
+  for (const ToolDef& t : tools) {
+    json j;
+    j["name"] = t.name;
+    if (!t.description.empty()) j["description"] = t.description;
+    j["parameters"] = json::parse(t.parameters_json.empty() ? "{}" : t.parameters_json,
+                                  nullptr, /*allow_exceptions=*/false);
+    s.append(dump_json(j)).append("\n");
+  }
+  return s;
+}
+
+std::string render_dsml_calls(const std::vector<ToolCall>& calls) {
+  if (calls.empty()) return {};
+  std::string s = dsml_tag("function_calls") + ">\n";
+  for (const ToolCall& c : calls) {
+    s.append(dsml_tag("invoke")).append(" name=\"").append(c.name).append("\">\n");
+    json args = json::parse(c.arguments.empty() ? "{}" : c.arguments, nullptr, false);
+    if (args.is_object()) {
+      for (auto it = args.begin(); it != args.end(); ++it) {
+        const bool str = it.value().is_string();
+        s.append(dsml_tag("parameter")).append(" name=\"").append(it.key()).append("\" string=\"");
+        s.append(str ? "true" : "false").append("\">");
+        s.append(str ? it.value().get<std::string>() : dump_json(it.value()));
+        s.append(dsml_close_tag("parameter")).append("\n");
+      }
+    }
+    s.append(dsml_close_tag("invoke")).append("\n");
+  }
+  s.append(dsml_close_tag("function_calls"));
+  return s;
+}
+
+std::string render_chat_prompt(const ChatPrompt& p) {
+  const bool thinking = p.mode != ThinkMode::kNoThink;
+  std::string system;
+  for (const Message& m : p.messages) {
+    if (m.role != "system" && m.role != "developer") continue;
+    if (!system.empty()) system.append("\n\n");
+    system.append(m.content);
+  }
+  // Tool context: schemas, or tool calls / tool results anywhere in the history.
+  bool tool_context = !p.tools.empty() && p.tool_choice != "none";
+  size_t last_user = 0;
+  bool any_user = false;
+  for (size_t i = 0; i < p.messages.size(); ++i) {
+    const Message& m = p.messages[i];
+    if (m.role == "tool" || !m.tool_calls.empty()) tool_context = true;
+    if (m.role == "user" || m.role == "tool") {
+      last_user = i;
+      any_user = true;
+    }
+  }
+
+  std::string s(kBosText);
+  if (p.mode == ThinkMode::kThinkMax) s.append(kThinkMaxPrefix);
+  if (!p.tools.empty() && p.tool_choice != "none") {
+    s.append(render_tool_section(p.tools, p.tool_choice));
+    if (!system.empty()) s.append("\n");
+  }
+  s.append(system);
+
+  std::string prev;  // role of the previous non-system message
+  for (size_t i = 0; i < p.messages.size(); ++i) {
+    const Message& m = p.messages[i];
+    if (m.role == "system" || m.role == "developer") continue;
+    if (m.role == "user") {
+      s.append(kUserText).append(m.content);
+    } else if (m.role == "tool") {
+      if (prev != "tool") s.append(kUserText);
+      s.append("<tool_result>").append(m.content).append("</tool_result>");
+    } else {  // assistant
+      if (prev == "user" || prev == "tool" || prev.empty()) s.append(kAssistantText);
+      const bool after_last_user = !any_user || i > last_user;
+      if (thinking && (tool_context || after_last_user)) {
+        s.append(kThinkOpen).append(m.reasoning).append(kThinkClose);
+      } else {
+        s.append(kThinkClose);
+      }
+      s.append(m.content);
+      s.append(render_dsml_calls(m.tool_calls));
+      s.append(kEosText);
+    }
+    prev = m.role;
+  }
+  s.append(kAssistantText);
+  s.append(thinking ? kThinkOpen : kThinkClose);
+  return s;
+}
+
+bool parse_dsml_invoke(std::string_view text, ToolCall* call, std::string* error) {
+  const std::string open = dsml_tag("invoke");
+  const std::string close = dsml_close_tag("invoke");
+  const std::string popen = dsml_tag("parameter");
+  const std::string pclose = dsml_close_tag("parameter");
+  text = trim(text);
+  if (!text.starts_with(open) || !text.ends_with(close)) {
+    *error = "tool call: expected an invoke element";
+    return false;
+  }
+  std::string_view rest = text.substr(open.size(), text.size() - open.size() - close.size());
+  const size_t gt = rest.find('>');
+  if (gt == std::string_view::npos) {
+    *error = "tool call: unterminated invoke tag";
+    return false;
+  }
+  std::vector<std::pair<std::string, std::string>> attrs;
+  const std::string* name = nullptr;
+  if (!parse_attributes(rest.substr(0, gt), &attrs) || !(name = find_attr(attrs, "name")) ||
+      name->empty()) {
+    *error = "tool call: invoke tag without a name=\"...\" attribute";
+    return false;
+  }
+  call->name = *name;
+  rest = rest.substr(gt + 1);
+  json args = json::object();
+  while (true) {
+    rest = trim(rest);
+    if (rest.empty()) break;
+    if (!rest.starts_with(popen)) {
+      *error = "tool call '" + call->name + "': unexpected text inside invoke";
+      return false;
+    }
+    rest = rest.substr(popen.size());
+    const size_t pgt = rest.find('>');
+    if (pgt == std::string_view::npos) {
+      *error = "tool call '" + call->name + "': unterminated parameter tag";
+      return false;
+    }
+    std::vector<std::pair<std::string, std::string>> pattrs;
+    const std::string* pname = nullptr;
+    if (!parse_attributes(rest.substr(0, pgt), &pattrs) || !(pname = find_attr(pattrs, "name")) ||
+        pname->empty()) {
+      *error = "tool call '" + call->name + "': parameter without a name=\"...\" attribute";
+      return false;
+    }
+    const std::string* is_string = find_attr(pattrs, "string");
+    rest = rest.substr(pgt + 1);
+    const size_t end = rest.find(pclose);
+    if (end == std::string_view::npos) {
+      *error = "tool call '" + call->name + "': parameter '" + *pname + "' is not closed";
+      return false;
+    }
+    const std::string value(rest.substr(0, end));
+    rest = rest.substr(end + pclose.size());
+    if (is_string != nullptr && *is_string == "true") {
+      args[*pname] = value;
+    } else {
+      json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
+      if (v.is_discarded()) {
+        if (is_string != nullptr) {  // string="false" promised JSON
+          *error = "tool call '" + call->name + "': parameter '" + *pname + "' is not valid JSON";
+          return false;
+        }
+        args[*pname] = value;  // no string attribute: take the raw text
+      } else {
+        args[*pname] = std::move(v);
+      }
+    }
+  }
+  call->arguments = dump_json(args);
+  return true;
+}
+
+void OutputDelta::append(const OutputDelta& d) {
+  reasoning += d.reasoning;
+  content += d.content;
+  tool_calls.insert(tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+  if (!d.tool_error.empty()) {
+    if (!tool_error.empty()) tool_error += "; ";
+    tool_error += d.tool_error;
+  }
+}
+
+size_t partial_suffix(std::string_view text, std::string_view marker) {
+  const size_t max = std::min(text.size(), marker.empty() ? 0 : marker.size() - 1);
+  for (size_t n = max; n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+OutputParser::OutputParser(bool thinking, bool parse_tools, std::vector<std::string> stops,
+                           std::string id_prefix)
+    : in_thinking_(thinking), parse_tools_(parse_tools), stops_(std::move(stops)),
+      id_prefix_(std::move(id_prefix)) {
+  stops_.erase(std::remove_if(stops_.begin(), stops_.end(), [](const std::string& s) { return s.empty(); }),
+               stops_.end());
+}
+
+bool OutputParser::push(std::string_view text, OutputDelta* out) {
+  if (stopped_) return true;
+  if (stops_.empty()) {
+    route(text, out);
+    return false;
+  }
+  stop_buf_.append(text);
+  // Earliest match of any stop sequence.
+  size_t best = std::string::npos;
+  const std::string* best_stop = nullptr;
+  for (const std::string& s : stops_) {
+    const size_t at = stop_buf_.find(s);
+    if (at != std::string::npos && at < best) {
+      best = at;
+      best_stop = &s;
+    }
+  }
+  if (best_stop != nullptr) {
+    route(std::string_view(stop_buf_).substr(0, best), out);
+    matched_stop_ = *best_stop;
+    stopped_ = true;
+    stop_buf_.clear();
+    return true;
+  }
+  size_t hold = 0;
+  for (const std::string& s : stops_) hold = std::max(hold, partial_suffix(stop_buf_, s));
+  const size_t emit = stop_buf_.size() - hold;
+  route(std::string_view(stop_buf_).substr(0, emit), out);
+  stop_buf_.erase(0, emit);
+  return false;
+}
+
+void OutputParser::route(std::string_view text, OutputDelta* out) {
+  if (text.empty()) return;
+  if (!in_thinking_) {
+    content(text, out);
+    return;
+  }
+  think_buf_.append(text);
+  const size_t at = think_buf_.find(kThinkClose);
+  if (at != std::string::npos) {
+    out->reasoning.append(think_buf_, 0, at);
+    in_thinking_ = false;
+    std::string rest = think_buf_.substr(at + kThinkClose.size());
+    think_buf_.clear();
+    content(rest, out);
+    return;
+  }
+  const size_t hold = partial_suffix(think_buf_, kThinkClose);
+  out->reasoning.append(think_buf_, 0, think_buf_.size() - hold);
+  think_buf_.erase(0, think_buf_.size() - hold);
+}
+
+void OutputParser::content(std::string_view text, OutputDelta* out) {
+  if (text.empty()) return;
+  if (!parse_tools_) {
+    out->content.append(text);
+    return;
+  }
+  if (in_block_) {
+    block_.append(text);
+    drain_dsml(out, false);
+    return;
+  }
+  text_buf_.append(text);
+  const std::string open = dsml_tag("function_calls") + ">";
+  const size_t at = text_buf_.find(open);
+  if (at != std::string::npos) {
+    out->content.append(text_buf_, 0, at);
+    in_block_ = true;
+    block_calls_ = 0;
+    block_ = text_buf_.substr(at);
+    text_buf_.clear();
+    drain_dsml(out, false);
+    return;
+  }
+  const size_t hold = partial_suffix(text_buf_, open);
+  out->content.append(text_buf_, 0, text_buf_.size() - hold);
+  text_buf_.erase(0, text_buf_.size() - hold);
+}
+
+// Emits every complete invoke of the current block; leaves the block when it closes.
+void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
+  const std::string open = dsml_tag("function_calls") + ">";
+  const std::string close = dsml_close_tag("function_calls");
+  const std::string inv_close = dsml_close_tag("invoke");
+  // block_ = "<｜DSML｜function_calls>" + complete-or-partial invokes [+ close + rest]
+  while (in_block_) {
+    std::string_view body = std::string_view(block_).substr(open.size());
+    const size_t ws = body.find_first_not_of(" \t\r\n");
+    if (ws == std::string_view::npos) break;  // only whitespace so far
+    body = body.substr(ws);
+    if (body.starts_with(close)) {
+      const std::string rest(body.substr(close.size()));
+      if (block_calls_ == 0) {  // nothing parsed in this block: keep its text, say so
+        out->content.append(block_, 0, open.size() + ws + close.size());
+        if (!out->tool_error.empty()) out->tool_error += "; ";
+        out->tool_error += "empty tool-call block";
+      }
+      in_block_ = false;
+      block_.clear();
+      content(rest, out);
+      return;
+    }
+    if (close.starts_with(body) && !at_end) break;  // a partial close tag
+    const size_t end = body.find(inv_close);
+    if (end == std::string_view::npos) {
+      const std::string inv_open = dsml_tag("invoke");
+      const bool plausible = body.size() < inv_open.size() ? inv_open.starts_with(body)
+                                                           : body.starts_with(inv_open);
+      if (plausible && !at_end) break;  // wait for more text
+      out->content.append(block_);
+      out->tool_error = at_end ? "unterminated tool-call block"
+                               : "malformed tool-call block: expected an invoke element";
+      in_block_ = false;
+      block_.clear();
+      return;
+    }
+    ToolCall call;
+    std::string error;
+    const std::string_view element = body.substr(0, end + inv_close.size());
+    if (parse_dsml_invoke(element, &call, &error)) {
+      call.id = id_prefix_ + std::to_string(n_calls_++);
+      block_calls_++;
+      out->tool_calls.push_back(std::move(call));
+    } else {
+      out->content.append(element);
+      if (!out->tool_error.empty()) out->tool_error += "; ";
+      out->tool_error += error;
+    }
+    block_ = open + std::string(body.substr(element.size()));
+  }
+  if (at_end && in_block_) {
+    // Only the closing tag is missing after complete invokes: accept silently.
+    std::string_view body = std::string_view(block_).substr(open.size());
+    in_block_ = false;
+    if (!trim(body).empty()) {
+      out->content.append(body);
+      out->tool_error = "unterminated tool-call block";
+    } else if (block_calls_ == 0) {
+      out->content.append(block_);
+      out->tool_error = "empty tool-call block";
+    }
+    block_.clear();
+  }
+}
+
+void OutputParser::finish(OutputDelta* out) {
+  if (!stopped_ && !stop_buf_.empty()) {
+    std::string rest = std::move(stop_buf_);
+    stop_buf_.clear();
+    route(rest, out);
+  }
+  if (in_thinking_ && !think_buf_.empty()) {
+    out->reasoning.append(think_buf_);
+    think_buf_.clear();
+  }
+  if (!text_buf_.empty()) {
+    out->content.append(text_buf_);
+    text_buf_.clear();
+  }
+  if (in_block_) drain_dsml(out, true);
+}
+
+}  // namespace ds4::server

@@ -1,0 +1,475 @@
+// server/scheduler.cpp — the request queue and the scheduler thread (see scheduler.h).
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/log.h"
+#include "engine/text.h"
+
+namespace ds4::server {
+
+// ---------------------------------------------------------------- Job
+
+Job::Job(JobParams params) : params_(std::move(params)) {}
+
+bool Job::take(std::vector<TokenEvent>* out, int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (events_.empty() && !finished_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                 [&] { return !events_.empty() || finished_; });
+  }
+  while (!events_.empty()) {
+    out->push_back(std::move(events_.front()));
+    events_.pop_front();
+  }
+  return finished_;
+}
+
+void Job::push(TokenEvent ev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+}
+
+void Job::finish(JobResult r) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    result_ = std::move(r);
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------- Slot
+
+// Everything the scheduler thread keeps for one active job.
+struct Scheduler::Slot {
+  std::shared_ptr<Job> job;
+  std::unique_ptr<Session> session;
+  std::unique_ptr<SpeculativeDecoder> spec;  // destroyed before the session (declared after)
+  std::unique_ptr<Sampler> sampler;
+  TextStream stream;
+  size_t prefilled = 0;   // prompt tokens appended so far (restored ones included)
+  size_t reused = 0;      // prompt tokens restored from a cached session
+  size_t snap_at = 0;     // snapshot after this many prompt tokens (0: none)
+  bool snap_done = false;
+  std::vector<int32_t> snap_prefix;  // the prompt tokens the snapshot holds
+  int generated = 0;
+  double admitted_at = 0.0;
+  double first_token_at = 0.0;
+  std::vector<int32_t> step_out;
+  std::vector<std::pair<float, int32_t>> scratch;  // [n_vocab] logprob top-k selection
+  std::vector<float> logits_copy;                  // [n_vocab] logits before the step (logprobs)
+  bool done = false;                               // finish() ran
+
+  explicit Slot(TextStream s) : stream(std::move(s)) {}
+  ~Slot() { spec.reset(); }  // unbinds its hidden capture before the session goes
+};
+
+// ---------------------------------------------------------------- Scheduler
+
+Scheduler::Scheduler(Engine& engine, SchedulerOptions options)
+    : engine_(engine), options_(std::move(options)) {
+  options_.max_active = std::clamp(options_.max_active, 1, 8);
+  options_.max_queue = std::max(options_.max_queue, 0);
+  const ModelInfo& info = engine_.info();
+  session_bytes_ = info.session_fixed_bytes + info.kv_bytes_per_token * static_cast<uint64_t>(options_.n_ctx);
+  thread_ = std::thread([this] { run(); });
+}
+
+Scheduler::~Scheduler() { stop(0.0); }
+
+double Scheduler::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+Expected<std::shared_ptr<Job>> Scheduler::submit(JobParams params) {
+  auto job = std::make_shared<Job>(std::move(params));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return unsupported("the server is shutting down");
+    // Jobs beyond the free active slots wait in the queue, up to max_queue of them.
+    const int free_slots = options_.max_active - active_;
+    if (static_cast<int>(queue_.size()) >= free_slots + options_.max_queue) {
+      return resource_error("queue full: %d requests waiting (--max-queue %d)",
+                            static_cast<int>(queue_.size()), options_.max_queue);
+    }
+    job->submitted_at_ = now();
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return job;
+}
+
+void Scheduler::stop(double grace_s) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    accepting_ = false;
+    if (grace_s > 0) {
+      cv_.wait_for(lock, std::chrono::duration<double>(grace_s),
+                   [&] { return queue_.empty() && active_ == 0; });
+    }
+    quit_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerStats s = stats_;
+  s.queued = static_cast<int>(queue_.size());
+  s.active = active_;
+  return s;
+}
+
+std::unique_ptr<Session> Scheduler::take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused) {
+  *reused = 0;
+  std::unique_ptr<Session> out;
+  if (options_.kv_memory_bytes > 0 && !fresh) {
+    // The longest cached prefix that the prompt extends by at least one token.
+    size_t best = idle_.size(), best_len = 0;
+    for (size_t i = 0; i < idle_.size(); ++i) {
+      const std::vector<int32_t>& pre = idle_[i].prefix;
+      if (!pre.empty() && pre.size() < prompt.size() && pre.size() > best_len &&
+          std::equal(pre.begin(), pre.end(), prompt.begin())) {
+        best = i;
+        best_len = pre.size();
+      }
+    }
+    if (best < idle_.size()) {
+      Idle e = std::move(idle_[best]);
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
+      idle_bytes_ -= e.bytes;
+      out = std::move(e.session);
+      const std::span<const int32_t> have = out->tokens();
+      if (out->restore_snapshot().ok() && have.size() == best_len &&
+          std::equal(have.begin(), have.end(), e.prefix.begin())) {
+        *reused = static_cast<int>(best_len);
+      } else {
+        out->reset();
+      }
+    }
+  }
+  if (!out && !idle_.empty()) {  // the least recently used one, emptied
+    out = std::move(idle_.back().session);
+    idle_bytes_ -= idle_.back().bytes;
+    idle_.pop_back();
+    out->reset();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.idle_sessions = static_cast<int>(idle_.size());
+  stats_.idle_bytes = idle_bytes_;
+  return out;
+}
+
+void Scheduler::return_session(std::unique_ptr<Session> session, std::vector<int32_t> prefix) {
+  Idle e;
+  e.bytes = session_bytes_ + engine_.info().kv_bytes_per_token * prefix.size();
+  e.session = std::move(session);
+  e.prefix = std::move(prefix);
+  idle_bytes_ += e.bytes;
+  idle_.push_front(std::move(e));
+  if (options_.kv_memory_bytes > 0) {
+    while (!idle_.empty() && idle_bytes_ > options_.kv_memory_bytes) {
+      idle_bytes_ -= idle_.back().bytes;
+      idle_.pop_back();
+    }
+  } else {
+    while (static_cast<int>(idle_.size()) > options_.max_active) {
+      idle_bytes_ -= idle_.back().bytes;
+      idle_.pop_back();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.idle_sessions = static_cast<int>(idle_.size());
+  stats_.idle_bytes = idle_bytes_;
+}
+
+bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
+  auto slot = std::make_unique<Slot>(engine_.text().new_stream());
+  slot->job = std::move(job);
+  slot->admitted_at = now();
+  const JobParams& p = slot->job->params();
+  // DSpark: greedy jobs without logprobs (a speculative step appends several tokens and
+  // exposes no per-token logits), one at a time (the drafter follows one timeline).
+  const bool want_spec = options_.dspark && p.allow_dspark && p.sampler.temperature <= 0.0f &&
+                         p.top_logprobs < 0;
+  bool take_spec = false;
+  if (want_spec) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!spec_busy_) take_spec = spec_busy_ = true;
+  }
+  int reused = 0;
+  slot->session = take_session(p.prompt, take_spec, &reused);
+  if (!slot->session) {
+    Expected<std::unique_ptr<Session>> session = engine_.new_session(options_.n_ctx);
+    if (!session.ok()) {
+      if (take_spec) {
+        std::lock_guard<std::mutex> lock(mu_);
+        spec_busy_ = false;
+      }
+      JobResult r;
+      r.stop = StopReason::kCancelled;
+      r.error = session.status().message();
+      slot->job->finish(std::move(r));
+      return false;
+    }
+    slot->session = std::move(*session);
+  }
+  slot->prefilled = slot->reused = static_cast<size_t>(reused);
+  if (options_.kv_memory_bytes > 0) {
+    const size_t tail = static_cast<size_t>(std::max(1, p.reuse_tail));
+    slot->snap_at = p.prompt.size() > tail ? p.prompt.size() - tail : 0;
+    if (slot->snap_at > 0 && slot->snap_at == slot->reused) {  // the restored snapshot is that one
+      slot->snap_done = true;
+      slot->snap_prefix.assign(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(slot->snap_at));
+    }
+  }
+  slot->sampler = std::make_unique<Sampler>(p.sampler, engine_.info().n_vocab);
+  if (take_spec) {
+    Expected<std::unique_ptr<SpeculativeDecoder>> d =
+        new_speculative_decoder(engine_, *slot->session, options_.spec);
+    if (d.ok()) {
+      slot->spec = std::move(*d);
+    } else {
+      DS4_LOG_WARN("server: DSpark unavailable for a request: %s", d.status().message().c_str());
+      std::lock_guard<std::mutex> lock(mu_);
+      spec_busy_ = false;
+    }
+  }
+  if (p.top_logprobs >= 0) {
+    slot->scratch.resize(static_cast<size_t>(engine_.info().n_vocab));
+    slot->logits_copy.resize(static_cast<size_t>(engine_.info().n_vocab));
+  }
+  *out = std::move(slot);
+  return true;
+}
+
+void Scheduler::finish(Slot& slot, StopReason stop, std::string error) {
+  slot.done = true;
+  if (std::string tail = slot.stream.flush(); !tail.empty()) {
+    TokenEvent ev;
+    ev.id = -1;
+    ev.text = std::move(tail);
+    slot.job->push(std::move(ev));
+  }
+  JobResult r;
+  r.stop = stop;
+  r.error = std::move(error);
+  r.prompt_tokens = static_cast<int>(slot.job->params().prompt.size());
+  r.reused_tokens = static_cast<int>(slot.reused);
+  r.gen_tokens = slot.generated;
+  r.queue_s = slot.admitted_at - slot.job->submitted_at_;
+  const double t = now();
+  if (slot.first_token_at > 0) {
+    r.ttft_s = slot.first_token_at - slot.job->submitted_at_;
+    r.gen_s = t - slot.first_token_at;
+  }
+  r.dspark = slot.spec != nullptr;
+  if (slot.spec) r.spec = slot.spec->summary();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.finished++;
+    if (stop == StopReason::kCancelled) stats_.cancelled++;
+    stats_.prompt_tokens += static_cast<int64_t>(slot.prefilled - slot.reused);
+    stats_.reused_tokens += static_cast<int64_t>(slot.reused);
+    if (slot.reused > 0) stats_.reuse_hits++;
+    stats_.gen_tokens += slot.generated;
+    if (slot.spec) {
+      stats_.dspark_jobs++;
+      stats_.dspark_proposed += r.spec.proposed;
+      stats_.dspark_accepted += r.spec.accepted;
+      spec_busy_ = false;
+    }
+    if (slot.first_token_at > 0) {
+      stats_.ttft_count++;
+      stats_.ttft_sum += r.ttft_s;
+      for (int b = 0; b < SchedulerStats::kBuckets; ++b) {
+        if (r.ttft_s <= SchedulerStats::kBucketBounds[b]) stats_.ttft_counts[b]++;
+      }
+    }
+  }
+  const bool healthy = r.error.empty();
+  slot.job->finish(std::move(r));
+  slot.spec.reset();  // unbinds from the session before it is cached
+  if (healthy) {
+    if (slot.snap_done) {
+      // Back to the shareable prefix; a failed restore caches the session without a prefix.
+      if (!slot.session->restore_snapshot().ok()) slot.snap_prefix.clear();
+    } else {
+      slot.snap_prefix.clear();
+    }
+    return_session(std::move(slot.session), std::move(slot.snap_prefix));
+  }
+}
+
+// One unit of work: a prefill slice, or one decoding step.
+void Scheduler::advance(Slot& slot) {
+  Job& job = *slot.job;
+  const JobParams& p = job.params();
+  if (job.cancelled()) {
+    finish(slot, StopReason::kCancelled);
+    return;
+  }
+  if (slot.prefilled < p.prompt.size()) {
+    // Slices stop at the snapshot point (prefill is split-invariant: same bits).
+    const size_t end = slot.snap_at > slot.prefilled ? slot.snap_at : p.prompt.size();
+    const size_t n = std::min(end - slot.prefilled, static_cast<size_t>(kPrefillSlice));
+    Status s = slot.session->prefill(std::span<const int32_t>(p.prompt).subspan(slot.prefilled, n));
+    if (!s.ok()) {
+      finish(slot, StopReason::kCancelled, s.message());
+      return;
+    }
+    slot.prefilled += n;
+    if (slot.prefilled == slot.snap_at && !slot.snap_done) {
+      if (slot.session->save_snapshot().ok()) {
+        slot.snap_done = true;
+        slot.snap_prefix.assign(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(slot.snap_at));
+      }
+    }
+    return;
+  }
+  if (slot.generated >= p.max_tokens) {
+    finish(slot, StopReason::kMaxTokens);
+    return;
+  }
+  // Logprobs of the distribution the next token is drawn from (before the step appends it).
+  const std::span<const float> logits = slot.session->logits();
+  double log_z = 0.0;
+  if (p.top_logprobs >= 0) {
+    float mx = -INFINITY;
+    for (float l : logits) mx = std::max(mx, l);
+    double z = 0.0;
+    for (float l : logits) z += std::exp(static_cast<double>(l) - mx);
+    log_z = mx + std::log(z);
+    std::copy(logits.begin(), logits.end(), slot.logits_copy.begin());
+    if (p.top_logprobs > 0) {
+      for (size_t i = 0; i < logits.size(); ++i) slot.scratch[i] = {logits[i], static_cast<int32_t>(i)};
+      const size_t k = std::min<size_t>(static_cast<size_t>(p.top_logprobs), logits.size());
+      std::partial_sort(slot.scratch.begin(), slot.scratch.begin() + static_cast<std::ptrdiff_t>(k),
+                        slot.scratch.end(), [](const auto& a, const auto& b) {
+                          return a.first > b.first || (a.first == b.first && a.second < b.second);
+                        });
+    }
+  }
+  StepLimits limits;
+  limits.max_new = slot.spec ? std::max(1, p.max_tokens - slot.generated) : 1;
+  limits.stop_token = engine_.eos_token();
+  static PlainDecoder plain;  // stateless
+  Decoder& decoder = slot.spec ? static_cast<Decoder&>(*slot.spec) : static_cast<Decoder&>(plain);
+  // Copy the logprob inputs first: the step invalidates the logits span.
+  TokenEvent first_ev;
+  if (p.top_logprobs > 0) {
+    for (int i = 0; i < p.top_logprobs && i < static_cast<int>(slot.scratch.size()); ++i) {
+      first_ev.top.push_back({slot.scratch[i].second,
+                              static_cast<float>(slot.scratch[i].first - log_z)});
+    }
+  }
+  Status s = decoder.step(*slot.session, *slot.sampler, limits, &slot.step_out);
+  if (!s.ok()) {
+    finish(slot, StopReason::kCancelled, s.message());
+    return;
+  }
+  if (slot.step_out.empty()) {
+    finish(slot, StopReason::kContextFull);
+    return;
+  }
+  for (size_t i = 0; i < slot.step_out.size(); ++i) {
+    const int32_t tok = slot.step_out[i];
+    if (tok == limits.stop_token) {  // EOS: written, not appended
+      finish(slot, StopReason::kEos);
+      return;
+    }
+    TokenEvent ev = i == 0 ? std::move(first_ev) : TokenEvent{};
+    ev.id = tok;
+    slot.stream.push(tok, &ev.text);
+    if (p.top_logprobs >= 0 && i == 0) {
+      ev.logprob = static_cast<float>(slot.logits_copy[static_cast<size_t>(tok)] - log_z);
+    }
+    slot.generated++;
+    if (slot.first_token_at == 0) slot.first_token_at = now();
+    job.push(std::move(ev));
+  }
+  if (slot.generated >= p.max_tokens) finish(slot, StopReason::kMaxTokens);
+  else if (slot.session->n_tokens() >= slot.session->n_ctx()) finish(slot, StopReason::kContextFull);
+}
+
+// One round: every active job gets one unit of work, one job after another. The batching seam
+// (header): a multi-session step would gather the decode-phase slots here and advance them in
+// one forward; prefill slices and cancellations stay per slot.
+void Scheduler::run_round(std::vector<std::unique_ptr<Slot>>& slots) {
+  for (auto& slot : slots) advance(*slot);
+}
+
+void Scheduler::run() {
+  std::vector<std::unique_ptr<Slot>> slots;
+  while (true) {
+    std::vector<std::shared_ptr<Job>> admitted;
+    std::vector<std::shared_ptr<Job>> dropped;
+    bool quitting = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return quit_ || !queue_.empty() || !slots.empty(); });
+      if (quit_) {
+        for (auto& j : queue_) j->cancel();  // dropped just below, never admitted
+      }
+      // Queued jobs whose client went away leave the queue now, not when a slot frees.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->cancelled()) {
+          dropped.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      while (!queue_.empty() && static_cast<int>(slots.size() + admitted.size()) < options_.max_active) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      active_ = static_cast<int>(slots.size() + admitted.size());
+      quitting = quit_;
+    }
+    for (auto& job : dropped) {
+      JobResult r;
+      r.stop = StopReason::kCancelled;
+      r.prompt_tokens = static_cast<int>(job->params().prompt.size());
+      r.queue_s = now() - job->submitted_at_;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.finished++;
+        stats_.cancelled++;
+      }
+      job->finish(std::move(r));
+    }
+    for (auto& job : admitted) {
+      std::unique_ptr<Slot> slot;
+      if (admit(&slot, job)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.admitted++;
+        slots.push_back(std::move(slot));
+      }
+    }
+    if (quitting) {
+      for (auto& slot : slots) slot->job->cancel();
+    }
+    run_round(slots);
+    slots.erase(std::remove_if(slots.begin(), slots.end(),
+                               [](const std::unique_ptr<Slot>& s) { return s->done; }),
+                slots.end());
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ = static_cast<int>(slots.size());
+      done = quit_ && slots.empty() && queue_.empty();
+    }
+    cv_.notify_all();  // stop() waits for the queue to drain
+    if (done) return;
+  }
+}
+
+}  // namespace ds4::server
