@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/cpu_ops.h"
+#include "core/math.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
 #include "session/block.h"
@@ -205,16 +205,14 @@ void Drafter::stage_attention(int st, int64_t pos) {
   session::attention_projections(be_, cfg_, am, bs, n);
   be_.attention_inputs(session::attention_inputs(cfg_, s.q.data(), s.kv.data(), n, pos, rp));
   // Key set (identical for every slot): ring rows of positions max(start, P-W)..P-1, then the
-  // block rows, bidirectionally (§3.3).
-  int n_keys = 0;
+  // block rows, bidirectionally (§3.3): the ring as the raw keys, the block rows as the
+  // (all allowed) compressed keys, so the attention order is the same.
   const int64_t first = std::max<int64_t>(ring_start_, pos - W_);
-  for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.data() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
-  for (int i = 0; i < n; ++i) s.ptrs[n_keys++] = s.kv.data() + i * D;
-  const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * n_keys;
+  const session::RawRing ring{ring_.data() + static_cast<int64_t>(st) * W_ * D, W_, first, static_cast<int>(pos - first)};
+  const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (ring.n + n);
   for (int i = 0; i < n; ++i) {
-    s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, s.ptrs.data(), n_keys, nullptr, 0, nullptr,
-                                            am.sinks, s.scores.data() + i * row_scores, s.heads.data() + i * Q,
-                                            pos + i, rp);
+    s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, ring, s.kv.data(), n, nullptr, am.sinks,
+                                            s.scores.data() + i * row_scores, s.heads.data() + i * Q, pos + i, rp);
   }
   be_.sink_attention(s.queries.data(), n);
   session::attention_output(be_, cfg_, am, bs, n);
@@ -269,7 +267,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   for (int i = 0; i < B_; ++i) {
     float wgt[16];
     for (int hh = 0; hh < nhc; ++hh) {
-      wgt[hh] = backend::cpu::sigmoid_stable(s.head_mix[i * nhc + hh] * scale + w_->hc_head_base[hh]) + cfg_.hc_eps;
+      wgt[hh] = sigmoid_stable(s.head_mix[i * nhc + hh] * scale + w_->hc_head_base[hh]) + cfg_.hc_eps;
     }
     const float* x = s.x.data() + i * HC;
     float* y = s.yhead.data() + i * E;
@@ -289,7 +287,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
     float logit = 0.0f;
     matmul(be_, w_->confidence, s.conf_in.data(), E + R, &logit, 1, 1);
     conf_logit_[k] = logit;
-    return backend::cpu::sigmoid_stable(logit);
+    return sigmoid_stable(logit);
   };
 
   // conf0 precheck before the vocab head.
