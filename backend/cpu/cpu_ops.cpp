@@ -309,8 +309,11 @@ void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t
     const float* kp[kChunk];
     int64_t sl[kChunk];
     int n = 0;
+    // Ring slot of the oldest key, then advanced with a wrap (no division per key).
+    int64_t slot = p.n_raw > 0 ? p.raw_first % p.raw_cap : 0;
     for (int r = 0; r < p.n_raw; ++r) {
-      kp[n] = p.raw_row(r);
+      kp[n] = p.raw + slot * D;
+      if (++slot == p.raw_cap) slot = 0;
       sl[n++] = r;
       if (n == kChunk) {
         fn(kp, sl, n);
