@@ -537,7 +537,8 @@ enum class ActivationNumerics {
                // f32 activation, quant::dot_f32 order; still batch and thread invariant
 };
 
-// The CPU backend (the oracle). n_threads <= 0 picks hardware concurrency.
+// The CPU backend (the oracle), for tests and tools that want it directly; the engine asks
+// backend/registry.h for a backend by name. n_threads <= 0 picks hardware concurrency.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads,
                                           ActivationNumerics act = ActivationNumerics::kQuantized);
 
