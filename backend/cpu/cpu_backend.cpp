@@ -56,8 +56,9 @@ constexpr int64_t kInlineRowElems = 1024;
 // the work of one piece of the pool job otherwise.
 constexpr int64_t kInlineGroupBytes = 32 * 1024;
 constexpr int64_t kGroupPieceBytes = 96 * 1024;
-// Elementwise add: elements below which it runs on the caller (memory-bound, a few us at most).
-constexpr int64_t kInlineAddElems = int64_t{1} << 16;
+// Copy-like ops (embed, add, hc_mean): elements below which they run on the caller (memory-
+// bound, a few us at most: less than waking the pool).
+constexpr int64_t kInlineCopyElems = int64_t{1} << 16;
 // RMSNorm: elements (all rows) below which a norm runs on the caller.
 constexpr int64_t kInlineNormElems = 8192;
 // Compressor pooling: elements one exp of a column's softmax counts as in split_rows.
@@ -351,13 +352,13 @@ class CpuBackend final : public Backend {
         quant::f16_to_f32_row(row, x, p.n_embd);
         for (int hh = 1; hh < p.n_hc; ++hh) std::memcpy(x + hh * p.n_embd, x, sizeof(float) * p.n_embd);
       }
-    });
+    }, kInlineCopyElems);
   }
 
   void add(const AddParams& p) override {
     split_rows(p.n, 1, [&](int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) p.out[k] = p.a[k] + p.b[k];
-    }, kInlineAddElems);
+    }, kInlineCopyElems);
   }
 
   void hc_mean(const HcMeanParams& p) override {
@@ -373,7 +374,7 @@ class CpuBackend final : public Backend {
           out[d] = acc * inv;
         }
       }
-    });
+    }, kInlineCopyElems);
   }
 
   void argmax(const ArgmaxParams& p) override {
