@@ -403,11 +403,12 @@ class Backend {
   // backend binds zero-copy (backend address = host address); a device backend uploads.
   virtual std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) = 0;
 
-
+  // ---- ops ----
   // Runs a and b, returns when both are done. A backend with threads to spare runs them
   // concurrently, each task's ops on the task's own threads (the CPU backend splits its pool
-  // in two; so a and b must not share mutable state); otherwise a, then b. Results are the same either way: every op is thread-count
-  // invariant. DSpark uses it to hide a proposal behind the seed's decode (speculative/runtime.h).
+  // in two; so a and b must not share mutable state); otherwise a, then b. Results are the
+  // same either way: every op is thread-count invariant. DSpark uses it to hide a proposal
+  // behind the seed's decode (speculative/).
   virtual void run_pair(Task a, Task b) {
     a();
     b();

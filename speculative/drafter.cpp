@@ -208,7 +208,8 @@ void Drafter::stage_attention(int st, int64_t pos) {
   // block rows, bidirectionally (§3.3): the ring as the raw keys, the block rows as the
   // (all allowed) compressed keys, so the attention order is the same.
   const int64_t first = std::max<int64_t>(ring_start_, pos - W_);
-  const session::RawRing ring{ring_.data() + static_cast<int64_t>(st) * W_ * D, W_, first, static_cast<int>(pos - first)};
+  const session::RawRing ring{ring_.data() + static_cast<int64_t>(st) * W_ * D, W_, first,
+                              static_cast<int>(pos - first)};
   const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (ring.n + n);
   for (int i = 0; i < n; ++i) {
     s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, ring, s.kv.data(), n, nullptr, am.sinks,

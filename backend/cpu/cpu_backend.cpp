@@ -123,7 +123,8 @@ class CpuWeightSet final : public WeightSet {
     const auto* p = static_cast<const uint8_t*>(host);
     auto it = std::upper_bound(ranges_.begin(), ranges_.end(), std::pair<const uint8_t*, const uint8_t*>{p, nullptr},
                                [](const auto& a, const auto& b) { return a.first < b.first; });
-    DS4_CHECK_MSG(it != ranges_.begin() && p < std::prev(it)->second, "WeightSet::map: address outside the bound weights");
+    DS4_CHECK_MSG(it != ranges_.begin() && p < std::prev(it)->second,
+                  "WeightSet::map: address outside the bound weights");
     return host;
   }
 

@@ -36,13 +36,13 @@ bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a,
 // Runs f once per supported ISA (restoring the original afterwards).
 template <typename F>
 void for_each_isa(F&& f) {
-  const ds4::backend::cpu::Isa original = ds4::backend::cpu::active_isa();
-  for (ds4::backend::cpu::Isa isa : {ds4::backend::cpu::Isa::kScalar, ds4::backend::cpu::Isa::kAvx2, ds4::backend::cpu::Isa::kAvx512}) {
-    if (!ds4::backend::cpu::set_isa(isa)) continue;
-    SCOPED_TRACE(ds4::backend::cpu::isa_name(isa));
+  const cpu::Isa original = cpu::active_isa();
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::set_isa(isa)) continue;
+    SCOPED_TRACE(cpu::isa_name(isa));
     f();
   }
-  ds4::backend::cpu::set_isa(original);
+  cpu::set_isa(original);
 }
 
 // The sink attention definition, key by key (the form the CPU backend had before batching).
