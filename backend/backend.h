@@ -191,9 +191,11 @@ struct AttentionInputsParams {
   float iw_scale = 1.0f;
 };
 
-// One compressor step (§4.4) on precomputed projections of the current token. When the token
-// closes a window, writes the pooled, normed, roped (at pos + 1 - ratio) and quantization-
-// simulated row to `out_row` and returns true.
+// One compressor step (§4.4) on precomputed projections of the current token. The token closes
+// a window exactly when compressor_emits(pos, ratio); then the op writes the pooled, normed,
+// roped (at pos + 1 - ratio), quantization-simulated and f16-rounded row to `out_row` (the
+// next row of the caller's compressed / indexer cache). The caller knows from pos and ratio
+// alone whether a row was appended, without reading anything back.
 struct CompressorStepParams {
   float* state_kv = nullptr;     // [coff*ratio, width] f32
   float* state_score = nullptr;  // [coff*ratio, width] f32
@@ -209,8 +211,11 @@ struct CompressorStepParams {
   RopeParams rope;
   bool indexer = false;          // true: Hadamard+FP4 row; false: FP8 on the non-RoPE dims
   float* pooled = nullptr;       // scratch [head_dim]
-  float* out_row = nullptr;      // [head_dim]
+  float* out_row = nullptr;      // [head_dim] written only when the step emits
 };
+
+// Whether the compressor step at pos closes a window (and so appends a row).
+constexpr bool compressor_emits(int64_t pos, int ratio) { return (pos + 1) % ratio == 0; }
 
 // Indexer scores + top-k (§4.5) for one query; only called when n_rows > top_k. The op takes
 // a batch of independent queries (the rows of a verify batch or a prefill chunk, each over its
@@ -229,11 +234,14 @@ struct IndexerSelectParams {
 };
 
 // Sink attention for one query token over raw rows then compressed rows (§4.3), its output heads
-// de-rotated at the query's position. The op takes a batch of independent queries, each with
-// its own keys, scratch and output.
+// de-rotated at the query's position. The raw rows are a ring: positions raw_first ..
+// raw_first + n_raw - 1, oldest first, position p at raw + (p % raw_cap) * head_dim. The op
+// takes a batch of independent queries, each with its own keys, scratch and output.
 struct SinkAttentionParams {
   const float* q = nullptr;             // [n_head, head_dim]
-  const float* const* raw = nullptr;    // n_raw pointers to [head_dim] rows, oldest first
+  const float* raw = nullptr;           // [raw_cap, head_dim] raw row ring
+  int64_t raw_cap = 0;
+  int64_t raw_first = 0;                // position of the first (oldest) key
   int n_raw = 0;
   const float* comp = nullptr;          // [n_comp, head_dim]
   int64_t n_comp = 0;
@@ -247,6 +255,7 @@ struct SinkAttentionParams {
   int n_rot = 0;
   int64_t pos = 0;
   RopeParams rope;
+  const float* raw_row(int r) const { return raw + ((raw_first + r) % raw_cap) * head_dim; }
 };
 
 // Router (§4.6) of n_rows tokens: p_e = sqrtf(softplus(logit_e)); hash rows (tid2eid given)
@@ -312,6 +321,46 @@ struct MoeParams {
   void* scratch = nullptr;         // moe_scratch_bytes(n_embd, n_ff, n_used, n_rows)
 };
 
+// Token embedding (§4.1): every one of the n_hc streams of row i starts as the f32 value of
+// table row tokens[i].
+struct EmbedParams {
+  const uint8_t* table = nullptr;   // F16 [n_vocab, n_embd], rows row_bytes apart
+  size_t row_bytes = 0;
+  const int32_t* tokens = nullptr;  // [n_rows]
+  int n_rows = 1;
+  int n_hc = 4;
+  int64_t n_embd = 0;
+  float* out = nullptr;             // [n_rows, n_hc * n_embd]
+};
+
+// out[k] = a[k] + b[k] for k < n (out may alias a or b).
+struct AddParams {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* out = nullptr;
+  int64_t n = 0;
+};
+
+// Mean of the n_hc streams of each row: out[i][d] = (x[i][0][d] + x[i][1][d] + ...) · (1/n_hc),
+// summed in stream order.
+struct HcMeanParams {
+  const float* x = nullptr;  // [n_rows, n_hc * n_embd]
+  int n_hc = 4;
+  int64_t n_embd = 0;
+  int n_rows = 1;
+  float* out = nullptr;      // [n_rows, out_stride], first n_embd of each row written
+  int64_t out_stride = 0;
+};
+
+// Greedy argmax of each row (core/reduce.h top_two: ties -> the smallest id, NaN never wins).
+struct ArgmaxParams {
+  const float* x = nullptr;  // [n_rows, stride], first n of each row read
+  int64_t n = 0;
+  int64_t stride = 0;
+  int n_rows = 1;
+  int32_t* out = nullptr;    // [n_rows]
+};
+
 // A piece of work for Backend::run_pair(): fn(ctx). No allocation, no ownership.
 struct Task {
   void (*fn)(void* ctx) = nullptr;
@@ -354,11 +403,12 @@ class Backend {
   // backend binds zero-copy (backend address = host address); a device backend uploads.
   virtual std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) = 0;
 
-
+  // ---- ops ----
   // Runs a and b, returns when both are done. A backend with threads to spare runs them
   // concurrently, each task's ops on the task's own threads (the CPU backend splits its pool
-  // in two; so a and b must not share mutable state); otherwise a, then b. Results are the same either way: every op is thread-count
-  // invariant. DSpark uses it to hide a proposal behind the seed's decode (speculative/runtime.h).
+  // in two; so a and b must not share mutable state); otherwise a, then b. Results are the
+  // same either way: every op is thread-count invariant. DSpark uses it to hide a proposal
+  // behind the seed's decode (speculative/).
   virtual void run_pair(Task a, Task b) {
     a();
     b();
@@ -372,7 +422,7 @@ class Backend {
   virtual void hc_pre(const HcPreParams& p) = 0;
   virtual void hc_post(const HcPostParams& p) = 0;
   virtual void attention_inputs(const AttentionInputsParams& p) = 0;
-  virtual bool compressor_step(const CompressorStepParams& p) = 0;
+  virtual void compressor_step(const CompressorStepParams& p) = 0;
   // n independent queries p[0..n) in one call (n >= 1): each query's result is the bits it
   // gets alone. Batching them lets a backend spread a verify batch's per-row attention over
   // its threads instead of running n small calls one after the other.
@@ -382,6 +432,10 @@ class Backend {
   virtual void route(const RouteParams& p) = 0;
   virtual void moe(const MoeParams& p) = 0;
   virtual void hc_collapse(const HcCollapseParams& p) = 0;
+  virtual void embed(const EmbedParams& p) = 0;
+  virtual void add(const AddParams& p) = 0;
+  virtual void hc_mean(const HcMeanParams& p) = 0;
+  virtual void argmax(const ArgmaxParams& p) = 0;
 
  protected:
   // The allocator behind alloc(): zero-filled, 64-byte aligned; release() gets back exactly
@@ -391,6 +445,66 @@ class Backend {
 
  private:
   friend class Buffer;
+  friend class ForwardingBackend;
+};
+
+// A backend that forwards everything (memory included) to another one: the base of wrappers
+// that observe some ops (timing, recording) and pass the rest through. run_pair is not
+// forwarded (a wrapper's tasks run one after the other), so a wrapper needs no locking.
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(Backend& inner) : inner_(inner) {}
+  const char* name() const override { return inner_.name(); }
+  int n_threads() const override { return inner_.n_threads(); }
+  bool host_addressable() const override { return inner_.host_addressable(); }
+  void upload(void* dst, const void* src, size_t bytes) override { inner_.upload(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { inner_.download(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { inner_.copy(dst, src, bytes); }
+  void fill_f32(float* dst, size_t n, float value) override { inner_.fill_f32(dst, n, value); }
+  void fill_bytes(void* dst, size_t bytes, uint8_t value) override { inner_.fill_bytes(dst, bytes, value); }
+  void sync() override { inner_.sync(); }
+  std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> r) override { return inner_.bind_weights(r); }
+  void matmul(const MatmulParams& p) override { inner_.matmul(p); }
+  void matmul_grouped(const MatmulParams* p, int n) override { inner_.matmul_grouped(p, n); }
+  void rms_norm(const RmsNormParams& p) override { inner_.rms_norm(p); }
+  void hc_pre(const HcPreParams& p) override { inner_.hc_pre(p); }
+  void hc_post(const HcPostParams& p) override { inner_.hc_post(p); }
+  void attention_inputs(const AttentionInputsParams& p) override { inner_.attention_inputs(p); }
+  void compressor_step(const CompressorStepParams& p) override { inner_.compressor_step(p); }
+  void indexer_select(const IndexerSelectParams* p, int n) override { inner_.indexer_select(p, n); }
+  void sink_attention(const SinkAttentionParams* p, int n) override { inner_.sink_attention(p, n); }
+  void swiglu(const SwigluParams& p) override { inner_.swiglu(p); }
+  void route(const RouteParams& p) override { inner_.route(p); }
+  void moe(const MoeParams& p) override { inner_.moe(p); }
+  void hc_collapse(const HcCollapseParams& p) override { inner_.hc_collapse(p); }
+  void embed(const EmbedParams& p) override { inner_.embed(p); }
+  void add(const AddParams& p) override { inner_.add(p); }
+  void hc_mean(const HcMeanParams& p) override { inner_.hc_mean(p); }
+  void argmax(const ArgmaxParams& p) override { inner_.argmax(p); }
+
+ protected:
+  void* allocate(size_t bytes) override { return inner_.allocate(bytes); }
+  void release(void* p, size_t bytes) override { inner_.release(p, bytes); }
+  Backend& inner_;
+};
+
+// A Buffer of n elements of T: data() is the typed backend address, size() counts elements.
+// The host reads the elements through host() on a host-addressable backend only (checked),
+// otherwise through Backend::download.
+template <typename T>
+class Array {
+ public:
+  Array() = default;
+  Array(Backend& be, size_t n) : buf_(be.alloc(n * sizeof(T))) {}
+  T* data() const { return buf_.as<T>(); }
+  size_t size() const { return buf_.count<T>(); }
+  size_t bytes() const { return buf_.bytes(); }
+  bool empty() const { return buf_.empty(); }
+  std::span<T> host() const { return buf_.host<T>(); }
+  const Buffer& buffer() const { return buf_; }
+
+ private:
+  Buffer buf_;
 };
 
 // One weight tensor's host bytes, as bind_weights() takes them.
@@ -424,7 +538,8 @@ enum class ActivationNumerics {
                // f32 activation, quant::dot_f32 order; still batch and thread invariant
 };
 
-// The CPU backend (the oracle). n_threads <= 0 picks hardware concurrency.
+// The CPU backend (the oracle), for tests and tools that want it directly; the engine asks
+// backend/registry.h for a backend by name. n_threads <= 0 picks hardware concurrency.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads,
                                           ActivationNumerics act = ActivationNumerics::kQuantized);
 

@@ -74,6 +74,7 @@ class EngineImpl final : public Engine {
              ModelInfo info)
       : model_(std::move(model)),
         be_(std::move(be)),
+        bound_(session::BoundModel::bind(*model_, *be_)),
         text_(std::move(text)),
         drafter_(std::move(drafter)),
         info_(std::move(info)) {}
@@ -81,7 +82,7 @@ class EngineImpl final : public Engine {
   const ModelInfo& info() const override { return info_; }
 
   Expected<std::unique_ptr<Session>> new_session(int n_ctx) override {
-    auto s = session::ModelSession::create(*model_, *be_, n_ctx, physical_memory_bytes());
+    auto s = session::ModelSession::create(*bound_, n_ctx, physical_memory_bytes());
     if (!s.ok()) return s.status();
     return std::unique_ptr<Session>(new SessionImpl(std::move(s).value()));
   }
@@ -109,6 +110,7 @@ class EngineImpl final : public Engine {
  private:
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<backend::Backend> be_;
+  std::unique_ptr<session::BoundModel> bound_;  // the weights bound once; every session shares them
   std::unique_ptr<TextCodec> text_;
   std::unique_ptr<speculative::DrafterModel> drafter_;  // null without --mtp; shared by every session
   ModelInfo info_;

@@ -255,6 +255,18 @@ void for_each_tensor(const ModelConfig& cfg, ModelWeights& weights, const Tensor
   }
 }
 
+void for_each_tensor(const ModelConfig& cfg, const ModelWeights& weights, const ConstTensorVisitor& fn) {
+  DS4_CHECK(weights.layers.size() == cfg.n_layer);
+  emit_global(cfg, [&](const TensorSpec& spec, TensorView GlobalWeights::*slot) {
+    fn(spec, weights.global.*slot);
+  });
+  for (uint32_t il = 0; il < cfg.n_layer; ++il) {
+    const LayerWeights& lw = weights.layers[il];
+    emit_layer(cfg, il, cfg.compress_ratio(il), cfg.is_hash_layer(il),
+               [&](const TensorSpec& spec, TensorView LayerWeights::*slot) { fn(spec, lw.*slot); });
+  }
+}
+
 void for_each_tensor_spec(const ModelConfig& cfg,
                           const std::function<void(const TensorSpec&)>& fn) {
   emit_global(cfg, [&](const TensorSpec& spec, TensorView GlobalWeights::*) { fn(spec); });

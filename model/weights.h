@@ -175,6 +175,9 @@ struct TensorSpec {
 // Requires a config that passed validate_config().
 using TensorVisitor = std::function<void(const TensorSpec& spec, TensorView& slot)>;
 void for_each_tensor(const ModelConfig& cfg, ModelWeights& weights, const TensorVisitor& fn);
+// The same visit over bound weights, read-only (e.g. a backend binding every tensor once).
+using ConstTensorVisitor = std::function<void(const TensorSpec& spec, const TensorView& slot)>;
+void for_each_tensor(const ModelConfig& cfg, const ModelWeights& weights, const ConstTensorVisitor& fn);
 // Spec-only enumeration (no weights needed).
 void for_each_tensor_spec(const ModelConfig& cfg, const std::function<void(const TensorSpec&)>& fn);
 // Number of tensors the visitor yields (required + optional).

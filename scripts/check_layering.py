@@ -3,7 +3,10 @@
 
 A library folder may include only itself and folders above it in the order below;
 frontends (cli/, bench/, server/) may include only engine/ and core/. Tools may include
-any library (they are leaf programs) but no frontend. Exits non-zero listing violations.
+any library (they are leaf programs) but no frontend. A folder inside a library (a
+sub-library, e.g. backend/cpu/) is private to that library: only files of the library
+include it (others reach it through the library's interface, e.g. backend/registry.h).
+tests/ and bench/kernels/ may include anything. Exits non-zero listing violations.
 """
 import pathlib
 import re
@@ -33,7 +36,8 @@ def allowed(src: str, dst: str) -> bool:
 
 
 def self_test() -> int:
-    """The checker must catch an upward include and accept a downward one."""
+    """The checker must catch an upward include and a sub-library include from another
+    library, and accept a downward one."""
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         t = pathlib.Path(tmp)
@@ -45,10 +49,21 @@ def self_test() -> int:
         if scan(t)[1]:
             print("self-test: clean tree reported violations")
             return 1
+        (t / "backend" / "cpu").mkdir(parents=True)
+        (t / "speculative").mkdir()
+        (t / "backend" / "b.cpp").write_text('#include "backend/cpu/ops.h"\n')
+        (t / "backend" / "cpu" / "ops.cpp").write_text('#include "backend/cpu/ops.h"\n')
+        (t / "engine" / "e.cpp").write_text('#include "backend/backend.h"\n')
+        if scan(t)[1]:
+            print("self-test: clean tree (with a sub-library) reported violations")
+            return 1
         (t / "gguf" / "c.cpp").write_text('#include "model/config.h"\n')
         (t / "cli" / "d.cpp").write_text('#include "session/session.h"\n')
-        if len(scan(t)[1]) != 2:
-            print("self-test: violations not detected")
+        (t / "speculative" / "s.cpp").write_text('#include "backend/cpu/ops.h"\n')
+        (t / "engine" / "f.cpp").write_text('#include "backend/cpu/ops.h"\n')
+        bad = scan(t)[1]
+        if len(bad) != 4 or sum("private" in b for b in bad) != 2:
+            print("self-test: violations not detected:", bad)
             return 1
     return 0
 
@@ -90,6 +105,10 @@ def scan(root: pathlib.Path):
                 continue  # same-folder relative include or a third-party header
             if not allowed(src, dst):
                 bad.append(f"{rel}:{lineno}: {src}/ may not include {m.group(1)}")
+            elif (src != dst and src in known and len(target.parts) > 2
+                  and (root / target.parts[0] / target.parts[1]).is_dir()):
+                bad.append(f"{rel}:{lineno}: {m.group(1)} is private to {dst}/ "
+                           f"({dst}/{target.parts[1]}/ is a sub-library; use {dst}/'s interface)")
     return checked, bad
 
 

@@ -83,7 +83,7 @@ void attention_projections(backend::Backend& be, const model::ModelConfig& c, co
 }
 
 backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv, int n, int64_t pos0,
-                                                const model::RopeParams& rp) {
+                                                const RopeParams& rp) {
   backend::AttentionInputsParams p;
   p.n_rows = n;
   p.pos0 = pos0;
@@ -97,14 +97,16 @@ backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, flo
   return p;
 }
 
-backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const float* const* keys,
-                                             int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed,
+backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const RawRing& ring,
+                                             const float* comp, int64_t n_comp, const uint8_t* allowed,
                                              const float* sinks, float* scores, float* out, int64_t pos,
-                                             const model::RopeParams& rp) {
+                                             const RopeParams& rp) {
   backend::SinkAttentionParams ap;
   ap.q = q;
-  ap.raw = keys;
-  ap.n_raw = n_keys;
+  ap.raw = ring.base;
+  ap.raw_cap = ring.cap;
+  ap.raw_first = ring.first;
+  ap.n_raw = ring.n;
   ap.comp = comp;
   ap.n_comp = n_comp;
   ap.comp_allowed = allowed;
@@ -190,7 +192,12 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   sw.clamp = clamp;
   be.swiglu(sw);
   matmul(be, m.down_shexp, s.sg, F, s.sh_out, E, n);
-  for (int64_t k = 0; k < n * E; ++k) s.o[k] = s.moe_out[k] + s.sh_out[k];
+  backend::AddParams ad;  // o = moe + shared
+  ad.a = s.moe_out;
+  ad.b = s.sh_out;
+  ad.out = s.o;
+  ad.n = n * E;
+  be.add(ad);
 
   hc_post_rows(be, c, s, n);
 }

@@ -169,15 +169,24 @@ void attention_projections(backend::Backend& be, const model::ModelConfig& c, co
 // position, kv's non-RoPE dims FP8 round-tripped. The target adds its raw ring and indexer
 // query to the params before issuing them (be.attention_inputs).
 backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv, int n, int64_t pos0,
-                                                const model::RopeParams& rp);
-// The sink-attention query of the row at pos over keys[0..n_keys) then comp rows [0, n_comp)
-// (those with allowed[k] != 0, all when allowed is null), its output heads de-rotated at pos
-// (§4.5). scores: [n_head, n_keys + n_comp] scratch of this query alone; out: [n_head, D].
-// Queries of several rows go to the backend as one batched sink_attention call.
-backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const float* const* keys,
-                                             int n_keys, const float* comp, int64_t n_comp, const uint8_t* allowed,
+                                                const RopeParams& rp);
+// A query's raw keys: positions first .. first + n - 1 of a ring of cap rows of head_dim floats,
+// position p at base + (p % cap) * head_dim (backend::SinkAttentionParams::raw_row).
+struct RawRing {
+  const float* base = nullptr;
+  int64_t cap = 0;
+  int64_t first = 0;
+  int n = 0;
+};
+
+// The sink-attention query of the row at pos over the raw ring's keys then comp rows
+// [0, n_comp) (those with allowed[k] != 0, all when allowed is null), its output heads
+// de-rotated at pos (§4.5). scores: [n_head, ring.n + n_comp] scratch of this query alone;
+// out: [n_head, D]. Queries of several rows go to the backend as one batched sink_attention call.
+backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const RawRing& ring,
+                                             const float* comp, int64_t n_comp, const uint8_t* allowed,
                                              const float* sinks, float* scores, float* out, int64_t pos,
-                                             const model::RopeParams& rp);
+                                             const RopeParams& rp);
 // Grouped output LoRA of heads (§4.5) into o, then the HC post into x_next.
 void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,
                       int n);

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "quant/quant.h"
 #include "session/block.h"
 #include "session/scratch.h"
 #include "session/session.h"
@@ -24,7 +23,7 @@ namespace ds4::session {
 
 namespace {
 
-// Bytes of one row's attention scratch (scores, key pointers, indexer scratch and mask), and
+// Bytes of one row's attention scratch (scores, indexer scratch and mask), and
 // the budget for all the rows of a batched attention call.
 constexpr int64_t kAttnScratchBudget = int64_t{64} << 20;
 // attention_layer defers a group's attention past the group's raw pushes: a later row of a
@@ -33,7 +32,7 @@ constexpr int64_t kAttnScratchBudget = int64_t{64} << 20;
 static_assert(kRollbackSlack >= kMaxChunkRows - 1);
 
 int64_t attn_row_bytes(const model::ModelConfig& c, int64_t max_comp, int64_t raw_cap) {
-  return static_cast<int64_t>(c.n_head) * (raw_cap + max_comp) * 4 + raw_cap * 8 + max_comp * 9;
+  return static_cast<int64_t>(c.n_head) * (raw_cap + max_comp) * 4 + max_comp * 9;
 }
 
 }  // namespace
@@ -54,60 +53,64 @@ uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx
   floats += 2 * n * 2 * c.indexer_head_dim + n * c.indexer_q_dim() + n * c.n_indexer_head;
   floats += n * c.o_low_dim() + 3 * n * E + 2 * n * c.n_expert + 2 * n * c.n_expert_used;
   floats += 2 * n * c.n_ff_exp + n * E;
-  floats += 2 * std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + kMaxBatchRows * c.n_vocab;
+  floats += std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + kMaxBatchRows * c.n_vocab;
+  floats += n + kMaxBatchRows;  // token ids and argmax (int32)
   const uint64_t attn = static_cast<uint64_t>(G * attn_row_bytes(c, max_comp, raw_cap)) +
                         G * (sizeof(backend::SinkAttentionParams) + sizeof(backend::IndexerSelectParams));
   return floats * 4 + attn + backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n);
 }
 
-ModelSession::Scratch::Scratch(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
+ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
+  auto f32 = [&be](int64_t n) { return backend::Array<float>(be, static_cast<size_t>(n)); };
+  auto i32 = [&be](int64_t n) { return backend::Array<int32_t>(be, static_cast<size_t>(n)); };
+  auto u8 = [&be](int64_t n) { return backend::Array<uint8_t>(be, static_cast<size_t>(n)); };
   const int64_t n = kMaxChunkRows;
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   const int64_t max_comp = n_ctx / 4 + 2;
-  x.assign(n * HC, 0.0f);
-  x2.assign(n * HC, 0.0f);
-  flat.assign(n * HC, 0.0f);
-  mix.assign(n * c.hc_mix_dim(), 0.0f);
-  y.assign(n * E, 0.0f);
-  post.assign(n * c.n_hc, 0.0f);
-  comb.assign(n * c.n_hc * c.n_hc, 0.0f);
-  h.assign(n * E, 0.0f);
-  qa.assign(n * c.q_lora_rank, 0.0f);
-  qr.assign(n * c.q_lora_rank, 0.0f);
-  q.assign(n * c.q_dim(), 0.0f);
-  kv.assign(n * D, 0.0f);
-  ckv.assign(n * 2 * D, 0.0f);
-  csc.assign(n * 2 * D, 0.0f);
-  ikv.assign(n * 2 * c.indexer_head_dim, 0.0f);
-  isc.assign(n * 2 * c.indexer_head_dim, 0.0f);
-  iq.assign(n * c.indexer_q_dim(), 0.0f);
-  iw.assign(n * c.n_indexer_head, 0.0f);
-  heads.assign(n * c.q_dim(), 0.0f);
-  low.assign(n * c.o_low_dim(), 0.0f);
-  o.assign(n * E, 0.0f);
-  router.assign(n * c.n_expert, 0.0f);
-  probs.assign(n * c.n_expert, 0.0f);
-  sel.assign(n * c.n_expert_used, 0);
-  wt.assign(n * c.n_expert_used, 0.0f);
-  moe_out.assign(n * E, 0.0f);
-  moe_scratch.assign(backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n), 0);
-  sg.assign(n * c.n_ff_exp, 0.0f);
-  su.assign(n * c.n_ff_exp, 0.0f);
-  sh_out.assign(n * E, 0.0f);
+  x = f32(n * HC);
+  x2 = f32(n * HC);
+  flat = f32(n * HC);
+  mix = f32(n * c.hc_mix_dim());
+  y = f32(n * E);
+  post = f32(n * c.n_hc);
+  comb = f32(n * c.n_hc * c.n_hc);
+  h = f32(n * E);
+  qa = f32(n * c.q_lora_rank);
+  qr = f32(n * c.q_lora_rank);
+  q = f32(n * c.q_dim());
+  kv = f32(n * D);
+  ckv = f32(n * 2 * D);
+  csc = f32(n * 2 * D);
+  ikv = f32(n * 2 * c.indexer_head_dim);
+  isc = f32(n * 2 * c.indexer_head_dim);
+  iq = f32(n * c.indexer_q_dim());
+  iw = f32(n * c.n_indexer_head);
+  heads = f32(n * c.q_dim());
+  low = f32(n * c.o_low_dim());
+  o = f32(n * E);
+  router = f32(n * c.n_expert);
+  probs = f32(n * c.n_expert);
+  sel = i32(n * c.n_expert_used);
+  wt = f32(n * c.n_expert_used);
+  moe_out = f32(n * E);
+  moe_scratch = u8(backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n));
+  sg = f32(n * c.n_ff_exp);
+  su = f32(n * c.n_ff_exp);
+  sh_out = f32(n * E);
   attn_rows = attn_group_rows(c, n_ctx, raw_cap);
   this->max_comp = max_comp;
   const int64_t G = attn_rows;
-  attn_scores.assign(G * c.n_head * (raw_cap + max_comp), 0.0f);
-  raw_ptrs.assign(G * raw_cap, nullptr);
-  idx_scores.assign(G * max_comp, 0.0f);
-  idx_order.assign(G * max_comp, 0);
-  allowed.assign(G * max_comp, 0);
+  attn_scores = f32(G * c.n_head * (raw_cap + max_comp));
+  idx_scores = f32(G * max_comp);
+  idx_order = i32(G * max_comp);
+  allowed = u8(G * max_comp);
   attn_queries.assign(G, backend::SinkAttentionParams());
   idx_queries.assign(G, backend::IndexerSelectParams());
-  pooled.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
-  crow.assign(std::max<int64_t>(D, c.indexer_head_dim), 0.0f);
-  head_mix.assign(n * c.n_hc, 0.0f);
-  row_logits.assign(kMaxBatchRows * c.n_vocab, 0.0f);
+  pooled = f32(std::max<int64_t>(D, c.indexer_head_dim));
+  head_mix = f32(n * c.n_hc);
+  row_logits = f32(kMaxBatchRows * c.n_vocab);
+  tokens = i32(n);
+  argmax = i32(kMaxBatchRows);
 }
 
 void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots) {
@@ -118,47 +121,43 @@ void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, 
   const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
   const int64_t pos0 = n_tokens();
   // Embedding: every HC stream starts as the token's embedding row (§4.1).
-  const model::TensorView& emb = model_.weights().global.token_embd;
-  for (int i = 0; i < n; ++i) {
-    const auto* row = reinterpret_cast<const uint16_t*>(emb.row(tokens[i]));
-    float* x = s.x.data() + i * HC;
-    for (int64_t d = 0; d < E; ++d) x[d] = quant::f16_to_f32(row[d]);
-    for (uint32_t hh = 1; hh < cfg_.n_hc; ++hh) std::memcpy(x + hh * E, x, sizeof(float) * E);
-  }
+  be_.upload(s.tokens.data(), tokens, sizeof(int32_t) * n);
+  backend::EmbedParams ep;
+  ep.table = bound_->head().token_embd;
+  ep.row_bytes = bound_->head().token_embd_row_bytes;
+  ep.tokens = s.tokens.data();
+  ep.n_rows = n;
+  ep.n_hc = static_cast<int>(cfg_.n_hc);
+  ep.n_embd = E;
+  ep.out = s.x.data();
+  be_.embed(ep);
   for (uint32_t il = 0; il < cfg_.n_layer; ++il) {
     attention_layer(static_cast<int>(il), n, pos0, capture_slots);
-    ffn_layer(static_cast<int>(il), n, tokens);
+    ffn_layer(static_cast<int>(il), n, s.tokens.data());
     if (capture_index_.size() == cfg_.n_layer && capture_index_[il] >= 0) capture_hidden(static_cast<int>(il), n);
   }
   for (int i = 0; i < n; ++i) state_.tokens().push_back(tokens[i]);
   if (logits_first < n) output_head(logits_first, n);
   if (capture_sink_ && !capture_layers_.empty()) {
-    const int64_t per_row = static_cast<int64_t>(capture_layers_.size()) * E;
-    for (int i = 0; i < n; ++i) {
-      capture_sink_(pos0 + i, std::span<const float>(captured_.data() + i * per_row, per_row));
-    }
+    for (int i = 0; i < n; ++i) capture_sink_(pos0 + i, captured_row(i));
   }
 }
 
 void ModelSession::capture_hidden(int il, int n) {
-  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
-  const int k = capture_index_[il];
-  const int64_t per_row = static_cast<int64_t>(capture_layers_.size()) * E;
-  const float inv = 1.0f / static_cast<float>(cfg_.n_hc);
-  for (int i = 0; i < n; ++i) {
-    const float* x = s_->x.data() + i * HC;
-    float* out = captured_.data() + i * per_row + k * E;
-    for (int64_t d = 0; d < E; ++d) {
-      float acc = x[d];
-      for (uint32_t hh = 1; hh < cfg_.n_hc; ++hh) acc += x[hh * E + d];
-      out[d] = acc * inv;
-    }
-  }
+  const int64_t E = cfg_.n_embd;
+  backend::HcMeanParams hp;
+  hp.x = s_->x.data();
+  hp.n_hc = static_cast<int>(cfg_.n_hc);
+  hp.n_embd = E;
+  hp.n_rows = n;
+  hp.out_stride = static_cast<int64_t>(capture_layers_.size()) * E;
+  hp.out = captured_.data() + capture_index_[il] * E;
+  be_.hc_mean(hp);
 }
 
 void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slots) {
   Scratch& s = *s_;
-  const LayerMats& m = mats_[il];
+  const LayerMats& m = bound_->layers()[il];
   LayerState& L = state_.layers()[il];
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t QL = cfg_.q_lora_rank, Q = cfg_.q_dim();
@@ -169,7 +168,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   const int n_ih = static_cast<int>(cfg_.n_indexer_head);
   const int64_t top_k = cfg_.indexer_top_k;
   const float eps = cfg_.rms_eps;
-  const model::RopeParams rp = cfg_.rope_params(static_cast<uint32_t>(il));
+  const RopeParams rp = cfg_.rope_params(static_cast<uint32_t>(il));
 
   const AttnMats am = attn_mats(m);
   const BlockScratch bs = block_scratch(s);
@@ -230,11 +229,13 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       const int i = g0 + j;
       const int64_t pos = pos0 + i;
 
-      // One compressor step (§4.4); a row emitted at this position is f16-rounded and
-      // appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
+      // One compressor step (§4.4); a row emitted at this position (known from pos and ratio)
+      // is appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
       auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
                           const uint16_t* ape, const float* norm, int r, int64_t dim,
                           bool indexer, float* rows, int64_t& n_rows) {
+        const bool emits = backend::compressor_emits(pos, r);
+        if (emits) DS4_CHECK(n_rows < state_.comp_cap(il));
         backend::CompressorStepParams cp;
         cp.state_kv = st_kv;
         cp.state_score = st_sc;
@@ -250,11 +251,9 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         cp.rope = rp;
         cp.indexer = indexer;
         cp.pooled = s.pooled.data();
-        cp.out_row = s.crow.data();
-        if (!be_.compressor_step(cp)) return;
-        DS4_CHECK(n_rows < state_.comp_cap(il));
-        quant::f16_round_row(s.crow.data(), rows + n_rows * dim, dim);
-        ++n_rows;
+        cp.out_row = rows + n_rows * dim;
+        be_.compressor_step(cp);
+        if (emits) ++n_rows;
       };
       if (ratio != 0) {
         compress(L.cmp_kv.data(), L.cmp_score.data(), s.ckv.data() + i * W, s.csc.data() + i * W,
@@ -282,12 +281,10 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         }
       }
 
-      // Raw window: positions [max(0, pos - swa + 1), pos], oldest first.
+      // Raw window: positions [max(0, pos - swa + 1), pos], oldest first, in the raw ring.
       const int64_t first = std::max<int64_t>(0, pos - swa + 1);
-      const float** raw_ptrs = s.raw_ptrs.data() + j * raw_cap;
-      int n_raw = 0;
-      for (int64_t p = first; p <= pos; ++p) raw_ptrs[n_raw++] = L.raw.data() + (p % raw_cap) * D;
-      s.attn_queries[j] = attention_query(cfg_, s.q.data() + i * Q, raw_ptrs, n_raw,
+      const RawRing ring{L.raw.data(), raw_cap, first, static_cast<int>(pos - first + 1)};
+      s.attn_queries[j] = attention_query(cfg_, s.q.data() + i * Q, ring,
                                           ratio != 0 ? L.comp.data() : nullptr, ratio != 0 ? L.n_comp : 0,
                                           allowed, m.sinks, s.attn_scores.data() + j * row_scores,
                                           s.heads.data() + i * Q, pos, rp);
@@ -305,7 +302,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
 
 void ModelSession::ffn_layer(int il, int n, const int32_t* tokens) {
   Scratch& s = *s_;
-  ffn_sublayer(be_, cfg_, ffn_mats(mats_[il]), block_scratch(s), n, tokens, cfg_.swiglu_clamp[il]);
+  ffn_sublayer(be_, cfg_, ffn_mats(bound_->layers()[il]), block_scratch(s), n, tokens, cfg_.swiglu_clamp[il]);
   std::swap(s.x, s.x2);
 }
 
@@ -314,14 +311,13 @@ void ModelSession::output_head(int first, int n) {
   const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
   const int nhc = static_cast<int>(cfg_.n_hc);
   const int rows = n - first;
-  const model::GlobalWeights& g = model_.weights().global;
+  const HeadMats& g = bound_->head();
   // HC collapse (§4.7), final RMSNorm, Q8_0 LM head.
   backend::HcCollapseParams cp;
   cp.x = s.x.data() + first * HC;
-  cp.fn = backend::Matrix{g.output_hc_fn.data, g.output_hc_fn.type, g.output_hc_fn.ne[0], g.output_hc_fn.ne[1],
-                          g.output_hc_fn.row_bytes};
-  cp.scale = g.output_hc_scale.as<float>()[0];
-  cp.base = g.output_hc_base.as<float>();
+  cp.fn = g.output_hc_fn;
+  cp.scale = g.output_hc_scale;
+  cp.base = g.output_hc_base;
   cp.n_hc = nhc;
   cp.n_embd = E;
   cp.norm_eps = cfg_.rms_eps;
@@ -331,10 +327,9 @@ void ModelSession::output_head(int first, int n) {
   cp.mix = s.head_mix.data() + first * nhc;
   cp.y = s.y.data() + first * E;
   be_.hc_collapse(cp);
-  rms_norm(be_, s.y.data() + first * E, g.output_norm.as<float>(), s.h.data() + first * E, E, rows, cfg_.rms_eps);
-  backend::Matrix head{g.output.data, g.output.type, g.output.ne[0], g.output.ne[1], g.output.row_bytes};
+  rms_norm(be_, s.y.data() + first * E, g.output_norm, s.h.data() + first * E, E, rows, cfg_.rms_eps);
   // Row i's logits land in row_logits row (i - first).
-  matmul(be_, head, s.h.data() + first * E, E, s.row_logits.data(), cfg_.n_vocab, rows);
+  matmul(be_, g.output, s.h.data() + first * E, E, s.row_logits.data(), cfg_.n_vocab, rows);
 }
 
 }  // namespace ds4::session

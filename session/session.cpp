@@ -1,72 +1,13 @@
-// session/session.cpp — ModelSession: creation, weight views, and the timeline operations
-// (prefill / decode / verify / checkpoint / rollback / commit_prefix / snapshots).
+// session/session.cpp — ModelSession: creation and the timeline operations (prefill / decode /
+// verify / checkpoint / rollback / commit_prefix / snapshots).
 #include "session/session.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/reduce.h"
 #include "session/scratch.h"
 
 namespace ds4::session {
-
-namespace {
-
-backend::Matrix mat(const model::TensorView& t) {
-  if (!t.present()) return {};
-  return backend::Matrix{t.data, t.type, t.ne[0], t.ne[1], static_cast<size_t>(t.row_bytes)};
-}
-
-backend::ExpertMatrix experts(const model::TensorView& t) {
-  return backend::ExpertMatrix{t.data, t.type, t.ne[0], t.ne[1], t.ne[2], static_cast<size_t>(t.row_bytes)};
-}
-
-template <typename T>
-const T* ptr(const model::TensorView& t) {
-  return t.present() ? t.as<T>() : nullptr;
-}
-
-LayerMats bind_layer(const model::LayerWeights& w) {
-  LayerMats m;
-  m.hc_attn_fn = mat(w.hc_attn_fn);
-  m.attn_q_a = mat(w.attn_q_a);
-  m.attn_q_b = mat(w.attn_q_b);
-  m.attn_kv = mat(w.attn_kv);
-  m.attn_output_a = mat(w.attn_output_a);
-  m.attn_output_b = mat(w.attn_output_b);
-  m.cmp_kv = mat(w.attn_compressor_kv);
-  m.cmp_gate = mat(w.attn_compressor_gate);
-  m.idx_q_b = mat(w.indexer_attn_q_b);
-  m.idx_proj = mat(w.indexer_proj);
-  m.idx_cmp_kv = mat(w.indexer_compressor_kv);
-  m.idx_cmp_gate = mat(w.indexer_compressor_gate);
-  m.hc_ffn_fn = mat(w.hc_ffn_fn);
-  m.ffn_gate_inp = mat(w.ffn_gate_inp);
-  m.ffn_gate_shexp = mat(w.ffn_gate_shexp);
-  m.ffn_up_shexp = mat(w.ffn_up_shexp);
-  m.ffn_down_shexp = mat(w.ffn_down_shexp);
-  m.gate_exps = experts(w.ffn_gate_exps);
-  m.up_exps = experts(w.ffn_up_exps);
-  m.down_exps = experts(w.ffn_down_exps);
-  m.hc_attn_scale = ptr<float>(w.hc_attn_scale);
-  m.hc_attn_base = ptr<float>(w.hc_attn_base);
-  m.attn_norm = ptr<float>(w.attn_norm);
-  m.q_a_norm = ptr<float>(w.attn_q_a_norm);
-  m.kv_a_norm = ptr<float>(w.attn_kv_a_norm);
-  m.sinks = ptr<float>(w.attn_sinks);
-  m.cmp_ape = ptr<uint16_t>(w.attn_compressor_ape);
-  m.cmp_norm = ptr<float>(w.attn_compressor_norm);
-  m.idx_cmp_ape = ptr<uint16_t>(w.indexer_compressor_ape);
-  m.idx_cmp_norm = ptr<float>(w.indexer_compressor_norm);
-  m.hc_ffn_scale = ptr<float>(w.hc_ffn_scale);
-  m.hc_ffn_base = ptr<float>(w.hc_ffn_base);
-  m.ffn_norm = ptr<float>(w.ffn_norm);
-  m.exp_probs_b = ptr<float>(w.exp_probs_b);
-  m.tid2eid = ptr<int32_t>(w.ffn_gate_tid2eid);
-  return m;
-}
-
-}  // namespace
 
 uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
   const uint64_t state = State::estimate_bytes(cfg, n_ctx);
@@ -84,10 +25,7 @@ uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_c
          static_cast<uint64_t>(cfg.n_vocab) * 4;
 }
 
-Expected<std::unique_ptr<ModelSession>> ModelSession::create(const model::Model& model,
-                                                             backend::Backend& backend,
-                                                             int64_t n_ctx, uint64_t max_bytes) {
-  const model::ModelConfig& cfg = model.config();
+Status ModelSession::check_create(const model::ModelConfig& cfg, int64_t n_ctx, uint64_t max_bytes) {
   if (n_ctx < 1) return invalid_argument("context size must be >= 1 token, got %lld", static_cast<long long>(n_ctx));
   if (n_ctx > (int64_t{1} << 31) - 1) {
     return out_of_range("context size %lld exceeds the limit of %lld tokens", static_cast<long long>(n_ctx),
@@ -101,19 +39,46 @@ Expected<std::unique_ptr<ModelSession>> ModelSession::create(const model::Model&
   if (cfg.n_expert_used > 64 || cfg.n_hc > 16) {
     return unsupported("n_expert_used %u / n_hc %u above the supported 64 / 16", cfg.n_expert_used, cfg.n_hc);
   }
-  return std::unique_ptr<ModelSession>(new ModelSession(model, backend, n_ctx));
+  return Status();
 }
 
-ModelSession::ModelSession(const model::Model& model, backend::Backend& backend, int64_t n_ctx)
-    : model_(model), cfg_(model.config()), be_(backend), state_(model.config(), n_ctx) {
-  for (const model::LayerWeights& w : model.weights().layers) mats_.push_back(bind_layer(w));
+Expected<std::unique_ptr<ModelSession>> ModelSession::create(const BoundModel& bound, int64_t n_ctx,
+                                                             uint64_t max_bytes) {
+  DS4_RETURN_IF_ERROR(check_create(bound.model().config(), n_ctx, max_bytes));
+  return std::unique_ptr<ModelSession>(new ModelSession(bound, n_ctx));
+}
+
+Expected<std::unique_ptr<ModelSession>> ModelSession::create(const model::Model& model,
+                                                             backend::Backend& backend,
+                                                             int64_t n_ctx, uint64_t max_bytes) {
+  DS4_RETURN_IF_ERROR(check_create(model.config(), n_ctx, max_bytes));
+  std::unique_ptr<BoundModel> bound = BoundModel::bind(model, backend);
+  std::unique_ptr<ModelSession> s(new ModelSession(*bound, n_ctx));
+  s->own_bound_ = std::move(bound);
+  return s;
+}
+
+ModelSession::ModelSession(const BoundModel& bound, int64_t n_ctx)
+    : bound_(&bound), cfg_(bound.model().config()), be_(bound.backend()),
+      state_(bound.model().config(), n_ctx, bound.backend()) {
   checkpoint_ = state_.make_frontier();
-  checkpoint_logits_.assign(cfg_.n_vocab, 0.0f);
+  checkpoint_logits_ = backend::Array<float>(be_, cfg_.n_vocab);
   for (int i = 0; i < kMaxBatchRows; ++i) slots_.push_back(state_.make_frontier());
   row_results_.resize(kMaxBatchRows);
   capture_index_.assign(cfg_.n_layer, -1);
-  s_ = std::make_unique<Scratch>(cfg_, n_ctx, state_.raw_cap());
+  s_ = std::make_unique<Scratch>(be_, cfg_, n_ctx, state_.raw_cap());
+  if (!be_.host_addressable()) {
+    logits_host_.assign(cfg_.n_vocab, 0.0f);
+    row_logits_host_.assign(s_->row_logits.size(), 0.0f);
+  }
   state_.save_frontier(checkpoint_);
+}
+
+std::span<const float> ModelSession::host_floats(const backend::Array<float>& a, std::vector<float>& mirror,
+                                                 size_t off, size_t n) const {
+  if (be_.host_addressable()) return a.host().subspan(off, n);
+  be_.download(mirror.data() + off, a.data() + off, n * sizeof(float));
+  return std::span<const float>(mirror.data() + off, n);
 }
 
 ModelSession::~ModelSession() = default;
@@ -146,7 +111,7 @@ Status ModelSession::prefill(std::span<const int32_t> tokens, const std::functio
   }
   if (total > 0) {
     // The last chunk computed logits for its last row only: row_logits row 0.
-    std::memcpy(state_.logits().data(), s_->row_logits.data(), sizeof(float) * cfg_.n_vocab);
+    be_.copy(state_.logits().data(), s_->row_logits.data(), sizeof(float) * cfg_.n_vocab);
     state_.set_has_logits(true);
   }
   return Status();
@@ -158,14 +123,14 @@ Status ModelSession::decode(int32_t token) {
   DS4_RETURN_IF_ERROR(validate_tokens(t));
   verify_base_ = -1;
   forward_rows(t, 1, 0, false);
-  std::memcpy(state_.logits().data(), s_->row_logits.data(), sizeof(float) * cfg_.n_vocab);
+  be_.copy(state_.logits().data(), s_->row_logits.data(), sizeof(float) * cfg_.n_vocab);
   state_.set_has_logits(true);
   return Status();
 }
 
 std::span<const float> ModelSession::logits() const {
   if (!state_.has_logits()) return {};
-  return std::span<const float>(state_.logits());
+  return host_floats(state_.logits(), logits_host_, 0, cfg_.n_vocab);
 }
 
 Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_t> rows) {
@@ -179,20 +144,29 @@ Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_
   verify_rows_ = n;
   forward_rows(rows.data(), n, 0, true);
   const int64_t V = cfg_.n_vocab;
+  backend::ArgmaxParams ap;
+  ap.x = s_->row_logits.data();
+  ap.n = V;
+  ap.stride = V;
+  ap.n_rows = n;
+  ap.out = s_->argmax.data();
+  be_.argmax(ap);
+  int32_t ids[kMaxBatchRows];
+  be_.download(ids, s_->argmax.data(), sizeof(int32_t) * n);
+  const std::span<const float> all = host_floats(s_->row_logits, row_logits_host_, 0, static_cast<size_t>(n) * V);
   for (int i = 0; i < n; ++i) {
-    const float* l = s_->row_logits.data() + i * V;
-    row_results_[i].argmax = top_two(std::span<const float>(l, V)).id;
-    row_results_[i].logits = std::span<const float>(l, V);
+    row_results_[i].argmax = ids[i];
+    row_results_[i].logits = all.subspan(static_cast<size_t>(i) * V, V);
     slots_[i].n_tokens = verify_base_ + i + 1;
   }
-  std::memcpy(state_.logits().data(), s_->row_logits.data() + (n - 1) * V, sizeof(float) * V);
+  be_.copy(state_.logits().data(), s_->row_logits.data() + (n - 1) * V, sizeof(float) * V);
   state_.set_has_logits(true);
   return std::span<const RowResult>(row_results_.data(), n);
 }
 
 void ModelSession::checkpoint() {
   state_.save_frontier(checkpoint_);
-  checkpoint_logits_ = state_.logits();
+  be_.copy(checkpoint_logits_.data(), state_.logits().data(), checkpoint_logits_.bytes());
   checkpoint_has_logits_ = state_.has_logits();
 }
 
@@ -201,7 +175,7 @@ void ModelSession::rollback() {
   DS4_CHECK_MSG(n_tokens() >= checkpoint_.n_tokens && n_tokens() - checkpoint_.n_tokens <= kRollbackSlack,
                 "rollback: more tokens appended since the checkpoint than the raw ring slack");
   state_.restore_frontier(checkpoint_);
-  state_.logits() = checkpoint_logits_;
+  be_.copy(state_.logits().data(), checkpoint_logits_.data(), checkpoint_logits_.bytes());
   state_.set_has_logits(checkpoint_has_logits_);
   verify_base_ = -1;
 }
@@ -216,8 +190,8 @@ Status ModelSession::commit_prefix(int k) {
   }
   if (k < verify_rows_) {
     state_.restore_frontier(slots_[k - 1]);
-    std::memcpy(state_.logits().data(), s_->row_logits.data() + static_cast<int64_t>(k - 1) * cfg_.n_vocab,
-                sizeof(float) * cfg_.n_vocab);
+    be_.copy(state_.logits().data(), s_->row_logits.data() + static_cast<int64_t>(k - 1) * cfg_.n_vocab,
+             sizeof(float) * cfg_.n_vocab);
   }
   verify_base_ = -1;
   return Status();
@@ -242,7 +216,7 @@ void ModelSession::reset() {
   state_.reset();
   verify_base_ = -1;
   state_.save_frontier(checkpoint_);
-  checkpoint_logits_ = state_.logits();
+  be_.copy(checkpoint_logits_.data(), state_.logits().data(), checkpoint_logits_.bytes());
   checkpoint_has_logits_ = false;
 }
 
@@ -254,7 +228,9 @@ void ModelSession::set_capture_layers(std::vector<int> layers) {
     capture_index_[il] = static_cast<int>(capture_layers_.size());
     capture_layers_.push_back(il);
   }
-  captured_.assign(static_cast<size_t>(kMaxChunkRows) * capture_layers_.size() * cfg_.n_embd, 0.0f);
+  const size_t floats = static_cast<size_t>(kMaxChunkRows) * capture_layers_.size() * cfg_.n_embd;
+  captured_ = backend::Array<float>(be_, floats);
+  if (!be_.host_addressable()) captured_host_.assign(floats, 0.0f);
 }
 
 void ModelSession::set_capture_sink(std::function<void(int64_t, std::span<const float>)> sink) {
@@ -263,7 +239,7 @@ void ModelSession::set_capture_sink(std::function<void(int64_t, std::span<const 
 
 std::span<const float> ModelSession::captured_row(int i) const {
   const size_t per_row = capture_layers_.size() * cfg_.n_embd;
-  return std::span<const float>(captured_.data() + static_cast<size_t>(i) * per_row, per_row);
+  return host_floats(captured_, captured_host_, static_cast<size_t>(i) * per_row, per_row);
 }
 
 }  // namespace ds4::session

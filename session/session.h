@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "model/model.h"
+#include "session/binding.h"
 #include "session/state.h"
 
 namespace ds4::session {
@@ -34,34 +35,15 @@ struct RowResult {
   std::span<const float> logits;  // [n_vocab], valid until the next mutating call
 };
 
-// Backend views of one layer's weights (built once from model::LayerWeights).
-struct LayerMats {
-  backend::Matrix hc_attn_fn, attn_q_a, attn_q_b, attn_kv, attn_output_a, attn_output_b;
-  backend::Matrix cmp_kv, cmp_gate, idx_q_b, idx_proj, idx_cmp_kv, idx_cmp_gate;
-  backend::Matrix hc_ffn_fn, ffn_gate_inp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
-  backend::ExpertMatrix gate_exps, up_exps, down_exps;
-  const float* hc_attn_scale = nullptr;  // [3]
-  const float* hc_attn_base = nullptr;   // [mix]
-  const float* attn_norm = nullptr;      // [E]
-  const float* q_a_norm = nullptr;       // [QL]
-  const float* kv_a_norm = nullptr;      // [D]
-  const float* sinks = nullptr;          // [n_head]
-  const uint16_t* cmp_ape = nullptr;     // [R, W] f16
-  const float* cmp_norm = nullptr;       // [D]
-  const uint16_t* idx_cmp_ape = nullptr; // [4, IW] f16
-  const float* idx_cmp_norm = nullptr;   // [idx_dim]
-  const float* hc_ffn_scale = nullptr;
-  const float* hc_ffn_base = nullptr;
-  const float* ffn_norm = nullptr;       // [E]
-  const float* exp_probs_b = nullptr;    // [X] or nullptr
-  const int32_t* tid2eid = nullptr;      // [V, n_used] or nullptr
-};
-
 class ModelSession {
  public:
   // Bytes a session of n_ctx tokens allocates (state + prefix slots + scratch).
   static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
-  // Errors: n_ctx < 1 (kInvalidArgument); estimate above max_bytes (kResource).
+  // A session over weights bound once per model (the Engine's BoundModel, which must outlive
+  // the session). Errors: n_ctx < 1 (kInvalidArgument); estimate above max_bytes (kResource).
+  static Expected<std::unique_ptr<ModelSession>> create(const BoundModel& bound, int64_t n_ctx,
+                                                        uint64_t max_bytes);
+  // The same with a binding of its own (tests and tools that hold one session per model).
   static Expected<std::unique_ptr<ModelSession>> create(const model::Model& model,
                                                         backend::Backend& backend,
                                                         int64_t n_ctx, uint64_t max_bytes);
@@ -77,7 +59,9 @@ class ModelSession {
   Status prefill(std::span<const int32_t> tokens,
                  const std::function<void(int, int)>& progress = {});
   Status decode(int32_t token);
-  std::span<const float> logits() const;  // empty before the first token
+  // Empty before the first token. A host view of backend memory on a host-addressable
+  // backend (CPU); otherwise a downloaded copy. Valid until the next mutating call.
+  std::span<const float> logits() const;
   // Changes whenever logits() may have changed (every appending or restoring call, even a
   // failed one): callers key values derived from the logits on it (DSpark's top-2 cache).
   uint64_t logits_epoch() const { return logits_epoch_; }
@@ -102,14 +86,20 @@ class ModelSession {
   // Called for every processed row (prefill, decode, verify) with its position and the
   // captured [n_capture, n_embd] f32 rows; valid during the call only.
   void set_capture_sink(std::function<void(int64_t pos, std::span<const float> hidden)> sink);
-  // Captured hidden of row i of the last forward call: [n_capture, n_embd] f32.
+  // Captured hidden of row i of the last forward call: [n_capture, n_embd] f32 (host view or
+  // downloaded copy, like logits()).
   std::span<const float> captured_row(int i) const;
   const State& state() const { return state_; }
   backend::Backend& backend() const { return be_; }
   void serialize_state(std::vector<uint8_t>& out) const { state_.serialize(out); }
 
  private:
-  ModelSession(const model::Model& model, backend::Backend& backend, int64_t n_ctx);
+  ModelSession(const BoundModel& bound, int64_t n_ctx);
+  static Status check_create(const model::ModelConfig& cfg, int64_t n_ctx, uint64_t max_bytes);
+  // Host view of n floats at a[off] (host-addressable backend), or their download into the
+  // same offset of `mirror` (sized like a at creation).
+  std::span<const float> host_floats(const backend::Array<float>& a, std::vector<float>& mirror, size_t off,
+                                     size_t n) const;
   Status validate_tokens(std::span<const int32_t> tokens) const;
   // Runs n rows (tokens at positions n_tokens()..) through all layers; computes logits for
   // rows [logits_first, n) into row_logits_; capture_slots stores the prefix slots.
@@ -119,15 +109,15 @@ class ModelSession {
   void output_head(int first, int n);
   void capture_hidden(int il, int n);
 
-  const model::Model& model_;
+  std::unique_ptr<BoundModel> own_bound_;  // set only by create(model, backend, ...)
+  const BoundModel* bound_ = nullptr;
   const model::ModelConfig& cfg_;
   backend::Backend& be_;
-  std::vector<LayerMats> mats_;
   State state_;
 
   // Speculation bookkeeping.
   Frontier checkpoint_;
-  std::vector<float> checkpoint_logits_;
+  backend::Array<float> checkpoint_logits_;  // [V]
   bool checkpoint_has_logits_ = false;
   std::vector<Frontier> slots_;          // [kMaxBatchRows] state after verify row i
   int64_t verify_base_ = -1;             // n_tokens before the last verify (-1: none pending)
@@ -140,7 +130,9 @@ class ModelSession {
   // Hidden capture.
   std::vector<int> capture_layers_;
   std::vector<int> capture_index_;       // [n_layer] -> slot in capture_layers_ or -1
-  std::vector<float> captured_;          // [kMaxChunkRows, n_capture, n_embd]
+  backend::Array<float> captured_;       // [kMaxChunkRows, n_capture, n_embd]
+  // Host copies for a backend whose memory the host cannot read (empty on the CPU).
+  mutable std::vector<float> logits_host_, row_logits_host_, captured_host_;
   std::function<void(int64_t, std::span<const float>)> capture_sink_;
 
   struct Scratch;

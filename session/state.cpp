@@ -36,6 +36,8 @@ int64_t raw_cap_for(const model::ModelConfig& cfg, int64_t n_ctx) {
   return std::min<int64_t>(cfg.n_swa, n_ctx) + kRollbackSlack;
 }
 
+// Host values (counters, tokens) go to / come from the payload by memcpy; backend arrays by
+// download / upload.
 template <typename T>
 void put(std::vector<uint8_t>& out, const T* p, size_t n) {
   const size_t off = out.size();
@@ -43,11 +45,24 @@ void put(std::vector<uint8_t>& out, const T* p, size_t n) {
   if (n) std::memcpy(out.data() + off, p, n * sizeof(T));
 }
 
+void put_dev(backend::Backend& be, std::vector<uint8_t>& out, const float* p, size_t n) {
+  const size_t off = out.size();
+  out.resize(off + n * sizeof(float));
+  if (n) be.download(out.data() + off, p, n * sizeof(float));
+}
+
 template <typename T>
 bool get(const std::vector<uint8_t>& in, size_t& off, T* p, size_t n) {
   if (off + n * sizeof(T) > in.size()) return false;
   if (n) std::memcpy(p, in.data() + off, n * sizeof(T));
   off += n * sizeof(T);
+  return true;
+}
+
+bool get_dev(backend::Backend& be, const std::vector<uint8_t>& in, size_t& off, float* p, size_t n) {
+  if (off + n * sizeof(float) > in.size()) return false;
+  if (n) be.upload(p, in.data() + off, n * sizeof(float));
+  off += n * sizeof(float);
   return true;
 }
 
@@ -63,7 +78,8 @@ uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
   return floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
 }
 
-State::State(const model::ModelConfig& cfg, int64_t n_ctx) : cfg_(cfg), n_ctx_(n_ctx) {
+State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be)
+    : cfg_(cfg), be_(be), n_ctx_(n_ctx) {
   raw_cap_ = raw_cap_for(cfg, n_ctx);
   layers_.resize(cfg.n_layer);
   state_offsets_.resize(cfg.n_layer);
@@ -72,18 +88,18 @@ State::State(const model::ModelConfig& cfg, int64_t n_ctx) : cfg_(cfg), n_ctx_(n
     const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap_);
     LayerState& L = layers_[il];
     L.ratio = static_cast<int>(cfg.compress_ratio(il));
-    L.raw.assign(s.raw, 0.0f);
-    L.comp.assign(s.comp, 0.0f);
-    L.index.assign(s.index, 0.0f);
-    L.cmp_kv.resize(s.cmp_state);
-    L.cmp_score.resize(s.cmp_state);
-    L.idx_kv.resize(s.idx_state);
-    L.idx_score.resize(s.idx_state);
+    L.raw = backend::Array<float>(be, s.raw);
+    L.comp = backend::Array<float>(be, s.comp);
+    L.index = backend::Array<float>(be, s.index);
+    L.cmp_kv = backend::Array<float>(be, s.cmp_state);
+    L.cmp_score = backend::Array<float>(be, s.cmp_state);
+    L.idx_kv = backend::Array<float>(be, s.idx_state);
+    L.idx_score = backend::Array<float>(be, s.idx_state);
     state_offsets_[il] = frontier_floats_;
     frontier_floats_ += 2 * s.cmp_state + 2 * s.idx_state;
   }
   tokens_.reserve(n_ctx);
-  logits_.assign(cfg.n_vocab, 0.0f);
+  logits_ = backend::Array<float>(be, cfg.n_vocab);
   reset();
 }
 
@@ -96,13 +112,13 @@ void State::reset() {
   for (LayerState& L : layers_) {
     L.n_comp = 0;
     L.n_index = 0;
-    std::fill(L.cmp_kv.begin(), L.cmp_kv.end(), 0.0f);
-    std::fill(L.cmp_score.begin(), L.cmp_score.end(), kNegInf);
-    std::fill(L.idx_kv.begin(), L.idx_kv.end(), 0.0f);
-    std::fill(L.idx_score.begin(), L.idx_score.end(), kNegInf);
+    be_.fill_f32(L.cmp_kv.data(), L.cmp_kv.size(), 0.0f);
+    be_.fill_f32(L.cmp_score.data(), L.cmp_score.size(), kNegInf);
+    be_.fill_f32(L.idx_kv.data(), L.idx_kv.size(), 0.0f);
+    be_.fill_f32(L.idx_score.data(), L.idx_score.size(), kNegInf);
   }
   tokens_.clear();
-  std::fill(logits_.begin(), logits_.end(), 0.0f);
+  be_.fill_f32(logits_.data(), logits_.size(), 0.0f);
   has_logits_ = false;
 }
 
@@ -110,7 +126,7 @@ Frontier State::make_frontier() const {
   Frontier f;
   f.n_comp.assign(layers_.size(), 0);
   f.n_index.assign(layers_.size(), 0);
-  f.states.assign(frontier_floats_, 0.0f);
+  f.states = backend::Array<float>(be_, frontier_floats_);
   f.row_base.assign(layers_.size(), -1);
   return f;
 }
@@ -121,16 +137,16 @@ namespace {
 // phase rows than a verify batch can touch: its prefix slots store rows only.
 bool rows_only(const LayerState& L) { return L.ratio > kMaxBatchRows && L.idx_kv.empty(); }
 
-void copy_states_out(const LayerState& L, float* dst) {
-  for (const std::vector<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
-    if (!v->empty()) std::memcpy(dst, v->data(), v->size() * sizeof(float));
+void copy_states_out(backend::Backend& be, const LayerState& L, float* dst) {
+  for (const backend::Array<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
+    if (!v->empty()) be.copy(dst, v->data(), v->bytes());
     dst += v->size();
   }
 }
 
-void copy_states_in(LayerState& L, const float* src) {
-  for (std::vector<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
-    if (!v->empty()) std::memcpy(v->data(), src, v->size() * sizeof(float));
+void copy_states_in(backend::Backend& be, LayerState& L, const float* src) {
+  for (const backend::Array<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
+    if (!v->empty()) be.copy(v->data(), src, v->bytes());
     src += v->size();
   }
 }
@@ -144,7 +160,7 @@ void State::save_layer_frontier(int il, Frontier& f) const {
   float* dst = f.states.data() + state_offsets_[il];
   if (!rows_only(L)) {
     f.row_base[il] = -1;
-    copy_states_out(L, dst);
+    copy_states_out(be_, L, dst);
     return;
   }
   // Rows the batch's rows 1 .. kMaxBatchRows-1 write (positions base+j). Those of rows up to
@@ -155,8 +171,8 @@ void State::save_layer_frontier(int il, Frontier& f) const {
   f.row_base[il] = base;
   for (int j = 1; j < kMaxBatchRows; ++j) {
     const int64_t r = (base + j) % L.ratio;
-    std::memcpy(dst, L.cmp_kv.data() + r * W, W * sizeof(float));
-    std::memcpy(dst + W, L.cmp_score.data() + r * W, W * sizeof(float));
+    be_.copy(dst, L.cmp_kv.data() + r * W, W * sizeof(float));
+    be_.copy(dst + W, L.cmp_score.data() + r * W, W * sizeof(float));
     dst += 2 * W;
   }
 }
@@ -168,7 +184,7 @@ void State::save_frontier(Frontier& f) const {
     f.n_comp[il] = L.n_comp;
     f.n_index[il] = L.n_index;
     f.row_base[il] = -1;
-    copy_states_out(L, f.states.data() + state_offsets_[il]);
+    copy_states_out(be_, L, f.states.data() + state_offsets_[il]);
   }
 }
 
@@ -182,7 +198,7 @@ void State::restore_frontier(const Frontier& f) {
     const float* src = f.states.data() + state_offsets_[il];
     const int64_t base = f.row_base[il];
     if (base < 0) {
-      copy_states_in(L, src);
+      copy_states_in(be_, L, src);
       continue;
     }
     // Prefix slot of the batch [base, live): undo the steps of positions f.n_tokens .. live-1.
@@ -192,8 +208,8 @@ void State::restore_frontier(const Frontier& f) {
     for (int64_t p = f.n_tokens; p < live; ++p) {
       const int64_t r = p % L.ratio;
       const float* row = src + (p - base - 1) * 2 * W;
-      std::memcpy(L.cmp_kv.data() + r * W, row, W * sizeof(float));
-      std::memcpy(L.cmp_score.data() + r * W, row + W, W * sizeof(float));
+      be_.copy(L.cmp_kv.data() + r * W, row, W * sizeof(float));
+      be_.copy(L.cmp_score.data() + r * W, row + W, W * sizeof(float));
     }
   }
   tokens_.resize(f.n_tokens);
@@ -219,19 +235,19 @@ void State::serialize(std::vector<uint8_t>& out) const {
   const int64_t n = static_cast<int64_t>(tokens_.size());
   put(out, &n, 1);
   put(out, tokens_.data(), tokens_.size());
-  put(out, logits_.data(), logits_.size());
+  put_dev(be_, out, logits_.data(), logits_.size());
   const int64_t d = cfg_.head_dim;
   const int64_t raw_live = std::min<int64_t>(n, std::min<int64_t>(cfg_.n_swa, n_ctx_));
   for (const LayerState& L : layers_) {
     put(out, &L.n_comp, 1);
     put(out, &L.n_index, 1);
-    for (int64_t p = n - raw_live; p < n; ++p) put(out, L.raw.data() + (p % raw_cap_) * d, d);
-    put(out, L.comp.data(), L.n_comp * d);
-    put(out, L.index.data(), L.n_index * cfg_.indexer_head_dim);
-    put(out, L.cmp_kv.data(), L.cmp_kv.size());
-    put(out, L.cmp_score.data(), L.cmp_score.size());
-    put(out, L.idx_kv.data(), L.idx_kv.size());
-    put(out, L.idx_score.data(), L.idx_score.size());
+    for (int64_t p = n - raw_live; p < n; ++p) put_dev(be_, out, L.raw.data() + (p % raw_cap_) * d, d);
+    put_dev(be_, out, L.comp.data(), L.n_comp * d);
+    put_dev(be_, out, L.index.data(), L.n_index * cfg_.indexer_head_dim);
+    put_dev(be_, out, L.cmp_kv.data(), L.cmp_kv.size());
+    put_dev(be_, out, L.cmp_score.data(), L.cmp_score.size());
+    put_dev(be_, out, L.idx_kv.data(), L.idx_kv.size());
+    put_dev(be_, out, L.idx_score.data(), L.idx_score.size());
   }
 }
 
@@ -241,7 +257,7 @@ bool State::deserialize(const std::vector<uint8_t>& in) {
   if (!get(in, off, &n, 1) || n < 0 || n > n_ctx_) return false;
   tokens_.resize(n);
   if (!get(in, off, tokens_.data(), n)) return false;
-  if (!get(in, off, logits_.data(), logits_.size())) return false;
+  if (!get_dev(be_, in, off, logits_.data(), logits_.size())) return false;
   has_logits_ = n > 0;
   const int64_t d = cfg_.head_dim;
   const int64_t raw_live = std::min<int64_t>(n, std::min<int64_t>(cfg_.n_swa, n_ctx_));
@@ -251,14 +267,14 @@ bool State::deserialize(const std::vector<uint8_t>& in) {
     const int64_t cap = comp_cap(static_cast<int>(il));
     if (L.n_comp < 0 || L.n_comp > cap || L.n_index < 0 || L.n_index > cap) return false;
     for (int64_t p = n - raw_live; p < n; ++p) {
-      if (!get(in, off, L.raw.data() + (p % raw_cap_) * d, d)) return false;
+      if (!get_dev(be_, in, off, L.raw.data() + (p % raw_cap_) * d, d)) return false;
     }
-    if (!get(in, off, L.comp.data(), L.n_comp * d)) return false;
-    if (!get(in, off, L.index.data(), L.n_index * cfg_.indexer_head_dim)) return false;
-    if (!get(in, off, L.cmp_kv.data(), L.cmp_kv.size())) return false;
-    if (!get(in, off, L.cmp_score.data(), L.cmp_score.size())) return false;
-    if (!get(in, off, L.idx_kv.data(), L.idx_kv.size())) return false;
-    if (!get(in, off, L.idx_score.data(), L.idx_score.size())) return false;
+    if (!get_dev(be_, in, off, L.comp.data(), L.n_comp * d)) return false;
+    if (!get_dev(be_, in, off, L.index.data(), L.n_index * cfg_.indexer_head_dim)) return false;
+    if (!get_dev(be_, in, off, L.cmp_kv.data(), L.cmp_kv.size())) return false;
+    if (!get_dev(be_, in, off, L.cmp_score.data(), L.cmp_score.size())) return false;
+    if (!get_dev(be_, in, off, L.idx_kv.data(), L.idx_kv.size())) return false;
+    if (!get_dev(be_, in, off, L.idx_score.data(), L.idx_score.size())) return false;
   }
   return off == in.size();
 }

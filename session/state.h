@@ -3,6 +3,9 @@
 //
 // Role: owns, per layer, the raw KV ring, the append-only compressed and indexer rows, the
 // compressor states and their row counters; plus the token history and the last logits.
+// Memory: every row and state array (and the logits) is a backend Array; the counters and
+// the token history are host values. The State reads or writes its arrays only through
+// backend copies / fills / uploads / downloads, so it runs unchanged on a device backend.
 // Invariants:
 //  * raw rows are addressed by absolute position (ring slot pos % raw_cap); raw_cap =
 //    min(n_swa, n_ctx) + kRollbackSlack, so rows written by rejected speculative tokens (at
@@ -23,6 +26,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/config.h"
 
 namespace ds4::session {
@@ -39,13 +43,13 @@ struct LayerState {
   int ratio = 0;                 // 0, 4 or 128
   int64_t n_comp = 0;            // visible compressed attention rows
   int64_t n_index = 0;           // visible indexer rows (ratio 4)
-  std::vector<float> raw;        // [raw_cap, head_dim] f16-rounded KV rows, slot = pos % raw_cap
-  std::vector<float> comp;       // [comp_cap, head_dim] compressed KV rows (ratio != 0)
-  std::vector<float> index;      // [comp_cap, idx_dim] indexer rows (ratio 4)
-  std::vector<float> cmp_kv;     // [coff*ratio, coff*head_dim] attention compressor state
-  std::vector<float> cmp_score;  // same shape
-  std::vector<float> idx_kv;     // [2*4, 2*idx_dim] indexer compressor state (ratio 4)
-  std::vector<float> idx_score;  // same shape
+  backend::Array<float> raw;        // [raw_cap, head_dim] f16-rounded KV rows, slot = pos % raw_cap
+  backend::Array<float> comp;       // [comp_cap, head_dim] compressed KV rows (ratio != 0)
+  backend::Array<float> index;      // [comp_cap, idx_dim] indexer rows (ratio 4)
+  backend::Array<float> cmp_kv;     // [coff*ratio, coff*head_dim] attention compressor state
+  backend::Array<float> cmp_score;  // same shape
+  backend::Array<float> idx_kv;     // [2*4, 2*idx_dim] indexer compressor state (ratio 4)
+  backend::Array<float> idx_score;  // same shape
 };
 
 // Counters + compressor states of every layer: what a rollback or a prefix commit restores.
@@ -53,7 +57,7 @@ struct Frontier {
   int64_t n_tokens = 0;
   std::vector<int64_t> n_comp;   // [n_layer]
   std::vector<int64_t> n_index;  // [n_layer]
-  std::vector<float> states;     // all layers' cmp_kv, cmp_score, idx_kv, idx_score, packed
+  backend::Array<float> states;  // all layers' cmp_kv, cmp_score, idx_kv, idx_score, packed
   // [n_layer] -1: layer il's states are stored in full; else the layer holds a prefix-slot
   // delta taken during the verify batch that starts at this token count: rows
   // (row_base + j) % ratio for j = 1 .. kMaxBatchRows-1, each as cmp_kv row then cmp_score row.
@@ -65,7 +69,7 @@ class State {
   // Bytes State(cfg, n_ctx) allocates (all layers + tokens + logits), without allocating.
   static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
 
-  State(const model::ModelConfig& cfg, int64_t n_ctx);
+  State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be);
 
   void reset();  // empty timeline: counters 0, states initialized, no tokens
 
@@ -78,8 +82,8 @@ class State {
   const std::vector<LayerState>& layers() const { return layers_; }
   std::vector<int32_t>& tokens() { return tokens_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  std::vector<float>& logits() { return logits_; }
-  const std::vector<float>& logits() const { return logits_; }
+  const backend::Array<float>& logits() const { return logits_; }  // [n_vocab]
+  backend::Backend& backend() const { return be_; }
   bool has_logits() const { return has_logits_; }
   void set_has_logits(bool v) { has_logits_ = v; }
 
@@ -104,13 +108,14 @@ class State {
   size_t layer_state_offset(int il) const { return state_offsets_[il]; }
 
   const model::ModelConfig& cfg_;
+  backend::Backend& be_;
   int64_t n_ctx_ = 0;
   int64_t raw_cap_ = 0;
   std::vector<LayerState> layers_;
   std::vector<size_t> state_offsets_;  // [n_layer] offset of layer il in Frontier::states
   size_t frontier_floats_ = 0;
   std::vector<int32_t> tokens_;        // capacity n_ctx
-  std::vector<float> logits_;          // [n_vocab]
+  backend::Array<float> logits_;       // [n_vocab]
   bool has_logits_ = false;
 };
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/math.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
 #include "session/block.h"
@@ -26,15 +27,6 @@ constexpr int kCommitRows = 32;
 
 using session::matmul;
 using session::rms_norm;
-
-// σ(x) of one confidence logit, in the stable form of §3.9 (1 / (1 + e^-x) for x >= 0, else
-// e^x / (1 + e^x)): the same bits as the backends' sigmoid.
-float sigmoid(float x) {
-  const bool nonneg = x >= 0.0f;
-  const float e = std::exp(nonneg ? -x : x);
-  const float d = 1.0f + e;
-  return nonneg ? 1.0f / d : e / d;
-}
 
 }  // namespace
 
@@ -62,7 +54,7 @@ struct Arr {
 };
 
 // Activation buffers (backend memory); shapes use B = block size (n = B rows: commit_chunk has
-// main_x / ckv). ptrs / queries are op descriptors, host side.
+// main_x / ckv). queries are op descriptors, host side.
 struct Drafter::Scratch {
   Arr<float> x, x2, flat;           // [n, HC]
   Arr<float> mix;                   // [n, MIX]
@@ -81,7 +73,6 @@ struct Drafter::Scratch {
   Arr<uint8_t> moe_scratch;         // moe_scratch_bytes(E, F, U, n)
   Arr<float> sg, su;                // [n, F]
   Arr<float> scores;                // [B, n_head, W + B] per-row attention scratch
-  std::vector<const float*> ptrs;   // [W + B] key rows (backend addresses)
   std::vector<backend::SinkAttentionParams> queries;  // [B]
   Arr<float> head_mix;              // [n, n_hc]
   Arr<float> yhead;                 // [B, E] pre-norm HC-head output
@@ -151,7 +142,6 @@ Drafter::Drafter(const DrafterModel& model)
   s.sg.alloc(be, n * c.n_ff_exp);
   s.su.alloc(be, n * c.n_ff_exp);
   s.scores.alloc(be, static_cast<size_t>(B_) * c.n_head * (W_ + B_));
-  s.ptrs.assign(W_ + B_, nullptr);
   s.queries.assign(B_, backend::SinkAttentionParams());
   s.head_mix.alloc(be, n * c.n_hc);
   s.yhead.alloc(be, B_ * E);
@@ -241,16 +231,15 @@ void Drafter::stage_attention(int st, int64_t pos) {
   session::attention_projections(be_, cfg_, am, bs, n);
   be_.attention_inputs(session::attention_inputs(cfg_, s.q.data(), s.kv.data(), n, pos, rp));
   // Key set (identical for every slot): ring rows of positions max(start, P-W)..P-1, then the
-  // block rows, bidirectionally (§3.3).
-  int n_keys = 0;
+  // block rows, bidirectionally (§3.3): the ring as the raw keys, the block rows as the
+  // (all allowed) compressed keys, so the attention order is the same.
   const int64_t first = std::max<int64_t>(ring_start_, pos - W_);
-  for (int64_t p = first; p < pos; ++p) s.ptrs[n_keys++] = ring_.as<float>() + (static_cast<int64_t>(st) * W_ + p % W_) * D;
-  for (int i = 0; i < n; ++i) s.ptrs[n_keys++] = s.kv.data() + i * D;
-  const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * n_keys;
+  const session::RawRing ring{ring_.as<float>() + static_cast<int64_t>(st) * W_ * D, W_, first,
+                              static_cast<int>(pos - first)};
+  const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (ring.n + n);
   for (int i = 0; i < n; ++i) {
-    s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, s.ptrs.data(), n_keys, nullptr, 0, nullptr,
-                                            am.sinks, s.scores.data() + i * row_scores, s.heads.data() + i * Q,
-                                            pos + i, rp);
+    s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, ring, s.kv.data(), n, nullptr, am.sinks,
+                                            s.scores.data() + i * row_scores, s.heads.data() + i * Q, pos + i, rp);
   }
   be_.sink_attention(s.queries.data(), n);
   session::attention_output(be_, cfg_, am, bs, n);
@@ -339,7 +328,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
     float logit = 0.0f;
     be_.download(&logit, s.conf_logit.data(), sizeof(float));
     conf_logit_[k] = logit;
-    return sigmoid(logit);
+    return sigmoid_stable(logit);
   };
 
   // conf0 precheck before the vocab head.

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/matmul.h"
+#include "core/reduce.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
 
@@ -55,6 +56,9 @@ constexpr int64_t kInlineRowElems = 1024;
 // the work of one piece of the pool job otherwise.
 constexpr int64_t kInlineGroupBytes = 32 * 1024;
 constexpr int64_t kGroupPieceBytes = 96 * 1024;
+// Copy-like ops (embed, add, hc_mean): elements below which they run on the caller (memory-
+// bound, a few us at most: less than waking the pool).
+constexpr int64_t kInlineCopyElems = int64_t{1} << 16;
 // RMSNorm: elements (all rows) below which a norm runs on the caller.
 constexpr int64_t kInlineNormElems = 8192;
 // Compressor pooling: elements one exp of a column's softmax counts as in split_rows.
@@ -119,7 +123,8 @@ class CpuWeightSet final : public WeightSet {
     const auto* p = static_cast<const uint8_t*>(host);
     auto it = std::upper_bound(ranges_.begin(), ranges_.end(), std::pair<const uint8_t*, const uint8_t*>{p, nullptr},
                                [](const auto& a, const auto& b) { return a.first < b.first; });
-    DS4_CHECK_MSG(it != ranges_.begin() && p < std::prev(it)->second, "WeightSet::map: address outside the bound weights");
+    DS4_CHECK_MSG(it != ranges_.begin() && p < std::prev(it)->second,
+                  "WeightSet::map: address outside the bound weights");
     return host;
   }
 
@@ -195,8 +200,8 @@ class CpuBackend final : public Backend {
   }
 
   // A norm costs about one add per element and rms_norm_rows runs 8 rows' sums side by side,
-  // so a batch below kInlineNormElems runs on the caller (a 16-thread VM measured 2.8 us per
-  // split verify(8) norm of the tiny model against about 1.5 us inline).
+  // so a batch below kInlineNormElems runs on the caller (splitting it costs more than it
+  // saves; docs/measurements/backend.md).
   void rms_norm(const RmsNormParams& p) override {
     const int64_t stride = p.stride ? p.stride : p.n;
     split_rows(
@@ -262,7 +267,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  bool compressor_step(const CompressorStepParams& p) override {
+  void compressor_step(const CompressorStepParams& p) override {
     const int R = p.ratio;
     const int D = p.head_dim;
     const int coff = R == 4 ? 2 : 1;
@@ -275,7 +280,7 @@ class CpuBackend final : public Backend {
     std::memcpy(skv, p.kv_cur, sizeof(float) * W);
     quant::f16_to_f32_row(ape, ssc, W);
     for (int j = 0; j < W; ++j) ssc[j] = p.sc_cur[j] + ssc[j];  // sc + ape (IEEE + commutes)
-    if ((p.pos + 1) % R != 0) return false;
+    if (!compressor_emits(p.pos, R)) return;
 
     // The pooling of a window: columns are independent (a softmax over the window's rows each),
     // about 2R exps per column, so wide heads are split over the pool.
@@ -288,12 +293,12 @@ class CpuBackend final : public Backend {
     } else {
       quant::fp8_e4m3_roundtrip(p.out_row, D - p.n_rot);
     }
+    quant::f16_round_row(p.out_row, D);  // the caches store f16-rounded rows
     if (R == 4) {
       // The current window becomes the "previous" lane of the next one.
       std::memcpy(p.state_kv, p.state_kv + 4 * static_cast<int64_t>(W), sizeof(float) * 4 * W);
       std::memcpy(p.state_score, p.state_score + 4 * static_cast<int64_t>(W), sizeof(float) * 4 * W);
     }
-    return true;
   }
 
   // Scores of every (query, indexer row) pair in one parallel_for over the pairs of all the
@@ -338,6 +343,45 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(units, work < kInlineAttnWork ? units : 1, [&](int64_t b, int64_t e) {
       for (int64_t u = b; u < e; ++u) cpu::sink_attention_heads(p[u / nh], u % nh, u % nh + 1);
     });
+  }
+
+  void embed(const EmbedParams& p) override {
+    split_rows(p.n_rows, p.n_hc * p.n_embd, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const auto* row = reinterpret_cast<const uint16_t*>(p.table + static_cast<size_t>(p.tokens[i]) * p.row_bytes);
+        float* x = p.out + i * p.n_hc * p.n_embd;
+        quant::f16_to_f32_row(row, x, p.n_embd);
+        for (int hh = 1; hh < p.n_hc; ++hh) std::memcpy(x + hh * p.n_embd, x, sizeof(float) * p.n_embd);
+      }
+    }, kInlineCopyElems);
+  }
+
+  void add(const AddParams& p) override {
+    split_rows(p.n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) p.out[k] = p.a[k] + p.b[k];
+    }, kInlineCopyElems);
+  }
+
+  void hc_mean(const HcMeanParams& p) override {
+    const float inv = 1.0f / static_cast<float>(p.n_hc);
+    const int64_t E = p.n_embd;
+    split_rows(p.n_rows, p.n_hc * E, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* x = p.x + i * p.n_hc * E;
+        float* out = p.out + i * p.out_stride;
+        for (int64_t d = 0; d < E; ++d) {
+          float acc = x[d];
+          for (int hh = 1; hh < p.n_hc; ++hh) acc += x[hh * E + d];
+          out[d] = acc * inv;
+        }
+      }
+    }, kInlineCopyElems);
+  }
+
+  void argmax(const ArgmaxParams& p) override {
+    for (int i = 0; i < p.n_rows; ++i) {
+      p.out[i] = top_two(std::span<const float>(p.x + static_cast<int64_t>(i) * p.stride, p.n)).id;
+    }
   }
 
   void swiglu(const SwigluParams& p) override {

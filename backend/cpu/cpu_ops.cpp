@@ -8,9 +8,7 @@
 #include "core/status.h"
 #include "quant/dot.h"
 #include "quant/quant.h"
-#ifdef DS4_HAVE_CPU_KERNELS
 #include "backend/cpu/kernels.h"
-#endif
 
 namespace ds4::backend::cpu {
 
@@ -31,28 +29,10 @@ namespace {
 // rms_norm_row, then out = x·scale (·w).
 void rms_group(const float* x, const float* w, float* out, int64_t n, int64_t stride, int g, float eps) {
   double ss[8];
-#ifdef DS4_HAVE_CPU_KERNELS
-  ds4::cpu::sumsq_rows_f64(x, stride, g, n, ss);
-#else
-  for (int k = 0; k < g; ++k) {
-    double acc = 0.0;
-    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[k * stride + i]) * x[k * stride + i];
-    ss[k] = acc;
-  }
-#endif
+  ds4::backend::cpu::sumsq_rows_f64(x, stride, g, n, ss);
   for (int k = 0; k < g; ++k) {
     const float scale = 1.0f / sqrtf(static_cast<float>(ss[k] / static_cast<double>(n)) + eps);
-#ifdef DS4_HAVE_CPU_KERNELS
-    ds4::cpu::scale_mul(x + k * stride, scale, w, out + k * stride, n);
-#else
-    const float* xr = x + k * stride;
-    float* o = out + k * stride;
-    if (w != nullptr) {
-      for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * w[i];
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale;
-    }
-#endif
+    ds4::backend::cpu::scale_mul(x + k * stride, scale, w, out + k * stride, n);
   }
 }
 
@@ -90,8 +70,7 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
   // inverse's sign is applied as (−sin)·mscale = −(sin·mscale), exact, so the values are the
   // per-head formula's. 32 entries: a batch of up to 8 rows ropes every row's q and kv
   // before any row's inverse, in layers of two parameter sets (dense and compressed), plus the
-  // compressor's positions; 4 entries missed on every row of a verify(6) (bench_verify
-  // --profile: rope_tail 0.15 ms of 4.9 ms at 1 thread, against 0.02 ms in a decode).
+  // compressor's positions (4 entries missed on every row of a verify(6)).
   constexpr int kMaxPairs = 128;
   constexpr int kEntries = 32;
   struct Cache {
@@ -265,29 +244,6 @@ void hc_split_sinkhorn(const float* mix, const float* scale, const float* base, 
   sinkhorn_iterate(comb, n_hc, iters, eps);
 }
 
-void dot_f32_many(const float* a, const float* const* b, int nb, int64_t n, float* out) {
-#ifdef DS4_HAVE_CPU_KERNELS
-  ds4::cpu::dot_f32_many(a, b, nb, n, out);
-#else
-  for (int j = 0; j < nb; ++j) out[j] = quant::dot_f32(a, b[j], n);
-#endif
-}
-
-void weighted_sum(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
-                  int64_t n) {
-#ifdef DS4_HAVE_CPU_KERNELS
-  ds4::cpu::weighted_sum(s, a, w, x, nx, y, n);
-#else
-  for (int64_t i = 0; i < n; ++i) y[i] = s != nullptr ? s[i] * a : 0.0f;
-  for (int j = 0; j < nx; ++j) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float t = w[j] * x[j][i];
-      y[i] = y[i] + t;
-    }
-  }
-#endif
-}
-
 void hc_pre_finish_rows(const HcPreParams& p) {
   DS4_CHECK(p.n_hc >= 1 && p.n_hc <= 16);
   const int64_t hc_dim = p.n_hc * p.n_embd;
@@ -353,8 +309,11 @@ void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t
     const float* kp[kChunk];
     int64_t sl[kChunk];
     int n = 0;
+    // Ring slot of the oldest key, then advanced with a wrap (no division per key).
+    int64_t slot = p.n_raw > 0 ? p.raw_first % p.raw_cap : 0;
     for (int r = 0; r < p.n_raw; ++r) {
-      kp[n] = p.raw[r];
+      kp[n] = p.raw + slot * D;
+      if (++slot == p.raw_cap) slot = 0;
       sl[n++] = r;
       if (n == kChunk) {
         fn(kp, sl, n);

@@ -3,7 +3,8 @@
 //
 // Role: the exact source-order formulas of ds4-architecture.md §3 (RMSNorm, RoPE tail with
 // YaRN, sigmoid/softplus, Sinkhorn split) and the per-row bodies of the CPU backend's HC pre /
-// HC post / sink attention ops (SIMD through backend/cpu/kernels.h when built, same bits).
+// HC post / sink attention ops (their vector loops through backend/cpu/kernels.h, same bits on
+// every ISA).
 // Everything here is single-threaded, allocation-free and depends only on its arguments, so
 // it is trivially batch invariant.
 #pragma once
@@ -12,6 +13,8 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "core/math.h"
 #include "core/rope.h"
 
 namespace ds4::backend::cpu {
@@ -28,18 +31,7 @@ void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_
 void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
                     const RopeParams& rp, bool inverse);
 
-// §3.9. sigmoid_stable: x >= 0 gives 1 / (1 + expf(-x)), otherwise expf(x) / (1 + expf(x)).
-// Both forms come from the one exp (argument selected without a branch; NaN keeps x as is)
-// and the result is selected afterwards: a branch on the sign mispredicts on random inputs.
-// Inline so that silu loops (SwiGLU, MoE) do not pay a call per element.
-inline float sigmoid_stable(float x) {
-  const bool nonneg = x >= 0.0f;
-  const float e = expf(nonneg ? -x : x);
-  const float d = 1.0f + e;
-  const float pos = 1.0f / d;
-  const float neg = e / d;
-  return nonneg ? pos : neg;
-}
+using ds4::sigmoid_stable;  // §3.9, core/math.h
 float softplus_stable(float x);
 inline float silu(float x) { return x * sigmoid_stable(x); }
 
@@ -47,12 +39,7 @@ inline float silu(float x) { return x * sigmoid_stable(x); }
 void hc_split_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc,
                        int iters, float eps, float* pre, float* post, float* comb);
 
-// ---- vector helpers over several rows (SIMD kernels when built; same bits as the loops) ----
-// out[j] = quant::dot_f32(a, b[j], n) for j < nb.
-void dot_f32_many(const float* a, const float* const* b, int nb, int64_t n, float* out);
-// y[i] = s[i]·a (0 when s is null), then y[i] = y[i] + w[j]·x[j][i] for j = 0..nx-1 in order.
-void weighted_sum(const float* s, float a, const float* w, const float* const* x, int nx, float* y,
-                  int64_t n);
+// The vector helpers (dot_f32_many, weighted_sum, ...) are the kernels of backend/cpu/kernels.h.
 
 // ---- op bodies shared by the CPU backend (single-threaded over the given range) ----------
 // HC pre after the mix matmul (§4.2 steps 3-6) for every row: Sinkhorn split of p.mix into

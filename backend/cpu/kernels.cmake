@@ -1,4 +1,4 @@
-# backend/cpu/kernels.cmake — library ds4_cpu_kernels (hot CPU kernels, owned by "kernels").
+# backend/cpu/kernels.cmake — library ds4_cpu_kernels (the hot CPU kernels).
 # Included by backend/CMakeLists.txt (and, as a fallback, by tests/kernels and bench/kernels/);
 # defines the target once. SIMD files get their ISA flags here and are reached only through
 # runtime dispatch (backend/cpu/kernels.cpp). No file enables FMA contraction: the global

@@ -12,7 +12,7 @@
 #include "core/threadpool.h"
 #include "quant/blocks.h"
 
-namespace ds4::cpu {
+namespace ds4::backend::cpu {
 namespace {
 
 using detail::KernelTable;
@@ -68,18 +68,10 @@ inline const KernelTable& tbl() { return *active().table; }
 
 // Output rows per chunk: about kChunkBytes of weights (fits L2 with the activations), and at
 // least 4 chunks per thread when the matrix is big enough, so dynamic claiming balances an
-// oversubscribed machine. Whole call inline when the work is tiny (waking threads costs more):
-// a pool job costs ~1 us of hand-off, and a 32 KiB Q8_0 matvec ~3 us on a 2 GHz Zen 1 core.
-// (160 KiB before 2026-12-03 kept every tiny-model matvec but the vocab head on one thread;
-// 32 KiB: decode(1) 1.25x, verify(6) 1.22x faster on 2 threads with the row splits of
-// cpu_backend.cpp.)
-// A chunk is never below kMinChunkBytes of work (weight bytes × rows, as `work` below): on 16
-// cores the "4 chunks per thread" rule alone cut a 256x256 Q8_0 matvec into 16 chunks of
-// ~0.3 us each. With this floor and the pool involving only as many helpers as a job has
-// chunks (core/threadpool.h), decode(1) of the tiny model on the 16-core Xeon host, side by
-// side with the previous tree (2026-12-03, bench_verify --ctx=448, best of 15, two rounds):
-// 16 threads 1.40-1.44 -> 1.16-1.25 ms, 8 threads 0.96-0.98 -> 0.95-0.97 ms, 2 threads
-// 1.19-1.22 -> 1.05-1.15 ms. 16 threads are still slower than 8 on that host.
+// oversubscribed machine. Whole call inline when the work is tiny (a pool job costs about as
+// much hand-off as a 32 KiB Q8_0 matvec). A chunk is never below kMinChunkBytes of work
+// (weight bytes × rows, as `work` below), so many cores do not cut a small matvec into
+// chunks cheaper than their hand-off. Measurements: docs/measurements/backend.md.
 constexpr int64_t kChunkBytes = 64 * 1024;
 constexpr int64_t kInlineBytes = 32 * 1024;
 constexpr int64_t kMinChunkBytes = 16 * 1024;
@@ -236,4 +228,4 @@ void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n) {
   tbl().quantize_q8_k_act(x, out, n);
 }
 
-}  // namespace ds4::cpu
+}  // namespace ds4::backend::cpu

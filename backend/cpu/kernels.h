@@ -26,7 +26,7 @@ namespace ds4 {
 class ThreadPool;
 }
 
-namespace ds4::cpu {
+namespace ds4::backend::cpu {
 
 // ---- Instruction-set dispatch -------------------------------------------------------------
 enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -107,4 +107,4 @@ void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
 void quantize_q8_0_act(const float* x, quant::BlockQ8_0Act* out, int64_t n);
 void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n);
 
-}  // namespace ds4::cpu
+}  // namespace ds4::backend::cpu

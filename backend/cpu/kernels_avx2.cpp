@@ -6,16 +6,16 @@
 #if defined(__x86_64__) && defined(__AVX2__)
 #include "backend/cpu/kernels_x86.h"
 
-namespace ds4::cpu::detail {
+namespace ds4::backend::cpu::detail {
 const KernelTable* avx2_table() {
   static const KernelTable t = make_x86_table();
   return &t;
 }
-}  // namespace ds4::cpu::detail
+}  // namespace ds4::backend::cpu::detail
 #else
 #include "backend/cpu/kernels_internal.h"
 
-namespace ds4::cpu::detail {
+namespace ds4::backend::cpu::detail {
 const KernelTable* avx2_table() { return nullptr; }
-}  // namespace ds4::cpu::detail
+}  // namespace ds4::backend::cpu::detail
 #endif

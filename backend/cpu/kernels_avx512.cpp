@@ -21,7 +21,7 @@
 
 #include "backend/cpu/kernels_x86.h"
 
-namespace ds4::cpu::detail {
+namespace ds4::backend::cpu::detail {
 namespace {
 
 // Software prefetch of n bytes from p into L1 (one hint per cache line). The kernels below
@@ -89,7 +89,7 @@ __attribute__((always_inline)) inline void dense512_tile(const RowsArgs& a, int6
       a.y[k * a.y_stride + o0 + j] = finish512<T>(p[j][k], w[j], x[k], m, n);
 }
 
-// (Measured: r = 5, 6 gain from 4 outputs; r = 3, 4, 7 lose from more than 16 / r.)
+// Outputs per tile by row count (chosen by measurement: docs/measurements/backend.md).
 constexpr int dense_outputs_512(int r) { return r <= 2 ? 8 : (r == 3 ? 5 : (r <= 6 ? 4 : 2)); }
 
 template <Dense T>
@@ -909,11 +909,11 @@ const KernelTable* avx512_table() {
   return &t;
 }
 
-}  // namespace ds4::cpu::detail
+}  // namespace ds4::backend::cpu::detail
 #else
 #include "backend/cpu/kernels_internal.h"
 
-namespace ds4::cpu::detail {
+namespace ds4::backend::cpu::detail {
 const KernelTable* avx512_table() { return nullptr; }
-}  // namespace ds4::cpu::detail
+}  // namespace ds4::backend::cpu::detail
 #endif

@@ -11,7 +11,7 @@
 
 #include "backend/cpu/kernels.h"
 
-namespace ds4::cpu::detail {
+namespace ds4::backend::cpu::detail {
 
 struct RowsArgs {
   const uint8_t* w = nullptr;  // [n_out][row_bytes] weight rows
@@ -74,4 +74,4 @@ const KernelTable* avx512_table();
 // point g under sign pattern s (quant::iq2_xxs_signed_values). 256 KiB, built on first use.
 const uint64_t* iq2_signed_grid();
 
-}  // namespace ds4::cpu::detail
+}  // namespace ds4::backend::cpu::detail

@@ -13,7 +13,7 @@
 #include "quant/half.h"
 #include "quant/iq2_tables.h"
 
-namespace ds4::cpu::detail {
+namespace ds4::backend::cpu::detail {
 namespace {
 
 using quant::BlockIQ2XXS;
@@ -220,4 +220,4 @@ const uint64_t* iq2_signed_grid() {
   return table.data();
 }
 
-}  // namespace ds4::cpu::detail
+}  // namespace ds4::backend::cpu::detail

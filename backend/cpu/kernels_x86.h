@@ -26,7 +26,7 @@
 #include "quant/iq2_tables.h"
 #include "quant/quant.h"
 
-namespace ds4::cpu::detail {
+namespace ds4::backend::cpu::detail {
 namespace {
 
 using quant::BlockIQ2XXS;
@@ -1078,4 +1078,4 @@ inline KernelTable make_x86_table() {
 }
 
 }  // namespace
-}  // namespace ds4::cpu::detail
+}  // namespace ds4::backend::cpu::detail

@@ -5,27 +5,20 @@
 
 #include "core/status.h"
 #include "core/threadpool.h"
-#ifdef DS4_HAVE_CPU_KERNELS
 #include "backend/cpu/kernels.h"
-#endif
 
 namespace ds4::backend::cpu {
 
 namespace {
-
-// Output rows per parallel chunk: fixed, so chunking never depends on the thread count.
-constexpr int64_t kRowGrain = 16;
 
 std::vector<quant::BlockQ8_0Act>& act_buffer() {
   thread_local std::vector<quant::BlockQ8_0Act> buf;
   return buf;
 }
 
-#ifdef DS4_HAVE_CPU_KERNELS
-ds4::cpu::TensorRows rows_of(const Matrix& w) {
-  return ds4::cpu::TensorRows{w.data, static_cast<int64_t>(w.row_bytes), w.n_in};
+ds4::backend::cpu::TensorRows rows_of(const Matrix& w) {
+  return ds4::backend::cpu::TensorRows{w.data, static_cast<int64_t>(w.row_bytes), w.n_in};
 }
-#endif
 
 }  // namespace
 
@@ -42,43 +35,15 @@ void Matmul::matmul(const MatmulParams& p) {
       auto& buf = act_buffer();
       if (buf.size() < static_cast<size_t>(nb * p.n_rows)) buf.resize(static_cast<size_t>(nb * p.n_rows));
       quant::BlockQ8_0Act* xq = buf.data();
-#ifdef DS4_HAVE_CPU_KERNELS
-      for (int i = 0; i < p.n_rows; ++i) ds4::cpu::quantize_q8_0_act(p.x + i * p.x_stride, xq + i * nb, n_in);
-      ds4::cpu::matmul_q8_0(rows_of(w), xq, p.n_rows, p.y, w.n_out, pool_, nb, p.y_stride);
-      return;
-#endif
-      for (int i = 0; i < p.n_rows; ++i) quant::quantize_q8_0_act(p.x + i * p.x_stride, xq + i * nb, n_in);
-      parallel_for(pool_, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o) {
-          const auto* row = reinterpret_cast<const quant::BlockQ8_0*>(w.data + o * w.row_bytes);
-          for (int i = 0; i < p.n_rows; ++i) p.y[i * p.y_stride + o] = quant::dot_q8_0(row, xq + i * nb, nb);
-        }
-      });
+      for (int i = 0; i < p.n_rows; ++i) ds4::backend::cpu::quantize_q8_0_act(p.x + i * p.x_stride, xq + i * nb, n_in);
+      ds4::backend::cpu::matmul_q8_0(rows_of(w), xq, p.n_rows, p.y, w.n_out, pool_, nb, p.y_stride);
       return;
     }
     case GgmlType::kF16:
-#ifdef DS4_HAVE_CPU_KERNELS
-      ds4::cpu::matmul_f16(rows_of(w), p.x, p.n_rows, p.y, w.n_out, pool_, p.x_stride, p.y_stride);
-      return;
-#endif
-      parallel_for(pool_, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o) {
-          const auto* row = reinterpret_cast<const uint16_t*>(w.data + o * w.row_bytes);
-          for (int i = 0; i < p.n_rows; ++i) p.y[i * p.y_stride + o] = quant::dot_f16(row, p.x + i * p.x_stride, n_in);
-        }
-      });
+      ds4::backend::cpu::matmul_f16(rows_of(w), p.x, p.n_rows, p.y, w.n_out, pool_, p.x_stride, p.y_stride);
       return;
     case GgmlType::kF32:
-#ifdef DS4_HAVE_CPU_KERNELS
-      ds4::cpu::matmul_f32(rows_of(w), p.x, p.n_rows, p.y, w.n_out, pool_, p.x_stride, p.y_stride);
-      return;
-#endif
-      parallel_for(pool_, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o) {
-          const auto* row = reinterpret_cast<const float*>(w.data + o * w.row_bytes);
-          for (int i = 0; i < p.n_rows; ++i) p.y[i * p.y_stride + o] = quant::dot_f32(row, p.x + i * p.x_stride, n_in);
-        }
-      });
+      ds4::backend::cpu::matmul_f32(rows_of(w), p.x, p.n_rows, p.y, w.n_out, pool_, p.x_stride, p.y_stride);
       return;
     default:
       DS4_CHECK_MSG(false, "matmul: unsupported dense weight type");
@@ -119,60 +84,20 @@ float dot_expert_row(const Matrix& w, int64_t r, const quant::BlockQ8K* x) {
 
 void expert_matmul(const Matrix& w, const quant::BlockQ8K* x, int64_t x_stride, int n_rows,
                    float* y, int64_t y_stride, ThreadPool* pool) {
-#ifdef DS4_HAVE_CPU_KERNELS
-  const ds4::cpu::TensorRows rows = rows_of(w);
+  const ds4::backend::cpu::TensorRows rows = rows_of(w);
   switch (w.type) {
     case GgmlType::kIQ2_XXS:
-      ds4::cpu::matmul_iq2_xxs(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
+      ds4::backend::cpu::matmul_iq2_xxs(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
       return;
     case GgmlType::kQ2_K:
-      ds4::cpu::matmul_q2_k(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
+      ds4::backend::cpu::matmul_q2_k(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
       return;
     case GgmlType::kQ4_K:
-      ds4::cpu::matmul_q4_k(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
+      ds4::backend::cpu::matmul_q4_k(rows, x, n_rows, y, w.n_out, pool, x_stride, y_stride);
       return;
     default:
       DS4_CHECK_MSG(false, "expert matmul: unsupported weight type");
   }
-#else
-  parallel_for(pool, w.n_out, kRowGrain, [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      for (int k = 0; k < n_rows; ++k) y[k * y_stride + o] = dot_expert_row(w, o, x + k * x_stride);
-    }
-  });
-#endif
-}
-
-void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n) {
-#ifdef DS4_HAVE_CPU_KERNELS
-  ds4::cpu::quantize_q8_k_act(x, out, n);
-#else
-  quant::quantize_q8_k_act(x, out, n);
-#endif
-}
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-#ifdef DS4_HAVE_CPU_KERNELS
-  return ds4::cpu::dot_f32(a, b, n);
-#else
-  return quant::dot_f32(a, b, n);
-#endif
-}
-
-void axpy(float a, const float* x, float* y, int64_t n) {
-#ifdef DS4_HAVE_CPU_KERNELS
-  ds4::cpu::axpy(a, x, y, n);
-#else
-  for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
-#endif
-}
-
-void scale(float a, float* y, int64_t n) {
-#ifdef DS4_HAVE_CPU_KERNELS
-  ds4::cpu::scale(a, y, n);
-#else
-  for (int64_t j = 0; j < n; ++j) y[j] = y[j] * a;
-#endif
 }
 
 }  // namespace ds4::backend::cpu

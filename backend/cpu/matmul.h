@@ -1,9 +1,9 @@
 // backend/cpu/matmul.h — the CPU backend's matmul wrapper: one place that turns a
 // MatmulParams (weight type, r rows) into dot products.
 //
-// Role: routes every dense matmul and expert row dot of the CPU backend. Today it calls the
-// quant reference dots (quant/dot.h) over output rows split across the pool; the SIMD
-// multi-row kernels of backend/cpu/kernels*.h plug in here and must give the same bits.
+// Role: routes every dense matmul and expert matmul of the CPU backend to the multi-row
+// kernels of backend/cpu/kernels.h (per-ISA tables, all with the bits of the quant reference
+// dots of quant/dot.h), split over output rows across the pool.
 // Invariants: y[i][o] == reference dot(W row o, quantized x[i]) for every i, o, whatever the
 // row count and thread count; no allocation after the first call at a given size
 // (activation blocks live in a per-thread buffer that only grows). Under
@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "quant/quant.h"
 
 namespace ds4 {
@@ -66,14 +67,5 @@ float dot_expert_row(const Matrix& w, int64_t r, const quant::BlockQ8K* x);
 // y + k*y_stride). Same bits as dot_expert_row for every (k, o).
 void expert_matmul(const Matrix& w, const quant::BlockQ8K* x, int64_t x_stride, int n_rows,
                    float* y, int64_t y_stride, ThreadPool* pool);
-
-// quant::quantize_q8_k_act, byte for byte (SIMD when the kernels are built).
-void quantize_q8_k_act(const float* x, quant::BlockQ8K* out, int64_t n);
-
-// Canonical dense dot and axpy (kernels when built, else the quant reference): same bits.
-float dot_f32(const float* a, const float* b, int64_t n);
-void axpy(float a, const float* x, float* y, int64_t n);
-// y[i] = y[i]·a, elementwise.
-void scale(float a, float* y, int64_t n);
 
 }  // namespace ds4::backend::cpu

@@ -34,7 +34,7 @@ namespace {
 
 using ds4::ThreadPool;
 using ds4::gguf::GgmlType;
-namespace cpu = ds4::cpu;
+namespace cpu = ds4::backend::cpu;
 namespace quant = ds4::quant;
 
 struct Spec {

@@ -42,6 +42,7 @@
 namespace {
 
 using namespace ds4;  // NOLINT: benchmark program
+namespace cpu = ds4::backend::cpu;
 
 // Wall time, or this thread's CPU time when g_cpu_clock (--threads=1: robust on a shared,
 // oversubscribed machine, where wall time mostly measures other people's jobs).
@@ -56,9 +57,9 @@ double now_s() {
 }
 
 // Per-op wall time, keyed by op name (matmuls by weight type and shape).
-class TimingBackend final : public backend::Backend {
+class TimingBackend final : public backend::ForwardingBackend {
  public:
-  explicit TimingBackend(backend::Backend& inner) : in_(inner) {}
+  explicit TimingBackend(backend::Backend& inner) : ForwardingBackend(inner), in_(inner) {}
   const char* name() const override { return "timing"; }
   int n_threads() const override { return in_.n_threads(); }
 
@@ -80,10 +81,8 @@ class TimingBackend final : public backend::Backend {
   void attention_inputs(const backend::AttentionInputsParams& p) override {
     timed("attention_inputs", [&] { in_.attention_inputs(p); });
   }
-  bool compressor_step(const backend::CompressorStepParams& p) override {
-    bool r = false;
-    timed("compressor_step", [&] { r = in_.compressor_step(p); });
-    return r;
+  void compressor_step(const backend::CompressorStepParams& p) override {
+    timed("compressor_step", [&] { in_.compressor_step(p); });
   }
   void indexer_select(const backend::IndexerSelectParams* p, int n) override {
     timed("indexer_select", [&] { in_.indexer_select(p, n); });

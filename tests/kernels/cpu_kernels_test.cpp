@@ -17,7 +17,7 @@
 #include "core/threadpool.h"
 #include "quant/quant.h"
 
-namespace ds4::cpu {
+namespace ds4::backend::cpu {
 namespace {
 
 using gguf::GgmlType;
@@ -330,4 +330,4 @@ TEST(KernelIsa, NamesParseAndDetectionIsConsistent) {
 }
 
 }  // namespace
-}  // namespace ds4::cpu
+}  // namespace ds4::backend::cpu

@@ -15,7 +15,7 @@
 #include "backend/cpu/kernels.h"
 #include "quant/quant.h"
 
-namespace ds4::cpu {
+namespace ds4::backend::cpu {
 namespace {
 
 std::vector<Isa> supported_isas() {
@@ -65,7 +65,7 @@ TEST(QuantizeAct, Q8_0BytesEqualReferenceOnEveryIsa) {
   for (Isa isa : supported_isas()) {
     ASSERT_TRUE(set_isa(isa));
     std::memset(got.data(), 0x5a, got.size() * sizeof(got[0]));
-    ds4::cpu::quantize_q8_0_act(x.data(), got.data(), n);
+    ds4::backend::cpu::quantize_q8_0_act(x.data(), got.data(), n);
     for (size_t b = 0; b < want.size(); ++b)
       ASSERT_EQ(std::memcmp(&want[b], &got[b], sizeof(want[b])), 0) << isa_name(isa) << " block " << b;
   }
@@ -86,11 +86,11 @@ TEST(QuantizeAct, Q8KBytesEqualReferenceOnEveryIsa) {
   for (Isa isa : supported_isas()) {
     ASSERT_TRUE(set_isa(isa));
     std::memset(got.data(), 0x5a, got.size() * sizeof(got[0]));
-    ds4::cpu::quantize_q8_k_act(x.data(), got.data(), n);
+    ds4::backend::cpu::quantize_q8_k_act(x.data(), got.data(), n);
     for (size_t b = 0; b < want.size(); ++b)
       ASSERT_EQ(std::memcmp(&want[b], &got[b], sizeof(want[b])), 0) << isa_name(isa) << " block " << b;
   }
 }
 
 }  // namespace
-}  // namespace ds4::cpu
+}  // namespace ds4::backend::cpu

@@ -42,9 +42,9 @@ namespace {
 
 using namespace ds4;
 
-class RecordingBackend final : public backend::Backend {
+class RecordingBackend final : public backend::ForwardingBackend {
  public:
-  explicit RecordingBackend(backend::Backend& inner) : in_(inner) {}
+  explicit RecordingBackend(backend::Backend& inner) : ForwardingBackend(inner), in_(inner) {}
   const char* name() const override { return "recording"; }
   int n_threads() const override { return in_.n_threads(); }
   void matmul(const backend::MatmulParams& p) override { in_.matmul(p); }
@@ -53,9 +53,7 @@ class RecordingBackend final : public backend::Backend {
   void hc_post(const backend::HcPostParams& p) override { in_.hc_post(p); }
   void matmul_grouped(const backend::MatmulParams* p, int n) override { in_.matmul_grouped(p, n); }
   void attention_inputs(const backend::AttentionInputsParams& p) override { in_.attention_inputs(p); }
-  bool compressor_step(const backend::CompressorStepParams& p) override {
-    return in_.compressor_step(p);
-  }
+  void compressor_step(const backend::CompressorStepParams& p) override { in_.compressor_step(p); }
   void sink_attention(const backend::SinkAttentionParams* p, int n) override { in_.sink_attention(p, n); }
   void swiglu(const backend::SwigluParams& p) override { in_.swiglu(p); }
   void moe(const backend::MoeParams& p) override { in_.moe(p); }
@@ -206,12 +204,12 @@ int main(int argc, char** argv) {
     const session::LayerState& L = s.state().layers()[il];
     const std::string sfx = "_L" + std::to_string(il);
     if (L.ratio != 0) {
-      std::vector<float> comp(L.comp.begin(), L.comp.begin() + L.n_comp * D);
+      std::vector<float> comp(L.comp.host().begin(), L.comp.host().begin() + L.n_comp * D);
       if (!write_raw(out + "/comp" + sfx + ".f32", comp)) return die("write comp");
       add("comp" + sfx, "f32", {L.n_comp, D});
     }
     if (L.ratio == 4) {
-      std::vector<float> index(L.index.begin(), L.index.begin() + L.n_index * IDX);
+      std::vector<float> index(L.index.host().begin(), L.index.host().begin() + L.n_index * IDX);
       if (!write_raw(out + "/index" + sfx + ".f32", index)) return die("write index");
       add("index" + sfx, "f32", {L.n_index, IDX});
       if (!write_raw(out + "/idxq" + sfx + ".f32", idxq[il])) return die("write idxq");

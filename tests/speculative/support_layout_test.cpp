@@ -137,7 +137,7 @@ TEST(SupportLayout, BothLayoutsGiveDsparkOutputIdenticalToPlainGreedy) {
     TestSession spec_s(st.session(256));
     SpecOptions so;
     so.confidence = 0.0f;
-    auto dec = SpeculativeDecoder::create(**drafter, spec_s.ms(), so);
+    auto dec = SpeculativeDecoder::create((*drafter)->model(), spec_s.ms(), so);
     GenerateOptions sopt = opt;
     sopt.decoder = dec.get();
     auto spec = generate(spec_s, **text, prompt, sopt, [](int32_t, std::string_view) { return true; });

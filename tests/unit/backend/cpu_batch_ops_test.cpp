@@ -234,15 +234,14 @@ TEST(CpuBatchOps, SinkAttentionDerotatesEachHead) {
   const auto q = randv(static_cast<size_t>(Q * NH * D), 41, 1.0f);
   const auto keys = randv(static_cast<size_t>(NK * D), 42, 1.0f);
   const auto sinks = randv(NH, 43, 1.0f);
-  std::vector<const float*> kp(NK);
-  for (int k = 0; k < NK; ++k) kp[k] = keys.data() + k * D;
   RopeParams rp;
   auto queries = [&](std::vector<float>& scores, std::vector<float>& out, bool derotate) {
     std::vector<SinkAttentionParams> ps(Q);
     for (int i = 0; i < Q; ++i) {
       SinkAttentionParams& a = ps[i];
       a.q = q.data() + i * NH * D;
-      a.raw = kp.data();
+      a.raw = keys.data();
+      a.raw_cap = NK;
       a.n_raw = NK - i;
       a.sinks = sinks.data();
       a.n_head = NH;

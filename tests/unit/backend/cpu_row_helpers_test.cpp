@@ -36,13 +36,13 @@ bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a,
 // Runs f once per supported ISA (restoring the original afterwards).
 template <typename F>
 void for_each_isa(F&& f) {
-  const ds4::cpu::Isa original = ds4::cpu::active_isa();
-  for (ds4::cpu::Isa isa : {ds4::cpu::Isa::kScalar, ds4::cpu::Isa::kAvx2, ds4::cpu::Isa::kAvx512}) {
-    if (!ds4::cpu::set_isa(isa)) continue;
-    SCOPED_TRACE(ds4::cpu::isa_name(isa));
+  const cpu::Isa original = cpu::active_isa();
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::set_isa(isa)) continue;
+    SCOPED_TRACE(cpu::isa_name(isa));
     f();
   }
-  ds4::cpu::set_isa(original);
+  cpu::set_isa(original);
 }
 
 // The sink attention definition, key by key (the form the CPU backend had before batching).
@@ -55,7 +55,7 @@ void sink_reference(const SinkAttentionParams& p) {
     float* score = p.scores + h * n_all;
     float mx = p.sinks[h];
     for (int r = 0; r < p.n_raw; ++r) {
-      score[r] = quant::dot_f32(qh, p.raw[r], D) * kq_scale;
+      score[r] = quant::dot_f32(qh, p.raw_row(r), D) * kq_scale;
       if (score[r] > mx) mx = score[r];
     }
     for (int64_t c = 0; c < p.n_comp; ++c) {
@@ -77,7 +77,7 @@ void sink_reference(const SinkAttentionParams& p) {
         oh[j] = oh[j] + t;
       }
     };
-    for (int r = 0; r < p.n_raw; ++r) add(expf(score[r] - mx), p.raw[r]);
+    for (int r = 0; r < p.n_raw; ++r) add(expf(score[r] - mx), p.raw_row(r));
     for (int64_t c = 0; c < p.n_comp; ++c) {
       if (p.comp_allowed != nullptr && !p.comp_allowed[c]) continue;
       add(expf(score[p.n_raw + c] - mx), p.comp + c * D);
@@ -95,14 +95,14 @@ TEST(CpuRowHelpers, SinkAttentionHeadsEqualPerKeyLoop) {
     const auto q = randv(nh * D, 1, 2.0f);
     const auto raw = randv(static_cast<size_t>(n_raw) * D + 1, 2);
     const auto comp = randv(static_cast<size_t>(n_comp) * D + 1, 3);
-    std::vector<const float*> raw_ptrs(n_raw);
-    for (int r = 0; r < n_raw; ++r) raw_ptrs[r] = raw.data() + ((r * 7) % n_raw) * D;  // out of order
     std::vector<uint8_t> allowed(n_comp);
     for (int c = 0; c < n_comp; ++c) allowed[c] = (c % 3) != 1;
     const float sinks[3] = {0.3f, -0.2f, 1.5f};
     SinkAttentionParams p;
     p.q = q.data();
-    p.raw = raw_ptrs.data();
+    p.raw = raw.data();  // a ring that wraps: positions 1003 .. 1003 + n_raw - 1
+    p.raw_cap = n_raw;
+    p.raw_first = 1003;
     p.n_raw = n_raw;
     p.comp = comp.data();
     p.n_comp = n_comp;

@@ -1,7 +1,9 @@
 // tests/unit/session/state_test.cpp — session::State without a model: initial compressor
 // states, frontier save/restore (O(layers)), canonical serialization round trip and sizes.
+// The state lives in CPU backend buffers; the tests read and write them through the host view.
 #include <gtest/gtest.h>
 
+#include "backend/backend.h"
 #include "model/profiles.h"
 #include "session/state.h"
 
@@ -10,15 +12,16 @@ namespace {
 
 TEST(SessionState, FreshStateMatchesSpecInitialValues) {
   const model::ModelConfig cfg = model::tiny_profile();
-  State s(cfg, 300);
+  auto be = backend::make_cpu_backend(1);
+  State s(cfg, 300, *be);
   ASSERT_EQ(s.layers().size(), cfg.n_layer);
   EXPECT_EQ(s.raw_cap(), static_cast<int64_t>(cfg.n_swa) + kRollbackSlack);
   for (uint32_t il = 0; il < cfg.n_layer; ++il) {
     const LayerState& L = s.layers()[il];
     EXPECT_EQ(L.ratio, static_cast<int>(cfg.compress_ratio(il)));
     EXPECT_EQ(L.n_comp, 0);
-    for (float v : L.cmp_score) ASSERT_EQ(v, kNegInf);
-    for (float v : L.cmp_kv) ASSERT_EQ(v, 0.0f);
+    for (float v : L.cmp_score.host()) ASSERT_EQ(v, kNegInf);
+    for (float v : L.cmp_kv.host()) ASSERT_EQ(v, 0.0f);
     if (L.ratio == 4) {
       EXPECT_EQ(L.cmp_kv.size(), 8u * 2 * cfg.head_dim);
       EXPECT_EQ(L.idx_kv.size(), 8u * 2 * cfg.indexer_head_dim);
@@ -36,53 +39,55 @@ TEST(SessionState, FreshStateMatchesSpecInitialValues) {
 
 TEST(SessionState, FrontierRestoresCountersAndCompressorStatesOnly) {
   const model::ModelConfig cfg = model::tiny_profile();
-  State s(cfg, 300);
+  auto be = backend::make_cpu_backend(1);
+  State s(cfg, 300, *be);
   for (int i = 0; i < 10; ++i) s.tokens().push_back(i);
   s.layers()[2].n_comp = 2;
-  s.layers()[2].cmp_kv[5] = 1.5f;
+  s.layers()[2].cmp_kv.host()[5] = 1.5f;
   Frontier f = s.make_frontier();
   s.save_frontier(f);
   EXPECT_EQ(f.n_tokens, 10);
   // Mutate everything a speculative step touches.
   for (int i = 0; i < 3; ++i) s.tokens().push_back(100 + i);
   s.layers()[2].n_comp = 3;
-  s.layers()[2].cmp_kv[5] = -7.0f;
-  s.layers()[3].cmp_score[0] = 4.0f;
-  s.layers()[2].comp[0] = 9.0f;  // append-only rows are not part of a frontier
+  s.layers()[2].cmp_kv.host()[5] = -7.0f;
+  s.layers()[3].cmp_score.host()[0] = 4.0f;
+  s.layers()[2].comp.host()[0] = 9.0f;  // append-only rows are not part of a frontier
   s.restore_frontier(f);
   EXPECT_EQ(s.tokens().size(), 10u);
   EXPECT_EQ(s.layers()[2].n_comp, 2);
-  EXPECT_EQ(s.layers()[2].cmp_kv[5], 1.5f);
-  EXPECT_EQ(s.layers()[3].cmp_score[0], kNegInf);
-  EXPECT_EQ(s.layers()[2].comp[0], 9.0f);
+  EXPECT_EQ(s.layers()[2].cmp_kv.host()[5], 1.5f);
+  EXPECT_EQ(s.layers()[3].cmp_score.host()[0], kNegInf);
+  EXPECT_EQ(s.layers()[2].comp.host()[0], 9.0f);
   EXPECT_EQ(f.states.size(), s.frontier_state_floats());
 }
 
 TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
   const model::ModelConfig cfg = model::tiny_profile();
-  State a(cfg, 300);
+  auto be = backend::make_cpu_backend(1);
+  State a(cfg, 300, *be);
   for (int i = 0; i < 50; ++i) a.tokens().push_back(i * 3);
-  a.logits()[17] = 2.5f;
+  a.logits().host()[17] = 2.5f;
   a.set_has_logits(true);
   for (size_t il = 0; il < a.layers().size(); ++il) {
     LayerState& L = a.layers()[il];
-    for (size_t j = 0; j < L.raw.size(); ++j) L.raw[j] = static_cast<float>(j % 97) + il;
+    for (size_t j = 0; j < L.raw.size(); ++j) L.raw.host()[j] = static_cast<float>(j % 97) + il;
     if (L.ratio != 0) {
       L.n_comp = 50 / L.ratio;
-      for (size_t j = 0; j < L.comp.size(); ++j) L.comp[j] = static_cast<float>(j % 13);
+      for (size_t j = 0; j < L.comp.size(); ++j) L.comp.host()[j] = static_cast<float>(j % 13);
     }
     if (L.ratio == 4) L.n_index = L.n_comp;
   }
   std::vector<uint8_t> bytes;
   a.serialize(bytes);
   EXPECT_EQ(bytes.size(), a.payload_bytes());
-  State b(cfg, 300);
+  State b(cfg, 300, *be);
   ASSERT_TRUE(b.deserialize(bytes));
   std::vector<uint8_t> again;
   b.serialize(again);
   EXPECT_EQ(again, bytes);
   EXPECT_EQ(b.layers()[2].n_comp, 12);
-  EXPECT_EQ(b.logits()[17], 2.5f);
+  EXPECT_EQ(b.logits().host()[17], 2.5f);
   // A truncated or foreign payload is rejected.
   bytes.pop_back();
   EXPECT_FALSE(b.deserialize(bytes));
