@@ -22,12 +22,14 @@ namespace {
 using detail::kFullMask;
 
 constexpr int kNormWarps = 8;
-constexpr int kNormChunk = 1024;
+constexpr int kNormChunk = 512;
 
 __global__ void __launch_bounds__(32 * kNormWarps) rms_norm_kernel(const float* x, const float* __restrict__ w,
                                                                    float* out, int64_t n, int64_t stride,
                                                                    int n_rows, float eps) {
-  __shared__ float buf[kNormWarps][kNormChunk];
+  // All lanes square a chunk (exact in double) into shared memory; lane 0 then runs the
+  // sequential chain of double adds, two terms per 16-byte load.
+  __shared__ __align__(16) double sq[kNormWarps][kNormChunk];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kNormWarps + warp;
   if (row >= n_rows) return;  // warp-uniform
@@ -35,15 +37,20 @@ __global__ void __launch_bounds__(32 * kNormWarps) rms_norm_kernel(const float* 
   double ss = 0.0;  // lane 0's chain
   for (int64_t c = 0; c < n; c += kNormChunk) {
     const int cnt = n - c < kNormChunk ? static_cast<int>(n - c) : kNormChunk;
-    for (int i = lane; i < cnt; i += 32) buf[warp][i] = xr[c + i];
+    for (int i = lane; i < cnt; i += 32) {
+      const double v = static_cast<double>(xr[c + i]);
+      sq[warp][i] = v * v;
+    }
     __syncwarp();
     if (lane == 0) {
-      const float* b = buf[warp];
+      const double2* q = reinterpret_cast<const double2*>(sq[warp]);
 #pragma unroll 8
-      for (int i = 0; i < cnt; ++i) {
-        const double v = static_cast<double>(b[i]);
-        ss += v * v;
+      for (int i = 0; i < cnt / 2; ++i) {
+        const double2 a = q[i];
+        ss += a.x;
+        ss += a.y;
       }
+      if (cnt & 1) ss += sq[warp][cnt - 1];
     }
     __syncwarp();
   }
@@ -91,25 +98,49 @@ __device__ __forceinline__ Top shfl_down(const Top& t, int s) {
 
 constexpr int kTopThreads = 1024;
 
+// The scalar loop's update for one candidate; a thread sees its indices in ascending order.
+__device__ __forceinline__ void consider(Top& t, int64_t i, float v, int64_t excluded) {
+  if (i == excluded || isnan(v)) return;
+  if (t.id < 0 || v > t.best) {
+    t.id = i;
+    t.best = v;
+  }
+  if (v > t.t1) {
+    t.t2 = t.t1;
+    t.t1 = v;
+  } else if (v > t.t2) {
+    t.t2 = v;
+  }
+}
+
 __global__ void __launch_bounds__(kTopThreads) top_two_kernel(const float* __restrict__ x, int64_t n,
                                                               int64_t excluded, TopTwoResult* out) {
   __shared__ Top part[kTopThreads / 32];
   Top t{-INFINITY, -INFINITY, 0.0f, -1};
-  for (int64_t i = threadIdx.x; i < n; i += kTopThreads) {
-    if (i == excluded) continue;
-    const float v = __ldg(x + i);
-    if (isnan(v)) continue;
-    if (t.id < 0 || v > t.best) {
-      t.id = i;
-      t.best = v;
+  int64_t scalar_from = 0;
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    // 16-byte loads, four in flight per thread; thread indices stay ascending.
+    const int64_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int64_t q0 = threadIdx.x; q0 < n4; q0 += 4 * kTopThreads) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int64_t q = q0 + u * kTopThreads;
+        v[u] = q < n4 ? __ldg(x4 + q) : make_float4(NAN, NAN, NAN, NAN);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int64_t i = 4 * (q0 + u * kTopThreads);
+        consider(t, i, v[u].x, excluded);
+        consider(t, i + 1, v[u].y, excluded);
+        consider(t, i + 2, v[u].z, excluded);
+        consider(t, i + 3, v[u].w, excluded);
+      }
     }
-    if (v > t.t1) {
-      t.t2 = t.t1;
-      t.t1 = v;
-    } else if (v > t.t2) {
-      t.t2 = v;
-    }
+    scalar_from = 4 * n4;
   }
+  for (int64_t i = scalar_from + threadIdx.x; i < n; i += kTopThreads) consider(t, i, __ldg(x + i), excluded);
   for (int s = 16; s >= 1; s /= 2) t = merge(t, shfl_down(t, s));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) part[warp] = t;
