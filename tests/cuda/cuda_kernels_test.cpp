@@ -259,12 +259,15 @@ TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
   dense_case<true>({4096, 24}, 4096);
   dense_case<true>({16384, 24}, 16384);
   dense_case<true>({4099, 7}, 4101);  // tail of 3, unaligned rows and x: the scalar-load path
+  dense_case<true>({272, 4100}, 272);  // >= 4096 rows: 16 rows per CTA, a partial last CTA
+  dense_case<true>({1000, 4096}, 1003);
 }
 
 TEST_F(CudaKernels, MatvecF32BitsEqualCpuForR1To8) {
   dense_case<false>({64, 24}, 64);
   dense_case<false>({4096, 24}, 4096);
   dense_case<false>({1030, 9}, 1031);
+  dense_case<false>({496, 4099}, 496);
 }
 
 template <typename Run, typename Dot>
