@@ -28,7 +28,8 @@ __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
 
 // N little-endian 32-bit words starting at the 2-byte-aligned address p (block fields that
 // follow an f16 scale sit at 2 mod 4): aligned loads, then a funnel shift when p is not
-// 4-byte aligned. Never reads past p + 4N rounded up to a word.
+// 4-byte aligned. Reads exactly the bytes [p - (p mod 4), p + 4N): the last piece is a 16-bit
+// load, so a row's final block never reads past its allocation.
 template <int N>
 __device__ __forceinline__ void load_words_even(const uint8_t* p, uint32_t (&out)[N]) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -37,7 +38,7 @@ __device__ __forceinline__ void load_words_even(const uint8_t* p, uint32_t (&out
   uint32_t v[N + 1];
 #pragma unroll
   for (int i = 0; i < N; ++i) v[i] = __ldg(w + i);
-  v[N] = sh != 0 ? __ldg(w + N) : 0u;
+  v[N] = sh != 0 ? static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(w + N))) : 0u;
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], sh);
 }
