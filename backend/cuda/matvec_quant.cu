@@ -3,8 +3,8 @@
 //
 // Role: matvec_q8_0 / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of cuda_kernels.h.
 // Layout: one warp per output row, 8 rows per 256-thread block. A warp walks the row's
-// blocks in chunks of 32: Q8_0 gives each lane one block; the 256-element super-blocks give
-// 8 lanes per block (one 32-element group each, 4 blocks per step). Each weight block is
+// blocks in chunks (128 for Q8_0, 4 blocks per lane; 32 for the 256-element super-blocks,
+// which give 8 lanes per block, one 32-element group each, 4 blocks per step). Each weight block is
 // loaded and decoded once and dotted with all r activation rows.
 // Bit-exactness (quant/dot.h): the integer part of a block dot is exact int32 whatever the
 // split (lanes' partial sums are combined with integer shuffles); the float part of each
@@ -50,6 +50,8 @@ struct Q8_0Fmt {
   static constexpr int kBlockElems = quant::kQK8_0;
   static constexpr int kBlockBytes = 34;
   static constexpr bool kTables = false;
+  static constexpr int kChunk = 128;  // blocks whose terms are in flight at once (4 per lane)
+  static constexpr int kUnroll = 4;
   template <int R>
   static __device__ __forceinline__ void terms(const uint8_t* row, int b, bool valid, int /*sub*/,
                                                const Act* __restrict__ x, int64_t xs, float (&t)[R],
@@ -78,6 +80,8 @@ struct Iq2XxsFmt {
   static constexpr int kLanesPerBlock = 8;
   static constexpr int kBlockElems = quant::kQKK;
   static constexpr int kBlockBytes = 66;
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 2;
   static constexpr bool kTables = true;
   template <int R>
   static __device__ __forceinline__ void terms(const uint8_t* row, int b, bool valid, int sub,
@@ -129,6 +133,8 @@ struct Q2KFmt {
   static constexpr int kLanesPerBlock = 8;
   static constexpr int kBlockElems = quant::kQKK;
   static constexpr int kBlockBytes = 84;
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 2;
   static constexpr bool kTables = false;
   template <int R>
   static __device__ __forceinline__ void terms(const uint8_t* row, int b, bool valid, int sub,
@@ -184,6 +190,8 @@ struct Q4KFmt {
   static constexpr int kLanesPerBlock = 8;
   static constexpr int kBlockElems = quant::kQKK;
   static constexpr int kBlockBytes = 144;
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 2;
   static constexpr bool kTables = false;
   template <int R>
   static __device__ __forceinline__ void terms(const uint8_t* row, int b, bool valid, int sub,
@@ -245,7 +253,8 @@ __global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
     const typename F::Act* __restrict__ x, int64_t xs, float* __restrict__ y, int64_t ys) {
   constexpr int kLpb = F::kLanesPerBlock;
   constexpr int kBps = 32 / kLpb;  // blocks per step
-  __shared__ float ts[kWarps][R][33];
+  constexpr int kChunk = F::kChunk;
+  __shared__ float ts[kWarps][R][kChunk + 1];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
   if constexpr (F::kTables) {
@@ -259,9 +268,12 @@ __global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
   const uint8_t* row = w + o * row_bytes;
   const int sub = lane % kLpb, slot = lane / kLpb;
   float acc = 0.0f;  // lane k < R: row k's accumulator
-  for (int c = 0; c < nb; c += 32) {
-    const int cnt = nb - c < 32 ? nb - c : 32;
-    for (int s = 0; s < cnt; s += kBps) {
+  for (int c = 0; c < nb; c += kChunk) {
+    const int cnt = nb - c < kChunk ? nb - c : kChunk;
+    // Unrolled so the loads of several steps are in flight together (latency, not bandwidth,
+    // bounds a warp that waits for one block at a time).
+#pragma unroll F::kUnroll
+    for (int s = 0; s < kChunk; s += kBps) {
       const bool valid = s + slot < cnt;
       float t[R];
       F::template terms<R>(row, c + s + slot, valid, sub, x, xs, t, grid_s, signs_s);
