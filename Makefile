@@ -1,14 +1,16 @@
 # ds4cpp — the two set-up commands (see README.md):
 #   make run    installs what is missing, builds, runs the ds4 CLI on the bundled model
 #   make test   installs what is missing, builds, runs the whole CPU test suite
-# Other targets: build, serve, bench, bench-spec, fuzz, test-cuda, clean.
+# Other targets: build, serve, bench, bench-spec, fuzz, test-cuda, bench-cuda, clean.
+# test-cuda / bench-cuda need a GPU machine (sm_90: H100/H200): the cuda-labelled tests (the
+# CUDA kernels against the CPU oracle, bit for bit) and the CUDA kernels' GB/s.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PROMPT ?=
 N ?= 134
 
-.PHONY: all setup configure build run serve test bench bench-spec fuzz test-cuda clean
+.PHONY: all setup configure build run serve test bench bench-spec fuzz test-cuda bench-cuda clean
 
 all: build
 
@@ -45,10 +47,16 @@ bench-spec: build
 fuzz: setup
 	@bash scripts/fuzz.sh
 
-test-cuda: setup
-	cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDS4_CUDA=ON
+build-cuda/build.ninja:
+	cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDS4_CUDA=ON $(CMAKE_FLAGS)
+
+test-cuda: setup build-cuda/build.ninja
 	cmake --build build-cuda -j $(JOBS)
-	cd build-cuda && ctest --output-on-failure -L cuda
+	cd build-cuda && ctest --output-on-failure -L cuda --timeout 900
+
+bench-cuda: setup build-cuda/build.ninja
+	cmake --build build-cuda -j $(JOBS) --target bench_cuda
+	./build-cuda/bench/kernels/bench_cuda
 
 clean:
 	rm -rf $(BUILD) build-cuda

@@ -1,0 +1,68 @@
+// backend/cuda/common.cuh — device helpers shared by the kernels of backend/cuda.
+//
+// Role: exact f16 -> f32, realigning word loads of 2-byte-aligned block fields, the
+// x86-compatible round-to-int of the activation quantizers, and the launch-error check.
+// Invariants: every helper is exact (no rounding beyond what its name says); nothing here
+// depends on FMA contraction (the whole folder builds with --fmad=false).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace ds4::cuda::detail {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+// Exact for every finite value, ±0, ±inf and subnormals (NaN stays NaN; its payload may
+// differ from quant::f16_to_f32, which only matters for NaN weights, whose dots are NaN
+// either way).
+__device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(p);
+}
+
+// N little-endian 32-bit words starting at the 2-byte-aligned address p (block fields that
+// follow an f16 scale sit at 2 mod 4): aligned loads, then a funnel shift when p is not
+// 4-byte aligned. Reads exactly the bytes [p - (p mod 4), p + 4N): the last piece is a 16-bit
+// load, so a row's final block never reads past its allocation.
+template <int N>
+__device__ __forceinline__ void load_words_even(const uint8_t* p, uint32_t (&out)[N]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~static_cast<uintptr_t>(3));
+  const uint32_t sh = static_cast<uint32_t>(a & 2u) * 8u;  // 0 or 16
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = __ldg(w + i);
+  v[N] = sh != 0 ? static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(w + N))) : 0u;
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], sh);
+}
+
+// clamp(lrintf(v), -128, 127) as x86-64 computes it: round half to even; NaN and ±inf give
+// the "integer indefinite" value (LONG_MIN / INT_MIN), i.e. -128 after the clamp. Finite
+// |v| here is never beyond ~128 (it is x/d with |x| <= 127·d), so saturation cannot differ.
+__device__ __forceinline__ int quant_round(float v) {
+  if (!(fabsf(v) <= 3.0e38f)) return -128;  // NaN, ±inf
+  int q = __float2int_rn(v);
+  q = q > 127 ? 127 : q;
+  return q < -128 ? -128 : q;
+}
+
+// Expands the 4 low bits of s to byte masks (bit b -> byte b = 0xff).
+__device__ __forceinline__ uint32_t sign_mask4(uint32_t s) {
+  return ((s & 0xfu) * 0x00204081u & 0x01010101u) * 0xffu;
+}
+
+}  // namespace ds4::cuda::detail
+
+namespace ds4::cuda {
+
+// An error Status for a failed launch (or an invalid configuration), naming op and shape.
+Status launch_status(const char* op, int64_t n_in, int64_t n_out, int r);
+
+}  // namespace ds4::cuda

@@ -1,0 +1,109 @@
+// backend/cuda/cuda_kernels.h — the CUDA backend's core kernels behind a narrow host API.
+//
+// Role: host launchers over raw DEVICE pointers for the decode hot path: activation
+// quantization (Q8_0, Q8_K), matvecs for r = 1..8 activation rows that read each weight once
+// (Q8_0, F16, F32; IQ2_XXS, Q2_K, Q4_K expert rows), RMS norm and the greedy read-out
+// (top_two). They are shaped to become the CUDA Backend's ops once backend.h has buffers.
+// Invariants (design.md §4, ds4-architecture.md §3):
+//   * Every result is BIT-IDENTICAL to the CPU oracle: quant/dot.h's dots (integer parts
+//     exact, float parts in the CPU's order: the 16-lane tree for dense rows, one sequential
+//     accumulator over blocks for quantized rows), quant's activation quantizers (byte for
+//     byte, NaN/inf handled as x86 lrintf does), cpu_ops' rms_norm_row (sequential double
+//     sum) and core/reduce.h's top_two. The .cu files build with --fmad=false and IEEE
+//     division and square root, so no product is fused into an add.
+//   * Batch invariance: row k of an r-row call gets the bits it gets alone (each row keeps
+//     its own accumulator; weights are shared, reductions never are).
+//   * Launchers are asynchronous on `stream` (nullptr = the default stream), allocate
+//     nothing, and return an error Status naming the op and its shapes when an argument is
+//     invalid or the launch fails; they never abort.
+//   * This header includes no CUDA header, so host-only code can include it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "quant/blocks.h"
+
+struct CUstream_st;  // = cudaStream_t's pointee
+
+namespace ds4::cuda {
+
+using Stream = CUstream_st*;
+
+// Rows per launch of the multi-row matvecs; larger r runs as consecutive tiles of this many.
+inline constexpr int kMaxRows = 8;
+
+// ---- Device ---------------------------------------------------------------------------------
+struct DeviceInfo {
+  int device = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  size_t total_mem = 0;
+  size_t l2_bytes = 0;
+};
+// OK with `info` filled when device `device` exists and the binary can run on it; otherwise
+// an error saying why (no driver, no device, an unsupported compute capability).
+Status probe_device(int device, DeviceInfo* info);
+
+// Minimal device memory helpers (until backend.h's buffer API lands): errors name the size.
+Status device_alloc(void** ptr, size_t bytes);
+void device_free(void* ptr);
+Status upload(void* dst, const void* src, size_t bytes);
+Status download(void* dst, const void* src, size_t bytes);
+Status synchronize();  // waits for all work; reports the first asynchronous kernel fault
+
+// ---- Activation quantization (§3.3, §3.4) -----------------------------------------------------
+// out row k (n/32 blocks, at out + k·out_stride blocks) = quant::quantize_q8_0_act(x row k).
+Status quantize_q8_0_act(const float* x, int64_t x_stride, int n_rows, int64_t n,
+                         quant::BlockQ8_0Act* out, int64_t out_stride, Stream stream = nullptr);
+// out row k (n/256 blocks) = quant::quantize_q8_k_act(x row k).
+Status quantize_q8_k_act(const float* x, int64_t x_stride, int n_rows, int64_t n,
+                         quant::BlockQ8K* out, int64_t out_stride, Stream stream = nullptr);
+
+// ---- Matvecs: y[k·y_stride + o] = dot(W row o, x row k), k < r, o < n_out ---------------------
+// A weight view: row o at data + o·row_bytes, n_in elements of the type. data must be 4-byte
+// aligned (16 for the fastest dense path); row_bytes a multiple of 2.
+struct Weights {
+  const void* data = nullptr;
+  size_t row_bytes = 0;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+};
+// Q8_0 weights × Q8_0 activations (x row k at x + k·x_stride blocks): quant::dot_q8_0.
+Status matvec_q8_0(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r,
+                   float* y, int64_t y_stride, Stream stream = nullptr);
+// F16 / F32 weights × f32 activations (x row k at x + k·x_stride floats): quant::dot_f16 /
+// dot_f32, the canonical 16-lane order.
+Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
+                  int64_t y_stride, Stream stream = nullptr);
+Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
+                  int64_t y_stride, Stream stream = nullptr);
+// Expert rows × Q8_K activations (x row k at x + k·x_stride blocks): quant::dot_iq2_xxs_q8_k,
+// dot_q2_k_q8_k, dot_q4_k_q8_k.
+Status matvec_iq2_xxs(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,
+                      float* y, int64_t y_stride, Stream stream = nullptr);
+Status matvec_q2_k(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,
+                   float* y, int64_t y_stride, Stream stream = nullptr);
+Status matvec_q4_k(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,
+                   float* y, int64_t y_stride, Stream stream = nullptr);
+
+// ---- Norm and read-out ----------------------------------------------------------------------
+// out row k = rms_norm_row(x row k) (· weight when not null): Σ (double)x² in index order from
+// 0.0, scale = 1/sqrtf((float)(ss/n) + eps), out = x·scale·w. Rows `stride` floats apart
+// (0 = n); out may equal x.
+Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int64_t stride,
+                int n_rows, float eps, Stream stream = nullptr);
+
+// core/reduce.h's TopTwo, written to device memory: id = first index of the maximum among
+// non-NaN values (excluded index skipped), margin = top1 − top2 (+0 for ties).
+struct TopTwoResult {
+  int32_t id;
+  float margin;
+};
+Status top_two(const float* logits, int64_t n, int32_t excluded, TopTwoResult* out,
+               Stream stream = nullptr);
+
+}  // namespace ds4::cuda

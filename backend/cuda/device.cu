@@ -1,0 +1,92 @@
+// backend/cuda/device.cu — device probing, minimal device memory helpers and launch errors.
+//
+// Role: the host side every launcher shares: turns CUDA error codes into ds4 Status values
+// that say what failed (the op, the sizes, the driver's words) instead of aborting.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace ds4::cuda {
+
+namespace {
+
+Status cuda_error(const char* what, cudaError_t e) {
+  return resource_error("cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+}  // namespace
+
+Status probe_device(int device, DeviceInfo* info) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state of the failed query
+    return unsupported("cuda: no usable CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+  }
+  if (count == 0) return unsupported("cuda: no CUDA device found");
+  if (device < 0 || device >= count)
+    return invalid_argument("cuda: device %d does not exist (%d device(s) found)", device, count);
+  cudaDeviceProp prop{};
+  const cudaError_t pe = cudaGetDeviceProperties(&prop, device);
+  if (pe != cudaSuccess) return cuda_error("cudaGetDeviceProperties", pe);
+  if (prop.major < 9)
+    return unsupported("cuda: device %d (%s) has compute capability %d.%d; this build needs 9.0 "
+                       "(Hopper: H100/H200)", device, prop.name, prop.major, prop.minor);
+  const cudaError_t se = cudaSetDevice(device);
+  if (se != cudaSuccess) return cuda_error("cudaSetDevice", se);
+  if (info != nullptr) {
+    info->device = device;
+    info->name = prop.name;
+    info->cc_major = prop.major;
+    info->cc_minor = prop.minor;
+    info->sm_count = prop.multiProcessorCount;
+    info->total_mem = prop.totalGlobalMem;
+    info->l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  }
+  return Status();
+}
+
+Status device_alloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  const cudaError_t e = cudaMalloc(ptr, bytes == 0 ? 1 : bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return resource_error("cuda: cannot allocate %zu bytes of device memory (%zu of %zu free): %s",
+                          bytes, free_b, total_b, cudaGetErrorString(e));
+  }
+  return Status();
+}
+
+void device_free(void* ptr) {
+  if (ptr != nullptr) cudaFree(ptr);
+}
+
+Status upload(void* dst, const void* src, size_t bytes) {
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  return e == cudaSuccess ? Status() : cuda_error("upload", e);
+}
+
+Status download(void* dst, const void* src, size_t bytes) {
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  return e == cudaSuccess ? Status() : cuda_error("download", e);
+}
+
+Status synchronize() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  return e == cudaSuccess ? Status() : cuda_error("kernel", e);
+}
+
+Status launch_status(const char* op, int64_t n_in, int64_t n_out, int r) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status();
+  return resource_error("cuda: %s (n_in %lld, n_out %lld, rows %d) failed to launch: %s", op,
+                        static_cast<long long>(n_in), static_cast<long long>(n_out), r,
+                        cudaGetErrorString(e));
+}
+
+}  // namespace ds4::cuda

@@ -1,0 +1,244 @@
+// backend/cuda/matvec_dense.cu — F16 and F32 matvecs in the canonical 16-lane order.
+//
+// Role: matvec_f16 / matvec_f32 of cuda_kernels.h, bit-identical to quant::dot_f16 /
+// dot_f32 (quant/dot.h) for r = 1..8 rows per launch.
+// Layout: 16 threads per output row; thread j owns the CPU's lane partial p[j] of every
+// activation row and adds w[i+j]·x[i+j] for i = 0, 16, 32, ... in order: the same sequence of
+// separately rounded products and sums as the CPU's lane j. Each weight is read from DRAM
+// once per call (tiles staged in shared memory serve all r rows). Then the fixed tree
+// 8, 4, 2, 1 (p[j] + p[j+s] by shuffles within the 16 lanes), and lane 0 adds the n % 16
+// tail sequentially. --fmad=false keeps mul and add apart.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace ds4::cuda {
+
+namespace {
+
+using detail::kFullMask;
+
+template <bool kF16>
+__device__ __forceinline__ float load_w1(const uint8_t* row, int64_t i) {
+  if constexpr (kF16) {
+    return detail::f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+  } else {
+    return reinterpret_cast<const float*>(row)[i];
+  }
+}
+
+// Weights row[e .. e + kCe) as f32 (kCe = 8 for F16, 4 for F32): one 16-byte load when vec.
+template <bool kF16>
+__device__ __forceinline__ void load_chunk(const uint8_t* row, int64_t e, bool vec, float (&v)[kF16 ? 8 : 4]) {
+  if constexpr (kF16) {
+    if (vec) {
+      const uint4 u = __ldg(reinterpret_cast<const uint4*>(row + 2 * e));
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        v[2 * i] = detail::f16_to_f32(static_cast<uint16_t>(words[i] & 0xffffu));
+        v[2 * i + 1] = detail::f16_to_f32(static_cast<uint16_t>(words[i] >> 16));
+      }
+      return;
+    }
+  } else {
+    if (vec) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(row + 4 * e));
+      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < (kF16 ? 8 : 4); ++i) v[i] = load_w1<kF16>(row, e + i);
+}
+
+// One CTA = kRpc output rows (16 compute threads each: thread j owns the CPU's lane partial
+// p[j] of every activation row). All 256 threads stream tiles of kT columns of the weights
+// and of the (up to 8) activation rows into shared memory, prefetching the next tile into
+// registers while the compute threads run the current one; so the sequential per-lane
+// chains wait on shared memory, never on DRAM.
+template <bool kF16, int kRpc>
+struct DenseCfg {
+  static constexpr int kThreads = 256;
+  // Columns per tile: a multiple of 16 (and of 8 for the 16-byte loads), sized so the two
+  // buffers of weights and activations stay under the 48 KB of static shared memory.
+  static constexpr int kT = kRpc >= 16 ? 240 : 512;
+  static constexpr int kCe = kF16 ? 8 : 4;            // weight elements per 16-byte chunk
+  static constexpr int kWStride = kT + 16;            // padded: rows land in other banks
+  static constexpr int kWChunks = (kRpc * kT / kCe + kThreads - 1) / kThreads;
+  static constexpr int kXChunks = (kMaxRows * kT / 4 + kThreads - 1) / kThreads;
+};
+
+template <bool kF16, int kRpc>
+__global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
+                                                           int64_t n, int64_t n_out, const float* __restrict__ x,
+                                                           int64_t xs, int r, float* __restrict__ y, int64_t ys,
+                                                           bool w_vec, bool x_vec) {
+  using C = DenseCfg<kF16, kRpc>;
+  constexpr int kT = C::kT, kCe = C::kCe;
+  __shared__ __align__(16) float ws[2][kRpc * C::kWStride];
+  __shared__ __align__(16) float xsm[2][kMaxRows * kT];
+  const int tid = threadIdx.x;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRpc;
+  const int64_t m = n - n % 16;
+  const int64_t n_tiles = (m + kT - 1) / kT;
+
+  float wreg[C::kWChunks][kCe];
+  float xreg[C::kXChunks][4];
+  // Global -> registers for the tile starting at column t0 (len columns, a multiple of 16).
+  auto fetch = [&](int64_t t0, int len) {
+#pragma unroll
+    for (int c = 0; c < C::kWChunks; ++c) {
+      const int q = tid + c * C::kThreads;
+      const int rho = q / (kT / kCe), col = (q % (kT / kCe)) * kCe;
+      if (q < kRpc * kT / kCe && col < len) {
+        int64_t row = row0 + rho;
+        row = row < n_out ? row : n_out - 1;
+        const uint8_t* rp = w + row * row_bytes;
+        load_chunk<kF16>(rp, t0 + col, w_vec, wreg[c]);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C::kXChunks; ++c) {
+      const int q = tid + c * C::kThreads;
+      const int k = q / (kT / 4), col = (q % (kT / 4)) * 4;
+      if (q < kMaxRows * kT / 4 && k < r && col < len) {
+        const float* xp = x + k * xs + t0 + col;
+        if (x_vec) {
+          const float4 a = __ldg(reinterpret_cast<const float4*>(xp));
+          xreg[c][0] = a.x; xreg[c][1] = a.y; xreg[c][2] = a.z; xreg[c][3] = a.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) xreg[c][e] = __ldg(xp + e);
+        }
+      }
+    }
+  };
+  auto stash = [&](int buf, int len) {
+#pragma unroll
+    for (int c = 0; c < C::kWChunks; ++c) {
+      const int q = tid + c * C::kThreads;
+      const int rho = q / (kT / kCe), col = (q % (kT / kCe)) * kCe;
+      if (q < kRpc * kT / kCe && col < len) {
+#pragma unroll
+        for (int e = 0; e < kCe; ++e) ws[buf][rho * C::kWStride + col + e] = wreg[c][e];
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C::kXChunks; ++c) {
+      const int q = tid + c * C::kThreads;
+      const int k = q / (kT / 4), col = (q % (kT / 4)) * 4;
+      if (q < kMaxRows * kT / 4 && k < r && col < len) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xsm[buf][k * kT + col + e] = xreg[c][e];
+      }
+    }
+  };
+
+  const bool computes = tid < 16 * kRpc;
+  const int rho = tid >> 4, j = tid & 15;
+  float p[kMaxRows];
+#pragma unroll
+  for (int k = 0; k < kMaxRows; ++k) p[k] = 0.0f;
+
+  if (n_tiles > 0) {
+    const int len0 = static_cast<int>(m < kT ? m : kT);
+    fetch(0, len0);
+    stash(0, len0);
+    __syncthreads();
+  }
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const int64_t t0 = t * kT;
+    const int len = static_cast<int>(m - t0 < kT ? m - t0 : kT);
+    const bool more = t + 1 < n_tiles;
+    const int64_t t1 = t0 + kT;
+    const int len1 = more ? static_cast<int>(m - t1 < kT ? m - t1 : kT) : 0;
+    if (more) fetch(t1, len1);  // in flight while the chains below run
+    if (computes) {
+      const float* wr = ws[t & 1] + rho * C::kWStride + j;
+      const float* xr = xsm[t & 1] + j;
+      for (int i = 0; i < len; i += 16) {
+        const float wv = wr[i];
+#pragma unroll
+        for (int k = 0; k < kMaxRows; ++k) {
+          if (k < r) {
+            const float tt = wv * xr[k * kT + i];
+            p[k] = p[k] + tt;
+          }
+        }
+      }
+    }
+    if (more) stash((t + 1) & 1, len1);
+    __syncthreads();
+  }
+  if (tid >= 16 * kRpc) return;  // whole half-warps: the shuffles below stay within 16 lanes
+  // Fixed tree 8, 4, 2, 1 within each 16-lane group: lane j gets p[j + s].
+  const unsigned mask = kRpc >= 2 ? kFullMask : 0x0000ffffu;
+#pragma unroll
+  for (int s = 8; s >= 1; s /= 2) {
+#pragma unroll
+    for (int k = 0; k < kMaxRows; ++k) {
+      const float hi = __shfl_down_sync(mask, p[k], s, 16);
+      p[k] = p[k] + hi;
+    }
+  }
+  const int64_t o = row0 + rho;
+  if (j != 0 || o >= n_out) return;
+  const uint8_t* row = w + o * row_bytes;
+  for (int k = 0; k < r; ++k) {
+    float acc = p[k];
+    const float* xk = x + k * xs;
+    for (int64_t i = m; i < n; ++i) {
+      const float tt = load_w1<kF16>(row, i) * xk[i];
+      acc = acc + tt;
+    }
+    y[k * ys + o] = acc;
+  }
+}
+
+template <bool kF16>
+Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int r, float* y, int64_t ys,
+              Stream stream) {
+  const size_t elem = kF16 ? 2 : 4;
+  if (w.n_in < 0 || w.n_out < 0 || r < 0 || w.row_bytes < static_cast<size_t>(w.n_in) * elem ||
+      w.row_bytes % elem != 0 || reinterpret_cast<uintptr_t>(w.data) % elem != 0)
+    return invalid_argument("cuda: %s: bad shape (n_in %lld, row_bytes %zu >= n_in·%zu and aligned, rows %d)", op,
+                            static_cast<long long>(w.n_in), w.row_bytes, elem, r);
+  if (xs == 0) xs = w.n_in;
+  if (ys == 0) ys = w.n_out;
+  if (w.n_out == 0 || r == 0) return Status();
+  const bool w_vec = reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_bytes % 16 == 0;
+  const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && xs % 4 == 0;
+  const uint8_t* wp = static_cast<const uint8_t*>(w.data);
+  // 16 rows per CTA when that still gives every SM a few CTAs; else one row per CTA.
+  const bool wide = w.n_out >= 4096;
+  for (int k0 = 0; k0 < r; k0 += kMaxRows) {
+    const int rr = r - k0 < kMaxRows ? r - k0 : kMaxRows;
+    const float* xk = x + k0 * xs;
+    float* yk = y + k0 * ys;
+    if (wide) {
+      const unsigned grid = static_cast<unsigned>((w.n_out + 15) / 16);
+      dense_matvec_kernel<kF16, 16><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, rr, yk,
+                                                              ys, w_vec, x_vec);
+    } else {
+      const unsigned grid = static_cast<unsigned>(w.n_out);
+      dense_matvec_kernel<kF16, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, rr, yk,
+                                                             ys, w_vec, x_vec);
+    }
+    Status s = launch_status(op, w.n_in, w.n_out, rr);
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, float* y, int64_t y_stride,
+                  Stream stream) {
+  return launch<true>("matvec_f16", w, x, x_stride, r, y, y_stride, stream);
+}
+Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, float* y, int64_t y_stride,
+                  Stream stream) {
+  return launch<false>("matvec_f32", w, x, x_stride, r, y, y_stride, stream);
+}
+
+}  // namespace ds4::cuda

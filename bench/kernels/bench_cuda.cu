@@ -1,0 +1,234 @@
+// bench/kernels/bench_cuda.cu — GB/s of the CUDA kernels (backend/cuda) at DS4 Flash shapes.
+//
+// Role: the device's two ceilings first (a device-to-device copy, counting bytes read plus
+// written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
+// matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows;
+// per small op its time in microseconds. Weights are random valid blocks
+// (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
+// from DRAM. Timing: CUDA events around batches of calls, median of the batches.
+// Usage: bench_cuda [--quick]   (--quick: fewer batches)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "quant/quant.h"
+
+namespace {
+
+using ds4::gguf::GgmlType;
+namespace cuda = ds4::cuda;
+namespace quant = ds4::quant;
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "bench_cuda: %s: %s\n", #x, cudaGetErrorString(e_));       \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+void ok(const ds4::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_cuda: %s\n", s.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+int g_batches = 15;
+
+// Median over batches of (time of `calls` invocations of fn(i)) / calls, in seconds.
+double time_per_call(const std::function<void(int)>& fn, int calls) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < calls; ++i) fn(i);  // warm-up
+  CK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int rep = 0; rep < g_batches; ++rep) {
+    CK(cudaEventRecord(a));
+    for (int i = 0; i < calls; ++i) fn(i);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e-3 / calls);
+  }
+  CK(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+__global__ void read_kernel(const uint4* __restrict__ p, size_t n, unsigned* out) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) out[0] = acc;  // keeps the loads; practically never taken
+}
+
+struct Matvec {
+  const char* name;
+  GgmlType type;
+  int64_t n_in, n_out;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--quick") == 0) g_batches = 5;
+  cuda::DeviceInfo info;
+  const ds4::Status ps = cuda::probe_device(0, &info);
+  if (!ps.ok()) {
+    std::printf("bench_cuda: skipped: %s\n", ps.message().c_str());
+    return 0;
+  }
+  std::printf("device: %s (cc %d.%d, %d SMs, %.1f GiB, L2 %.0f MiB)\n", info.name.c_str(), info.cc_major,
+              info.cc_minor, info.sm_count, info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0);
+
+  // ---- Ceilings -------------------------------------------------------------------------------
+  const size_t big = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  unsigned* sink = nullptr;
+  CK(cudaMalloc(&src, big));
+  CK(cudaMalloc(&dst, big));
+  CK(cudaMalloc(&sink, 64));
+  CK(cudaMemset(src, 1, big));
+  const double t_copy = time_per_call([&](int) { CK(cudaMemcpyAsync(dst, src, big, cudaMemcpyDeviceToDevice)); }, 4);
+  const double copy_gbs = 2.0 * big / t_copy / 1e9;
+  const double t_read = time_per_call(
+      [&](int) { read_kernel<<<info.sm_count * 8, 512>>>(static_cast<const uint4*>(src), big / 16, sink); }, 4);
+  const double read_gbs = big / t_read / 1e9;
+  std::printf("copy D2D 1 GiB: %.0f GB/s (read + write)   plain read kernel 1 GiB: %.0f GB/s\n", copy_gbs,
+              read_gbs);
+  CK(cudaFree(dst));
+
+  // ---- Matvecs --------------------------------------------------------------------------------
+  const Matvec cases[] = {
+      {"q8_0_attn_4096x1024", GgmlType::kQ8_0, 4096, 1024},
+      {"q8_0_4096x8192", GgmlType::kQ8_0, 4096, 8192},
+      {"q8_0_head_4096x129280", GgmlType::kQ8_0, 4096, 129280},
+      {"f16_hc_16384x24", GgmlType::kF16, 16384, 24},
+      {"f16_4096x4096", GgmlType::kF16, 4096, 4096},
+      {"f32_4096x4096", GgmlType::kF32, 4096, 4096},
+      {"iq2_xxs_expert_4096to2048", GgmlType::kIQ2_XXS, 4096, 2048},
+      {"q2_k_expert_2048to4096", GgmlType::kQ2_K, 2048, 4096},
+      {"q4_k_expert_4096to2048", GgmlType::kQ4_K, 4096, 2048},
+  };
+  std::printf("\n%-28s %6s %10s %10s %8s\n", "matvec", "rows", "us/call", "GB/s", "%read");
+  const int kMaxR = 8;
+  for (const Matvec& c : cases) {
+    const size_t rb = quant::row_bytes(c.type, c.n_in);
+    const size_t bytes = rb * c.n_out;
+    const int copies = static_cast<int>(std::max<size_t>(1, (4 * info.l2_bytes + bytes - 1) / bytes));
+    std::vector<uint8_t> host(bytes);
+    if (c.type == GgmlType::kF16 || c.type == GgmlType::kF32) {
+      std::vector<float> v(static_cast<size_t>(c.n_in * c.n_out));
+      std::mt19937 rng(1);
+      std::normal_distribution<float> g(0.0f, 0.05f);
+      for (auto& f : v) f = g(rng);
+      quant::quantize_row(c.type, v.data(), host.data(), c.n_in * c.n_out);
+    } else {
+      quant::fill_random_blocks(c.type, host.data(), c.n_in * c.n_out, 0.05f, 7);
+    }
+    std::vector<void*> w(copies);
+    for (auto& p : w) {
+      CK(cudaMalloc(&p, bytes));
+      CK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+    }
+    // Activations: f32 rows and their Q8_0 / Q8_K forms.
+    std::vector<float> xf(static_cast<size_t>(kMaxR * c.n_in));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& f : xf) f = g(rng);
+    float *dx = nullptr, *dy = nullptr;
+    void* dq = nullptr;
+    CK(cudaMalloc(&dx, xf.size() * sizeof(float)));
+    CK(cudaMemcpy(dx, xf.data(), xf.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dy, sizeof(float) * kMaxR * c.n_out));
+    CK(cudaMalloc(&dq, sizeof(quant::BlockQ8K) * kMaxR * (c.n_in / 32 + 1)));
+    const int64_t nb32 = c.n_in / 32, nb256 = c.n_in / 256;
+    if (c.type == GgmlType::kQ8_0) {
+      ok(cuda::quantize_q8_0_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8_0Act*>(dq), nb32));
+    } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
+      ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
+    }
+    for (int r : {1, 2, 4, 8}) {
+      auto fn = [&](int i) {
+        const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
+        switch (c.type) {
+          case GgmlType::kQ8_0:
+            ok(cuda::matvec_q8_0(wv, static_cast<const quant::BlockQ8_0Act*>(dq), nb32, r, dy, c.n_out));
+            break;
+          case GgmlType::kF16: ok(cuda::matvec_f16(wv, dx, c.n_in, r, dy, c.n_out)); break;
+          case GgmlType::kF32: ok(cuda::matvec_f32(wv, dx, c.n_in, r, dy, c.n_out)); break;
+          case GgmlType::kIQ2_XXS:
+            ok(cuda::matvec_iq2_xxs(wv, static_cast<const quant::BlockQ8K*>(dq), nb256, r, dy, c.n_out));
+            break;
+          case GgmlType::kQ2_K:
+            ok(cuda::matvec_q2_k(wv, static_cast<const quant::BlockQ8K*>(dq), nb256, r, dy, c.n_out));
+            break;
+          case GgmlType::kQ4_K:
+            ok(cuda::matvec_q4_k(wv, static_cast<const quant::BlockQ8K*>(dq), nb256, r, dy, c.n_out));
+            break;
+          default: break;
+        }
+      };
+      const double t = time_per_call(fn, std::max(copies, 8));
+      const double gbs = bytes / t / 1e9;
+      std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", c.name, r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
+    }
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    CK(cudaFree(dq));
+  }
+
+  // ---- Small ops ------------------------------------------------------------------------------
+  std::printf("\n%-40s %10s\n", "op", "us/call");
+  float* x = static_cast<float*>(src);  // 1 GiB of scratch (bytes 0x01: finite floats)
+  void* q = nullptr;
+  CK(cudaMalloc(&q, sizeof(quant::BlockQ8K) * 8 * 64));
+  auto small = [&](const char* name, const std::function<void(int)>& fn) {
+    std::printf("%-40s %10.2f\n", name, time_per_call(fn, 50) * 1e6);
+  };
+  small("quantize_q8_0_act 4096 x1", [&](int) {
+    ok(cuda::quantize_q8_0_act(x, 4096, 1, 4096, static_cast<quant::BlockQ8_0Act*>(q), 128));
+  });
+  small("quantize_q8_0_act 4096 x8", [&](int) {
+    ok(cuda::quantize_q8_0_act(x, 4096, 8, 4096, static_cast<quant::BlockQ8_0Act*>(q), 128));
+  });
+  small("quantize_q8_k_act 4096 x1", [&](int) {
+    ok(cuda::quantize_q8_k_act(x, 4096, 1, 4096, static_cast<quant::BlockQ8K*>(q), 16));
+  });
+  small("quantize_q8_k_act 4096 x8", [&](int) {
+    ok(cuda::quantize_q8_k_act(x, 4096, 8, 4096, static_cast<quant::BlockQ8K*>(q), 16));
+  });
+  float* out = x + (size_t{64} << 20);
+  small("rms_norm 4096 x1", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 1, 1e-6f)); });
+  small("rms_norm 4096 x8", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 8, 1e-6f)); });
+  small("rms_norm 16384 x1 (hc flatten)", [&](int) { ok(cuda::rms_norm(x, nullptr, out, 16384, 0, 1, 1e-6f)); });
+  small("top_two 129280 (Flash vocab)", [&](int) {
+    ok(cuda::top_two(x, 129280, -1, reinterpret_cast<cuda::TopTwoResult*>(sink)));
+  });
+  small("top_two 8192 (tiny vocab)", [&](int) {
+    ok(cuda::top_two(x, 8192, -1, reinterpret_cast<cuda::TopTwoResult*>(sink)));
+  });
+  CK(cudaDeviceSynchronize());
+  CK(cudaFree(q));
+  CK(cudaFree(src));
+  CK(cudaFree(sink));
+  return 0;
+}

@@ -1,0 +1,432 @@
+// tests/cuda/cuda_kernels_test.cpp — backend/cuda kernels against the CPU oracle, bit for bit.
+//
+// Each test draws fresh random inputs (tiny and DS4 Flash widths, odd block counts that put
+// block fields at 2 mod 4, output counts that leave partial warps/blocks, r = 1..8 and a
+// tiled r = 11), runs the kernel on device 0 into an output poisoned with a NaN pattern, and
+// compares every element's BITS with the CPU definition: quant's activation quantizers and
+// reference dots (quant/dot.h; backend/cpu's SIMD kernels are tested equal to them in
+// tests/kernels), backend/cpu's rms_norm_row and core/reduce.h's top_two_scalar.
+// Without a usable GPU every test skips with the reason probe_device gives.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/reduce.h"
+#include "quant/quant.h"
+
+namespace ds4::cuda {
+namespace {
+
+using gguf::GgmlType;
+
+// Owns one device allocation; the test fails (not aborts) on CUDA errors.
+class DeviceBuf {
+ public:
+  explicit DeviceBuf(size_t bytes) : bytes_(bytes) {
+    const Status s = device_alloc(&p_, bytes);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  ~DeviceBuf() { device_free(p_); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  void put(const void* src, size_t n) const {
+    const Status s = upload(p_, src, n);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  void get(void* dst, size_t n) const {
+    const Status s = download(dst, p_, n);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  void poison() const {
+    std::vector<uint8_t> junk(bytes_, 0xff);  // f32 0xffffffff is a NaN
+    put(junk.data(), bytes_);
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+template <typename T>
+std::unique_ptr<DeviceBuf> to_device(const std::vector<T>& v) {
+  auto b = std::make_unique<DeviceBuf>(v.size() * sizeof(T));
+  b->put(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status s = probe_device(0, &info_);
+    if (!s.ok()) GTEST_SKIP() << "no usable CUDA device: " << s.message();
+  }
+  void sync() {
+    const Status s = synchronize();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  DeviceInfo info_;
+};
+
+// Count of elements whose bits differ; prints the first few. Two NaNs match whatever their
+// payload and sign (x86 produces 0xffc00000, the GPU 0x7fffffff; no caller reads a NaN's bits).
+size_t bit_mismatches(const float* got, const float* want, size_t n, const std::string& what) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, got + i, 4);
+    std::memcpy(&b, want + i, 4);
+    if (a != b && !(std::isnan(got[i]) && std::isnan(want[i]))) {
+      if (bad < 5)
+        ADD_FAILURE() << what << " [" << i << "]: gpu " << got[i] << " (0x" << std::hex << a
+                      << ") cpu " << want[i] << " (0x" << b << std::dec << ")";
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = g(rng) * scale;
+  return x;
+}
+
+// Rows of block-wise patterns: wide magnitudes, exact .5 ties, zero / -0 blocks, subnormals,
+// NaN and ±inf (unless `finite`: a NaN or inf activation makes every dot of its row NaN), and
+// a largest |x| that occurs twice with both signs.
+std::vector<float> activation_rows(int rows, int64_t n, uint32_t seed, bool finite = false) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows) * n);
+  const float qnan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t b = 0; b < static_cast<int64_t>(x.size()) / 32; ++b) {
+    float* xb = x.data() + b * 32;
+    const float mag = std::ldexp(1.0f, static_cast<int>(b % 41) - 20);
+    for (int i = 0; i < 32; ++i) xb[i] = g(rng) * mag;
+    switch (b % 13) {
+      case 1: for (int i = 0; i < 32; ++i) xb[i] = 0.0f; break;
+      case 2: for (int i = 0; i < 32; ++i) xb[i] = (i % 2) ? -0.0f : 0.0f; break;
+      case 3: for (int i = 0; i < 32; ++i) xb[i] = static_cast<float>(i - 16) * 0.5f; break;
+      case 4: if (!finite) xb[5] = qnan; break;
+      case 5: if (!finite) xb[9] = inf; break;
+      case 6: if (!finite) { xb[3] = -inf; xb[20] = qnan; } break;
+      case 7: for (int i = 0; i < 32; ++i) xb[i] = g(rng) * 1e-41f; break;
+      case 8: xb[2] = -4.0f * mag * 8; xb[30] = 4.0f * mag * 8; break;
+      case 9: xb[7] = 3.0f * mag * 8; xb[8] = -3.0f * mag * 8; break;
+      default: break;
+    }
+  }
+  return x;
+}
+
+TEST_F(CudaKernels, QuantizeQ8_0ActBytesEqualCpu) {
+  for (int64_t n : {32, 96, 4096, 16384}) {
+    const int rows = 5;
+    const int64_t nb = n / 32;
+    const auto x = activation_rows(rows, n, static_cast<uint32_t>(n));
+    std::vector<quant::BlockQ8_0Act> want(rows * nb), got(rows * nb);
+    for (int k = 0; k < rows; ++k) quant::quantize_q8_0_act(x.data() + k * n, want.data() + k * nb, n);
+    auto dx = to_device(x);
+    DeviceBuf dq(got.size() * sizeof(got[0]));
+    dq.poison();
+    ASSERT_TRUE(quantize_q8_0_act(dx->as<float>(), n, rows, n, dq.as<quant::BlockQ8_0Act>(), nb).ok());
+    sync();
+    dq.get(got.data(), got.size() * sizeof(got[0]));
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(got[0]))) << "n=" << n;
+  }
+}
+
+TEST_F(CudaKernels, QuantizeQ8_KActBytesEqualCpu) {
+  for (int64_t n : {256, 2048, 4096}) {
+    const int rows = 5;
+    const int64_t nb = n / 256;
+    const auto x = activation_rows(rows, n, static_cast<uint32_t>(n) + 7);
+    std::vector<quant::BlockQ8K> want(rows * nb), got(rows * nb);
+    for (int k = 0; k < rows; ++k) quant::quantize_q8_k_act(x.data() + k * n, want.data() + k * nb, n);
+    auto dx = to_device(x);
+    DeviceBuf dq(got.size() * sizeof(got[0]));
+    dq.poison();
+    ASSERT_TRUE(quantize_q8_k_act(dx->as<float>(), n, rows, n, dq.as<quant::BlockQ8K>(), nb).ok());
+    sync();
+    dq.get(got.data(), got.size() * sizeof(got[0]));
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(got[0]))) << "n=" << n;
+  }
+}
+
+struct Shape {
+  int64_t n_in, n_out;
+};
+
+// Random valid weight rows of type t (F32 / F16 drawn directly).
+std::vector<uint8_t> random_weights(GgmlType t, const Shape& s, uint64_t seed) {
+  const size_t rb = quant::row_bytes(t, s.n_in);
+  std::vector<uint8_t> w(rb * s.n_out);
+  if (t == GgmlType::kF32 || t == GgmlType::kF16) {
+    const auto v = gaussian(static_cast<size_t>(s.n_in * s.n_out), static_cast<uint32_t>(seed), 0.05f);
+    quant::quantize_row(t, v.data(), w.data(), s.n_in * s.n_out);
+  } else {
+    quant::fill_random_blocks(t, w.data(), s.n_in * s.n_out, 0.05f, seed);
+  }
+  return w;
+}
+
+// Runs launcher `run` for r = 1..8 and 11 and compares with `ref(o, k)` for every output.
+template <typename Act, typename Run, typename Ref>
+void check_matvec(GgmlType t, const Shape& s, const std::vector<Act>& x_host, int64_t x_stride, Run run,
+                  Ref ref, const std::string& name) {
+  const auto w = random_weights(t, s, static_cast<uint64_t>(s.n_in * 131 + s.n_out));
+  auto dw = to_device(w);
+  auto dx = to_device(x_host);
+  const Weights wv{dw->as<uint8_t>(), quant::row_bytes(t, s.n_in), s.n_in, s.n_out};
+  for (int r : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
+    const int64_t y_stride = s.n_out + 3;
+    DeviceBuf dy(sizeof(float) * y_stride * r);
+    dy.poison();
+    const Status st = run(wv, dx->template as<Act>(), x_stride, r, dy.as<float>(), y_stride);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(synchronize().ok());
+    std::vector<float> got(static_cast<size_t>(y_stride) * r);
+    dy.get(got.data(), got.size() * sizeof(float));
+    std::vector<float> want(got.size()), gk(got.size());
+    size_t m = 0;
+    for (int k = 0; k < r; ++k)
+      for (int64_t o = 0; o < s.n_out; ++o) {
+        want[m] = ref(w.data() + o * wv.row_bytes, x_host.data() + k * x_stride, s.n_in);
+        gk[m++] = got[k * y_stride + o];
+      }
+    size_t nan_refs = 0;
+    for (size_t i = 0; i < m; ++i) nan_refs += std::isnan(want[i]) ? 1 : 0;
+    EXPECT_EQ(0u, nan_refs) << name << ": finite inputs must give finite reference dots";
+    EXPECT_EQ(0u, bit_mismatches(gk.data(), want.data(), m,
+                                 name + " " + std::to_string(s.n_in) + "x" + std::to_string(s.n_out) +
+                                     " r=" + std::to_string(r)));
+  }
+}
+
+constexpr int kMaxTestRows = 11;
+
+TEST_F(CudaKernels, MatvecQ8_0BitsEqualCpuForR1To8) {
+  for (Shape s : {Shape{96, 13}, Shape{256, 256}, Shape{4096, 1024}, Shape{1056, 37}}) {
+    const int64_t nb = s.n_in / 32;
+    const auto x = gaussian(static_cast<size_t>(kMaxTestRows * s.n_in), 3);
+    std::vector<quant::BlockQ8_0Act> xq(kMaxTestRows * nb);
+    for (int k = 0; k < kMaxTestRows; ++k) quant::quantize_q8_0_act(x.data() + k * s.n_in, xq.data() + k * nb, s.n_in);
+    check_matvec<quant::BlockQ8_0Act>(
+        GgmlType::kQ8_0, s, xq, nb,
+        [](const Weights& w, const quant::BlockQ8_0Act* xd, int64_t xs, int r, float* y, int64_t ys) {
+          return matvec_q8_0(w, xd, xs, r, y, ys);
+        },
+        [](const uint8_t* row, const quant::BlockQ8_0Act* xr, int64_t n) {
+          return quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(row), xr, n / 32);
+        },
+        "q8_0");
+  }
+}
+
+template <bool kF16>
+void dense_case(const Shape& s, int64_t x_stride) {
+  const auto x = gaussian(static_cast<size_t>(kMaxTestRows * x_stride), 5);
+  const GgmlType t = kF16 ? GgmlType::kF16 : GgmlType::kF32;
+  check_matvec<float>(
+      t, s, x, x_stride,
+      [](const Weights& w, const float* xd, int64_t xs, int r, float* y, int64_t ys) {
+        return kF16 ? matvec_f16(w, xd, xs, r, y, ys) : matvec_f32(w, xd, xs, r, y, ys);
+      },
+      [](const uint8_t* row, const float* xr, int64_t n) {
+        if constexpr (kF16) return quant::dot_f16(reinterpret_cast<const uint16_t*>(row), xr, n);
+        return quant::dot_f32(reinterpret_cast<const float*>(row), xr, n);
+      },
+      kF16 ? "f16" : "f32");
+}
+
+TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
+  dense_case<true>({64, 24}, 64);
+  dense_case<true>({256, 256}, 256);
+  dense_case<true>({4096, 24}, 4096);
+  dense_case<true>({16384, 24}, 16384);
+  dense_case<true>({4099, 7}, 4101);  // tail of 3, unaligned rows and x: the scalar-load path
+  dense_case<true>({272, 4100}, 272);  // >= 4096 rows: 16 rows per CTA, a partial last CTA
+  dense_case<true>({1000, 4096}, 1003);
+}
+
+TEST_F(CudaKernels, MatvecF32BitsEqualCpuForR1To8) {
+  dense_case<false>({64, 24}, 64);
+  dense_case<false>({4096, 24}, 4096);
+  dense_case<false>({1030, 9}, 1031);
+  dense_case<false>({496, 4099}, 496);
+}
+
+template <typename Run, typename Dot>
+void expert_case(GgmlType t, const Shape& s, Run run, Dot dot, const char* name) {
+  const int64_t nb = s.n_in / 256;
+  const auto x = activation_rows(kMaxTestRows, s.n_in, static_cast<uint32_t>(s.n_in + 11), /*finite=*/true);
+  std::vector<quant::BlockQ8K> xq(kMaxTestRows * nb);
+  for (int k = 0; k < kMaxTestRows; ++k) quant::quantize_q8_k_act(x.data() + k * s.n_in, xq.data() + k * nb, s.n_in);
+  check_matvec<quant::BlockQ8K>(t, s, xq, nb, run, dot, name);
+}
+
+TEST_F(CudaKernels, MatvecIq2XxsBitsEqualCpuForR1To8) {
+  for (Shape s : {Shape{256, 128}, Shape{4096, 2048}, Shape{768, 19}, Shape{9984, 11}}) {
+    expert_case(
+        GgmlType::kIQ2_XXS, s,
+        [](const Weights& w, const quant::BlockQ8K* xd, int64_t xs, int r, float* y, int64_t ys) {
+          return matvec_iq2_xxs(w, xd, xs, r, y, ys);
+        },
+        [](const uint8_t* row, const quant::BlockQ8K* xr, int64_t n) {
+          return quant::dot_iq2_xxs_q8_k(reinterpret_cast<const quant::BlockIQ2XXS*>(row), xr, n / 256);
+        },
+        "iq2_xxs");
+  }
+}
+
+TEST_F(CudaKernels, MatvecQ2KBitsEqualCpuForR1To8) {
+  for (Shape s : {Shape{256, 256}, Shape{2048, 4096}, Shape{768, 19}}) {
+    expert_case(
+        GgmlType::kQ2_K, s,
+        [](const Weights& w, const quant::BlockQ8K* xd, int64_t xs, int r, float* y, int64_t ys) {
+          return matvec_q2_k(w, xd, xs, r, y, ys);
+        },
+        [](const uint8_t* row, const quant::BlockQ8K* xr, int64_t n) {
+          return quant::dot_q2_k_q8_k(reinterpret_cast<const quant::BlockQ2K*>(row), xr, n / 256);
+        },
+        "q2_k");
+  }
+}
+
+TEST_F(CudaKernels, MatvecQ4KBitsEqualCpuForR1To8) {
+  for (Shape s : {Shape{256, 64}, Shape{4096, 2048}, Shape{1280, 21}}) {
+    expert_case(
+        GgmlType::kQ4_K, s,
+        [](const Weights& w, const quant::BlockQ8K* xd, int64_t xs, int r, float* y, int64_t ys) {
+          return matvec_q4_k(w, xd, xs, r, y, ys);
+        },
+        [](const uint8_t* row, const quant::BlockQ8K* xr, int64_t n) {
+          return quant::dot_q4_k_q8_k(reinterpret_cast<const quant::BlockQ4K*>(row), xr, n / 256);
+        },
+        "q4_k");
+  }
+}
+
+TEST_F(CudaKernels, RmsNormBitsEqualCpu) {
+  for (int64_t n : {64, 1000, 4096, 16384}) {
+    for (int rows : {1, 3, 9}) {
+      for (bool weighted : {false, true}) {
+        for (bool in_place : {false, true}) {
+          const int64_t stride = n + 5;
+          auto x = gaussian(static_cast<size_t>(rows * stride), static_cast<uint32_t>(n + rows), 3.0f);
+          const auto w = gaussian(static_cast<size_t>(n), 9);
+          std::vector<float> want(x.size(), 0.0f);
+          for (int k = 0; k < rows; ++k)
+            backend::cpu::rms_norm_row(x.data() + k * stride, weighted ? w.data() : nullptr,
+                                       want.data() + k * stride, n, 1e-6f);
+          auto dx = to_device(x);
+          auto dw = to_device(w);
+          DeviceBuf dout(x.size() * sizeof(float));
+          dout.poison();
+          float* out = in_place ? dx->as<float>() : dout.as<float>();
+          ASSERT_TRUE(rms_norm(dx->as<float>(), weighted ? dw->as<float>() : nullptr, out, n, stride, rows, 1e-6f).ok());
+          sync();
+          std::vector<float> got(x.size());
+          (in_place ? *dx : dout).get(got.data(), got.size() * sizeof(float));
+          std::vector<float> g2, w2;
+          for (int k = 0; k < rows; ++k)
+            for (int64_t i = 0; i < n; ++i) {
+              g2.push_back(got[k * stride + i]);
+              w2.push_back(want[k * stride + i]);
+            }
+          EXPECT_EQ(0u, bit_mismatches(g2.data(), w2.data(), g2.size(),
+                                       "rms_norm n=" + std::to_string(n) + " rows=" + std::to_string(rows)));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, TopTwoEqualsScalarDefinition) {
+  const float qnan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> rows;
+  std::vector<int32_t> excluded;
+  for (int64_t n : {1, 7, 8192, 129280}) {
+    auto r = gaussian(static_cast<size_t>(n), static_cast<uint32_t>(n));
+    rows.push_back(r);
+    excluded.push_back(-1);
+    if (n > 100) {
+      auto t = r;  // the maximum twice: the first index wins, margin +0
+      const int64_t a = n / 3, b = n / 2;
+      t[a] = t[b] = 50.0f;
+      rows.push_back(t);
+      excluded.push_back(-1);
+      rows.push_back(t);  // excluding the first holder
+      excluded.push_back(static_cast<int32_t>(a));
+      auto u = r;  // NaNs everywhere but never winning
+      for (int64_t i = 0; i < n; i += 3) u[i] = qnan;
+      u[n - 1] = 60.0f;
+      rows.push_back(u);
+      excluded.push_back(-1);
+    }
+  }
+  rows.push_back(std::vector<float>(1000, qnan));  // all NaN: first index
+  excluded.push_back(-1);
+  rows.push_back(std::vector<float>(1000, qnan));
+  excluded.push_back(0);
+  rows.push_back(std::vector<float>(999, -inf));  // all -inf: first index, NaN margin
+  excluded.push_back(-1);
+  {
+    std::vector<float> z(4096, -1.0f);  // signed zeros tying for the maximum
+    z[100] = -0.0f;
+    z[3000] = 0.0f;
+    rows.push_back(z);
+    excluded.push_back(-1);
+    z[5] = inf;
+    rows.push_back(z);
+    excluded.push_back(-1);
+  }
+  DeviceBuf dres(sizeof(TopTwoResult));
+  for (size_t c = 0; c < rows.size(); ++c) {
+    const auto& r = rows[c];
+    auto dx = to_device(r);
+    dres.poison();
+    ASSERT_TRUE(top_two(dx->as<float>(), static_cast<int64_t>(r.size()), excluded[c], dres.as<TopTwoResult>()).ok());
+    sync();
+    TopTwoResult got{};
+    dres.get(&got, sizeof got);
+    const TopTwo want = top_two_scalar(std::span<const float>(r.data(), r.size()), excluded[c]);
+    EXPECT_EQ(want.id, got.id) << "case " << c;
+    uint32_t a, b;
+    std::memcpy(&a, &want.margin, 4);
+    std::memcpy(&b, &got.margin, 4);
+    if (std::isnan(want.margin)) {
+      EXPECT_TRUE(std::isnan(got.margin)) << "case " << c;
+    } else {
+      EXPECT_EQ(a, b) << "case " << c << " margin cpu " << want.margin << " gpu " << got.margin;
+    }
+  }
+}
+
+// Argument checks run before any device call, so this one needs no GPU.
+TEST(CudaLaunchers, BadShapesAreErrorsNotAborts) {
+  const Weights w{nullptr, 34, 33, 4};  // n_in not a multiple of 32
+  const Status s = matvec_q8_0(w, nullptr, 0, 1, nullptr, 0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("matvec_q8_0"), std::string::npos) << s.message();
+  EXPECT_FALSE(rms_norm(nullptr, nullptr, nullptr, 0, 0, 1, 1e-6f).ok());
+  EXPECT_FALSE(quantize_q8_k_act(nullptr, 0, 1, 100, nullptr, 0).ok());
+}
+
+}  // namespace
+}  // namespace ds4::cuda
