@@ -103,10 +103,12 @@ class TextCodec {
   // Rendered chat text: the DS4 special-token strings are emitted as their ids.
   std::vector<int32_t> tokenize_rendered(std::string_view text) const;
 
-  // Whole conversation with CLI semantics (§8.5), ending with the assistant generation
-  // prefix. Roles: system/developer, user, tool, assistant; an unknown role is an error.
-  Expected<std::string> try_render_chat(std::span<const ChatMessage> messages,
-                                        ThinkMode mode) const;
+  // Whole conversation in the DeepSeek V4 encoding (§8.5, rules in tokenizer/chat.h): tool
+  // schemas, DSML tool calls, tool results and earlier reasoning included, ending with the
+  // generation prefix when the last message is user/developer/tool. Pure text (no vocabulary
+  // needed). Errors: unknown role, invalid tools JSON, empty developer message.
+  static Expected<std::string> try_render_chat(std::span<const ChatMessage> messages,
+                                               ThinkMode mode);
   // Same, for the Engine::render_chat signature: an unknown role is rendered as "user".
   std::string render_chat(std::span<const ChatMessage> messages, ThinkMode mode) const;
   // Single prompt (CLI -p): BOS [think-max prefix] system <｜User｜>user <｜Assistant｜>...
