@@ -219,7 +219,11 @@ void OutputParser::content(std::string_view text, OutputDelta* out) {
   const std::string& open = block_open_;
   const size_t at = text_buf_.find(open);
   if (at != std::string::npos) {
-    out->content.append(text_buf_, 0, at);
+    // The whitespace the V4 format writes before a block ("\n\n") belongs to the block.
+    size_t lead = at;
+    while (lead > 0 && is_space(text_buf_[lead - 1])) --lead;
+    out->content.append(text_buf_, 0, lead);
+    block_lead_ = text_buf_.substr(lead, at - lead);
     in_block_ = true;
     block_calls_ = 0;
     block_ = text_buf_.substr(at);
@@ -227,9 +231,18 @@ void OutputParser::content(std::string_view text, OutputDelta* out) {
     drain_dsml(out, false);
     return;
   }
-  const size_t hold = partial_suffix(text_buf_, open);
-  out->content.append(text_buf_, 0, text_buf_.size() - hold);
-  text_buf_.erase(0, text_buf_.size() - hold);
+  // Hold back a possible start of the block tag and the whitespace before it.
+  size_t emit = text_buf_.size() - partial_suffix(text_buf_, open);
+  while (emit > 0 && is_space(text_buf_[emit - 1])) --emit;
+  out->content.append(text_buf_, 0, emit);
+  text_buf_.erase(0, emit);
+}
+
+// A block that does not parse goes back to the content, with the whitespace held before it.
+void OutputParser::emit_block_text(std::string_view raw, OutputDelta* out) {
+  out->content.append(block_lead_);
+  out->content.append(raw);
+  block_lead_.clear();
 }
 
 // Emits every complete invoke of the current block; leaves the block when it closes.
@@ -246,12 +259,13 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     if (body.starts_with(close)) {
       const std::string rest(body.substr(close.size()));
       if (block_calls_ == 0) {  // nothing parsed in this block: keep its text, say so
-        out->content.append(block_, 0, open.size() + ws + close.size());
+        emit_block_text(std::string_view(block_).substr(0, open.size() + ws + close.size()), out);
         if (!out->tool_error.empty()) out->tool_error += "; ";
         out->tool_error += "empty tool-call block";
       }
       in_block_ = false;
       block_.clear();
+      block_lead_.clear();
       content(rest, out);
       return;
     }
@@ -262,7 +276,7 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
       const bool plausible = body.size() < inv_open.size() ? inv_open.starts_with(body)
                                                            : body.starts_with(inv_open);
       if (plausible && !at_end) break;  // wait for more text
-      out->content.append(block_);
+      emit_block_text(block_, out);
       out->tool_error = at_end ? "unterminated tool-call block"
                                : "malformed tool-call block: expected an invoke element";
       in_block_ = false;
@@ -288,10 +302,10 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     std::string_view body = std::string_view(block_).substr(open.size());
     in_block_ = false;
     if (!trim(body).empty()) {
-      out->content.append(body);
+      emit_block_text(body, out);
       out->tool_error = "unterminated tool-call block";
     } else if (block_calls_ == 0) {
-      out->content.append(block_);
+      emit_block_text(block_, out);
       out->tool_error = "empty tool-call block";
     }
     block_.clear();

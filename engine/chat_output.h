@@ -15,9 +15,10 @@
 // "</think>", then DSML blocks out of the content.
 // Invariants:
 //   * OutputParser never emits a byte twice nor drops one: reasoning + content + the raw text
-//     of parsed tool blocks == the generated text up to (excluding) a matched stop sequence.
-//   * Held-back text is only ever a proper prefix of a marker or stop sequence; finish()
-//     releases it.
+//     of parsed tool blocks (with the whitespace before them) == the generated text up to (excluding) a matched stop sequence.
+//   * Held-back text is only ever a proper prefix of a marker or stop sequence, or content
+//     whitespace that may precede a DSML block (the V4 format writes "\n\n" before one and
+//     that whitespace is part of the block's raw text); finish() releases it.
 //   * A malformed DSML block never throws or aborts: its raw text goes to the content and
 //     tool_error says what was wrong.
 #pragma once
@@ -69,6 +70,7 @@ class OutputParser {
   void route(std::string_view text, OutputDelta* out);       // after the stop stage
   void content(std::string_view text, OutputDelta* out);     // after the thinking stage
   void drain_dsml(OutputDelta* out, bool at_end);
+  void emit_block_text(std::string_view raw, OutputDelta* out);
 
   bool in_thinking_;
   bool parse_tools_;
@@ -80,6 +82,7 @@ class OutputParser {
   std::string think_buf_;   // held back: a possible start of </think>
   std::string text_buf_;    // held back: a possible start of the DSML block tag
   std::string block_;       // inside a DSML block: its text so far
+  std::string block_lead_;  // the whitespace before the current block (its raw text too)
   bool in_block_ = false;
   int block_calls_ = 0;     // calls parsed in the current block
   std::string matched_stop_;

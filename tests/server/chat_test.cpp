@@ -117,7 +117,7 @@ TEST(Dsml, ParsesWhatItRenders) {
   OutputDelta d;
   EXPECT_FALSE(parser.push("Sure." + block + " done", &d));
   parser.finish(&d);
-  EXPECT_EQ(d.content, "Sure.\n\n done");  // the V4 block is preceded by "\n\n"
+  EXPECT_EQ(d.content, "Sure. done");  // the "\n\n" before a V4 block is part of the block
   ASSERT_EQ(d.tool_calls.size(), 2u);
   EXPECT_EQ(d.tool_calls[0].name, "f");
   EXPECT_EQ(json::parse(d.tool_calls[0].arguments), json::parse(calls[0].arguments));
@@ -140,7 +140,7 @@ TEST(Dsml, StreamedOneByteAtATimeGivesTheSameCalls) {
   OutputDelta tail;
   parser.finish(&tail);
   all.append(tail);
-  EXPECT_EQ(all.content, "Let me look.\n\n\nAfter.");
+  EXPECT_EQ(all.content, "Let me look.\nAfter.");
   ASSERT_EQ(all.tool_calls.size(), 1u);
   EXPECT_EQ(json::parse(all.tool_calls[0].arguments), json::parse(calls[0].arguments));
 }
@@ -164,6 +164,28 @@ TEST(Dsml, MalformedBlocksAreReportedNotThrown) {
     EXPECT_TRUE(d.tool_calls.empty()) << b;
     EXPECT_FALSE(d.content.empty()) << b;  // the raw text is kept, not dropped
   }
+}
+
+TEST(Dsml, WhitespaceBeforeABlockIsHeldNotLost) {
+  // Held while a block may follow, then released as content when none does.
+  OutputParser parser(false, true, {}, "c");
+  OutputDelta all, d1, d2, d3;
+  parser.push("a\n\n", &d1);
+  EXPECT_EQ(d1.content, "a");
+  parser.push("b\n", &d2);
+  parser.finish(&d3);
+  all.append(d1);
+  all.append(d2);
+  all.append(d3);
+  EXPECT_EQ(all.content, "a\n\nb\n");
+  // A malformed block gives its raw text back to the content with the whitespace before it.
+  OutputParser bad(false, true, {}, "c");
+  OutputDelta e;
+  const std::string block = dsml_tag("tool_calls") + ">garbage" + dsml_close_tag("tool_calls");
+  bad.push("x\n\n" + block, &e);
+  bad.finish(&e);
+  EXPECT_EQ(e.content, "x\n\n" + block);
+  EXPECT_FALSE(e.tool_error.empty());
 }
 
 TEST(Dsml, RandomTextNeverBreaksTheParser) {
