@@ -11,8 +11,10 @@
 //   * TextStream: the concatenation of every push() plus flush() equals detokenize() of the
 //     same ids, byte for byte; push() only returns complete UTF-8 characters (a possible
 //     prefix of a multi-byte character is held back until it completes).
+//   * Chat rendering is the one DeepSeek V4 encoding of tokenizer/chat.h (no other renderer
+//     exists); what the model writes back is split by engine/chat_output.h.
 //   * Conversation appends only: each call returns the ids to append to the live session, so
-//     earlier turns are never re-tokenized (ds4-architecture.md §8.5, CLI semantics).
+//     earlier turns are never re-tokenized (the same turn pieces as the V4 encoding).
 //   * All const methods are safe to call concurrently.
 #pragma once
 
