@@ -57,11 +57,22 @@ struct ModelInfo {
   bool has_drafter = false;
 };
 
-// Chat rendering (DS4 template, ds4-architecture.md §8.5).
+// Chat rendering (the DeepSeek V4 encoding, ds4-architecture.md §8.5; rules in
+// tokenizer/chat.h, reached through engine/text.h).
 enum class ThinkMode { kThink, kNoThink, kThinkMax };
+struct ChatToolCall {
+  std::string id{};         // optional; orders the tool results of the next user turn
+  std::string name{};
+  std::string arguments{};  // JSON object text
+};
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant", "tool"
-  std::string content;
+  std::string role{};     // "system", "developer", "user", "assistant", "tool"
+  std::string content{};
+  std::string reasoning{};                 // assistant history: its thinking
+  std::vector<ChatToolCall> tool_calls{};  // assistant history
+  std::string tool_call_id{};              // tool: the call it answers
+  std::string tools_json{};  // system/developer: JSON array of tool schemas (OpenAI form or
+                           // bare function objects); "" = none
 };
 
 // Per-row result of a verify batch.

@@ -114,21 +114,35 @@ std::vector<int32_t> TextCodec::tokenize_rendered(std::string_view text) const {
   return impl_->tokenizer.encode_rendered(text);
 }
 
-Expected<std::string> TextCodec::try_render_chat(std::span<const ChatMessage> messages,
-                                                 ThinkMode mode) const {
+namespace {
+tok::Message to_tok(const ChatMessage& m, bool unknown_as_user) {
+  tok::Message t;
+  t.role = unknown_as_user && !known_role(m.role) ? std::string("user") : m.role;
+  t.content = m.content;
+  t.reasoning = m.reasoning;
+  t.tool_call_id = m.tool_call_id;
+  t.tools_json = m.tools_json;
+  t.tool_calls.reserve(m.tool_calls.size());
+  for (const ChatToolCall& c : m.tool_calls) t.tool_calls.push_back({c.id, c.name, c.arguments});
+  return t;
+}
+
+Expected<std::string> render(std::span<const ChatMessage> messages, ThinkMode mode,
+                             bool unknown_as_user) {
   std::vector<tok::Message> msgs;
   msgs.reserve(messages.size());
-  for (const ChatMessage& m : messages) msgs.push_back(tok::Message{m.role, m.content});
-  return tok::render_conversation(msgs, to_tok(mode));
+  for (const ChatMessage& m : messages) msgs.push_back(to_tok(m, unknown_as_user));
+  return tok::render_chat(msgs, to_tok(mode));
+}
+}  // namespace
+
+Expected<std::string> TextCodec::try_render_chat(std::span<const ChatMessage> messages,
+                                                 ThinkMode mode) {
+  return render(messages, mode, /*unknown_as_user=*/false);
 }
 
 std::string TextCodec::render_chat(std::span<const ChatMessage> messages, ThinkMode mode) const {
-  std::vector<tok::Message> msgs;
-  msgs.reserve(messages.size());
-  for (const ChatMessage& m : messages) {
-    msgs.push_back(tok::Message{known_role(m.role) ? m.role : std::string("user"), m.content});
-  }
-  Expected<std::string> text = tok::render_conversation(msgs, to_tok(mode));
+  Expected<std::string> text = render(messages, mode, /*unknown_as_user=*/true);
   return text.ok() ? std::move(text).value() : std::string();
 }
 

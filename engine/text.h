@@ -11,8 +11,10 @@
 //   * TextStream: the concatenation of every push() plus flush() equals detokenize() of the
 //     same ids, byte for byte; push() only returns complete UTF-8 characters (a possible
 //     prefix of a multi-byte character is held back until it completes).
+//   * Chat rendering is the one DeepSeek V4 encoding of tokenizer/chat.h (no other renderer
+//     exists); what the model writes back is split by engine/chat_output.h.
 //   * Conversation appends only: each call returns the ids to append to the live session, so
-//     earlier turns are never re-tokenized (ds4-architecture.md §8.5, CLI semantics).
+//     earlier turns are never re-tokenized (the same turn pieces as the V4 encoding).
 //   * All const methods are safe to call concurrently.
 #pragma once
 
@@ -103,10 +105,12 @@ class TextCodec {
   // Rendered chat text: the DS4 special-token strings are emitted as their ids.
   std::vector<int32_t> tokenize_rendered(std::string_view text) const;
 
-  // Whole conversation with CLI semantics (§8.5), ending with the assistant generation
-  // prefix. Roles: system/developer, user, tool, assistant; an unknown role is an error.
-  Expected<std::string> try_render_chat(std::span<const ChatMessage> messages,
-                                        ThinkMode mode) const;
+  // Whole conversation in the DeepSeek V4 encoding (§8.5, rules in tokenizer/chat.h): tool
+  // schemas, DSML tool calls, tool results and earlier reasoning included, ending with the
+  // generation prefix when the last message is user/developer/tool. Pure text (no vocabulary
+  // needed). Errors: unknown role, invalid tools JSON, empty developer message.
+  static Expected<std::string> try_render_chat(std::span<const ChatMessage> messages,
+                                               ThinkMode mode);
   // Same, for the Engine::render_chat signature: an unknown role is rendered as "user".
   std::string render_chat(std::span<const ChatMessage> messages, ThinkMode mode) const;
   // Single prompt (CLI -p): BOS [think-max prefix] system <｜User｜>user <｜Assistant｜>...

@@ -332,7 +332,7 @@ ApiRequest parse_chat_request(const json& body, const ApiLimits& limits) {
     const json& m = (*msgs)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) bad(where, "'" + where + "' must be an object, got " + type_name(m));
-    Message msg;
+    ChatMessage msg;
     msg.role = get_string(m, "role", "");
     if (msg.role == "function") msg.role = "tool";
     if (msg.role != "system" && msg.role != "developer" && msg.role != "user" &&
@@ -349,7 +349,7 @@ ApiRequest parse_chat_request(const json& body, const ApiLimits& limits) {
           if (!c.is_object()) bad(where + ".tool_calls", "tool calls must be objects");
           const json* f = field(c, "function");
           if (f == nullptr || !f->is_object()) bad(where + ".tool_calls", "tool calls need a 'function' object");
-          ToolCall call;
+          ChatToolCall call;
           call.id = get_string(c, "id", "");
           call.name = get_string(*f, "name", "");
           if (call.name.empty()) bad(where + ".tool_calls", "tool call function names must be non-empty");
@@ -368,6 +368,7 @@ ApiRequest parse_chat_request(const json& body, const ApiLimits& limits) {
         }
       }
     }
+    if (msg.role == "tool") msg.tool_call_id = get_string(m, "tool_call_id", "");
     r.chat.messages.push_back(std::move(msg));
   }
   return r;
@@ -434,7 +435,7 @@ void anthropic_blocks(const json& m, size_t index, const std::string& role, ApiR
   const std::string where = "messages[" + std::to_string(index) + "].content";
   const json* c = field(m, "content");
   if (c == nullptr) bad(where, "'" + where + "' is required");
-  Message msg;
+  ChatMessage msg;
   msg.role = role;
   if (c->is_string()) {
     msg.content = c->get<std::string>();
@@ -452,7 +453,7 @@ void anthropic_blocks(const json& m, size_t index, const std::string& role, ApiR
     } else if (type == "redacted_thinking" && role == "assistant") {
       // nothing to render
     } else if (type == "tool_use" && role == "assistant") {
-      ToolCall call;
+      ChatToolCall call;
       call.id = get_string(b, "id", "");
       call.name = get_string(b, "name", "");
       if (call.name.empty()) bad(where, "tool_use blocks need a non-empty 'name'");
@@ -461,8 +462,9 @@ void anthropic_blocks(const json& m, size_t index, const std::string& role, ApiR
       call.arguments = in == nullptr ? "{}" : in->dump(-1, ' ', false, json::error_handler_t::replace);
       msg.tool_calls.push_back(std::move(call));
     } else if (type == "tool_result" && role == "user") {
-      Message tool;
+      ChatMessage tool;
       tool.role = "tool";
+      tool.tool_call_id = get_string(b, "tool_use_id", "");
       const json* tc = field(b, "content");
       if (tc != nullptr && tc->is_string()) {
         tool.content = tc->get<std::string>();
@@ -508,7 +510,7 @@ ApiRequest parse_messages_request(const json& body, const ApiLimits& limits) {
   }
 
   if (const json* sys = field(body, "system"); sys != nullptr) {
-    Message s;
+    ChatMessage s;
     s.role = "system";
     if (sys->is_string()) {
       s.content = sys->get<std::string>();
@@ -572,6 +574,30 @@ ApiRequest parse_messages_request(const json& body, const ApiLimits& limits) {
     anthropic_blocks(m, i, role, &r);
   }
   return r;
+}
+
+std::vector<ChatMessage> render_messages(const ChatPrompt& prompt) {
+  std::vector<ChatMessage> out = prompt.messages;
+  if (prompt.tools.empty() || prompt.tool_choice == "none") return out;
+  // ordered_json: the schema keys keep the name, description, parameters order of the V4 tools
+  // block (the parameter schema itself was re-written with sorted keys by the parser).
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  for (const ToolDef& t : prompt.tools) {
+    nlohmann::ordered_json f;
+    f["name"] = t.name;
+    if (!t.description.empty()) f["description"] = t.description;
+    f["parameters"] = nlohmann::ordered_json::parse(t.parameters_json.empty() ? "{}" : t.parameters_json,
+                                                    nullptr, /*allow_exceptions=*/false);
+    tools.push_back(std::move(f));
+  }
+  auto sys = std::find_if(out.begin(), out.end(), [](const ChatMessage& m) { return m.role == "system"; });
+  if (sys == out.end()) {
+    ChatMessage m;
+    m.role = "system";
+    sys = out.insert(out.begin(), std::move(m));
+  }
+  sys->tools_json = tools.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return out;
 }
 
 }  // namespace ds4::server

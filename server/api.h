@@ -21,11 +21,33 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
-#include "server/chat_format.h"
+#include "engine/chat_output.h"
+#include "engine/engine.h"
 
 namespace ds4::server {
 
 enum class Api { kChat, kCompletion, kMessages };
+
+struct ToolDef {
+  std::string name;
+  std::string description;
+  std::string parameters_json;  // JSON Schema text ("" when none)
+};
+
+// A chat request before rendering: the messages plus the request-level tool list.
+struct ChatPrompt {
+  std::vector<ChatMessage> messages;
+  std::vector<ToolDef> tools;  // empty: no tool section
+  // "" / "auto": model decides; "none": tools are not rendered; "required" / a tool name:
+  // validated, but not part of the published V4 prompt format (nothing is rendered for it).
+  std::string tool_choice;
+  ThinkMode mode = ThinkMode::kThink;  // already resolved for the context (think-max needs 384K)
+};
+
+// The messages the renderer (TextCodec::try_render_chat) takes: the tools become the tools
+// JSON of the first system message (one is inserted at the front when there is none), as the
+// V4 encoding attaches tool schemas to the system prompt.
+std::vector<ChatMessage> render_messages(const ChatPrompt& prompt);
 
 // A client error: HTTP status + OpenAI-style type and message (+ the offending field).
 class ApiError : public std::runtime_error {

@@ -255,7 +255,7 @@ json token_logprob_json(const Engine& engine, const TokenEvent& ev) {
   return e;
 }
 
-json tool_calls_json(const std::vector<ToolCall>& calls, int first_index, bool with_index) {
+json tool_calls_json(const std::vector<ChatToolCall>& calls, int first_index, bool with_index) {
   json arr = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     json c;
@@ -511,7 +511,9 @@ struct HttpServer::Impl {
         prompt.insert(prompt.end(), body_ids.begin(), body_ids.end());
       }
     } else {
-      prompt = engine.tokenize_rendered(render_chat_prompt(r.chat));
+      Expected<std::string> text = TextCodec::try_render_chat(render_messages(r.chat), r.chat.mode);
+      if (!text.ok()) throw ApiError(400, "invalid_request_error", text.status().message(), "messages");
+      prompt = engine.tokenize_rendered(*text);
       thinking = r.chat.mode != ThinkMode::kNoThink;
     }
     const int n_ctx = limits.n_ctx;
@@ -584,7 +586,7 @@ struct HttpServer::Impl {
       if (!o.total.content.empty() || o.total.tool_calls.empty()) {
         content.push_back({{"type", "text"}, {"text", o.total.content}});
       }
-      for (const ToolCall& c : o.total.tool_calls) {
+      for (const ChatToolCall& c : o.total.tool_calls) {
         json input = json::parse(c.arguments, nullptr, false);
         content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", std::move(input)}});
       }
@@ -767,7 +769,7 @@ struct HttpServer::Impl {
         ok = ok && open_block("text", {{"type", "text"}, {"text", ""}});
         ok = ok && delta({{"type", "text_delta"}, {"text", d.content}});
       }
-      for (const ToolCall& c : d.tool_calls) {
+      for (const ChatToolCall& c : d.tool_calls) {
         ok = ok && close_block();
         open = "tool_use";
         ++index;

@@ -1,16 +1,44 @@
-// tokenizer/chat.h — the DS4 chat template (ds4-architecture.md §8.5).
+// tokenizer/chat.h — the DeepSeek V4 chat encoding (ds4-architecture.md §8.5): the one
+// renderer of system prompts, multi-turn history, think modes, tool definitions, DSML tool
+// calls and tool results, shared by the CLI, the server and the bench (through engine/text.h).
 //
-// Role: renders prompts and conversations to text with the DS4 special-token strings, then
-// tokenizes them with Tokenizer::encode_rendered(). Two users:
-//   * single prompt (CLI -p, logprob tests): render_prompt()/encode_prompt();
+// Role: renders conversations to text with the DS4 special-token strings, then tokenizes them
+// with Tokenizer::encode_rendered() (the 7 special strings become their ids). Three users:
+//   * whole conversations (server / API, Engine::render_chat): render_chat()/encode_chat();
+//   * single prompt (CLI -p, logprob tests): render_prompt()/encode_prompt(), which is
+//     render_chat() of [system, user];
 //   * live multi-turn chat (interactive CLI, one KV state that only grows): ChatTranscript,
 //     which hands out the token suffix to append for each new turn.
+// Rules of render_chat (the published V4 encoding; thinking = kThink or kThinkMax):
+//   * BOS, then for kThinkMax the think-max prefix (kThinkMaxPrefix) before the first message.
+//   * system: its text (consecutive system messages are written back to back); with tools:
+//     + "\n\n" + the tools block (tool_prompt()).
+//   * developer: <｜User｜> + text [+ "\n\n" + tools block].
+//   * user: <｜User｜> + text. tool messages are merged into the user message they follow
+//     (consecutive tool results and a following user text join one user message): its blocks
+//     are joined with "\n\n", a tool result being "<tool_result>" + text + "</tool_result>";
+//     tool results are ordered like the tool calls of the last assistant message (by id).
+//   * a user/developer message followed by an assistant message, or last: + <｜Assistant｜> +
+//     (<think> when thinking and (tools are present or it is the last user-like message),
+//     else </think>).
+//   * assistant: [thinking: reasoning + </think>, only after the last user-like message or
+//     when tools are present] + content + [tool calls] + <｜end▁of▁sentence｜>. Tool calls:
+//     "\n\n<｜DSML｜tool_calls>\n" + invokes joined by "\n" + "\n</｜DSML｜tool_calls>"; an invoke
+//     is "<｜DSML｜invoke name=\"N\">\n" + parameters joined by "\n" + "\n</｜DSML｜invoke>"; a
+//     parameter is "<｜DSML｜parameter name=\"K\" string=\"true\">V</｜DSML｜parameter>" for a
+//     string value (raw), string="false" with the value as JSON otherwise.
+//   * thinking without tools drops history: assistant reasoning before the last user-like
+//     message is not rendered and developer messages before it are dropped.
+// JSON (tool schemas, non-string arguments) is written like Python's json.dumps with
+// ensure_ascii=False: ", " and ": " separators, keys in their given order.
 // Invariants:
 //   * Every turn starts with a special token (<｜User｜> / <｜Assistant｜>), and
 //     encode_rendered() cuts at special tokens, so tokenizing a conversation turn by turn
 //     gives the same ids as tokenizing the whole rendered text at once
 //     (ChatTranscript::tokens() == encode_rendered(ChatTranscript::text()) whenever the
 //     generated replies were canonical tokenizations of their text).
+//   * ChatTranscript writes each turn exactly as render_chat writes it, except that a live KV
+//     state cannot drop the reasoning of earlier replies (it is already in the cache).
 //   * ThinkMax is only honoured when the context is >= kThinkMaxMinContext tokens
 //     (think_mode_for_context); callers pass the resolved mode.
 #pragma once
@@ -46,29 +74,50 @@ inline constexpr std::string_view kThinkMaxPrefix =
 inline constexpr std::string_view kDefaultSystemPrompt = "You are a helpful assistant";
 inline constexpr std::string_view kBenchSystemPrompt = "You are a helpful assistant.";
 
+// DSML element names of a tool-call block, as the model writes them and history renders them.
+inline constexpr std::string_view kDsmlToolCalls = "tool_calls";
+inline constexpr std::string_view kDsmlInvoke = "invoke";
+inline constexpr std::string_view kDsmlParameter = "parameter";
+std::string dsml_open(std::string_view name);   // "<｜DSML｜name" (attributes and '>' follow)
+std::string dsml_close(std::string_view name);  // "</｜DSML｜name>"
+
 // ThinkMax only when n_ctx >= 393216, else Think; other modes pass through.
 ThinkMode think_mode_for_context(ThinkMode mode, int64_t n_ctx);
 
 // "<｜Assistant｜><think>" (Think/ThinkMax) or "<｜Assistant｜></think>" (NoThink).
 std::string generation_prefix(ThinkMode mode);
 
+struct ToolCall {
+  std::string id{};              // optional; orders the tool results
+  std::string name{};
+  std::string arguments_json{};  // a JSON object; anything else becomes {"arguments": text}
+};
+
+struct Message {
+  std::string role{};  // "system", "developer", "user", "assistant", "tool"
+  std::string content{};
+  std::string reasoning{};               // assistant: reasoning_content
+  std::vector<ToolCall> tool_calls{};    // assistant
+  std::string tools_json{};              // system/developer: JSON array of {"type":"function",
+                                       // "function":{...}} (OpenAI form) or of function objects
+  std::string tool_call_id{};            // tool
+};
+
+// The tools block for a JSON array of function schemas (each written on one line).
+Expected<std::string> tool_prompt(std::string_view tools_json);
+// One DSML tool_calls block (with its leading "\n\n"), as history renders it.
+std::string render_tool_calls(std::span<const ToolCall> calls);
+
+// Renders the conversation (ending with the generation prefix when the last message is
+// user/developer/tool). Errors: unknown role, invalid tools JSON, empty developer message.
+Expected<std::string> render_chat(std::span<const Message> messages, ThinkMode mode);
+Expected<std::vector<int32_t>> encode_chat(const Tokenizer& tok,
+                                           std::span<const Message> messages, ThinkMode mode);
+
 // Single prompt: BOS [think-max prefix] system <｜User｜>user <｜Assistant｜>(<think>|</think>)
 std::string render_prompt(std::string_view system, std::string_view user, ThinkMode mode);
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, std::string_view system,
                                    std::string_view user, ThinkMode mode);
-
-// Whole-conversation rendering with the CLI semantics of §8.5 (roles: "system",
-// "developer", "user", "tool", "assistant"), ending with the generation prefix.
-//   system/developer -> raw text right after BOS (several are concatenated in order);
-//   user -> <｜User｜>text; tool -> <｜User｜>Tool: text;
-//   assistant -> <｜Assistant｜> + ("</think>" unless text starts with <think> or </think>)
-//                + text  (no EOS: CLI append_message semantics).
-// The ThinkMax prefix precedes the system text when mode == kThinkMax.
-struct Message {
-  std::string role;
-  std::string content;
-};
-Expected<std::string> render_conversation(std::span<const Message> messages, ThinkMode mode);
 
 // Incremental multi-turn transcript for one live session. Each call returns the token
 // suffix to append to the session (and records its text), so earlier turns are never
@@ -88,16 +137,10 @@ class ChatTranscript {
   std::vector<int32_t> start();
   // <｜User｜>text + generation prefix for `mode`: everything before the model's reply.
   std::vector<int32_t> user_turn(std::string_view text, ThinkMode mode);
-  // <｜User｜>Tool: text + generation prefix (CLI tool-result form).
-  std::vector<int32_t> tool_turn(std::string_view text, ThinkMode mode);
   // Records the ids the model generated after the generation prefix (they are already in the
   // session; the caller appended them) and returns the suffix to append after them: {EOS},
   // or {} when the last generated id already is EOS. The text is recorded as decode(generated) [+ EOS string].
   std::vector<int32_t> assistant_generated(std::span<const int32_t> generated);
-  // History-only messages (no generation): user text without a generation prefix, and an
-  // assistant message with CLI append_message semantics (no EOS).
-  std::vector<int32_t> user_message(std::string_view text);
-  std::vector<int32_t> assistant_message(std::string_view text);
 
   // Everything appended so far, as rendered text and as ids.
   const std::string& text() const { return text_; }

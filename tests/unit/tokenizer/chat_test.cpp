@@ -85,24 +85,37 @@ TEST(ChatTemplate, ThinkModeForContext) {
   EXPECT_EQ(think_mode_for_context(ThinkMode::kThink, 16), ThinkMode::kThink);
 }
 
-TEST(ChatTemplate, ConversationCliSemantics) {
+TEST(ChatTemplate, ConversationFollowsTheV4Encoding) {
+  // Roles as the V4 encoding writes them: developer is a user turn, a tool result is a
+  // <tool_result> block under <｜User｜>, every assistant reply ends with EOS, and an assistant
+  // message written with its reasoning in `reasoning` gets reasoning + </think> in thinking mode.
+  Message think_reply{.role = "assistant", .content = "La promessa sposa.", .reasoning = "ragiono"};
   const std::vector<Message> msgs = {
-      {"system", "Sei un assistente."},
-      {"user", "Chi è Renzo?"},
-      {"assistant", "Un filatore."},
-      {"user", "E Lucia?"},
-      {"assistant", "<think>ragiono</think>La promessa sposa."},
-      {"tool", "42"},
+      {.role = "system", .content = "Sei un assistente."},
+      {.role = "user", .content = "Chi è Renzo?"},
+      {.role = "assistant", .content = "Un filatore."},
+      {.role = "developer", .content = "Rispondi in breve."},
+      think_reply,
+      {.role = "tool", .content = "42"},
   };
-  auto s = render_conversation(msgs, ThinkMode::kNoThink);
+  auto s = render_chat(msgs, ThinkMode::kNoThink);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   EXPECT_EQ(*s,
             "<｜begin▁of▁sentence｜>Sei un assistente."
-            "<｜User｜>Chi è Renzo?<｜Assistant｜></think>Un filatore."
-            "<｜User｜>E Lucia?<｜Assistant｜><think>ragiono</think>La promessa sposa."
-            "<｜User｜>Tool: 42<｜Assistant｜></think>");
-  const std::vector<Message> bad = {{"robot", "x"}};
-  auto e = render_conversation(bad, ThinkMode::kThink);
+            "<｜User｜>Chi è Renzo?<｜Assistant｜></think>Un filatore.<｜end▁of▁sentence｜>"
+            "<｜User｜>Rispondi in breve.<｜Assistant｜></think>La promessa sposa.<｜end▁of▁sentence｜>"
+            "<｜User｜><tool_result>42</tool_result><｜Assistant｜></think>");
+  auto t = render_chat(msgs, ThinkMode::kThink);
+  ASSERT_TRUE(t.ok());
+  // Thinking without tools: the developer turn before the last user-like message is dropped,
+  // the reply after it keeps its reasoning, older replies get no think markers.
+  EXPECT_EQ(*t,
+            "<｜begin▁of▁sentence｜>Sei un assistente."
+            "<｜User｜>Chi è Renzo?<｜Assistant｜></think>Un filatore.<｜end▁of▁sentence｜>"
+            "La promessa sposa.<｜end▁of▁sentence｜>"
+            "<｜User｜><tool_result>42</tool_result><｜Assistant｜><think>");
+  const std::vector<Message> bad = {{.role = "robot", .content = "x"}};
+  auto e = render_chat(bad, ThinkMode::kThink);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("unknown role 'robot'"), std::string::npos);
 }
@@ -131,18 +144,12 @@ TEST(ChatTranscript, IncrementalSuffixesEqualFullTokenization) {
   gen2.push_back(kEos);
   add(gen2);
   EXPECT_TRUE(tr.assistant_generated(gen2).empty());
-  // History-only messages and a tool turn.
-  add(tr.user_message("nota"));
-  add(tr.assistant_message("ok"));
-  add(tr.tool_turn("{\"x\": 1}", ThinkMode::kThink));
 
   EXPECT_EQ(tr.text(),
             "<｜begin▁of▁sentence｜>You are a helpful assistant"
             "<｜User｜>Ciao, come stai?<｜Assistant｜><think>penso</think>Bene, grazie."
             "<｜end▁of▁sentence｜>"
-            "<｜User｜>Renzo e Lucia<｜Assistant｜></think>Sì.<｜end▁of▁sentence｜>"
-            "<｜User｜>nota<｜Assistant｜></think>ok"
-            "<｜User｜>Tool: {\"x\": 1}<｜Assistant｜><think>");
+            "<｜User｜>Renzo e Lucia<｜Assistant｜></think>Sì.<｜end▁of▁sentence｜>");
   EXPECT_EQ(tr.tokens(), session);
   EXPECT_EQ(t.encode_rendered(tr.text()), session);
 }

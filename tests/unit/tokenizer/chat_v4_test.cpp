@@ -1,4 +1,4 @@
-// The DeepSeek V4 conversation encoding (tokenizer/chat_v4.h) on the real V4 vocabulary.
+// The DeepSeek V4 conversation encoding (tokenizer/chat.h) on the real V4 vocabulary.
 // Expected texts and id sequences are written here by hand from the published V4 encoding
 // rules (special ids: BOS 0, EOS 1, <｜User｜> 128803, <｜Assistant｜> 128804, <think> 128821,
 // </think> 128822, ｜DSML｜ 128825); E(text) is the plain BPE encoding of a span between
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "tokenizer/chat_v4.h"
+#include "tokenizer/chat.h"
 
 namespace ds4::tok {
 namespace {
@@ -52,15 +52,15 @@ struct Seq {
   }
 };
 
-V4Message msg(std::string role, std::string content) {
-  V4Message m;
+Message msg(std::string role, std::string content) {
+  Message m;
   m.role = std::move(role);
   m.content = std::move(content);
   return m;
 }
 
-std::vector<int32_t> encode(const std::vector<V4Message>& ms, ThinkMode mode) {
-  auto ids = encode_v4(real_vocab(), ms, mode);
+std::vector<int32_t> encode(const std::vector<Message>& ms, ThinkMode mode) {
+  auto ids = encode_chat(real_vocab(), ms, mode);
   EXPECT_TRUE(ids.ok()) << ids.status().to_string();
   return ids.ok() ? *ids : std::vector<int32_t>{};
 }
@@ -79,7 +79,7 @@ TEST(ChatV4, SpecialIdsOfTheRealVocabulary) {
 
 TEST(ChatV4, SinglePromptInEachMode) {
   REQUIRE_VOCAB();
-  const std::vector<V4Message> ms = {msg("system", "You are a helpful assistant"),
+  const std::vector<Message> ms = {msg("system", "You are a helpful assistant"),
                                      msg("user", "Ciao! What is 12345 + 1?")};
   const auto head = [] {
     return Seq().id(kBos).text("You are a helpful assistant").id(kUser).text("Ciao! What is 12345 + 1?");
@@ -100,9 +100,9 @@ TEST(ChatV4, SinglePromptInEachMode) {
 
 TEST(ChatV4, MultiTurnDropsOldReasoningAndEndsRepliesWithEos) {
   REQUIRE_VOCAB();
-  V4Message a1 = msg("assistant", "Paris.");
+  Message a1 = msg("assistant", "Paris.");
   a1.reasoning = "The capital of France is Paris.";
-  const std::vector<V4Message> ms = {msg("system", "Be brief."), msg("user", "Capital of France?"),
+  const std::vector<Message> ms = {msg("system", "Be brief."), msg("user", "Capital of France?"),
                                      a1, msg("user", "And of Italy?")};
   const auto body = Seq()
                         .id(kBos)
@@ -119,7 +119,7 @@ TEST(ChatV4, MultiTurnDropsOldReasoningAndEndsRepliesWithEos) {
   EXPECT_EQ(encode(ms, ThinkMode::kThink), Seq(body).id(kThink).ids);
   EXPECT_EQ(encode(ms, ThinkMode::kNoThink), Seq(body).id(kUnthink).ids);
   // A reply after the last user message keeps its reasoning (thinking mode).
-  const std::vector<V4Message> tail = {msg("user", "Hi"), a1};
+  const std::vector<Message> tail = {msg("user", "Hi"), a1};
   EXPECT_EQ(encode(tail, ThinkMode::kThink), Seq()
                                                  .id(kBos)
                                                  .id(kUser)
@@ -141,15 +141,15 @@ const char* kWeatherTools =
 
 TEST(ChatV4, ToolDefinitionsCallsAndResultsInDsml) {
   REQUIRE_VOCAB();
-  V4Message sys = msg("system", "Be brief.");
+  Message sys = msg("system", "Be brief.");
   sys.tools_json = kWeatherTools;
-  V4Message call = msg("assistant", "");
+  Message call = msg("assistant", "");
   call.reasoning = "Need the tool.";
   call.tool_calls = {{"c1", "get_weather", R"({"city": "Rome", "days": 2})"}};
-  V4Message result = msg("tool", "18 C, sunny");
+  Message result = msg("tool", "18 C, sunny");
   result.tool_call_id = "c1";
-  const std::vector<V4Message> ms = {sys, msg("user", "Weather in Rome?"), call, result};
-  auto text = render_v4(ms, ThinkMode::kThink);
+  const std::vector<Message> ms = {sys, msg("user", "Weather in Rome?"), call, result};
+  auto text = render_chat(ms, ThinkMode::kThink);
   ASSERT_TRUE(text.ok()) << text.status().to_string();
   const std::string D = "\xEF\xBD\x9C" "DSML\xEF\xBD\x9C";
   const std::string want =
@@ -193,14 +193,14 @@ TEST(ChatV4, ToolDefinitionsCallsAndResultsInDsml) {
 
 TEST(ChatV4, ToolResultsFollowCallOrderAndMergeWithUserText) {
   REQUIRE_VOCAB();
-  V4Message call = msg("assistant", "");
+  Message call = msg("assistant", "");
   call.tool_calls = {{"a", "f", R"({"x": [1, 2], "ok": true})"}, {"b", "g", "not json"}};
-  V4Message rb = msg("tool", "B");
+  Message rb = msg("tool", "B");
   rb.tool_call_id = "b";
-  V4Message ra = msg("tool", "A");
+  Message ra = msg("tool", "A");
   ra.tool_call_id = "a";
-  const std::vector<V4Message> ms = {msg("user", "go"), call, rb, ra, msg("user", "thanks")};
-  auto text = render_v4(ms, ThinkMode::kNoThink);
+  const std::vector<Message> ms = {msg("user", "go"), call, rb, ra, msg("user", "thanks")};
+  auto text = render_chat(ms, ThinkMode::kNoThink);
   ASSERT_TRUE(text.ok());
   const std::string D = "\xEF\xBD\x9C" "DSML\xEF\xBD\x9C";
   EXPECT_EQ(*text, std::string(kBosText) + std::string(kUserText) + "go" + std::string(kAssistantText) +
@@ -216,11 +216,11 @@ TEST(ChatV4, ToolResultsFollowCallOrderAndMergeWithUserText) {
 }
 
 TEST(ChatV4, BadInputIsAnErrorNotACrash) {
-  EXPECT_FALSE(render_v4(std::vector<V4Message>{msg("robot", "x")}, ThinkMode::kThink).ok());
-  V4Message sys = msg("system", "s");
+  EXPECT_FALSE(render_chat(std::vector<Message>{msg("robot", "x")}, ThinkMode::kThink).ok());
+  Message sys = msg("system", "s");
   sys.tools_json = "{not json";
-  EXPECT_FALSE(render_v4(std::vector<V4Message>{sys}, ThinkMode::kThink).ok());
-  EXPECT_FALSE(render_v4(std::vector<V4Message>{msg("developer", "")}, ThinkMode::kThink).ok());
+  EXPECT_FALSE(render_chat(std::vector<Message>{sys}, ThinkMode::kThink).ok());
+  EXPECT_FALSE(render_chat(std::vector<Message>{msg("developer", "")}, ThinkMode::kThink).ok());
 }
 
 }  // namespace

@@ -1,26 +1,19 @@
-// server/chat_format.cpp — DS4 template rendering (server semantics), DSML, OutputParser.
-#include "server/chat_format.h"
+// engine/chat_output.cpp — the streaming split of generated text (stop sequences, thinking,
+// DSML tool calls); the DSML spelling comes from tokenizer/chat.h, the renderer's own.
+#include "engine/chat_output.h"
 
 #include <algorithm>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
-namespace ds4::server {
+#include "tokenizer/chat.h"
+
+namespace ds4 {
 
 using nlohmann::json;
 
 namespace {
-
-constexpr std::string_view kThinkMaxPrefix =
-    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
-    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
-    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
-    "edge cases, and adversarial scenarios.\n"
-    "Explicitly write out your entire deliberation process, documenting every intermediate "
-    "step, considered alternative, and rejected hypothesis to ensure absolutely no assumption "
-    "is left unchecked.\n"
-    "\n";
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -56,139 +49,11 @@ std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error
 
 }  // namespace
 
-std::string dsml_tag(std::string_view name) {
-  std::string s("<");
-  s.append(kDsml).append(name);
-  return s;
-}
-
-std::string dsml_close_tag(std::string_view name) {
-  std::string s("</");
-  s.append(kDsml).append(name).append(">");
-  return s;
-}
-
-std::string_view think_max_prefix() { return kThinkMaxPrefix; }
-
-std::string render_tool_section(const std::vector<ToolDef>& tools, const std::string& tool_choice) {
-  if (tools.empty()) return {};
-  const std::string calls = dsml_tag("function_calls") + ">";
-  std::string s;
-  s.append("## Tools\n\n");
-  s.append("You may call the tools listed below. To call tools, write a single ");
-  s.append(calls);
-  s.append(" block in exactly this form:\n\n");
-  s.append(calls).append("\n");
-  s.append(dsml_tag("invoke")).append(" name=\"TOOL_NAME\">\n");
-  s.append(dsml_tag("parameter")).append(" name=\"TEXT_PARAM\" string=\"true\">plain text value");
-  s.append(dsml_close_tag("parameter")).append("\n");
-  s.append(dsml_tag("parameter")).append(" name=\"OTHER_PARAM\" string=\"false\">{\"json\": [\"value\"]}");
-  s.append(dsml_close_tag("parameter")).append("\n");
-  s.append(dsml_close_tag("invoke")).append("\n");
-  s.append(dsml_close_tag("function_calls")).append("\n\n");
-  s.append("Write string parameters raw with string=\"true\"; numbers, booleans, arrays and "
-           "objects as JSON with string=\"false\". One block may hold several invoke elements. "
-           "Results come back as <tool_result>...</tool_result>.\n");
-  if (tool_choice == "required") {
-    s.append("You must call at least one tool in your reply.\n");
-  } else if (!tool_choice.empty() && tool_choice != "auto" && tool_choice != "none") {
-    s.append("You must call the tool \"").append(tool_choice).append("\" in your reply.\n");
-  }
-  s.append("\n### Available tools\n\n");
-  for (const ToolDef& t : tools) {
-    json j;
-    j["name"] = t.name;
-    if (!t.description.empty()) j["description"] = t.description;
-    j["parameters"] = json::parse(t.parameters_json.empty() ? "{}" : t.parameters_json,
-                                  nullptr, /*allow_exceptions=*/false);
-    s.append(dump_json(j)).append("\n");
-  }
-  return s;
-}
-
-std::string render_dsml_calls(const std::vector<ToolCall>& calls) {
-  if (calls.empty()) return {};
-  std::string s = dsml_tag("function_calls") + ">\n";
-  for (const ToolCall& c : calls) {
-    s.append(dsml_tag("invoke")).append(" name=\"").append(c.name).append("\">\n");
-    json args = json::parse(c.arguments.empty() ? "{}" : c.arguments, nullptr, false);
-    if (args.is_object()) {
-      for (auto it = args.begin(); it != args.end(); ++it) {
-        const bool str = it.value().is_string();
-        s.append(dsml_tag("parameter")).append(" name=\"").append(it.key()).append("\" string=\"");
-        s.append(str ? "true" : "false").append("\">");
-        s.append(str ? it.value().get<std::string>() : dump_json(it.value()));
-        s.append(dsml_close_tag("parameter")).append("\n");
-      }
-    }
-    s.append(dsml_close_tag("invoke")).append("\n");
-  }
-  s.append(dsml_close_tag("function_calls"));
-  return s;
-}
-
-std::string render_chat_prompt(const ChatPrompt& p) {
-  const bool thinking = p.mode != ThinkMode::kNoThink;
-  std::string system;
-  for (const Message& m : p.messages) {
-    if (m.role != "system" && m.role != "developer") continue;
-    if (!system.empty()) system.append("\n\n");
-    system.append(m.content);
-  }
-  // Tool context: schemas, or tool calls / tool results anywhere in the history.
-  bool tool_context = !p.tools.empty() && p.tool_choice != "none";
-  size_t last_user = 0;
-  bool any_user = false;
-  for (size_t i = 0; i < p.messages.size(); ++i) {
-    const Message& m = p.messages[i];
-    if (m.role == "tool" || !m.tool_calls.empty()) tool_context = true;
-    if (m.role == "user" || m.role == "tool") {
-      last_user = i;
-      any_user = true;
-    }
-  }
-
-  std::string s(kBosText);
-  if (p.mode == ThinkMode::kThinkMax) s.append(kThinkMaxPrefix);
-  if (!p.tools.empty() && p.tool_choice != "none") {
-    s.append(render_tool_section(p.tools, p.tool_choice));
-    if (!system.empty()) s.append("\n");
-  }
-  s.append(system);
-
-  std::string prev;  // role of the previous non-system message
-  for (size_t i = 0; i < p.messages.size(); ++i) {
-    const Message& m = p.messages[i];
-    if (m.role == "system" || m.role == "developer") continue;
-    if (m.role == "user") {
-      s.append(kUserText).append(m.content);
-    } else if (m.role == "tool") {
-      if (prev != "tool") s.append(kUserText);
-      s.append("<tool_result>").append(m.content).append("</tool_result>");
-    } else {  // assistant
-      if (prev == "user" || prev == "tool" || prev.empty()) s.append(kAssistantText);
-      const bool after_last_user = !any_user || i > last_user;
-      if (thinking && (tool_context || after_last_user)) {
-        s.append(kThinkOpen).append(m.reasoning).append(kThinkClose);
-      } else {
-        s.append(kThinkClose);
-      }
-      s.append(m.content);
-      s.append(render_dsml_calls(m.tool_calls));
-      s.append(kEosText);
-    }
-    prev = m.role;
-  }
-  s.append(kAssistantText);
-  s.append(thinking ? kThinkOpen : kThinkClose);
-  return s;
-}
-
-bool parse_dsml_invoke(std::string_view text, ToolCall* call, std::string* error) {
-  const std::string open = dsml_tag("invoke");
-  const std::string close = dsml_close_tag("invoke");
-  const std::string popen = dsml_tag("parameter");
-  const std::string pclose = dsml_close_tag("parameter");
+bool parse_dsml_invoke(std::string_view text, ChatToolCall* call, std::string* error) {
+  const std::string open = tok::dsml_open(tok::kDsmlInvoke);
+  const std::string close = tok::dsml_close(tok::kDsmlInvoke);
+  const std::string popen = tok::dsml_open(tok::kDsmlParameter);
+  const std::string pclose = tok::dsml_close(tok::kDsmlParameter);
   text = trim(text);
   if (!text.starts_with(open) || !text.ends_with(close)) {
     *error = "tool call: expected an invoke element";
@@ -279,7 +144,9 @@ size_t partial_suffix(std::string_view text, std::string_view marker) {
 OutputParser::OutputParser(bool thinking, bool parse_tools, std::vector<std::string> stops,
                            std::string id_prefix)
     : in_thinking_(thinking), parse_tools_(parse_tools), stops_(std::move(stops)),
-      id_prefix_(std::move(id_prefix)) {
+      id_prefix_(std::move(id_prefix)),
+      block_open_(tok::dsml_open(tok::kDsmlToolCalls) + ">"),
+      block_close_(tok::dsml_close(tok::kDsmlToolCalls)) {
   stops_.erase(std::remove_if(stops_.begin(), stops_.end(), [](const std::string& s) { return s.empty(); }),
                stops_.end());
 }
@@ -323,16 +190,16 @@ void OutputParser::route(std::string_view text, OutputDelta* out) {
     return;
   }
   think_buf_.append(text);
-  const size_t at = think_buf_.find(kThinkClose);
+  const size_t at = think_buf_.find(tok::kThinkCloseText);
   if (at != std::string::npos) {
     out->reasoning.append(think_buf_, 0, at);
     in_thinking_ = false;
-    std::string rest = think_buf_.substr(at + kThinkClose.size());
+    std::string rest = think_buf_.substr(at + tok::kThinkCloseText.size());
     think_buf_.clear();
     content(rest, out);
     return;
   }
-  const size_t hold = partial_suffix(think_buf_, kThinkClose);
+  const size_t hold = partial_suffix(think_buf_, tok::kThinkCloseText);
   out->reasoning.append(think_buf_, 0, think_buf_.size() - hold);
   think_buf_.erase(0, think_buf_.size() - hold);
 }
@@ -349,10 +216,14 @@ void OutputParser::content(std::string_view text, OutputDelta* out) {
     return;
   }
   text_buf_.append(text);
-  const std::string open = dsml_tag("function_calls") + ">";
+  const std::string& open = block_open_;
   const size_t at = text_buf_.find(open);
   if (at != std::string::npos) {
-    out->content.append(text_buf_, 0, at);
+    // The whitespace the V4 format writes before a block ("\n\n") belongs to the block.
+    size_t lead = at;
+    while (lead > 0 && is_space(text_buf_[lead - 1])) --lead;
+    out->content.append(text_buf_, 0, lead);
+    block_lead_ = text_buf_.substr(lead, at - lead);
     in_block_ = true;
     block_calls_ = 0;
     block_ = text_buf_.substr(at);
@@ -360,17 +231,26 @@ void OutputParser::content(std::string_view text, OutputDelta* out) {
     drain_dsml(out, false);
     return;
   }
-  const size_t hold = partial_suffix(text_buf_, open);
-  out->content.append(text_buf_, 0, text_buf_.size() - hold);
-  text_buf_.erase(0, text_buf_.size() - hold);
+  // Hold back a possible start of the block tag and the whitespace before it.
+  size_t emit = text_buf_.size() - partial_suffix(text_buf_, open);
+  while (emit > 0 && is_space(text_buf_[emit - 1])) --emit;
+  out->content.append(text_buf_, 0, emit);
+  text_buf_.erase(0, emit);
+}
+
+// A block that does not parse goes back to the content, with the whitespace held before it.
+void OutputParser::emit_block_text(std::string_view raw, OutputDelta* out) {
+  out->content.append(block_lead_);
+  out->content.append(raw);
+  block_lead_.clear();
 }
 
 // Emits every complete invoke of the current block; leaves the block when it closes.
 void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
-  const std::string open = dsml_tag("function_calls") + ">";
-  const std::string close = dsml_close_tag("function_calls");
-  const std::string inv_close = dsml_close_tag("invoke");
-  // block_ = "<｜DSML｜function_calls>" + complete-or-partial invokes [+ close + rest]
+  const std::string& open = block_open_;
+  const std::string& close = block_close_;
+  const std::string inv_close = tok::dsml_close(tok::kDsmlInvoke);
+  // block_ = "<｜DSML｜tool_calls>" + complete-or-partial invokes [+ close + rest]
   while (in_block_) {
     std::string_view body = std::string_view(block_).substr(open.size());
     const size_t ws = body.find_first_not_of(" \t\r\n");
@@ -379,30 +259,31 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     if (body.starts_with(close)) {
       const std::string rest(body.substr(close.size()));
       if (block_calls_ == 0) {  // nothing parsed in this block: keep its text, say so
-        out->content.append(block_, 0, open.size() + ws + close.size());
+        emit_block_text(std::string_view(block_).substr(0, open.size() + ws + close.size()), out);
         if (!out->tool_error.empty()) out->tool_error += "; ";
         out->tool_error += "empty tool-call block";
       }
       in_block_ = false;
       block_.clear();
+      block_lead_.clear();
       content(rest, out);
       return;
     }
     if (close.starts_with(body) && !at_end) break;  // a partial close tag
     const size_t end = body.find(inv_close);
     if (end == std::string_view::npos) {
-      const std::string inv_open = dsml_tag("invoke");
+      const std::string inv_open = tok::dsml_open(tok::kDsmlInvoke);
       const bool plausible = body.size() < inv_open.size() ? inv_open.starts_with(body)
                                                            : body.starts_with(inv_open);
       if (plausible && !at_end) break;  // wait for more text
-      out->content.append(block_);
+      emit_block_text(block_, out);
       out->tool_error = at_end ? "unterminated tool-call block"
                                : "malformed tool-call block: expected an invoke element";
       in_block_ = false;
       block_.clear();
       return;
     }
-    ToolCall call;
+    ChatToolCall call;
     std::string error;
     const std::string_view element = body.substr(0, end + inv_close.size());
     if (parse_dsml_invoke(element, &call, &error)) {
@@ -421,10 +302,10 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     std::string_view body = std::string_view(block_).substr(open.size());
     in_block_ = false;
     if (!trim(body).empty()) {
-      out->content.append(body);
+      emit_block_text(body, out);
       out->tool_error = "unterminated tool-call block";
     } else if (block_calls_ == 0) {
-      out->content.append(block_);
+      emit_block_text(block_, out);
       out->tool_error = "empty tool-call block";
     }
     block_.clear();
@@ -448,4 +329,4 @@ void OutputParser::finish(OutputDelta* out) {
   if (in_block_) drain_dsml(out, true);
 }
 
-}  // namespace ds4::server
+}  // namespace ds4
