@@ -24,7 +24,6 @@
 #include "core/rope.h"
 #include "core/status.h"
 #include "gguf/types.h"
-#include "core/rope.h"
 
 namespace ds4::backend {
 
@@ -361,6 +360,18 @@ struct ArgmaxParams {
   int32_t* out = nullptr;    // [n_rows]
 };
 
+// Row gather of a weight matrix: out row i = the f32 values of w row ids[i] (quant::dequantize_row
+// of its type: F32 F16 BF16 Q8_0 Q8_K Q2_K Q4_K IQ2_XXS). The ids are read in backend memory,
+// so a chain of ops can pick a row from an earlier op's result (e.g. an argmax) without a
+// read-back. The DSpark drafter's Markov embedding W1[prev] (speculative/drafter.cpp).
+struct GetRowsParams {
+  Matrix w;                         // [n_in -> n_out] rows to gather from
+  const int32_t* ids = nullptr;     // [n_rows] row ids, each in [0, w.n_out)
+  int n_rows = 1;
+  float* out = nullptr;             // [n_rows, out_stride], first w.n_in of each row written
+  int64_t out_stride = 0;
+};
+
 // A piece of work for Backend::run_pair(): fn(ctx). No allocation, no ownership.
 struct Task {
   void (*fn)(void* ctx) = nullptr;
@@ -436,6 +447,7 @@ class Backend {
   virtual void add(const AddParams& p) = 0;
   virtual void hc_mean(const HcMeanParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
+  virtual void get_rows(const GetRowsParams& p) = 0;
 
  protected:
   // The allocator behind alloc(): zero-filled, 64-byte aligned; release() gets back exactly
@@ -481,6 +493,7 @@ class ForwardingBackend : public Backend {
   void add(const AddParams& p) override { inner_.add(p); }
   void hc_mean(const HcMeanParams& p) override { inner_.hc_mean(p); }
   void argmax(const ArgmaxParams& p) override { inner_.argmax(p); }
+  void get_rows(const GetRowsParams& p) override { inner_.get_rows(p); }
 
  protected:
   void* allocate(size_t bytes) override { return inner_.allocate(bytes); }

@@ -70,11 +70,12 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
     prompt.insert(prompt.end(), text.begin(), text.begin() + static_cast<std::ptrdiff_t>(take));
   }
   const int64_t cw = dr->capture_width();
-  std::vector<float> caps(prompt.size() * static_cast<size_t>(cw));
+  backend::Backend& be = dm->backend();
+  backend::Array<float> caps(be, prompt.size() * static_cast<size_t>(cw));  // the drafter reads it in place
   s.set_capture_layers(dr->config().target_layers);
   s.set_capture_sink([&](int64_t pos, std::span<const float> h) {
     if (pos >= 0 && static_cast<size_t>(pos) < prompt.size() && static_cast<int64_t>(h.size()) == cw) {
-      std::copy(h.begin(), h.end(), caps.begin() + pos * cw);
+      be.upload(caps.data() + pos * cw, h.data(), h.size_bytes());
     }
   });
   const Status pre = s.prefill(prompt);

@@ -13,6 +13,7 @@
 #include "core/math.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
+#include "session/binding.h"
 #include "session/block.h"
 
 namespace ds4::speculative {
@@ -78,13 +79,14 @@ struct Drafter::Scratch {
   Arr<float> yhead;                 // [B, E] pre-norm HC-head output
   Arr<float> logits;                // [B, V] base logits U_k, then Z_k in place
   Arr<float> bias;                  // [V]
-  Arr<float> e;                     // [R] W1 row of the previous draft
-  Arr<float> conf_in;               // [E + R] [y_k ; e]
-  Arr<float> conf_logit;            // [1]
+  Arr<float> conf_in;               // [E + R] [y_k ; e], e = W1[prev] (also the W2 input)
+  Arr<int32_t> block_tokens;        // [B] anchor, then the MASK token
+  // The chain's words, one read-back per step: word 0 the anchor, then per position k the
+  // confidence logit (f32 bits) at 1 + 2k and the draft d_k at 2 + 2k. So the previous draft
+  // (the W1 row id of position k) and position k's logit are the adjacent words 2k, 2k + 1.
+  Arr<int32_t> chain;               // [1 + 2B]
   Arr<float> main_x;                // [kCommitRows, E]
   Arr<float> ckv;                   // [kCommitRows, D]
-  Arr<float> hidden;                // [kCommitRows, capture_width] (device backends only)
-  std::vector<float> e_host;        // [R] dequantized W1 row (host staging)
 };
 
 DrafterModel::DrafterModel(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w)
@@ -92,14 +94,104 @@ DrafterModel::DrafterModel(const model::Model& target, backend::Backend& be, std
 
 DrafterModel::~DrafterModel() = default;
 
-Expected<std::unique_ptr<DrafterModel>> DrafterModel::create(const model::Model& target, backend::Backend& be,
-                                                             std::unique_ptr<DrafterWeights> weights) {
+Status DrafterModel::check(const model::Model& target, const DrafterWeights& w) {
   const model::ModelConfig& c = target.config();
   if (c.n_expert_used > 64 || c.n_hc > 16) return unsupported("drafter: n_expert_used/n_hc above 64/16");
   const auto& g = target.weights().global;
   if (g.token_embd.type != gguf::GgmlType::kF16)
     return unsupported("drafter: target token_embd must be f16, got %s", gguf::type_name(g.token_embd.type));
-  return std::unique_ptr<DrafterModel>(new DrafterModel(target, be, std::move(weights)));
+  if (w.hc_head_scale == nullptr) return invalid_argument("drafter: hc_head_scale is not bound");
+  return Status();
+}
+
+// One bind_weights call over every support tensor (the mmapped file's and the F32 copies of
+// converted ones), and with_target_head: the target's embedding and LM head too.
+void DrafterModel::bind(bool with_target_head) {
+  const DrafterWeights& w = *w_;
+  std::vector<backend::WeightRange> ranges;
+  for (const gguf::TensorInfo& t : w.file->tensors()) {
+    if (t.nbytes > 0) ranges.push_back(backend::WeightRange{t.data, static_cast<size_t>(t.nbytes)});
+  }
+  for (const std::vector<float>& v : w.owned) ranges.push_back(backend::WeightRange{v.data(), v.size() * sizeof(float)});
+  const model::GlobalWeights& g = target_.weights().global;
+  if (with_target_head) {
+    ranges.push_back(backend::WeightRange{g.token_embd.data, static_cast<size_t>(g.token_embd.nbytes)});
+    ranges.push_back(backend::WeightRange{g.output.data, static_cast<size_t>(g.output.nbytes)});
+  }
+  set_ = be_.bind_weights(ranges);
+  const backend::WeightSet& ws = *set_;
+  auto mat = [&](backend::Matrix m) {
+    m.data = ws.map(m.data);
+    return m;
+  };
+  auto emat = [&](backend::ExpertMatrix m) {
+    m.data = ws.map(m.data);
+    return m;
+  };
+  DrafterMats& d = mats_;
+  for (const StageWeights& h : w.stages) {
+    StageWeights st = h;
+    st.hc_attn_fn = mat(h.hc_attn_fn);
+    st.attn_q_a = mat(h.attn_q_a);
+    st.attn_q_b = mat(h.attn_q_b);
+    st.attn_kv = mat(h.attn_kv);
+    st.attn_output_a = mat(h.attn_output_a);
+    st.attn_output_b = mat(h.attn_output_b);
+    st.hc_ffn_fn = mat(h.hc_ffn_fn);
+    st.ffn_gate_inp = mat(h.ffn_gate_inp);
+    st.ffn_gate_shexp = mat(h.ffn_gate_shexp);
+    st.ffn_up_shexp = mat(h.ffn_up_shexp);
+    st.ffn_down_shexp = mat(h.ffn_down_shexp);
+    st.gate_exps = emat(h.gate_exps);
+    st.up_exps = emat(h.up_exps);
+    st.down_exps = emat(h.down_exps);
+    st.hc_attn_scale = ws.map(h.hc_attn_scale);
+    st.hc_attn_base = ws.map(h.hc_attn_base);
+    st.attn_norm = ws.map(h.attn_norm);
+    st.q_a_norm = ws.map(h.q_a_norm);
+    st.kv_a_norm = ws.map(h.kv_a_norm);
+    st.sinks = ws.map(h.sinks);
+    st.hc_ffn_scale = ws.map(h.hc_ffn_scale);
+    st.hc_ffn_base = ws.map(h.hc_ffn_base);
+    st.ffn_norm = ws.map(h.ffn_norm);
+    st.exp_probs_b = ws.map(h.exp_probs_b);
+    d.stages.push_back(st);
+  }
+  d.main_proj = mat(w.main_proj);
+  d.main_norm = ws.map(w.main_norm);
+  d.norm = ws.map(w.norm);
+  d.hc_head_fn = mat(w.hc_head_fn);
+  d.hc_head_scale = w.hc_head_scale[0];
+  d.hc_head_base = ws.map(w.hc_head_base);
+  d.markov_w1 = mat(w.markov_w1);
+  d.markov_w2 = mat(w.markov_w2);
+  d.confidence = mat(w.confidence);
+  if (with_target_head) {
+    d.token_embd = ws.map(g.token_embd.data);
+    d.token_embd_row_bytes = static_cast<size_t>(g.token_embd.row_bytes);
+    d.output = backend::Matrix{ws.map(g.output.data), g.output.type, g.output.ne[0], g.output.ne[1],
+                               static_cast<size_t>(g.output.row_bytes)};
+  }
+}
+
+Expected<std::unique_ptr<DrafterModel>> DrafterModel::create(const session::BoundModel& target,
+                                                             std::unique_ptr<DrafterWeights> weights) {
+  DS4_RETURN_IF_ERROR(check(target.model(), *weights));
+  std::unique_ptr<DrafterModel> m(new DrafterModel(target.model(), target.backend(), std::move(weights)));
+  m->bind(false);
+  const session::HeadMats& h = target.head();
+  m->mats_.token_embd = h.token_embd;
+  m->mats_.token_embd_row_bytes = h.token_embd_row_bytes;
+  m->mats_.output = h.output;
+  return m;
+}
+
+Expected<std::unique_ptr<DrafterModel>> DrafterModel::create(const model::Model& target, backend::Backend& be,
+                                                             std::unique_ptr<DrafterWeights> weights) {
+  DS4_RETURN_IF_ERROR(check(target, *weights));
+  std::unique_ptr<DrafterModel> m(new DrafterModel(target, be, std::move(weights)));
+  m->bind(true);
+  return m;
 }
 
 int64_t DrafterModel::capture_width() const {
@@ -107,7 +199,7 @@ int64_t DrafterModel::capture_width() const {
 }
 
 Drafter::Drafter(const DrafterModel& model)
-    : m_(model), cfg_(model.target().config()), be_(model.backend()), w_(&model.weights()) {
+    : m_(model), cfg_(model.target().config()), be_(model.backend()), w_(&model.weights()), mw_(&model.mats()) {
   const model::ModelConfig& c = cfg_;
   B_ = w_->config.block_size;
   W_ = w_->config.window;
@@ -147,13 +239,13 @@ Drafter::Drafter(const DrafterModel& model)
   s.yhead.alloc(be, B_ * E);
   s.logits.alloc(be, static_cast<size_t>(B_) * c.n_vocab);
   s.bias.alloc(be, c.n_vocab);
-  s.e.alloc(be, w_->config.markov_rank);
   s.conf_in.alloc(be, E + w_->config.markov_rank);
+  s.block_tokens.alloc(be, B_);
+  std::vector<int32_t> mask(static_cast<size_t>(B_), w_->config.noise_token_id);
+  be.upload(s.block_tokens.data(), mask.data(), sizeof(int32_t) * mask.size());
+  s.chain.alloc(be, 1 + 2 * static_cast<size_t>(B_));
   s.main_x.alloc(be, kCommitRows * E);
   s.ckv.alloc(be, kCommitRows * D);
-  s.conf_logit.alloc(be, 1);
-  if (!be.host_addressable()) s.hidden.alloc(be, static_cast<size_t>(kCommitRows) * m_.capture_width());
-  s.e_host.assign(w_->config.markov_rank, 0.0f);
 }
 
 Drafter::~Drafter() = default;
@@ -201,15 +293,10 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
   Scratch& s = *s_;
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const model::RopeParams rp = cfg_.rope_params(0);
-  // The captures are host rows: read in place on a host-addressable backend, uploaded otherwise.
-  if (!be_.host_addressable()) {
-    be_.upload(s.hidden.data(), hidden, sizeof(float) * static_cast<size_t>(n * capture_width()));
-    hidden = s.hidden.data();
-  }
-  matmul(be_, w_->main_proj, hidden, capture_width(), s.main_x.data(), E, n);
-  rms_norm(be_, s.main_x.data(), w_->main_norm, s.main_x.data(), E, n, cfg_.rms_eps);
+  matmul(be_, mw_->main_proj, hidden, capture_width(), s.main_x.data(), E, n);
+  rms_norm(be_, s.main_x.data(), mw_->main_norm, s.main_x.data(), E, n, cfg_.rms_eps);
   for (int st = 0; st < w_->config.n_stages; ++st) {
-    const StageWeights& sw = w_->stages[st];
+    const StageWeights& sw = mw_->stages[st];
     session::kv_projection(be_, cfg_, sw.attn_kv, sw.kv_a_norm, s.main_x.data(), E, s.ckv.data(), n);
     be_.attention_inputs(session::attention_inputs(cfg_, nullptr, s.ckv.data(), n, pos0, rp));
     for (int i = 0; i < n; ++i) {
@@ -226,7 +313,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
   const int n = B_;
   const int64_t D = cfg_.head_dim, Q = cfg_.q_dim();
   const model::RopeParams rp = cfg_.rope_params(0);  // ratio 0: base theta, no YaRN (§3.3)
-  const session::AttnMats am = session::attn_mats(w_->stages[st]);
+  const session::AttnMats am = session::attn_mats(mw_->stages[st]);
   const session::BlockScratch bs = session::block_scratch(s);
   session::attention_projections(be_, cfg_, am, bs, n);
   be_.attention_inputs(session::attention_inputs(cfg_, s.q.data(), s.kv.data(), n, pos, rp));
@@ -249,7 +336,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
 // Learned routing (§4): top-U by score + exp_probs_b (no hash table), shared expert, HC post.
 void Drafter::stage_ffn(int st) {
   Scratch& s = *s_;
-  session::ffn_sublayer(be_, cfg_, session::ffn_mats(w_->stages[st]), session::block_scratch(s), B_, nullptr,
+  session::ffn_sublayer(be_, cfg_, session::ffn_mats(mw_->stages[st]), session::block_scratch(s), B_, nullptr,
                         cfg_.swiglu_clamp.back());
   std::swap(s.x, s.x2);
 }
@@ -260,9 +347,9 @@ void Drafter::output_head() {
   Scratch& s = *s_;
   backend::HcCollapseParams cp;
   cp.x = s.x.data();
-  cp.fn = w_->hc_head_fn;
-  cp.scale = w_->hc_head_scale[0];
-  cp.base = w_->hc_head_base;
+  cp.fn = mw_->hc_head_fn;
+  cp.scale = mw_->hc_head_scale;
+  cp.base = mw_->hc_head_base;
   cp.n_hc = static_cast<int>(cfg_.n_hc);
   cp.n_embd = cfg_.n_embd;
   cp.norm_eps = cfg_.rms_eps;
@@ -292,78 +379,90 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
     return;
   }
   Scratch& s = *s_;
-  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim(), V = cfg_.n_vocab;
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
   const int R = w_->config.markov_rank;
-  const int nhc = static_cast<int>(cfg_.n_hc);
-  const model::GlobalWeights& g = m_.target().weights().global;
+  int32_t* const chain = s.chain.data();
 
-  // Block input: [anchor, MASK, ...] target embeddings copied into every HC stream (§5).
-  // Host steps (here, the Markov bias and its argmax below) write and read the scratch through
-  // its host view: a host-addressable backend.
-  float* const xh = s.x.host().data();
-  for (int i = 0; i < B_; ++i) {
-    const int32_t tok = i == 0 ? anchor : w_->config.noise_token_id;
-    const auto* row = reinterpret_cast<const uint16_t*>(g.token_embd.row(tok));
-    float* x = xh + i * HC;
-    for (int64_t d = 0; d < E; ++d) x[d] = quant::f16_to_f32(row[d]);
-    for (int hh = 1; hh < nhc; ++hh) std::memcpy(x + hh * E, x, sizeof(float) * E);
-  }
+  // Block input: [anchor, MASK, ...] target embeddings copied into every HC stream (§5). The
+  // anchor is the one upload of a proposal; it is also the chain's word 0 (the W1 row of k = 0).
+  be_.upload(s.block_tokens.data(), &anchor, sizeof(int32_t));
+  be_.copy(chain, s.block_tokens.data(), sizeof(int32_t));
+  backend::EmbedParams ep;
+  ep.table = mw_->token_embd;
+  ep.row_bytes = mw_->token_embd_row_bytes;
+  ep.tokens = s.block_tokens.data();
+  ep.n_rows = B_;
+  ep.n_hc = static_cast<int>(cfg_.n_hc);
+  ep.n_embd = E;
+  ep.out = s.x.data();
+  be_.embed(ep);
   for (int st = 0; st < w_->config.n_stages; ++st) stage_forward(st, pos);
 
   // HC head (§6): sigmoid-weighted collapse of every block row -> yhead (pre-norm).
   output_head();
 
-  // Confidence of position k: σ(w · [y_k ; W1[prev]]) (§8), no bias.
-  // e = W1[prev] (dequantized on the host, uploaded).
-  auto load_e = [&](int32_t prev) {
-    quant::dequantize_row(w_->markov_w1.type, w_->markov_w1.data + static_cast<size_t>(prev) * w_->markov_w1.row_bytes,
-                          s.e_host.data(), R);
-    be_.upload(s.e.data(), s.e_host.data(), sizeof(float) * R);
-  };
-  auto confidence = [&](int k, int32_t prev) {
-    load_e(prev);
+  // Confidence logit of position k (§8, no bias): conf_in = [y_k ; W1[chain word 2k]] (the
+  // previous draft, or the anchor), logit -> chain word 1 + 2k. All on the backend.
+  auto confidence_logit = [&](int k) {
     be_.copy(s.conf_in.data(), s.yhead.data() + k * E, sizeof(float) * E);
-    be_.copy(s.conf_in.data() + E, s.e.data(), sizeof(float) * R);
-    matmul(be_, w_->confidence, s.conf_in.data(), E + R, s.conf_logit.data(), 1, 1);
-    float logit = 0.0f;
-    be_.download(&logit, s.conf_logit.data(), sizeof(float));
+    backend::GetRowsParams gp;
+    gp.w = mw_->markov_w1;
+    gp.ids = chain + 2 * k;
+    gp.n_rows = 1;
+    gp.out = s.conf_in.data() + E;
+    gp.out_stride = R;
+    be_.get_rows(gp);
+    matmul(be_, mw_->confidence, s.conf_in.data(), E + R, reinterpret_cast<float*>(chain + 1 + 2 * k), 1, 1);
+  };
+  // The one read-back of chain step k: words 2k (the previous draft) and 2k + 1 (the logit).
+  auto read_step = [&](int k, int32_t* prev) {
+    int32_t words[2];
+    be_.download(words, chain + 2 * k, sizeof(words));
+    float logit;
+    std::memcpy(&logit, &words[1], sizeof(float));
+    *prev = words[0];
     conf_logit_[k] = logit;
     return sigmoid_stable(logit);
   };
 
   // conf0 precheck before the vocab head.
-  out->conf0 = confidence(0, anchor);
+  int32_t prev = anchor;
+  confidence_logit(0);
+  out->conf0 = read_step(0, &prev);
   if (out->conf0 < threshold_at(thr, 0)) {
     out->conf0_rejected = true;
     return;
   }
   // Base logits U_k = output · RMSNorm_norm(y_k) for the rows the chain may reach.
-  rms_norm(be_, s.yhead.data(), w_->norm, s.h.data(), E, n_max, cfg_.rms_eps);
-  const backend::Matrix head{g.output.data, g.output.type, g.output.ne[0], g.output.ne[1],
-                             static_cast<size_t>(g.output.row_bytes)};
-  matmul(be_, head, s.h.data(), E, s.logits.data(), V, n_max);
+  rms_norm(be_, s.yhead.data(), mw_->norm, s.h.data(), E, n_max, cfg_.rms_eps);
+  matmul(be_, mw_->output, s.h.data(), E, s.logits.data(), V, n_max);
 
-  // Lazy Markov chain (§7): Z_k = U_k + W2·W1[prev]; d_k = argmax (ties -> smallest id).
-  int32_t prev = anchor;
+  // Lazy Markov chain (§7): Z_k = U_k + W2·W1[prev]; d_k = argmax (ties -> smallest id, NaN never
+  // wins: markov_argmax's rule). conf_in's tail holds W1[prev] of position k when step k runs.
   for (int k = 0; k < n_max; ++k) {
     float c = out->conf0;
     if (k > 0) {
-      c = confidence(k, prev);
+      c = read_step(k, &prev);  // prev = d_{k-1}
+      out->tokens[k - 1] = prev;
       if (c < threshold_at(thr, k)) break;
-    } else {
-      load_e(prev);
     }
-    matmul(be_, w_->markov_w2, s.e.data(), R, s.bias.data(), V, 1);
-    float* z = s.logits.host().data() + static_cast<int64_t>(k) * V;
-    const float* bias = s.bias.host().data();
-    for (int64_t v = 0; v < V; ++v) z[v] += bias[v];
-    // markov_argmax(z, nullptr, V) for any row with a finite maximum, vectorized (core/reduce.h).
-    const int32_t d = top_two(std::span<const float>(z, static_cast<size_t>(V))).id;
-    out->tokens[k] = d;
+    float* z = s.logits.data() + static_cast<int64_t>(k) * V;
+    matmul(be_, mw_->markov_w2, s.conf_in.data() + E, R, s.bias.data(), V, 1);
+    be_.add(backend::AddParams{z, s.bias.data(), z, V});
+    be_.argmax(backend::ArgmaxParams{z, V, V, 1, chain + 2 + 2 * k});
     out->conf[k] = c;
     out->n = k + 1;
-    prev = d;
+    if (k + 1 < n_max) confidence_logit(k + 1);
   }
+  // The last draft when the chain ran to n_max (a break already read d_{n-1} with its step).
+  if (out->n == n_max) be_.download(&out->tokens[n_max - 1], chain + 2 * n_max, sizeof(int32_t));
+}
+
+Expected<std::unique_ptr<DrafterModel>> load_drafter_model(const session::BoundModel& target,
+                                                           const std::string& path) {
+  auto w = open_drafter_weights(path, target.model().config());
+  if (!w.ok()) return w.status();
+  return DrafterModel::create(target, std::move(w).value());
 }
 
 Expected<std::unique_ptr<DrafterModel>> load_drafter_model(const model::Model& target, backend::Backend& be,

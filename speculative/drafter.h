@@ -29,6 +29,10 @@
 #include "model/model.h"
 #include "speculative/drafter_weights.h"
 
+namespace ds4::session {
+class BoundModel;
+}
+
 namespace ds4::speculative {
 
 // One proposal. tokens[0..n) are the drafts d_0..d_{n-1} (d_k predicts position P+1+k).
@@ -51,25 +55,55 @@ inline float threshold_at(std::span<const float> thr, int k) {
   return thr[static_cast<size_t>(k) < thr.size() ? k : thr.size() - 1];
 }
 
-// The immutable half: weights and shapes, bound once per loaded target and shared by every
-// session (it holds no per-session state; its methods are const).
+// The drafter's weights as backend views (every pointer a backend address from the
+// DrafterModel's WeightSet), plus the two target tensors it reads (the embedding table of the
+// block input and the LM head).
+struct DrafterMats {
+  std::vector<StageWeights> stages;  // [S]
+  backend::Matrix main_proj;         // [n_capture*E -> E]
+  const float* main_norm = nullptr;  // [E]
+  const float* norm = nullptr;       // [E]
+  backend::Matrix hc_head_fn;        // [HC -> n_hc]
+  float hc_head_scale = 1.0f;        // the [1] scale tensor's value (read from the host once)
+  const float* hc_head_base = nullptr;  // [n_hc]
+  backend::Matrix markov_w1;         // V rows of R
+  backend::Matrix markov_w2;         // V rows of R
+  backend::Matrix confidence;        // 1 row of E+R
+  const uint8_t* token_embd = nullptr;  // target F16 [V, E]
+  size_t token_embd_row_bytes = 0;
+  backend::Matrix output;            // target LM head [E -> V]
+};
+
+// The immutable half: weights and shapes, bound once per loaded target (Backend::bind_weights)
+// and shared by every session (it holds no per-session state; its methods are const).
 class DrafterModel {
  public:
+  // Binds the support file's tensors; the target's embedding and LM head come from `target`
+  // (the Engine's BoundModel: nothing of the target is bound twice).
+  static Expected<std::unique_ptr<DrafterModel>> create(const session::BoundModel& target,
+                                                        std::unique_ptr<DrafterWeights> weights);
+  // Without a BoundModel of the target: binds the two target tensors it reads itself.
   static Expected<std::unique_ptr<DrafterModel>> create(const model::Model& target, backend::Backend& be,
                                                         std::unique_ptr<DrafterWeights> weights);
   ~DrafterModel();
 
   const DSparkConfig& config() const { return w_->config; }
+  // Host views of the support file (tools, tests); the forward runs on mats().
   const DrafterWeights& weights() const { return *w_; }
+  const DrafterMats& mats() const { return mats_; }
   const model::Model& target() const { return target_; }
   backend::Backend& backend() const { return be_; }
   int64_t capture_width() const;  // n_capture * n_embd floats per captured row
 
  private:
   DrafterModel(const model::Model& target, backend::Backend& be, std::unique_ptr<DrafterWeights> w);
+  static Status check(const model::Model& target, const DrafterWeights& w);
+  void bind(bool with_target_head);
   const model::Model& target_;
   backend::Backend& be_;
   std::unique_ptr<DrafterWeights> w_;
+  std::unique_ptr<backend::WeightSet> set_;
+  DrafterMats mats_;
 };
 
 // One timeline of the drafter: its context rings, scratch and last proposal, over a
@@ -84,12 +118,14 @@ class Drafter {
   const DrafterModel& model() const { return m_; }
   const DSparkConfig& config() const { return m_.config(); }
   const DrafterWeights& weights() const { return m_.weights(); }
+  const DrafterMats& mats() const { return m_.mats(); }
   int64_t capture_width() const { return m_.capture_width(); }
 
   // ---- context rings ----
   void ring_reset();
   // Commits rows at positions pos0 .. pos0+n-1; hidden: [n, capture_width()] f32 (HC means of
-  // the capture layers, in target_layer_ids order). Any n >= 1 (processed in chunks).
+  // the capture layers, in target_layer_ids order), a backend address (inside a Buffer). Any
+  // n >= 1 (processed in chunks).
   void commit_rows(int64_t pos0, int n, const float* hidden);
   int64_t ring_next() const { return ring_next_; }
   int64_t ring_start() const { return ring_start_; }
@@ -104,8 +140,8 @@ class Drafter {
   // thresholds (last value extends; empty = 0). Lazy: conf_0 is checked before the vocab
   // head, and the chain stops at the first position below its threshold.
   void propose(int32_t anchor, int64_t pos, int n_max, std::span<const float> thresholds, Proposal* out);
-  // After propose(): biased logits Z_k ([n_vocab], host view: a host-addressable backend only)
-  // and the raw confidence logit of the positions the chain reached (k < out->n, or k == 0
+  // After propose(): biased logits Z_k ([n_vocab], host view: a host-addressable backend only;
+  // tests and tools) and the raw confidence logit of the positions the chain reached (k < out->n, or k == 0
   // when conf0 was computed).
   std::span<const float> last_z(int k) const;
   float last_conf_logit(int k) const { return conf_logit_[k]; }
@@ -124,6 +160,7 @@ class Drafter {
   const model::ModelConfig& cfg_;
   backend::Backend& be_;
   const DrafterWeights* w_;
+  const DrafterMats* mw_;
   int B_ = 0;                  // block size
   int W_ = 0;                  // ring rows
   int64_t ring_start_ = 0;
@@ -136,6 +173,8 @@ class Drafter {
 };
 
 // Opens a support GGUF for `target` and binds its weights (one per loaded target).
+Expected<std::unique_ptr<DrafterModel>> load_drafter_model(const session::BoundModel& target,
+                                                           const std::string& path);
 Expected<std::unique_ptr<DrafterModel>> load_drafter_model(const model::Model& target, backend::Backend& be,
                                                            const std::string& path);
 // A standalone drafter that owns its DrafterModel (tests, tools: one timeline per file).

@@ -2,7 +2,6 @@
 #include "speculative/proposer.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "session/session.h"
 
@@ -11,7 +10,7 @@ namespace ds4::speculative {
 DSparkProposer::DSparkProposer(Drafter& drafter) : d_(drafter) {
   cap_ = d_.config().window + 2 * session::kMaxBatchRows;
   width_ = d_.capture_width();
-  buf_.assign(static_cast<size_t>(cap_ * width_), 0.0f);
+  buf_ = backend::Array<float>(d_.model().backend(), static_cast<size_t>(cap_ * width_));
   tag_.assign(static_cast<size_t>(cap_), -1);
 }
 
@@ -19,7 +18,9 @@ void DSparkProposer::on_capture(int64_t pos, std::span<const float> hidden) {
   if (static_cast<int64_t>(hidden.size()) != width_) return;  // capture layers changed under us
   if (pos < d_.ring_next()) d_.ring_truncate(pos);            // the timeline went back
   const int64_t slot = pos % cap_;
-  std::memcpy(buf_.data() + slot * width_, hidden.data(), sizeof(float) * width_);
+  // The session hands a host span of its captured row (on a host-addressable backend a view
+  // of its backend buffer, so this is a backend-to-backend copy).
+  d_.model().backend().upload(buf_.data() + slot * width_, hidden.data(), sizeof(float) * width_);
   tag_[slot] = pos;
 }
 

@@ -29,8 +29,8 @@ class Proposer {
                        Proposal* out) = 0;
 };
 
-// The DSpark drafter as a Proposer: buffers captures by position and feeds only committed
-// rows (the trailing `window` of them) into the drafter's rings on sync().
+// The DSpark drafter as a Proposer: buffers captures by position in backend memory and feeds
+// only committed rows (the trailing `window` of them) into the drafter's rings on sync().
 class DSparkProposer final : public Proposer {
  public:
   explicit DSparkProposer(Drafter& drafter);
@@ -45,8 +45,8 @@ class DSparkProposer final : public Proposer {
   Drafter& d_;
   int64_t cap_ = 0;                 // capture slots
   int64_t width_ = 0;               // floats per capture
-  std::vector<float> buf_;          // [cap_, width_]
-  std::vector<int64_t> tag_;        // [cap_] position held (-1 none)
+  backend::Array<float> buf_;       // [cap_, width_] backend memory: the rings read it in place
+  std::vector<int64_t> tag_;        // [cap_] position held (-1 none), host bookkeeping
 };
 
 }  // namespace ds4::speculative

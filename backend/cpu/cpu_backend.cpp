@@ -384,6 +384,15 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void get_rows(const GetRowsParams& p) override {
+    split_rows(p.n_rows, p.w.n_in, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        quant::dequantize_row(p.w.type, p.w.data + static_cast<size_t>(p.ids[i]) * p.w.row_bytes,
+                              p.out + i * p.out_stride, p.w.n_in);
+      }
+    }, kInlineCopyElems);
+  }
+
   void swiglu(const SwigluParams& p) override {
     split_rows(p.n, 1, [&](int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) {

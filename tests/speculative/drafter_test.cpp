@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 
+#include "backend/backend.h"
+#include "session/binding.h"
 #include "speculative/drafter.h"
 #include "speculative/drafter_gen.h"
 #include "tests/speculative/spec_fixture.h"
@@ -192,6 +195,42 @@ TEST(Markov, ArgmaxTiesGoToSmallestId) {
   EXPECT_EQ(speculative::markov_argmax(nan_first, nullptr, 3), 1);  // NaN never wins
 }
 
+// The drafter's chain step on the backend (Z = U + bias by `add`, then `argmax`) picks what
+// markov_argmax picks: ties to the smallest id, NaN never wins, -inf rows give 0.
+TEST(Markov, BackendAddArgmaxEqualsMarkovArgmax) {
+  auto be = backend::make_cpu_backend(2);
+  const int64_t V = 301;
+  std::vector<float> u(V), b(V);
+  for (int64_t i = 0; i < V; ++i) {
+    u[i] = std::sin(0.7f * static_cast<float>(i));
+    b[i] = std::cos(0.3f * static_cast<float>(i));
+  }
+  struct Case {
+    const char* name;
+    std::function<void(std::vector<float>&, std::vector<float>&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"plain", [](auto&, auto&) {}},
+      {"tie", [](auto& uu, auto& bb) { uu[40] = uu[250] = 9.0f; bb[40] = bb[250] = 1.0f; }},
+      {"nan", [](auto& uu, auto&) { uu[0] = NAN; uu[7] = 50.0f; uu[3] = NAN; }},
+      {"nan_bias", [](auto&, auto& bb) { bb[11] = NAN; bb[12] = 40.0f; }},
+      {"all_neg_inf", [](auto& uu, auto& bb) { std::fill(uu.begin(), uu.end(), -INFINITY); std::fill(bb.begin(), bb.end(), 0.0f); }},
+  };
+  for (const Case& c : cases) {
+    std::vector<float> uu = u, bb = b;
+    c.edit(uu, bb);
+    backend::Array<float> du(*be, V), db(*be, V);
+    backend::Array<int32_t> id(*be, 1);
+    be->upload(du.data(), uu.data(), du.bytes());
+    be->upload(db.data(), bb.data(), db.bytes());
+    be->add(backend::AddParams{du.data(), db.data(), du.data(), V});
+    be->argmax(backend::ArgmaxParams{du.data(), V, V, 1, id.data()});
+    int32_t got = -1;
+    be->download(&got, id.data(), sizeof(got));
+    EXPECT_EQ(got, speculative::markov_argmax(uu.data(), bb.data(), V)) << c.name;
+  }
+}
+
 class DrafterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { stack_ = new Stack(Stack::open(7)); }
@@ -317,6 +356,30 @@ TEST_F(DrafterTest, LazyLoopAndConfidenceThresholds) {
   std::vector<float> z78(d->last_z(0).begin(), d->last_z(0).end());
   d->propose(77, 20, 1, {}, &other);
   EXPECT_NE(0, std::memcmp(z78.data(), d->last_z(0).data(), sizeof(float) * V));
+}
+
+// A drafter over the target's BoundModel (the Engine's path: embedding and LM head from the
+// target's binding) proposes exactly what the standalone drafter (its own binding) proposes.
+TEST_F(DrafterTest, BoundTargetDrafterMatchesStandalone) {
+  auto a = stack_->drafter(3);
+  ASSERT_TRUE(a);
+  auto bound = session::BoundModel::bind(*stack_->model, *stack_->backend);
+  auto dm = speculative::load_drafter_model(*bound, tiny_drafter_path(3));
+  ASSERT_TRUE(dm.ok()) << dm.status().to_string();
+  speculative::Drafter b(**dm);
+  auto h = hidden_rows(*a, 0, 20);
+  a->commit_rows(0, 20, h.data());
+  b.commit_rows(0, 20, h.data());
+  for (int32_t anchor : {77, 3, 120}) {
+    speculative::Proposal pa, pb;
+    a->propose(anchor, 20, 5, {}, &pa);
+    b.propose(anchor, 20, 5, {}, &pb);
+    ASSERT_EQ(pa.n, pb.n);
+    for (int k = 0; k < pa.n; ++k) {
+      EXPECT_EQ(pa.tokens[k], pb.tokens[k]) << anchor << " " << k;
+      EXPECT_EQ(0, std::memcmp(&pa.conf[k], &pb.conf[k], sizeof(float)));
+    }
+  }
 }
 
 }  // namespace

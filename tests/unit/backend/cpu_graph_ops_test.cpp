@@ -1,8 +1,9 @@
 // tests/unit/backend/cpu_graph_ops_test.cpp — the small graph ops that keep model math off the
-// host (embed, add, hc_mean, argmax) against their definitions, through backend buffers.
+// host (embed, add, hc_mean, argmax, get_rows) against their definitions, through backend buffers.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -116,6 +117,52 @@ TEST(CpuGraphOps, ArgmaxEqualsTopTwoPerRow) {
     EXPECT_EQ(got[i], top_two(std::span<const float>(x.data() + i * V, V)).id) << i;
   }
   EXPECT_EQ(got[1], 17);
+}
+
+// get_rows gives, per id, exactly quant::dequantize_row of that weight row, for every weight
+// type the drafter's Markov W1 can have, on 1 and 4 threads alike (rows split over threads).
+TEST(CpuGraphOps, GetRowsEqualsDequantizeRowForEveryTypeAndThreadCount) {
+  const int64_t n_in = 256, n_out = 37;
+  const std::vector<int32_t> ids = {5, 0, 36, 5, 17, 1, 30, 2, 9};
+  const int rows = static_cast<int>(ids.size());
+  const auto src = randv(static_cast<size_t>(n_in * n_out), 11);
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    const size_t rb = static_cast<size_t>(n_in / gguf::type_block_elems(t)) * gguf::type_block_bytes(t);
+    std::vector<uint8_t> w(rb * n_out);
+    for (int64_t o = 0; o < n_out; ++o) {
+      if (t == GgmlType::kF32) {
+        std::memcpy(w.data() + o * rb, src.data() + o * n_in, rb);
+      } else if (t == GgmlType::kF16) {
+        auto* h = reinterpret_cast<uint16_t*>(w.data() + o * rb);
+        for (int64_t k = 0; k < n_in; ++k) h[k] = quant::f32_to_f16(src[o * n_in + k]);
+      } else {
+        quant::quantize_row(t, src.data() + o * n_in, w.data() + o * rb, n_in);
+      }
+    }
+    std::vector<float> want(static_cast<size_t>(rows) * n_in);
+    for (int i = 0; i < rows; ++i) {
+      quant::dequantize_row(t, w.data() + static_cast<size_t>(ids[i]) * rb, want.data() + i * n_in, n_in);
+    }
+    for (int threads : {1, 4}) {
+      auto be = make_cpu_backend(threads);
+      const Array<uint8_t> dw = upload(*be, w);
+      const Array<int32_t> did = upload(*be, ids);
+      Array<float> out(*be, static_cast<size_t>(rows) * (n_in + 3));
+      GetRowsParams p;
+      p.w = Matrix{dw.data(), t, n_in, n_out, rb};
+      p.ids = did.data();
+      p.n_rows = rows;
+      p.out = out.data();
+      p.out_stride = n_in + 3;
+      be->get_rows(p);
+      const auto got = download(*be, out);
+      for (int i = 0; i < rows; ++i) {
+        EXPECT_EQ(0, std::memcmp(got.data() + i * (n_in + 3), want.data() + i * n_in, sizeof(float) * n_in))
+            << gguf::type_name(t) << " row " << i << " threads " << threads;
+        EXPECT_EQ(got[i * (n_in + 3) + n_in], 0.0f);  // the stride gap is not written
+      }
+    }
+  }
 }
 
 }  // namespace
