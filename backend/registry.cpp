@@ -48,7 +48,10 @@ Expected<std::unique_ptr<Backend>> make_backend(std::string_view name, const Bac
   std::string known;
   for (const Entry& e : kBackends) known += std::string(known.empty() ? "" : ", ") + e.name;
   if (name == "cuda") {
-    return unsupported("this build of ds4cpp was not built with CUDA (available backends: %s)", known.c_str());
+    // The CUDA kernels (backend/cuda) exist, but no CUDA Backend implementation is registered
+    // yet (issue #29): say that instead of blaming the build.
+    return unsupported("the CUDA backend is not implemented yet: only its kernels exist (backend/cuda); "
+                       "available backends: %s", known.c_str());
   }
   return unsupported("backend '%.*s' is not built into this ds4cpp (available: %s)", static_cast<int>(name.size()),
                      name.data(), known.c_str());
