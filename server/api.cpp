@@ -294,10 +294,13 @@ ThinkMode parse_think_mode(const json& body, bool default_thinking) {
   return default_thinking ? ThinkMode::kThink : ThinkMode::kNoThink;
 }
 
-ApiRequest parse_chat_request(const json& body, const ApiLimits& limits) {
+namespace {
+
+// The fields both OpenAI endpoints read first, in the order their errors are reported.
+ApiRequest parse_openai_head(const json& body, const ApiLimits& limits, Api api) {
   require_object(body);
   ApiRequest r;
-  r.api = Api::kChat;
+  r.api = api;
   r.model = check_model(body, limits, false);
   r.stream = get_bool(body, "stream", false);
   if (const json* so = field(body, "stream_options"); so != nullptr) {
@@ -305,6 +308,13 @@ ApiRequest parse_chat_request(const json& body, const ApiLimits& limits) {
     r.include_usage = get_bool(*so, "include_usage", false);
   }
   reject_unsupported_openai(body);
+  return r;
+}
+
+}  // namespace
+
+ApiRequest parse_chat_request(const json& body, const ApiLimits& limits) {
+  ApiRequest r = parse_openai_head(body, limits, Api::kChat);
   parse_sampling(body, &r, 2.0);
   // max_completion_tokens supersedes the deprecated max_tokens.
   bool given = false;
@@ -375,16 +385,7 @@ ApiRequest parse_chat_request(const json& body, const ApiLimits& limits) {
 }
 
 ApiRequest parse_completion_request(const json& body, const ApiLimits& limits) {
-  require_object(body);
-  ApiRequest r;
-  r.api = Api::kCompletion;
-  r.model = check_model(body, limits, false);
-  r.stream = get_bool(body, "stream", false);
-  if (const json* so = field(body, "stream_options"); so != nullptr) {
-    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
-    r.include_usage = get_bool(*so, "include_usage", false);
-  }
-  reject_unsupported_openai(body);
+  ApiRequest r = parse_openai_head(body, limits, Api::kCompletion);
   if (get_bool(body, "echo", false)) bad("echo", "'echo' is not supported by this server");
   if (!get_string(body, "suffix", "").empty()) bad("suffix", "'suffix' is not supported by this server");
   if (get_int(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "model/profiles.h"
 #include "sample/sampler.h"
@@ -103,5 +104,35 @@ inline std::vector<int32_t> plain_greedy(session::ModelSession& s, const std::ve
   }
   return out;
 }
+
+// The engine Session interface over a ModelSession (what engine.cpp's facade does).
+class TestSession final : public Session {
+ public:
+  explicit TestSession(std::unique_ptr<session::ModelSession> s) : s_(std::move(s)) {}
+  session::ModelSession& ms() { return *s_; }
+  int n_ctx() const override { return static_cast<int>(s_->n_ctx()); }
+  int n_tokens() const override { return static_cast<int>(s_->n_tokens()); }
+  std::span<const int32_t> tokens() const override { return s_->tokens(); }
+  Status prefill(std::span<const int32_t> t, const ProgressFn& p) override { return s_->prefill(t, p); }
+  Status decode(int32_t t) override { return s_->decode(t); }
+  std::span<const float> logits() const override { return s_->logits(); }
+  Expected<std::vector<VerifyRow>> verify(std::span<const int32_t> rows) override {
+    auto r = s_->verify(rows);
+    if (!r.ok()) return r.status();
+    std::vector<VerifyRow> out;
+    for (const auto& row : *r) out.push_back(VerifyRow{row.argmax, row.logits});
+    return out;
+  }
+  void checkpoint() override { s_->checkpoint(); }
+  void rollback() override { s_->rollback(); }
+  Status commit_prefix(int k) override { return s_->commit_prefix(k); }
+  Status save_snapshot() override { return s_->save_snapshot(); }
+  Status restore_snapshot() override { return s_->restore_snapshot(); }
+  uint64_t state_bytes() const override { return s_->state_bytes(); }
+  void reset() override { s_->reset(); }
+
+ private:
+  std::unique_ptr<session::ModelSession> s_;
+};
 
 }  // namespace ds4::spec_test
