@@ -387,10 +387,9 @@ void Scheduler::emit_step(Slot& slot) {
   else if (slot.session->n_tokens() >= slot.session->n_ctx()) finish(slot, StopReason::kContextFull);
 }
 
-// One unit of work in the slot's own forward: a prefill slice, or one decoding step (plain:
-// one token; DSpark: an accepted draft prefix).
-void Scheduler::advance(Slot& slot) {
-  if (!pre_step(slot)) return;
+// One decoding step in the slot's own forward (pre_step returned true): plain, one token;
+// DSpark, an accepted draft prefix.
+void Scheduler::advance_step(Slot& slot) {
   const JobParams& p = slot.job->params();
   prepare_logprobs(slot);
   StepLimits limits;
@@ -406,23 +405,32 @@ void Scheduler::advance(Slot& slot) {
   emit_step(slot);
 }
 
-// One round: every active job gets one unit of work. Prefill slices, cancellations and DSpark
-// steps run per slot, in slot order; the jobs in plain decoding sample their next token from
-// their own logits and append it in ONE batched forward (Engine::decode_batch), whose rows are
-// bit-identical to decoding each alone, so batching never changes an output.
+// One round: every active job gets one unit of work. Cancellations and prefill slices run per
+// slot (pre_step). The jobs then due a decoding step advance together: each samples its next
+// token from its own logits and ONE Engine::decode_batch forward appends them all; its rows are
+// bit-identical to decoding each alone, so batching never changes an output. A DSpark job takes
+// a speculative step only while it is the one job decoding: beside others, a batched row costs
+// a fraction of a decode (the weights are read once for all rows) while its own verify forward
+// would cost more than one, and its greedy token is the same either way (the drafter timeline
+// follows plain decodes through the session's hidden capture). No job is mid-cycle between
+// rounds: a DSpark step commits within step().
 void Scheduler::run_round(std::vector<std::unique_ptr<Slot>>& slots) {
+  Slot* due[kMaxActive];
+  int n_due = 0;
+  for (auto& slot : slots) {
+    if (pre_step(*slot)) due[n_due++] = slot.get();
+  }
+  if (n_due == 1 && due[0]->spec) {
+    advance_step(*due[0]);
+    return;
+  }
   Session* sessions[kMaxActive];
   int32_t tokens[kMaxActive];
   Slot* batched[kMaxActive];
   int k = 0;
   const int32_t eos = engine_.eos_token();
-  for (auto& slot_ptr : slots) {
-    Slot& slot = *slot_ptr;
-    if (slot.spec) {
-      advance(slot);
-      continue;
-    }
-    if (!pre_step(slot)) continue;
+  for (int d = 0; d < n_due; ++d) {
+    Slot& slot = *due[d];
     prepare_logprobs(slot);
     slot.step_out.clear();
     if (slot.session->n_tokens() >= slot.session->n_ctx()) {  // PlainDecoder's full-context end
@@ -444,12 +452,10 @@ void Scheduler::run_round(std::vector<std::unique_ptr<Slot>>& slots) {
   const Status s = k == 1 ? sessions[0]->decode(tokens[0])
                           : engine_.decode_batch(std::span<Session* const>(sessions, static_cast<size_t>(k)),
                                                  std::span<const int32_t>(tokens, static_cast<size_t>(k)));
-  {
+  if (k > 1) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (k > 1) {
-      stats_.batched_steps++;
-      stats_.batched_rows += k;
-    }
+    stats_.batched_steps++;
+    stats_.batched_rows += k;
   }
   for (int i = 0; i < k; ++i) {
     if (!s.ok()) {

@@ -6,10 +6,11 @@
 // Each round it gives every active job one unit of work: a prefill slice (kPrefillSlice
 // tokens) or one decoding step (one token; DSpark: an accepted draft prefix).
 //
-// Batching: in each round (run_round) the jobs in plain decoding (prompt done, no DSpark)
-// advance together: each samples its token from its own logits, then one
-// Engine::decode_batch forward appends all of them (weights read once for up to 8 rows).
-// Prefill slices and DSpark cycles stay per job, in slot order.
+// Batching: in each round (run_round) the jobs due a decoding step (prompt done) advance
+// together: each samples its token from its own logits, then one Engine::decode_batch forward
+// appends all of them (weights read once for up to 8 rows). Prefill slices stay per job, in
+// slot order. A DSpark job runs its speculative step only while it is the one job decoding;
+// beside others it joins the batch (same greedy tokens, cheaper per token).
 //
 // Invariants:
 //   * Determinism: every job has its own Session, Sampler and TextStream, created fresh, so a
@@ -17,9 +18,9 @@
 //     others (sampled jobs: of its prompt and seed). decode_batch rows are bit-identical to
 //     each session decoding alone, so the batch a job lands in never changes its output.
 //     DSpark gives the same greedy tokens as plain decoding (engine/speculative.h).
-//   * DSpark: every greedy job without logprobs decodes speculatively when the engine has a
-//     drafter; each job's SpeculativeDecoder owns its drafter timeline (the weights are
-//     shared).
+//   * DSpark: every greedy job without logprobs gets a SpeculativeDecoder when the engine has a
+//     drafter (each owns its drafter timeline; the weights are shared) and speculates whenever
+//     it is the only job decoding.
 //   * Cancellation: a cancelled job stops before its next unit of work (one prefill slice or
 //     one token) and its slot is freed in the same round.
 //   * A job's events end with exactly one finish (finished() true, result() valid).
@@ -185,7 +186,7 @@ class Scheduler {
   bool pre_step(Slot& slot);             // non-decoding work; true when a decoding step is due
   void prepare_logprobs(Slot& slot);     // logprob inputs of the coming step
   void emit_step(Slot& slot);            // streams slot.step_out, finishes when done
-  void advance(Slot& slot);              // one unit of work in the slot's own forward
+  void advance_step(Slot& slot);         // a decoding step in the slot's own forward (DSpark)
   void finish(Slot& slot, StopReason stop, std::string error = {});
   double now() const;
 
