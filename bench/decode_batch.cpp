@@ -75,6 +75,7 @@ int main_impl(int argc, char** argv) {
   }
   Engine& e = **engine;
   const int n_ctx = o.prompt_tokens + o.steps + 8;
+  const uint32_t vocab = static_cast<uint32_t>(std::max(2, e.info().n_vocab) - 1);  // ids 1..vocab
   std::printf("%-3s %14s %14s %8s\n", "k", "single tok/s", "batch tok/s", "ratio");
   bool same = true;
   for (int k = 1; k <= o.max_k; ++k) {
@@ -88,7 +89,9 @@ int main_impl(int argc, char** argv) {
       }
       ss.push_back(std::move(*s));
       std::vector<int32_t> p(static_cast<size_t>(o.prompt_tokens));
-      for (int j = 0; j < o.prompt_tokens; ++j) p[j] = static_cast<int32_t>((7919u * (j + 1) + 104729u * i) % 8000u) + 1;
+      for (int j = 0; j < o.prompt_tokens; ++j) {
+        p[j] = static_cast<int32_t>((7919u * (j + 1) + 104729u * i) % vocab) + 1;  // distinct prompts
+      }
       prompts.push_back(std::move(p));
     }
     std::vector<Session*> ptrs;
