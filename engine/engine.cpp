@@ -34,6 +34,8 @@ uint64_t physical_memory_bytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
 }
 
+constexpr int kMaxDecodeBatch = session::kMaxBatchRows;
+
 class SessionImpl final : public Session {
  public:
   explicit SessionImpl(std::unique_ptr<session::ModelSession> s) : s_(std::move(s)) {}
@@ -85,6 +87,23 @@ class EngineImpl final : public Engine {
     auto s = session::ModelSession::create(*bound_, n_ctx, physical_memory_bytes());
     if (!s.ok()) return s.status();
     return std::unique_ptr<Session>(new SessionImpl(std::move(s).value()));
+  }
+
+  Status decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) override {
+    session::ModelSession* inner[kMaxDecodeBatch];
+    if (sessions.size() > kMaxDecodeBatch) {
+      return invalid_argument("decode_batch takes at most %d sessions, got %zu", kMaxDecodeBatch, sessions.size());
+    }
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      auto* impl = dynamic_cast<SessionImpl*>(sessions[i]);
+      if (impl == nullptr) return invalid_argument("decode_batch: session %zu was not made by an engine", i);
+      inner[i] = impl->inner();
+      if (&inner[i]->bound() != bound_.get()) {
+        return invalid_argument("decode_batch: session %zu belongs to another engine", i);
+      }
+    }
+    return session::ModelSession::decode_many(std::span<session::ModelSession* const>(inner, sessions.size()),
+                                              tokens);
   }
 
   // text_ is never null: Engine::open fails when the tokenizer metadata is unusable.

@@ -96,6 +96,14 @@ class Engine {
   // n_ctx: the session's context limit in tokens; errors if memory cannot hold it.
   virtual Expected<std::unique_ptr<Session>> new_session(int n_ctx) = 0;
 
+  // Batched decoding across requests: appends tokens[i] to sessions[i] for 1..8 distinct
+  // sessions of this engine in ONE forward (the weights are read once for all rows; each row
+  // attends to its own session's state). Each session ends bit-identical (state and logits) to
+  // sessions[i]->decode(tokens[i]) — the sessions may differ in n_ctx and position. Errors
+  // (nothing appended anywhere): kInvalidArgument (count, repeated or foreign session, token
+  // id), kOutOfRange (a full session).
+  virtual Status decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) = 0;
+
   // --- text (byte-level BPE + DS4 chat template) ---
   // Plain text: special-token strings are NOT recognized.
   virtual std::vector<int32_t> tokenize(std::string_view text) const = 0;

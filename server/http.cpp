@@ -468,6 +468,10 @@ struct HttpServer::Impl {
     o << "ds4_time_to_first_token_seconds_bucket{le=\"+Inf\"} " << s.ttft_count << "\n";
     o << "ds4_time_to_first_token_seconds_sum " << s.ttft_sum << "\n";
     o << "ds4_time_to_first_token_seconds_count " << s.ttft_count << "\n";
+    metric("ds4_batched_decode_steps_total", "counter", "Forwards that decoded several requests at once.",
+           static_cast<double>(s.batched_steps));
+    metric("ds4_batched_decode_rows_total", "counter", "Tokens decoded in those batched forwards.",
+           static_cast<double>(s.batched_rows));
     metric("ds4_dspark_requests_total", "counter", "Requests decoded with DSpark.", static_cast<double>(s.dspark_jobs));
     metric("ds4_dspark_draft_tokens_total", "counter", "DSpark draft tokens proposed.",
            static_cast<double>(s.dspark_proposed));

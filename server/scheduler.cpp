@@ -64,6 +64,8 @@ struct Scheduler::Slot {
   std::vector<int32_t> step_out;
   std::vector<std::pair<float, int32_t>> scratch;  // [n_vocab] logprob top-k selection
   std::vector<float> logits_copy;                  // [n_vocab] logits before the step (logprobs)
+  double log_z = 0.0;                              // log-sum-exp of those logits (logprobs)
+  TokenEvent first_ev;                             // the step's first event: its top alternatives
   bool done = false;                               // finish() ran
 
   explicit Slot(TextStream s) : stream(std::move(s)) {}
@@ -74,7 +76,7 @@ struct Scheduler::Slot {
 
 Scheduler::Scheduler(Engine& engine, SchedulerOptions options)
     : engine_(engine), options_(std::move(options)) {
-  options_.max_active = std::clamp(options_.max_active, 1, 8);
+  options_.max_active = std::clamp(options_.max_active, 1, kMaxActive);
   options_.max_queue = std::max(options_.max_queue, 0);
   const ModelInfo& info = engine_.info();
   session_bytes_ = info.session_fixed_bytes + info.kv_bytes_per_token * static_cast<uint64_t>(options_.n_ctx);
@@ -195,24 +197,15 @@ bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
   slot->job = std::move(job);
   slot->admitted_at = now();
   const JobParams& p = slot->job->params();
-  // DSpark: greedy jobs without logprobs (a speculative step appends several tokens and
-  // exposes no per-token logits), one at a time (the drafter follows one timeline).
-  const bool want_spec = options_.dspark && p.allow_dspark && p.sampler.temperature <= 0.0f &&
+  // DSpark: every greedy job without logprobs (a speculative step appends several tokens and
+  // exposes no per-token logits); each SpeculativeDecoder owns its drafter timeline.
+  const bool take_spec = options_.dspark && p.allow_dspark && p.sampler.temperature <= 0.0f &&
                          p.top_logprobs < 0;
-  bool take_spec = false;
-  if (want_spec) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!spec_busy_) take_spec = spec_busy_ = true;
-  }
   int reused = 0;
   slot->session = take_session(p.prompt, take_spec, &reused);
   if (!slot->session) {
     Expected<std::unique_ptr<Session>> session = engine_.new_session(options_.n_ctx);
     if (!session.ok()) {
-      if (take_spec) {
-        std::lock_guard<std::mutex> lock(mu_);
-        spec_busy_ = false;
-      }
       JobResult r;
       r.stop = StopReason::kCancelled;
       r.error = session.status().message();
@@ -238,8 +231,6 @@ bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
       slot->spec = std::move(*d);
     } else {
       DS4_LOG_WARN("server: DSpark unavailable for a request: %s", d.status().message().c_str());
-      std::lock_guard<std::mutex> lock(mu_);
-      spec_busy_ = false;
     }
   }
   if (p.top_logprobs >= 0) {
@@ -284,7 +275,6 @@ void Scheduler::finish(Slot& slot, StopReason stop, std::string error) {
       stats_.dspark_jobs++;
       stats_.dspark_proposed += r.spec.proposed;
       stats_.dspark_accepted += r.spec.accepted;
-      spec_busy_ = false;
     }
     if (slot.first_token_at > 0) {
       stats_.ttft_count++;
@@ -308,13 +298,14 @@ void Scheduler::finish(Slot& slot, StopReason stop, std::string error) {
   }
 }
 
-// One unit of work: a prefill slice, or one decoding step.
-void Scheduler::advance(Slot& slot) {
+// The slot's work this round when it is not a decoding step: a cancellation, a prefill slice,
+// or the max_tokens finish. Returns true (nothing done) when the slot is due a decoding step.
+bool Scheduler::pre_step(Slot& slot) {
   Job& job = *slot.job;
   const JobParams& p = job.params();
   if (job.cancelled()) {
     finish(slot, StopReason::kCancelled);
-    return;
+    return false;
   }
   if (slot.prefilled < p.prompt.size()) {
     // Slices stop at the snapshot point (prefill is split-invariant: same bits).
@@ -323,7 +314,7 @@ void Scheduler::advance(Slot& slot) {
     Status s = slot.session->prefill(std::span<const int32_t>(p.prompt).subspan(slot.prefilled, n));
     if (!s.ok()) {
       finish(slot, StopReason::kCancelled, s.message());
-      return;
+      return false;
     }
     slot.prefilled += n;
     if (slot.prefilled == slot.snap_at && !slot.snap_done) {
@@ -332,64 +323,61 @@ void Scheduler::advance(Slot& slot) {
         slot.snap_prefix.assign(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(slot.snap_at));
       }
     }
-    return;
+    return false;
   }
   if (slot.generated >= p.max_tokens) {
     finish(slot, StopReason::kMaxTokens);
-    return;
+    return false;
   }
-  // Logprobs of the distribution the next token is drawn from (before the step appends it).
+  return true;
+}
+
+// Logprobs of the distribution the next token is drawn from, read before the step appends it
+// (the step invalidates the logits span): slot.log_z, slot.logits_copy and slot.first_ev.top.
+void Scheduler::prepare_logprobs(Slot& slot) {
+  const JobParams& p = slot.job->params();
+  slot.first_ev = TokenEvent{};
+  slot.log_z = 0.0;
+  if (p.top_logprobs < 0) return;
   const std::span<const float> logits = slot.session->logits();
-  double log_z = 0.0;
-  if (p.top_logprobs >= 0) {
-    float mx = -INFINITY;
-    for (float l : logits) mx = std::max(mx, l);
-    double z = 0.0;
-    for (float l : logits) z += std::exp(static_cast<double>(l) - mx);
-    log_z = mx + std::log(z);
-    std::copy(logits.begin(), logits.end(), slot.logits_copy.begin());
-    if (p.top_logprobs > 0) {
-      for (size_t i = 0; i < logits.size(); ++i) slot.scratch[i] = {logits[i], static_cast<int32_t>(i)};
-      const size_t k = std::min<size_t>(static_cast<size_t>(p.top_logprobs), logits.size());
-      std::partial_sort(slot.scratch.begin(), slot.scratch.begin() + static_cast<std::ptrdiff_t>(k),
-                        slot.scratch.end(), [](const auto& a, const auto& b) {
-                          return a.first > b.first || (a.first == b.first && a.second < b.second);
-                        });
-    }
-  }
-  StepLimits limits;
-  limits.max_new = slot.spec ? std::max(1, p.max_tokens - slot.generated) : 1;
-  limits.stop_token = engine_.eos_token();
-  static PlainDecoder plain;  // stateless
-  Decoder& decoder = slot.spec ? static_cast<Decoder&>(*slot.spec) : static_cast<Decoder&>(plain);
-  // Copy the logprob inputs first: the step invalidates the logits span.
-  TokenEvent first_ev;
+  float mx = -INFINITY;
+  for (float l : logits) mx = std::max(mx, l);
+  double z = 0.0;
+  for (float l : logits) z += std::exp(static_cast<double>(l) - mx);
+  slot.log_z = mx + std::log(z);
+  std::copy(logits.begin(), logits.end(), slot.logits_copy.begin());
   if (p.top_logprobs > 0) {
-    for (int i = 0; i < p.top_logprobs && i < static_cast<int>(slot.scratch.size()); ++i) {
-      first_ev.top.push_back({slot.scratch[i].second,
-                              static_cast<float>(slot.scratch[i].first - log_z)});
+    for (size_t i = 0; i < logits.size(); ++i) slot.scratch[i] = {logits[i], static_cast<int32_t>(i)};
+    const size_t k = std::min<size_t>(static_cast<size_t>(p.top_logprobs), logits.size());
+    std::partial_sort(slot.scratch.begin(), slot.scratch.begin() + static_cast<std::ptrdiff_t>(k),
+                      slot.scratch.end(), [](const auto& a, const auto& b) {
+                        return a.first > b.first || (a.first == b.first && a.second < b.second);
+                      });
+    for (size_t i = 0; i < k; ++i) {
+      slot.first_ev.top.push_back({slot.scratch[i].second, static_cast<float>(slot.scratch[i].first - slot.log_z)});
     }
   }
-  Status s = decoder.step(*slot.session, *slot.sampler, limits, &slot.step_out);
-  if (!s.ok()) {
-    finish(slot, StopReason::kCancelled, s.message());
-    return;
-  }
+}
+
+// Streams the tokens of a finished step (slot.step_out) and finishes the job when it ended.
+void Scheduler::emit_step(Slot& slot) {
+  Job& job = *slot.job;
+  const JobParams& p = job.params();
   if (slot.step_out.empty()) {
     finish(slot, StopReason::kContextFull);
     return;
   }
   for (size_t i = 0; i < slot.step_out.size(); ++i) {
     const int32_t tok = slot.step_out[i];
-    if (tok == limits.stop_token) {  // EOS: written, not appended
+    if (tok == engine_.eos_token()) {  // EOS: written, not appended
       finish(slot, StopReason::kEos);
       return;
     }
-    TokenEvent ev = i == 0 ? std::move(first_ev) : TokenEvent{};
+    TokenEvent ev = i == 0 ? std::move(slot.first_ev) : TokenEvent{};
     ev.id = tok;
     slot.stream.push(tok, &ev.text);
     if (p.top_logprobs >= 0 && i == 0) {
-      ev.logprob = static_cast<float>(slot.logits_copy[static_cast<size_t>(tok)] - log_z);
+      ev.logprob = static_cast<float>(slot.logits_copy[static_cast<size_t>(tok)] - slot.log_z);
     }
     slot.generated++;
     if (slot.first_token_at == 0) slot.first_token_at = now();
@@ -399,11 +387,83 @@ void Scheduler::advance(Slot& slot) {
   else if (slot.session->n_tokens() >= slot.session->n_ctx()) finish(slot, StopReason::kContextFull);
 }
 
-// One round: every active job gets one unit of work, one job after another. The batching seam
-// (header): a multi-session step would gather the decode-phase slots here and advance them in
-// one forward; prefill slices and cancellations stay per slot.
+// One decoding step in the slot's own forward (pre_step returned true): plain, one token;
+// DSpark, an accepted draft prefix.
+void Scheduler::advance_step(Slot& slot) {
+  const JobParams& p = slot.job->params();
+  prepare_logprobs(slot);
+  StepLimits limits;
+  limits.max_new = slot.spec ? std::max(1, p.max_tokens - slot.generated) : 1;
+  limits.stop_token = engine_.eos_token();
+  static PlainDecoder plain;  // stateless
+  Decoder& decoder = slot.spec ? static_cast<Decoder&>(*slot.spec) : static_cast<Decoder&>(plain);
+  Status s = decoder.step(*slot.session, *slot.sampler, limits, &slot.step_out);
+  if (!s.ok()) {
+    finish(slot, StopReason::kCancelled, s.message());
+    return;
+  }
+  emit_step(slot);
+}
+
+// One round: every active job gets one unit of work. Cancellations and prefill slices run per
+// slot (pre_step). The jobs then due a decoding step advance together: each samples its next
+// token from its own logits and ONE Engine::decode_batch forward appends them all; its rows are
+// bit-identical to decoding each alone, so batching never changes an output. A DSpark job takes
+// a speculative step only while it is the one job decoding: beside others, a batched row costs
+// a fraction of a decode (the weights are read once for all rows) while its own verify forward
+// would cost more than one, and its greedy token is the same either way (the drafter timeline
+// follows plain decodes through the session's hidden capture). No job is mid-cycle between
+// rounds: a DSpark step commits within step().
 void Scheduler::run_round(std::vector<std::unique_ptr<Slot>>& slots) {
-  for (auto& slot : slots) advance(*slot);
+  Slot* due[kMaxActive];
+  int n_due = 0;
+  for (auto& slot : slots) {
+    if (pre_step(*slot)) due[n_due++] = slot.get();
+  }
+  if (n_due == 1 && due[0]->spec) {
+    advance_step(*due[0]);
+    return;
+  }
+  Session* sessions[kMaxActive];
+  int32_t tokens[kMaxActive];
+  Slot* batched[kMaxActive];
+  int k = 0;
+  const int32_t eos = engine_.eos_token();
+  for (int d = 0; d < n_due; ++d) {
+    Slot& slot = *due[d];
+    prepare_logprobs(slot);
+    slot.step_out.clear();
+    if (slot.session->n_tokens() >= slot.session->n_ctx()) {  // PlainDecoder's full-context end
+      emit_step(slot);
+      continue;
+    }
+    const int32_t token = slot.sampler->sample(slot.session->logits(), -1);
+    slot.step_out.push_back(token);
+    if (token == eos) {  // written, not appended
+      emit_step(slot);
+      continue;
+    }
+    sessions[k] = slot.session.get();
+    tokens[k] = token;
+    batched[k] = &slot;
+    ++k;
+  }
+  if (k == 0) return;
+  const Status s = k == 1 ? sessions[0]->decode(tokens[0])
+                          : engine_.decode_batch(std::span<Session* const>(sessions, static_cast<size_t>(k)),
+                                                 std::span<const int32_t>(tokens, static_cast<size_t>(k)));
+  if (k > 1) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.batched_steps++;
+    stats_.batched_rows += k;
+  }
+  for (int i = 0; i < k; ++i) {
+    if (!s.ok()) {
+      finish(*batched[i], StopReason::kCancelled, s.message());
+    } else {
+      emit_step(*batched[i]);
+    }
+  }
 }
 
 void Scheduler::run() {

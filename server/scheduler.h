@@ -6,19 +6,21 @@
 // Each round it gives every active job one unit of work: a prefill slice (kPrefillSlice
 // tokens) or one decoding step (one token; DSpark: an accepted draft prefix).
 //
-// Batching seam: the jobs advance one after another (round-robin), each in its own forward.
-// Advancing the rows of different sessions in ONE forward needs an engine API that does not
-// exist yet (a multi-session verify); when it lands, run_round() is the one place to
-// replace: gather the decode-phase slots, run one batched step, scatter the tokens.
+// Batching: in each round (run_round) the jobs due a decoding step (prompt done) advance
+// together: each samples its token from its own logits, then one Engine::decode_batch forward
+// appends all of them (weights read once for up to 8 rows). Prefill slices stay per job, in
+// slot order. A DSpark job runs its speculative step only while it is the one job decoding;
+// beside others it joins the batch (same greedy tokens, cheaper per token).
 //
 // Invariants:
 //   * Determinism: every job has its own Session, Sampler and TextStream, created fresh, so a
 //     greedy job's tokens are a pure function of its prompt whether it runs alone or beside
-//     others (sampled jobs: of its prompt and seed). DSpark gives the same greedy tokens as
-//     plain decoding (engine/speculative.h), so which job got the drafter does not matter.
-//   * DSpark: the engine holds one drafter whose rings follow one timeline, so at most one
-//     active job decodes speculatively (the first greedy job admitted while it is free); the
-//     others decode plainly until per-session drafter state exists.
+//     others (sampled jobs: of its prompt and seed). decode_batch rows are bit-identical to
+//     each session decoding alone, so the batch a job lands in never changes its output.
+//     DSpark gives the same greedy tokens as plain decoding (engine/speculative.h).
+//   * DSpark: every greedy job without logprobs gets a SpeculativeDecoder when the engine has a
+//     drafter (each owns its drafter timeline; the weights are shared) and speculates whenever
+//     it is the only job decoding.
 //   * Cancellation: a cancelled job stops before its next unit of work (one prefill slice or
 //     one token) and its slot is freed in the same round.
 //   * A job's events end with exactly one finish (finished() true, result() valid).
@@ -26,7 +28,7 @@
 //     snapshot taken right after its prompt's shareable part. A new job whose prompt extends
 //     that part (by >= 1 token) restores the snapshot and prefills only the rest — the same
 //     state as prefilling the whole prompt (prefill is split-invariant, engine.h), so reuse never
-//     changes an output. A job that takes the drafter starts from an empty session instead (the
+//     changes an output. A DSpark job starts from an empty session instead (the
 //     speculative decoder must be bound before the prompt).
 #pragma once
 
@@ -141,6 +143,8 @@ struct SchedulerStats {
   int64_t dspark_accepted = 0;
   int64_t reused_tokens = 0;   // prompt tokens restored from cached sessions
   int64_t reuse_hits = 0;      // jobs that resumed a cached session
+  int64_t batched_steps = 0;   // decode_batch forwards of >= 2 jobs
+  int64_t batched_rows = 0;    // tokens appended by them
   int idle_sessions = 0;
   uint64_t idle_bytes = 0;
   // time to first token histogram (seconds)
@@ -178,7 +182,11 @@ class Scheduler {
   void run();
   void run_round(std::vector<std::unique_ptr<Slot>>& slots);
   bool admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job);
-  void advance(Slot& slot);              // one unit of work
+  static constexpr int kMaxActive = 8;   // SchedulerOptions::max_active bound (decode_batch rows)
+  bool pre_step(Slot& slot);             // non-decoding work; true when a decoding step is due
+  void prepare_logprobs(Slot& slot);     // logprob inputs of the coming step
+  void emit_step(Slot& slot);            // streams slot.step_out, finishes when done
+  void advance_step(Slot& slot);         // a decoding step in the slot's own forward (DSpark)
   void finish(Slot& slot, StopReason stop, std::string error = {});
   double now() const;
 
@@ -192,7 +200,6 @@ class Scheduler {
   bool accepting_ = true;
   bool quit_ = false;
   int active_ = 0;
-  bool spec_busy_ = false;  // the drafter is bound to an active job
   SchedulerStats stats_;
   std::deque<Idle> idle_;  // most recently used first; scheduler thread only
   uint64_t idle_bytes_ = 0;

@@ -8,6 +8,9 @@
 // Each row's indexer selection and sink attention only read keys, so they are recorded as
 // per-row queries and run as one batched call per group of rows (attention_layer). Every
 // batched op is batch invariant, so a row's bits never depend on n.
+// decode_many() runs the same graph with `owners`: row i is one token of session owners[i]; the
+// row-local ops still run over all rows (this session's scratch), while the raw push, state
+// steps, attention scratch and captured hidden of each row use its owner's.
 // The block steps shared with the DSpark drafter (HC pre/post, projections, RoPE, sink
 // attention of a row, output LoRA, FFN sublayer) live in session/block.h; this file keeps the
 // target-only parts: embedding, compressors, indexer, raw window, prefix slots, output head.
@@ -113,13 +116,19 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
   argmax = i32(kMaxBatchRows);
 }
 
-void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots) {
+void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots,
+                                ModelSession* const* owners) {
   DS4_CHECK(n >= 1 && n <= kMaxChunkRows);
   DS4_CHECK(n - logits_first <= kMaxBatchRows);
   DS4_CHECK(!capture_slots || n <= kMaxBatchRows);
+  DS4_CHECK(owners == nullptr || (n <= kMaxBatchRows && !capture_slots));
   Scratch& s = *s_;
-  const int64_t E = cfg_.n_embd, HC = cfg_.hc_dim();
+  const int64_t E = cfg_.n_embd;
   const int64_t pos0 = n_tokens();
+  int64_t row_pos[kMaxBatchRows] = {};  // owners: each row's position in its own session
+  if (owners != nullptr) {
+    for (int i = 0; i < n; ++i) row_pos[i] = owners[i]->n_tokens();
+  }
   // Embedding: every HC stream starts as the token's embedding row (§4.1).
   be_.upload(s.tokens.data(), tokens, sizeof(int32_t) * n);
   backend::EmbedParams ep;
@@ -132,43 +141,68 @@ void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, 
   ep.out = s.x.data();
   be_.embed(ep);
   for (uint32_t il = 0; il < cfg_.n_layer; ++il) {
-    attention_layer(static_cast<int>(il), n, pos0, capture_slots);
+    attention_layer(static_cast<int>(il), n, pos0, capture_slots, owners);
     ffn_layer(static_cast<int>(il), n, s.tokens.data());
-    if (capture_index_.size() == cfg_.n_layer && capture_index_[il] >= 0) capture_hidden(static_cast<int>(il), n);
+    capture_hidden(static_cast<int>(il), n, owners);
   }
-  for (int i = 0; i < n; ++i) state_.tokens().push_back(tokens[i]);
+  for (int i = 0; i < n; ++i) (owners != nullptr ? owners[i] : this)->state_.tokens().push_back(tokens[i]);
   if (logits_first < n) output_head(logits_first, n);
-  if (capture_sink_ && !capture_layers_.empty()) {
+  if (owners != nullptr) {
+    for (int i = 0; i < n; ++i) {
+      ModelSession& o = *owners[i];
+      if (o.capture_sink_ && !o.capture_layers_.empty()) o.capture_sink_(row_pos[i], o.captured_row(0));
+    }
+  } else if (capture_sink_ && !capture_layers_.empty()) {
     for (int i = 0; i < n; ++i) capture_sink_(pos0 + i, captured_row(i));
   }
 }
 
-void ModelSession::capture_hidden(int il, int n) {
+// Captured hidden of layer il: rows of this session into captured_ rows 0..n-1; with owners,
+// row i into row 0 of its owner's captured_ (one row per owner).
+void ModelSession::capture_hidden(int il, int n, ModelSession* const* owners) {
   const int64_t E = cfg_.n_embd;
   backend::HcMeanParams hp;
-  hp.x = s_->x.data();
   hp.n_hc = static_cast<int>(cfg_.n_hc);
   hp.n_embd = E;
-  hp.n_rows = n;
-  hp.out_stride = static_cast<int64_t>(capture_layers_.size()) * E;
-  hp.out = captured_.data() + capture_index_[il] * E;
-  be_.hc_mean(hp);
+  if (owners == nullptr) {
+    if (capture_index_.size() != cfg_.n_layer || capture_index_[il] < 0) return;
+    hp.x = s_->x.data();
+    hp.n_rows = n;
+    hp.out_stride = static_cast<int64_t>(capture_layers_.size()) * E;
+    hp.out = captured_.data() + capture_index_[il] * E;
+    be_.hc_mean(hp);
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    ModelSession& o = *owners[i];
+    if (o.capture_index_.size() != cfg_.n_layer || o.capture_index_[il] < 0) continue;
+    hp.x = s_->x.data() + i * cfg_.hc_dim();
+    hp.n_rows = 1;
+    hp.out_stride = static_cast<int64_t>(o.capture_layers_.size()) * E;
+    hp.out = o.captured_.data() + o.capture_index_[il] * E;
+    be_.hc_mean(hp);
+  }
 }
 
-void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slots) {
+void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slots, ModelSession* const* owners) {
   Scratch& s = *s_;
   const LayerMats& m = bound_->layers()[il];
-  LayerState& L = state_.layers()[il];
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t QL = cfg_.q_lora_rank, Q = cfg_.q_dim();
   const int n_rot = static_cast<int>(cfg_.n_rot);
-  const int ratio = L.ratio;
+  const int ratio = state_.layers()[il].ratio;  // a per-layer constant of the model
   const int64_t W = ratio == 4 ? 2 * D : D;
   const int64_t IDX = cfg_.indexer_head_dim, IW = 2 * IDX, IQ = cfg_.indexer_q_dim();
   const int n_ih = static_cast<int>(cfg_.n_indexer_head);
   const int64_t top_k = cfg_.indexer_top_k;
   const float eps = cfg_.rms_eps;
   const RopeParams rp = cfg_.rope_params(static_cast<uint32_t>(il));
+  // Row i: its session (state, attention scratch), its position, and its slot in that
+  // session's attention scratch (this session: the row's index in its group; an owner: 0).
+  auto owner = [&](int i) -> ModelSession& { return owners != nullptr ? *owners[i] : *this; };
+  auto row_pos = [&](int i) -> int64_t { return owners != nullptr ? owners[i]->n_tokens() : pos0 + i; };
+  // Rows whose indexer has more rows than top_k need an indexer query.
+  auto needs_idx = [&](int i) { return (row_pos(i) + 1) / 4 > top_k; };
 
   const AttnMats am = attn_mats(m);
   const BlockScratch bs = block_scratch(s);
@@ -177,16 +211,18 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     matmul(be_, m.cmp_kv, s.h.data(), E, s.ckv.data(), W, n);
     matmul(be_, m.cmp_gate, s.h.data(), E, s.csc.data(), W, n);
   }
-  int first_idx_row = n;  // rows from here on have more indexer rows than top_k
+  int first_idx_row = n;  // this session: rows from here on need an indexer query
   if (ratio == 4) {
     matmul(be_, m.idx_cmp_kv, s.h.data(), E, s.ikv.data(), IW, n);
     matmul(be_, m.idx_cmp_gate, s.h.data(), E, s.isc.data(), IW, n);
     for (int i = 0; i < n; ++i) {
-      if ((pos0 + i + 1) / 4 > top_k) {
+      if (needs_idx(i)) {
         first_idx_row = i;
         break;
       }
     }
+    // With owners the rows needing a query need not be a suffix: the queries of the rows from
+    // the first such one on are computed (a row's bits do not depend on its neighbours).
     if (first_idx_row < n) {
       const int cnt = n - first_idx_row;
       matmul(be_, m.idx_q_b, s.qr.data() + first_idx_row * QL, QL, s.iq.data() + first_idx_row * IQ, IQ, cnt);
@@ -194,27 +230,33 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     }
   }
 
-  const int64_t raw_cap = state_.raw_cap();
   const int64_t swa = cfg_.n_swa;
-  const int64_t max_comp = s.max_comp;
-  const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (raw_cap + max_comp);
-  // Everything row-local first, all rows in one op (no state read, so the rows may run in
-  // parallel): q/kv RoPE, kv's FP8 round trip and its f16 raw push, the indexer queries. The
-  // raw pushes of positions pos0 .. pos0 + n - 1 all precede every row's attention; those
-  // slots stay clear of each row's window (raw_cap = window + kRollbackSlack >= window +
-  // kMaxChunkRows - 1), so each row sees the raw rows it saw when the rows ran one by one.
-  backend::AttentionInputsParams ai = attention_inputs(cfg_, s.q.data(), s.kv.data(), n, pos0, rp);
-  ai.raw = L.raw.data();
-  ai.raw_cap = raw_cap;
-  if (first_idx_row < n) {
-    ai.iq = s.iq.data();
-    ai.iw = s.iw.data();
-    ai.n_idx_head = n_ih;
-    ai.idx_dim = static_cast<int>(IDX);
-    ai.idx_first = first_idx_row;
-    ai.iw_scale = 1.0f / sqrtf(static_cast<float>(IDX * n_ih));
+  // Everything row-local first (no state read, so the rows may run in parallel): q/kv RoPE,
+  // kv's FP8 round trip and its f16 raw push, the indexer queries. The raw pushes of positions
+  // pos0 .. pos0 + n - 1 all precede every row's attention; those slots stay clear of each
+  // row's window (raw_cap = window + kRollbackSlack >= window + kMaxChunkRows - 1), so each
+  // row sees the raw rows it saw when the rows ran one by one. With owners, one call per row
+  // (each row pushes into its own session's ring).
+  auto inputs = [&](int i0, int cnt, int64_t p0, ModelSession& o, int idx_first) {
+    backend::AttentionInputsParams ai =
+        attention_inputs(cfg_, s.q.data() + i0 * Q, s.kv.data() + i0 * D, cnt, p0, rp);
+    ai.raw = o.state_.layers()[il].raw.data();
+    ai.raw_cap = o.state_.raw_cap();
+    if (ratio == 4 && idx_first < cnt) {
+      ai.iq = s.iq.data() + i0 * IQ;
+      ai.iw = s.iw.data() + i0 * n_ih;
+      ai.n_idx_head = n_ih;
+      ai.idx_dim = static_cast<int>(IDX);
+      ai.idx_first = idx_first;
+      ai.iw_scale = 1.0f / sqrtf(static_cast<float>(IDX * n_ih));
+    }
+    be_.attention_inputs(ai);
+  };
+  if (owners == nullptr) {
+    inputs(0, n, pos0, *this, first_idx_row);
+  } else {
+    for (int i = 0; i < n; ++i) inputs(i, 1, row_pos(i), owner(i), needs_idx(i) ? 0 : 1);
   }
-  be_.attention_inputs(ai);
 
   // Rows in groups of s.attn_rows: first each row's state steps in token order (compressor
   // steps, the prefix slot), recording its attention (and indexer) query over the keys visible
@@ -227,7 +269,14 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     int n_sel = 0;
     for (int j = 0; j < g; ++j) {
       const int i = g0 + j;
-      const int64_t pos = pos0 + i;
+      const int64_t pos = row_pos(i);
+      ModelSession& o = owner(i);
+      Scratch& os = *o.s_;
+      const int slot = owners != nullptr ? 0 : j;
+      LayerState& L = o.state_.layers()[il];
+      const int64_t raw_cap = o.state_.raw_cap();
+      const int64_t max_comp = os.max_comp;
+      const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (raw_cap + max_comp);
 
       // One compressor step (§4.4); a row emitted at this position (known from pos and ratio)
       // is appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
@@ -235,7 +284,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
                           const uint16_t* ape, const float* norm, int r, int64_t dim,
                           bool indexer, float* rows, int64_t& n_rows) {
         const bool emits = backend::compressor_emits(pos, r);
-        if (emits) DS4_CHECK(n_rows < state_.comp_cap(il));
+        if (emits) DS4_CHECK(n_rows < o.state_.comp_cap(il));
         backend::CompressorStepParams cp;
         cp.state_kv = st_kv;
         cp.state_score = st_sc;
@@ -250,7 +299,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         cp.eps = eps;
         cp.rope = rp;
         cp.indexer = indexer;
-        cp.pooled = s.pooled.data();
+        cp.pooled = os.pooled.data();
         cp.out_row = rows + n_rows * dim;
         be_.compressor_step(cp);
         if (emits) ++n_rows;
@@ -274,9 +323,9 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
           ip.n_head = n_ih;
           ip.head_dim = static_cast<int>(IDX);
           ip.top_k = static_cast<int>(top_k);
-          ip.scores = s.idx_scores.data() + j * max_comp;
-          ip.order = s.idx_order.data() + j * max_comp;
-          ip.allowed = s.allowed.data() + j * max_comp;
+          ip.scores = os.idx_scores.data() + slot * max_comp;
+          ip.order = os.idx_order.data() + slot * max_comp;
+          ip.allowed = os.allowed.data() + slot * max_comp;
           allowed = ip.allowed;
         }
       }
@@ -286,7 +335,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       const RawRing ring{L.raw.data(), raw_cap, first, static_cast<int>(pos - first + 1)};
       s.attn_queries[j] = attention_query(cfg_, s.q.data() + i * Q, ring,
                                           ratio != 0 ? L.comp.data() : nullptr, ratio != 0 ? L.n_comp : 0,
-                                          allowed, m.sinks, s.attn_scores.data() + j * row_scores,
+                                          allowed, m.sinks, os.attn_scores.data() + slot * row_scores,
                                           s.heads.data() + i * Q, pos, rp);
       // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
       // the live one, so its slot is never restored and not saved.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "session/scratch.h"
 
@@ -125,6 +126,40 @@ Status ModelSession::decode(int32_t token) {
   forward_rows(t, 1, 0, false);
   be_.copy(state_.logits().data(), s_->row_logits.data(), sizeof(float) * cfg_.n_vocab);
   state_.set_has_logits(true);
+  return Status();
+}
+
+Status ModelSession::decode_many(std::span<ModelSession* const> sessions, std::span<const int32_t> tokens) {
+  for (ModelSession* s : sessions) {
+    if (s != nullptr) ++s->logits_epoch_;
+  }
+  const size_t k = sessions.size();
+  if (k < 1 || k > static_cast<size_t>(kMaxBatchRows) || tokens.size() != k) {
+    return invalid_argument("decode_many takes 1..%d sessions and one token each, got %zu sessions and %zu tokens",
+                            kMaxBatchRows, k, tokens.size());
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (sessions[i] == nullptr) return invalid_argument("decode_many: session %zu is null", i);
+    if (sessions[i]->bound_ != sessions[0]->bound_) {
+      return invalid_argument("decode_many: session %zu is bound to other weights than session 0", i);
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (sessions[j] == sessions[i]) return invalid_argument("decode_many: session %zu repeats session %zu", i, j);
+    }
+    const Status st = sessions[i]->validate_tokens(tokens.subspan(i, 1));
+    if (!st.ok()) return Status(st.code(), "decode_many: session " + std::to_string(i) + ": " + st.message());
+  }
+  // Session 0's scratch carries the stacked rows; the row logits land in its row_logits.
+  ModelSession& lead = *sessions[0];
+  for (ModelSession* s : sessions) s->verify_base_ = -1;
+  lead.forward_rows(tokens.data(), static_cast<int>(k), 0, false, sessions.data());
+  const int64_t V = lead.cfg_.n_vocab;
+  for (size_t i = 0; i < k; ++i) {
+    ModelSession& s = *sessions[i];
+    lead.be_.copy(s.state_.logits().data(), lead.s_->row_logits.data() + static_cast<int64_t>(i) * V,
+                  sizeof(float) * V);
+    s.state_.set_has_logits(true);
+  }
   return Status();
 }
 

@@ -10,6 +10,9 @@
 //    and attention read exactly the keys a decode at its position reads (batched per group of
 //    rows, forward.cpp), and every batched op is batch invariant. So prefill(N) == N x
 //    decode(), and verify row i == decode of rows[0..i], bit for bit, for any thread count.
+//  * decode_many() stacks one row of each of k sessions in one forward: the row-local ops run
+//    over all k rows, each row's state steps and attention run against its own session, so
+//    each session ends exactly as after its own decode().
 //  * checkpoint()/rollback()/commit_prefix() move only counters and compressor states.
 //  * No allocation in prefill/decode/verify: scratch is sized at creation.
 #pragma once
@@ -59,6 +62,15 @@ class ModelSession {
   Status prefill(std::span<const int32_t> tokens,
                  const std::function<void(int, int)>& progress = {});
   Status decode(int32_t token);
+  // Decodes tokens[i] into sessions[i], all k (1..kMaxBatchRows) sessions in ONE forward: the
+  // row-local ops (projections, MoE, head) run over the k stacked rows, so the weights are read
+  // once; each row's raw push, compressor steps, indexer selection and attention run against
+  // its own session's state. Batch invariance makes every session's state and logits
+  // bit-identical to sessions[i]->decode(tokens[i]). The sessions must be distinct, bound to
+  // the same BoundModel, and may differ in n_ctx and position; a pending verify() is dropped,
+  // as by decode(). Errors (nothing is appended to any session): kInvalidArgument for a bad
+  // k, a repeated session, a foreign binding or a bad token id; kOutOfRange for a full session.
+  static Status decode_many(std::span<ModelSession* const> sessions, std::span<const int32_t> tokens);
   // Empty before the first token. A host view of backend memory on a host-addressable
   // backend (CPU); otherwise a downloaded copy. Valid until the next mutating call.
   std::span<const float> logits() const;
@@ -91,6 +103,7 @@ class ModelSession {
   std::span<const float> captured_row(int i) const;
   const State& state() const { return state_; }
   backend::Backend& backend() const { return be_; }
+  const BoundModel& bound() const { return *bound_; }
   void serialize_state(std::vector<uint8_t>& out) const { state_.serialize(out); }
 
  private:
@@ -103,11 +116,15 @@ class ModelSession {
   Status validate_tokens(std::span<const int32_t> tokens) const;
   // Runs n rows (tokens at positions n_tokens()..) through all layers; computes logits for
   // rows [logits_first, n) into row_logits_; capture_slots stores the prefix slots.
-  void forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots);
-  void attention_layer(int il, int n, int64_t pos0, bool capture_slots);
+  // owners (decode_many): row i is the next token of owners[i] (distinct sessions, one row
+  // each, this one among them); this session's scratch carries the stacked rows, and each row's
+  // state steps, attention scratch, captured hidden and token push go to its owner.
+  void forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots,
+                    ModelSession* const* owners = nullptr);
+  void attention_layer(int il, int n, int64_t pos0, bool capture_slots, ModelSession* const* owners);
   void ffn_layer(int il, int n, const int32_t* tokens);
   void output_head(int first, int n);
-  void capture_hidden(int il, int n);
+  void capture_hidden(int il, int n, ModelSession* const* owners);
 
   std::unique_ptr<BoundModel> own_bound_;  // set only by create(model, backend, ...)
   const BoundModel* bound_ = nullptr;

@@ -294,6 +294,10 @@ def test_determinism(s, refs, **_):
     together = [t for t, _ in greedy_texts(s, PROMPTS, True)]
     for i, (x, y) in enumerate(zip(alone, together)):
         check(x == y, f"prompt {i}: alone {x!r} != among 8 {y!r}")
+    # The 8 concurrent requests decoded in shared forwards (Engine::decode_batch).
+    m = s.metrics()
+    check(m["ds4_batched_decode_steps_total"] > 0 and
+          m["ds4_batched_decode_rows_total"] >= 2 * m["ds4_batched_decode_steps_total"], "batched decoding metrics")
     # Sampled with a seed: also a pure function of the request.
     c = s.openai()
     a = chat(c, PROMPTS[5], 24, temperature=0.9, seed=1234).choices[0].message.content
@@ -313,6 +317,9 @@ def test_dspark_identity(s, refs, dspark=None, **_):
     together = greedy_texts(dspark, PROMPTS, True)
     for i, (t, _) in enumerate(together):
         check(t == refs["plain"][i], f"prompt {i}: DSpark among 8 differs")
+    # Drafter state is per session: every concurrent greedy request got a DSpark decoder (it
+    # speculates while it is the only request decoding, and joins the batched forward otherwise).
+    check(all(d.get("used") for _, d in together), "a concurrent greedy request had no DSpark decoder")
     m = dspark.metrics()
     check(m["ds4_dspark_requests_total"] >= 8 and m["ds4_dspark_draft_tokens_total"] > 0, "DSpark metrics")
 

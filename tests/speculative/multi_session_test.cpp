@@ -6,7 +6,8 @@
 // tokens, leave bit-identical final logits, and make the same decisions (cycles, proposals,
 // accepted drafts) as the same speculative session run alone: no state is shared between them.
 // (Identity alone would not catch a shared drafter timeline: DSpark is lossless whatever its
-// drafts. The decision counters would.)
+// drafts. The decision counters would.) Also: plain decodes batched across DSpark sessions
+// between their steps (the server's pattern) feed each drafter exactly as decode() does.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -149,6 +150,76 @@ TEST(SpeculativeSessions, TwoInterleavedOnOneEngineEqualPlainGreedy) {
   EXPECT_GT(b.spec->summary().proposed, 0);
   EXPECT_GT(a.spec->summary().accepted, 0);
   EXPECT_GT(b.spec->summary().accepted, 0);
+}
+
+// The server's pattern: DSpark sessions whose steps alternate with plain greedy decodes of
+// them, the plain decodes batched across sessions (Engine::decode_batch), against the same
+// alternation with each plain decode on its own session (decode()). Same tokens as plain greedy,
+// same final logits, and the same DSpark decisions: decode_batch feeds each session's drafter
+// timeline (hidden capture) exactly as decode() does.
+TEST(SpeculativeSessions, BatchedPlainDecodesBetweenStepsFeedTheDrafterLikeDecode) {
+  if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
+  EngineOptions eo;
+  eo.model_path = kTarget;
+  eo.mtp_path = kDrafter;
+  eo.n_threads = 2;
+  auto opened = Engine::open(eo);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  Engine& engine = **opened;
+  const int32_t eos = engine.eos_token();
+  SamplerParams sp;
+  sp.temperature = 0.0f;
+  Sampler sampler(sp, engine.info().n_vocab);
+  const std::vector<int32_t> pa = prompt_of(engine, "{\"id\": 1, \"name\": \"alpha\", \"tags\": [\"a\", \"b\"]}\n"
+                                                    "{\"id\": 2, \"name\": \"beta\", \"tags\": [\"c\", \"d\"]}\n");
+  const std::vector<int32_t> pb = prompt_of(engine, "The lighthouse keeper climbed the stairs every evening, "
+                                                    "and the lighthouse keeper wrote down the wind.");
+  Live ra = start(engine, pa, nullptr), rb = start(engine, pb, nullptr);
+  while (step(ra, sampler, eos)) {
+  }
+  while (step(rb, sampler, eos)) {
+  }
+  // Rounds: two plain greedy tokens per session (batched or not), then one DSpark step each.
+  constexpr size_t kGenZ = kGen;
+  auto run = [&](Live& a, Live& b, bool batched) {
+    for (int round = 0; a.tokens.size() < kGenZ || b.tokens.size() < kGenZ; ++round) {
+      if (round % 3 != 2) {
+        std::vector<Session*> ss;
+        std::vector<int32_t> toks;
+        for (Live* x : {&a, &b}) {
+          if (x->tokens.size() >= kGenZ) continue;
+          ss.push_back(x->session.get());
+          toks.push_back(sampler.sample(x->session->logits(), eos));
+          x->tokens.push_back(toks.back());
+        }
+        if (batched) {
+          ASSERT_TRUE(engine.decode_batch(ss, toks).ok());
+        } else {
+          for (size_t i = 0; i < ss.size(); ++i) ASSERT_TRUE(ss[i]->decode(toks[i]).ok());
+        }
+      } else {
+        step(a, sampler, eos);
+        step(b, sampler, eos);
+      }
+    }
+  };
+  Live a1 = start(engine, pa, kDefaultDsparkPolicy), b1 = start(engine, pb, "all");
+  Live a2 = start(engine, pa, kDefaultDsparkPolicy), b2 = start(engine, pb, "all");
+  ASSERT_TRUE(a1.spec && b1.spec && a2.spec && b2.spec);
+  run(a1, b1, false);
+  run(a2, b2, true);
+  EXPECT_EQ(a1.tokens, ra.tokens);
+  EXPECT_EQ(b1.tokens, rb.tokens);
+  EXPECT_EQ(a2.tokens, ra.tokens);
+  EXPECT_EQ(b2.tokens, rb.tokens);
+  EXPECT_TRUE(same_bits(a2.session->logits(), ra.session->logits()));
+  EXPECT_TRUE(same_bits(b2.session->logits(), rb.session->logits()));
+  for (auto [single, batch] : {std::pair{&a1, &a2}, std::pair{&b1, &b2}}) {
+    EXPECT_EQ(batch->spec->summary().cycles, single->spec->summary().cycles);
+    EXPECT_EQ(batch->spec->summary().proposed, single->spec->summary().proposed);
+    EXPECT_EQ(batch->spec->summary().accepted, single->spec->summary().accepted);
+    EXPECT_GT(batch->spec->summary().accepted, 0);
+  }
 }
 
 }  // namespace
