@@ -5,43 +5,10 @@
 // the target's ModelConfig (so the Flash file and tiny generated files use the same code) plus
 // the drafter metadata; every error names the tensor or key with expected vs actual.
 //
-// Layout (S stages, S = 1 + max N over tensor names `mtp.N.*`, S >= 1; the real file has 3):
-//   mtp.{s}.{hc_attn_fn,hc_attn_scale,hc_attn_base,attn_norm,attn_q_a,attn_q_a_norm,attn_q_b,
-//            attn_kv,attn_kv_a_norm,attn_sinks,attn_output_a,attn_output_b,hc_ffn_fn,
-//            hc_ffn_scale,hc_ffn_base,ffn_norm,ffn_gate_inp,ffn_gate_exps,ffn_up_exps,
-//            ffn_down_exps,ffn_gate_shexp,ffn_up_shexp,ffn_down_shexp}.weight
-//            + mtp.{s}.exp_probs_b.bias (required)            — 24 per stage
-//   mtp.0.main_proj.weight [n_capture*E, E], mtp.0.main_norm.weight [E],
-//   mtp.{S-1}.norm.weight [E], mtp.{S-1}.hc_head_{fn [HC, n_hc], scale [1], base [n_hc]},
-//   mtp.{S-1}.markov_head.markov_w1.weight [R, V], ...markov_w2.weight [R, V],
-//   mtp.{S-1}.confidence_head.proj.weight [E+R, 1] (or 1-D [E+R])  — 9 more
-// No compressor / indexer / tid2eid tensors may appear (a stage is SWA-only, learned routing).
-//
-// Types accepted: dense projections / router / Markov / confidence F16|F32|BF16|Q8_0; HC fns
-// F16|F32|BF16; vectors (norms, scales, bases, sinks, bias) F32|F16|BF16; routed experts
-// IQ2_XXS|Q2_K|Q4_K with up == gate type. BF16 matrices and non-F32 vectors are converted to
-// F32 copies at load (the CPU matmul has no BF16 path); everything else stays mmapped.
-//
-// Two metadata layouts (SupportLayout), told apart by general.architecture:
-//  - kDeepseek4Keys (today's files, any architecture but "deepseek4-dspark"): each key read under
-//    three spellings, first hit wins: `deepseek4.dspark.<k>`, `deepseek4.dspark_<k>`, `dspark.<k>`.
-//  - kStandalone0731 (ds4's published DeepSeek-V4-Flash-DSpark-support-0731.gguf):
-//    general.architecture = "deepseek4-dspark", bare `dspark.<k>` keys only (a `deepseek4.dspark*`
-//    key there is an error, as in ds4's own validator), plus two required stage records
-//    `dspark.stage_count` and `dspark.n_layers` (u32, both == S) and the provenance strings
-//    `dspark.source.*`: revision (required: the Hugging Face revision of the target checkpoint the
-//    drafter was trained for, 7872f01b… = DeepSeek-V4-Flash-0731), config_sha256, index_sha256,
-//    shard46/47/48_sha256 (optional, shown by `ds4-gguf inspect`).
-// Keys (any integer type whose value fits is accepted):
-//   block_size        u32   required, 1..16                        (0731: 5)
-//   markov_rank       u32   required, > 0, == markov_w1.ne[0]      (0731: 256)
-//   noise_token_id    u32   required, < target n_vocab             (0731: 128799)
-//   target_layer_ids  u32/i32 array, required, 1..8 entries, strictly increasing, each in
-//                     [0, target n_layer)                           (0731: [40, 41, 42])
-//   sliding_window    u32   optional (ours), context ring rows W; default = target n_swa
-//                     (128 for Flash, matching the official drafter's window)
-// The generator (speculative/drafter_gen.h) writes either layout (DrafterGenOptions::layout).
-//
+// Tensor layout (S stages `mtp.N.*`, 24 tensors each, plus the main projection, HC head,
+// Markov and confidence heads), accepted types, the two metadata layouts (today's
+// `deepseek4.dspark.*` keys and the 0731 standalone `dspark.*` file) and every key with its
+// range: docs/formats/dspark-support-file.md.
 // Provenance (check_provenance): a drafter trained for another checkpoint still gives the target's
 // own greedy text (every draft is verified) but is slower, so a mismatch is a load-time warning,
 // not a refusal; DrafterLoadOptions::require_matching_provenance turns it into an error.

@@ -9,28 +9,9 @@
 //     render_chat() of [system, user];
 //   * live multi-turn chat (interactive CLI, one KV state that only grows): ChatTranscript,
 //     which hands out the token suffix to append for each new turn.
-// Rules of render_chat (the published V4 encoding; thinking = kThink or kThinkMax):
-//   * BOS, then for kThinkMax the think-max prefix (kThinkMaxPrefix) before the first message.
-//   * system: its text (consecutive system messages are written back to back); with tools:
-//     + "\n\n" + the tools block (tool_prompt()).
-//   * developer: <｜User｜> + text [+ "\n\n" + tools block].
-//   * user: <｜User｜> + text. tool messages are merged into the user message they follow
-//     (consecutive tool results and a following user text join one user message): its blocks
-//     are joined with "\n\n", a tool result being "<tool_result>" + text + "</tool_result>";
-//     tool results are ordered like the tool calls of the last assistant message (by id).
-//   * a user/developer message followed by an assistant message, or last: + <｜Assistant｜> +
-//     (<think> when thinking and (tools are present or it is the last user-like message),
-//     else </think>).
-//   * assistant: [thinking: reasoning + </think>, only after the last user-like message or
-//     when tools are present] + content + [tool calls] + <｜end▁of▁sentence｜>. Tool calls:
-//     "\n\n<｜DSML｜tool_calls>\n" + invokes joined by "\n" + "\n</｜DSML｜tool_calls>"; an invoke
-//     is "<｜DSML｜invoke name=\"N\">\n" + parameters joined by "\n" + "\n</｜DSML｜invoke>"; a
-//     parameter is "<｜DSML｜parameter name=\"K\" string=\"true\">V</｜DSML｜parameter>" for a
-//     string value (raw), string="false" with the value as JSON otherwise.
-//   * thinking without tools drops history: assistant reasoning before the last user-like
-//     message is not rendered and developer messages before it are dropped.
-// JSON (tool schemas, non-string arguments) is written like Python's json.dumps with
-// ensure_ascii=False: ", " and ": " separators, keys in their given order.
+// Rules of render_chat: the published V4 encoding (BOS, think-max prefix, system + tools
+// block, user turns with merged tool results, assistant reasoning / content / DSML tool calls,
+// history dropping when thinking without tools), written out in docs/formats/chat-encoding.md.
 // Invariants:
 //   * Every turn starts with a special token (<｜User｜> / <｜Assistant｜>), and
 //     encode_rendered() cuts at special tokens, so tokenizing a conversation turn by turn
