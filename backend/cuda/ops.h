@@ -1,0 +1,73 @@
+// backend/cuda/ops.h — the Backend ops of backend/backend.h as CUDA launchers.
+//
+// Role: one launcher per op, taking the op's own param struct (backend.h) whose pointers are
+// all DEVICE addresses (inside device Buffers or uploaded weights) and whose sizes are host
+// values; CudaBackend (cuda_backend.cpp) forwards each Backend call here. The kernels live
+// in the .cu files of this folder, grouped by the part of the forward pass they serve:
+// hc.cu (HC pre / post / collapse), elementwise.cu (embed, add, hc_mean, swiglu, get_rows,
+// argmax), attention.cu (attention inputs, compressor step, indexer select, sink attention),
+// moe.cu (router, routed experts).
+// Invariants (design.md §4; the CUDA backend issue, item 4):
+//  * Every output is BIT-IDENTICAL to the CPU backend's (backend/cpu, the oracle) for the same
+//    inputs: the same float operations in the same order per output element (the CPU's lanes
+//    and trees, sequential sums where the CPU sums sequentially), every transcendental from
+//    core/detmath.h, no FMA contraction (the folder builds with --fmad=false).
+//  * Batch invariance: a row's / query's result never depends on the other rows of the call.
+//  * Launchers are asynchronous on `stream`, allocate nothing (scratch comes in the params or
+//    from OpScratch), read nothing back, and return an error Status naming the op and its
+//    shapes when a launch fails or an argument is outside what the kernels support; never abort.
+//  * This header includes no CUDA header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/status.h"
+
+namespace ds4::cuda {
+
+// Device scratch owned by the CudaBackend for ops whose params carry none (the Q8_0
+// activation rows of a matmul). `bytes` is what is available at `data`.
+struct OpScratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// Bytes of OpScratch a matmul of n_rows rows of n_in needs (Q8_0 activation blocks).
+size_t matmul_scratch_bytes(int64_t n_in, int n_rows);
+
+// ---- matmul (matvec.cu dispatch on the weight type: Q8_0 via quantize_q8_0_act, F16, F32) ----
+Status matmul(const backend::MatmulParams& p, const OpScratch& scratch, Stream stream);
+
+// ---- hc.cu ---------------------------------------------------------------------------------
+Status rms_norm(const backend::RmsNormParams& p, Stream stream);
+Status hc_pre(const backend::HcPreParams& p, Stream stream);
+Status hc_post(const backend::HcPostParams& p, Stream stream);
+Status hc_collapse(const backend::HcCollapseParams& p, Stream stream);
+
+// ---- elementwise.cu ------------------------------------------------------------------------
+Status embed(const backend::EmbedParams& p, Stream stream);
+Status add(const backend::AddParams& p, Stream stream);
+Status hc_mean(const backend::HcMeanParams& p, Stream stream);
+Status swiglu(const backend::SwigluParams& p, Stream stream);
+Status get_rows(const backend::GetRowsParams& p, Stream stream);
+Status argmax(const backend::ArgmaxParams& p, Stream stream);
+Status fill_f32(float* dst, size_t n, float value, Stream stream);
+
+// ---- attention.cu --------------------------------------------------------------------------
+Status attention_inputs(const backend::AttentionInputsParams& p, Stream stream);
+Status compressor_step(const backend::CompressorStepParams& p, Stream stream);
+// p[0..n): independent queries (host array; the launcher passes them to the device by value,
+// in launches of as many as fit the kernel parameter space).
+Status indexer_select(const backend::IndexerSelectParams* p, int n, Stream stream);
+Status sink_attention(const backend::SinkAttentionParams* p, int n, Stream stream);
+
+// ---- moe.cu --------------------------------------------------------------------------------
+Status route(const backend::RouteParams& p, Stream stream);
+// Scratch: p.scratch, of backend::moe_scratch_bytes(n_embd, n_ff, n_used, n_rows) bytes (the
+// CUDA kernels may lay it out their own way within that size).
+Status moe(const backend::MoeParams& p, Stream stream);
+
+}  // namespace ds4::cuda
