@@ -16,6 +16,7 @@
 //  * NaN in, NaN out; exp overflows to +inf above 88.8 and underflows to +0 below -104.
 #pragma once
 
+#include <cmath>
 #if !defined(__CUDA_ARCH__)
 #include <bit>
 #endif
@@ -209,6 +210,16 @@ DS4_HD void sincos_f32(float angle, float* s_out, float* c_out) {
   }
   *s_out = static_cast<float>(sv);
   *c_out = static_cast<float>(cv);
+}
+
+// ceil(log2(v)) for finite v > 0, exactly: v = m·2^e with m in [0.5, 1) gives e - 1 when
+// m == 0.5 (v a power of two) and e otherwise. (libm's log2f rounds first, so its ceil can miss
+// by one just above a power of two, and differently on each library.) Non-finite v gives 128.
+DS4_HD int ceil_log2_f32(float v) {
+  if (!(v <= 3.4028234663852886e38f)) return 128;
+  int e = 0;
+  const float m = frexpf(v, &e);
+  return m == 0.5f ? e - 1 : e;
 }
 
 }  // namespace ds4::detmath
