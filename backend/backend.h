@@ -384,6 +384,16 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual int n_threads() const = 0;
+  // One line for logs: the backend and what it runs on (kernel path and threads, or the device,
+  // its memory and how much is free).
+  virtual std::string description() const { return name(); }
+  // OK when `bytes` more bytes of backend memory fit now; otherwise an error saying how much
+  // `what` needs and how much is free. Host memory is not checked (the OS overcommits).
+  virtual Status check_memory(uint64_t bytes, const char* what) const {
+    (void)bytes;
+    (void)what;
+    return Status();
+  }
 
   // ---- memory ----
   // true when backend memory is host memory (the CPU backend): Buffer::host() is then valid
@@ -468,6 +478,8 @@ class ForwardingBackend : public Backend {
   explicit ForwardingBackend(Backend& inner) : inner_(inner) {}
   const char* name() const override { return inner_.name(); }
   int n_threads() const override { return inner_.n_threads(); }
+  std::string description() const override { return inner_.description(); }
+  Status check_memory(uint64_t bytes, const char* what) const override { return inner_.check_memory(bytes, what); }
   bool host_addressable() const override { return inner_.host_addressable(); }
   void upload(void* dst, const void* src, size_t bytes) override { inner_.upload(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { inner_.download(dst, src, bytes); }

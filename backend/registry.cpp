@@ -3,6 +3,10 @@
 #include "backend/registry.h"
 
 #include "backend/cpu/kernels.h"
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#endif
 
 namespace ds4::backend {
 
@@ -21,6 +25,17 @@ Expected<std::unique_ptr<Backend>> make_cpu(const BackendOptions& o) {
   return make_cpu_backend(o.n_threads, o.act);
 }
 
+#if DS4_HAVE_CUDA
+Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
+  if (o.act != ActivationNumerics::kQuantized) {
+    return unsupported("the CUDA backend runs the production numerics only; reference numerics "
+                       "(f32 activations) need the CPU backend");
+  }
+  if (o.device < 0) return invalid_argument("GPU index must be >= 0, got %d", o.device);
+  return make_cuda_backend(o.device);
+}
+#endif
+
 struct Entry {
   const char* name;
   Expected<std::unique_ptr<Backend>> (*make)(const BackendOptions&);
@@ -28,6 +43,9 @@ struct Entry {
 
 constexpr Entry kBackends[] = {
     {"cpu", make_cpu},
+#if DS4_HAVE_CUDA
+    {"cuda", make_cuda},
+#endif
 };
 
 }  // namespace
@@ -36,6 +54,16 @@ std::vector<std::string> backend_names() {
   std::vector<std::string> names;
   for (const Entry& e : kBackends) names.emplace_back(e.name);
   return names;
+}
+
+std::string resolve_backend_name(std::string_view name, int device) {
+  if (name != "auto" && !name.empty()) return std::string(name);
+#if DS4_HAVE_CUDA
+  if (device >= 0 && cuda::probe_device(device, nullptr).ok()) return "cuda";
+#else
+  (void)device;
+#endif
+  return "cpu";
 }
 
 Expected<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options) {
@@ -48,10 +76,8 @@ Expected<std::unique_ptr<Backend>> make_backend(std::string_view name, const Bac
   std::string known;
   for (const Entry& e : kBackends) known += std::string(known.empty() ? "" : ", ") + e.name;
   if (name == "cuda") {
-    // The CUDA kernels (backend/cuda) exist, but no CUDA Backend implementation is registered
-    // yet (issue #29): say that instead of blaming the build.
-    return unsupported("the CUDA backend is not implemented yet: only its kernels exist (backend/cuda); "
-                       "available backends: %s", known.c_str());
+    return unsupported("this ds4cpp was built without the CUDA backend (no nvcc at configure time, or "
+                       "-DDS4_CUDA=OFF); available backends: %s", known.c_str());
   }
   return unsupported("backend '%.*s' is not built into this ds4cpp (available: %s)", static_cast<int>(name.size()),
                      name.data(), known.c_str());

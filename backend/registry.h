@@ -1,5 +1,5 @@
 // backend/registry.h — backends by name: the engine (and any frontend-facing code) asks for
-// "cpu" (later "cuda") here and never includes a backend's own folder.
+// "cpu" or "cuda" here and never includes a backend's own folder.
 //
 // Role: one table of the backends this build has, each with a factory that takes the common
 // options and validates the ones it understands (the CPU backend owns its ISA choice).
@@ -22,10 +22,15 @@ struct BackendOptions {
   // CPU kernel path: "auto" (or ""), "scalar", "avx2", "avx512". Process-wide (every path gives
   // the same bits, so this only changes speed); ignored by other backends.
   std::string cpu_isa = "auto";
+  int device = 0;  // GPU index (the CUDA backend); ignored by the CPU backend
 };
 
 // Names make_backend() accepts, in preference order ("cpu" first).
 std::vector<std::string> backend_names();
+
+// "auto" → "cuda" when this build has the CUDA backend and GPU `device` is usable, else "cpu";
+// any other name is returned as given (make_backend checks it).
+std::string resolve_backend_name(std::string_view name, int device);
 
 // The backend called `name` (kInvalidArgument for an unknown name, kUnsupported for an option
 // this machine or build cannot honour).

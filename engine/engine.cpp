@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -84,7 +85,15 @@ class EngineImpl final : public Engine {
   const ModelInfo& info() const override { return info_; }
 
   Expected<std::unique_ptr<Session>> new_session(int n_ctx) override {
-    auto s = session::ModelSession::create(*bound_, n_ctx, physical_memory_bytes());
+    uint64_t limit = physical_memory_bytes();
+    if (!be_->host_addressable() && n_ctx >= 1) {
+      // Device memory: the session's buffers must fit what is free now.
+      char what[64];
+      std::snprintf(what, sizeof what, "a session of %d tokens", n_ctx);
+      DS4_RETURN_IF_ERROR(be_->check_memory(session::ModelSession::estimate_bytes(model_->config(), n_ctx), what));
+      limit = UINT64_MAX;
+    }
+    auto s = session::ModelSession::create(*bound_, n_ctx, limit);
     if (!s.ok()) return s.status();
     return std::unique_ptr<Session>(new SessionImpl(std::move(s).value()));
   }
@@ -207,14 +216,21 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   bo.n_threads = threads;
   bo.act = options.f32_activations ? backend::ActivationNumerics::kF32 : backend::ActivationNumerics::kQuantized;
   bo.cpu_isa = options.cpu_isa;
-  auto made = backend::make_backend(options.backend == BackendKind::kCuda ? "cuda" : "cpu", bo);
+  bo.device = options.device;
+  const std::string name = options.backend == BackendKind::kCuda  ? "cuda"
+                           : options.backend == BackendKind::kCpu ? "cpu"
+                                                                  : backend::resolve_backend_name("auto", options.device);
+  auto made = backend::make_backend(name, bo);
   if (!made.ok()) return made.status();
   std::unique_ptr<backend::Backend> be = std::move(made).value();
   auto model = model::Model::open(options.model_path);
   if (!model.ok()) return model.status();
+  // A device backend copies the weights: refuse early, saying how much is needed and free.
+  DS4_RETURN_IF_ERROR(be->check_memory((*model)->file().file_size(), "the model's weights"));
   auto text = TextCodec::from_gguf((*model)->file());
   if (!text.ok()) return text.status();
   ModelInfo info = make_info(**model, options.model_path);
+  info.backend = be->description();
   std::unique_ptr<speculative::DrafterModel> drafter;
   if (!options.mtp_path.empty()) {
     auto d = load_dspark_drafter(**model, *be, options.mtp_path);

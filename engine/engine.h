@@ -26,12 +26,14 @@
 
 namespace ds4 {
 
-enum class BackendKind { kCpu, kCuda };
+// kAuto: CUDA when this build has it and the GPU `device` is usable, else the CPU.
+enum class BackendKind { kCpu, kCuda, kAuto };
 
 struct EngineOptions {
   std::string model_path;        // target GGUF (DS4 layout)
   std::string mtp_path;          // optional DSpark support GGUF ("" = none)
   BackendKind backend = BackendKind::kCpu;
+  int device = 0;                // GPU index (CUDA backend)
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0
@@ -55,6 +57,7 @@ struct ModelInfo {
   uint64_t kv_bytes_per_token = 0;   // steady-state growth of session state per token
   uint64_t session_fixed_bytes = 0;  // raw windows + compressor states, independent of ctx
   bool has_drafter = false;
+  std::string backend;           // one line: the backend and what it runs on (Backend::description)
 };
 
 // Chat rendering (the DeepSeek V4 encoding, ds4-architecture.md §8.5; rules in

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "core/reduce.h"
 #include "core/threadpool.h"
@@ -138,6 +139,10 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
+  std::string description() const override {
+    return std::string("cpu: ") + cpu::isa_name(cpu::active_isa()) + ", " + std::to_string(pool_.n_threads()) +
+           (pool_.n_threads() == 1 ? " thread" : " threads");
+  }
 
   // Memory: host memory, so every copy is a memcpy and Buffer::host() is valid.
   bool host_addressable() const override { return true; }

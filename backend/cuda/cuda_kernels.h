@@ -27,6 +27,7 @@
 #include "quant/blocks.h"
 
 struct CUstream_st;  // = cudaStream_t's pointee
+struct CUevent_st;   // = cudaEvent_t's pointee
 
 namespace ds4::cuda {
 
@@ -54,6 +55,26 @@ void device_free(void* ptr);
 Status upload(void* dst, const void* src, size_t bytes);
 Status download(void* dst, const void* src, size_t bytes);
 Status synchronize();  // waits for all work; reports the first asynchronous kernel fault
+
+// ---- Streams, copies, events (the CudaBackend's runtime; every call reports errors) ---------
+using Event = CUevent_st*;
+Status stream_create(Stream* stream);
+void stream_destroy(Stream stream);
+Status stream_sync(Stream stream);  // reports the first asynchronous kernel fault
+// Any direction (unified addressing): ordered on `stream`. A pageable host source may be reused
+// on return; a host destination is valid after stream_sync.
+Status copy_async(void* dst, const void* src, size_t bytes, Stream stream);
+Status memset_async(void* dst, int value, size_t bytes, Stream stream);
+Status host_alloc_pinned(void** ptr, size_t bytes);
+void host_free_pinned(void* ptr);
+Status event_create(Event* event);
+void event_destroy(Event event);
+Status event_record(Event event, Stream stream);
+Status event_sync(Event event);
+// Free and total bytes of the current device's memory.
+Status mem_info(size_t* free_bytes, size_t* total_bytes);
+// The pending launch error, if any, as a Status naming `what`.
+Status last_error(const char* what);
 
 // ---- Activation quantization (§3.3, §3.4) -----------------------------------------------------
 // out row k (n/32 blocks, at out + k·out_stride blocks) = quant::quantize_q8_0_act(x row k).

@@ -81,6 +81,78 @@ Status synchronize() {
   return e == cudaSuccess ? Status() : cuda_error("kernel", e);
 }
 
+Status stream_create(Stream* stream) {
+  cudaStream_t s = nullptr;
+  const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  *stream = s;
+  return e == cudaSuccess ? Status() : cuda_error("cudaStreamCreate", e);
+}
+
+void stream_destroy(Stream stream) {
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+Status stream_sync(Stream stream) {
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  return e == cudaSuccess ? Status() : cuda_error("kernel (found at a stream synchronization)", e);
+}
+
+Status copy_async(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return Status();
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
+  if (e == cudaSuccess) return Status();
+  return resource_error("cuda: copy of %zu bytes: %s (%s)", bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+Status memset_async(void* dst, int value, size_t bytes, Stream stream) {
+  if (bytes == 0) return Status();
+  const cudaError_t e = cudaMemsetAsync(dst, value, bytes, stream);
+  return e == cudaSuccess ? Status() : cuda_error("cudaMemsetAsync", e);
+}
+
+Status host_alloc_pinned(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  const cudaError_t e = cudaMallocHost(ptr, bytes);
+  if (e == cudaSuccess) return Status();
+  cudaGetLastError();
+  return resource_error("cuda: cannot allocate %zu bytes of pinned host memory: %s", bytes, cudaGetErrorString(e));
+}
+
+void host_free_pinned(void* ptr) {
+  if (ptr != nullptr) cudaFreeHost(ptr);
+}
+
+Status event_create(Event* event) {
+  cudaEvent_t ev = nullptr;
+  const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  *event = ev;
+  return e == cudaSuccess ? Status() : cuda_error("cudaEventCreate", e);
+}
+
+void event_destroy(Event event) {
+  if (event != nullptr) cudaEventDestroy(event);
+}
+
+Status event_record(Event event, Stream stream) {
+  const cudaError_t e = cudaEventRecord(event, stream);
+  return e == cudaSuccess ? Status() : cuda_error("cudaEventRecord", e);
+}
+
+Status event_sync(Event event) {
+  const cudaError_t e = cudaEventSynchronize(event);
+  return e == cudaSuccess ? Status() : cuda_error("kernel (found at an event synchronization)", e);
+}
+
+Status mem_info(size_t* free_bytes, size_t* total_bytes) {
+  const cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+  return e == cudaSuccess ? Status() : cuda_error("cudaMemGetInfo", e);
+}
+
+Status last_error(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? Status() : cuda_error(what, e);
+}
+
 Status launch_status(const char* op, int64_t n_in, int64_t n_out, int r) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status();

@@ -1,0 +1,279 @@
+// backend/cuda/cuda_backend.cpp — CudaBackend: backend.h on one CUDA device and stream.
+//
+// Role: memory (Buffers are device allocations; upload / download / copy / fill are
+// stream-ordered copies), the weight binding (every tensor range copied once into one device
+// allocation through pinned staging buffers, with progress and the GB/s reached) and the ops,
+// each forwarded to backend/cuda/ops.h. All work runs on one non-blocking stream in issue
+// order, so an op sees every earlier upload and op, and a download sees every earlier op.
+// Invariants: nothing here allocates inside an op except the one-time growth of the matmul
+// activation scratch (a new, larger shape); an op that fails (launch error or a device fault
+// found at a synchronization) ends the process with one message naming the op and shapes.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/ops.h"
+#include "core/log.h"
+
+namespace ds4::backend {
+
+namespace {
+
+// A CUDA failure inside a Backend call, which cannot return a Status: one clear message, then
+// exit. The device context is unusable after a fault, and continuing would produce garbage.
+[[noreturn]] void fatal(const Status& s, const char* op) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "ds4: CUDA backend error in %s: %s\n", op, s.message().c_str());
+  std::fflush(stderr);
+  std::_Exit(70);
+}
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+// Weights in one device allocation: range i at base + offset[i]. map() finds the range of a
+// host address (sorted, binary search) and returns the same offset inside the device copy.
+class CudaWeightSet final : public WeightSet {
+ public:
+  ~CudaWeightSet() override { cuda::device_free(base_); }
+
+  static std::unique_ptr<CudaWeightSet> upload(std::span<const WeightRange> ranges, cuda::Stream stream,
+                                               int device) {
+    auto set = std::unique_ptr<CudaWeightSet>(new CudaWeightSet());
+    size_t total = 0;
+    for (const WeightRange& r : ranges) {
+      if (r.host == nullptr || r.bytes == 0) continue;
+      const auto* b = static_cast<const uint8_t*>(r.host);
+      set->ranges_.push_back(Range{b, b + r.bytes, total});
+      total += align_up(r.bytes);
+    }
+    std::sort(set->ranges_.begin(), set->ranges_.end(),
+              [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    if (total == 0) return set;
+    size_t free_b = 0, total_b = 0;
+    if (!cuda::mem_info(&free_b, &total_b).ok()) free_b = 0;
+    const Status a = cuda::device_alloc(&set->base_, total);
+    if (!a.ok()) {
+      fatal(resource_error("the weights need %.2f GiB of device memory; device %d has %.2f GiB free of %.2f GiB (%s)",
+                           gib(total), device, gib(free_b), gib(total_b), a.message().c_str()),
+            "bind_weights");
+    }
+    set->copy_in(stream, total, device);
+    return set;
+  }
+
+  const void* map(const void* host) const override {
+    if (host == nullptr) return nullptr;
+    const auto* p = static_cast<const uint8_t*>(host);
+    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), p,
+                               [](const uint8_t* v, const Range& r) { return v < r.begin; });
+    DS4_CHECK_MSG(it != ranges_.begin() && p < std::prev(it)->end,
+                  "WeightSet::map: address outside the bound weights");
+    const Range& r = *std::prev(it);
+    return static_cast<uint8_t*>(base_) + r.offset + static_cast<size_t>(p - r.begin);
+  }
+
+ private:
+  struct Range {
+    const uint8_t* begin;
+    const uint8_t* end;
+    size_t offset;  // in the device allocation
+  };
+  CudaWeightSet() = default;
+
+  // Streams the ranges through two pinned staging buffers: the host copies chunk k + 1 from the
+  // mmap (page faults, disk reads) while the device copies chunk k in. Progress on stderr for
+  // large models; one summary line with the GB/s at the end.
+  void copy_in(cuda::Stream stream, size_t total, int device) {
+    constexpr size_t kChunk = size_t{64} << 20;
+    void* stage[2] = {nullptr, nullptr};
+    cuda::Event done[2] = {nullptr, nullptr};
+    for (int i = 0; i < 2; ++i) {
+      Status s = cuda::host_alloc_pinned(&stage[i], kChunk);
+      if (s.ok()) s = cuda::event_create(&done[i]);
+      if (!s.ok()) fatal(s, "bind_weights");
+    }
+    const bool show = total >= (size_t{1} << 30);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    size_t copied = 0;
+    int k = 0;
+    bool used[2] = {false, false};
+    for (const Range& r : ranges_) {
+      const size_t bytes = static_cast<size_t>(r.end - r.begin);
+      for (size_t off = 0; off < bytes; off += kChunk, k ^= 1) {
+        const size_t n = std::min(kChunk, bytes - off);
+        if (used[k]) {
+          const Status s = cuda::event_sync(done[k]);
+          if (!s.ok()) fatal(s, "bind_weights");
+        }
+        std::memcpy(stage[k], r.begin + off, n);
+        Status s = cuda::copy_async(static_cast<uint8_t*>(base_) + r.offset + off, stage[k], n, stream);
+        if (s.ok()) s = cuda::event_record(done[k], stream);
+        if (!s.ok()) fatal(s, "bind_weights");
+        used[k] = true;
+        copied += n;
+        const auto now = std::chrono::steady_clock::now();
+        if (show && now - last > std::chrono::milliseconds(500)) {
+          const double sec = std::chrono::duration<double>(now - t0).count();
+          std::fprintf(stderr, "\rds4: uploading weights to cuda:%d: %.1f / %.1f GB (%.2f GB/s)   ", device, copied / 1e9,
+                       total / 1e9, copied / 1e9 / sec);
+          last = now;
+        }
+      }
+    }
+    const Status s = cuda::stream_sync(stream);
+    if (!s.ok()) fatal(s, "bind_weights");
+    for (int i = 0; i < 2; ++i) {
+      cuda::event_destroy(done[i]);
+      cuda::host_free_pinned(stage[i]);
+    }
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (show) std::fprintf(stderr, "\r");
+    DS4_LOG_INFO("weights on cuda:%d: %.2f GB in %.2f s (%.2f GB/s)", device, copied / 1e9, sec,
+                 sec > 0 ? copied / 1e9 / sec : 0.0);
+    if (show) std::fprintf(stderr, "ds4: weights on cuda:%d: %.2f GB in %.1f s (%.2f GB/s)\n", device, copied / 1e9, sec,
+                           sec > 0 ? copied / 1e9 / sec : 0.0);
+  }
+
+  std::vector<Range> ranges_;  // sorted by begin
+  void* base_ = nullptr;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream) : info_(info), stream_(stream) {}
+  ~CudaBackend() override {
+    (void)cuda::stream_sync(stream_);  // a fault here was reported by the call that caused it
+    cuda::device_free(scratch_.data);
+    cuda::stream_destroy(stream_);
+  }
+
+  const char* name() const override { return "cuda"; }
+  int n_threads() const override { return 1; }
+  bool host_addressable() const override { return false; }
+
+  std::string description() const override {
+    size_t free_b = 0, total_b = 0;
+    (void)cuda::mem_info(&free_b, &total_b);  // zeros on failure: only a log line
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "cuda: device %d, %s (sm_%d%d, %d SMs, %.1f GiB, %.1f GiB free)", info_.device,
+                  info_.name.c_str(), info_.cc_major, info_.cc_minor, info_.sm_count, gib(total_b), gib(free_b));
+    return buf;
+  }
+
+  Status check_memory(uint64_t bytes, const char* what) const override {
+    size_t free_b = 0, total_b = 0;
+    DS4_RETURN_IF_ERROR(cuda::mem_info(&free_b, &total_b));
+    if (bytes > free_b) {
+      return resource_error("%s needs %.2f GiB of device memory, but cuda:%d (%s) has %.2f GiB free of %.2f GiB",
+                            what, gib(static_cast<double>(bytes)), info_.device, info_.name.c_str(), gib(free_b),
+                            gib(total_b));
+    }
+    return Status();
+  }
+
+  void upload(void* dst, const void* src, size_t bytes) override {
+    check(cuda::copy_async(dst, src, bytes, stream_), "upload");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    check(cuda::copy_async(dst, src, bytes, stream_), "download");
+    check(cuda::stream_sync(stream_), "download");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst != src) check(cuda::copy_async(dst, src, bytes, stream_), "copy");
+  }
+  void fill_f32(float* dst, size_t n, float value) override { check(cuda::fill_f32(dst, n, value, stream_), "fill_f32"); }
+  void fill_bytes(void* dst, size_t bytes, uint8_t value) override {
+    check(cuda::memset_async(dst, value, bytes, stream_), "fill_bytes");
+  }
+  void sync() override { check(cuda::stream_sync(stream_), "sync"); }
+
+  std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) override {
+    return CudaWeightSet::upload(ranges, stream_, info_.device);
+  }
+
+  void matmul(const MatmulParams& p) override {
+    grow_scratch(cuda::matmul_scratch_bytes(p.w.n_in, p.n_rows));
+    check(cuda::matmul(p, scratch_, stream_), "matmul");
+  }
+  void matmul_grouped(const MatmulParams* p, int n) override {
+    for (int i = 0; i < n; ++i) matmul(p[i]);
+  }
+  void rms_norm(const RmsNormParams& p) override { check(cuda::rms_norm(p, stream_), "rms_norm"); }
+  void hc_pre(const HcPreParams& p) override { check(cuda::hc_pre(p, stream_), "hc_pre"); }
+  void hc_post(const HcPostParams& p) override { check(cuda::hc_post(p, stream_), "hc_post"); }
+  void attention_inputs(const AttentionInputsParams& p) override {
+    check(cuda::attention_inputs(p, stream_), "attention_inputs");
+  }
+  void compressor_step(const CompressorStepParams& p) override {
+    check(cuda::compressor_step(p, stream_), "compressor_step");
+  }
+  void indexer_select(const IndexerSelectParams* p, int n) override {
+    check(cuda::indexer_select(p, n, stream_), "indexer_select");
+  }
+  void sink_attention(const SinkAttentionParams* p, int n) override {
+    check(cuda::sink_attention(p, n, stream_), "sink_attention");
+  }
+  void swiglu(const SwigluParams& p) override { check(cuda::swiglu(p, stream_), "swiglu"); }
+  void route(const RouteParams& p) override { check(cuda::route(p, stream_), "route"); }
+  void moe(const MoeParams& p) override { check(cuda::moe(p, stream_), "moe"); }
+  void hc_collapse(const HcCollapseParams& p) override { check(cuda::hc_collapse(p, stream_), "hc_collapse"); }
+  void embed(const EmbedParams& p) override { check(cuda::embed(p, stream_), "embed"); }
+  void add(const AddParams& p) override { check(cuda::add(p, stream_), "add"); }
+  void hc_mean(const HcMeanParams& p) override { check(cuda::hc_mean(p, stream_), "hc_mean"); }
+  void argmax(const ArgmaxParams& p) override { check(cuda::argmax(p, stream_), "argmax"); }
+  void get_rows(const GetRowsParams& p) override { check(cuda::get_rows(p, stream_), "get_rows"); }
+
+ protected:
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    check(cuda::device_alloc(&p, (bytes + 63) / 64 * 64), "alloc");
+    check(cuda::memset_async(p, 0, bytes, stream_), "alloc");
+    return p;
+  }
+  // cudaFree waits for the device, so no op still in flight can touch the memory.
+  void release(void* p, size_t) override { cuda::device_free(p); }
+
+ private:
+  void check(const Status& s, const char* op) {
+    if (!s.ok()) fatal(s, op);
+  }
+  // The matmul activation scratch grows to the largest (n_in, rows) seen; the first call of
+  // each larger shape waits for the device (cudaFree), later calls never allocate.
+  void grow_scratch(size_t bytes) {
+    if (bytes <= scratch_.bytes) return;
+    const size_t want = std::max(bytes, size_t{1} << 20);
+    cuda::device_free(scratch_.data);
+    scratch_ = cuda::OpScratch{};
+    void* p = nullptr;
+    check(cuda::device_alloc(&p, want), "matmul scratch");
+    scratch_ = cuda::OpScratch{p, want};
+  }
+
+  cuda::DeviceInfo info_;
+  cuda::Stream stream_ = nullptr;
+  cuda::OpScratch scratch_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  cuda::DeviceInfo info;
+  DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
+  cuda::Stream stream = nullptr;
+  DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
+  return std::unique_ptr<Backend>(new CudaBackend(info, stream));
+}
+
+}  // namespace ds4::backend

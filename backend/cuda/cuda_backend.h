@@ -1,0 +1,21 @@
+// backend/cuda/cuda_backend.h — the CUDA implementation of backend.h (NVIDIA Hopper, sm_90).
+//
+// Role: the factory backend/registry.cpp calls for "cuda". The backend keeps every Buffer and
+// the bound weights in device memory and runs each op of backend.h as the launchers of
+// backend/cuda/ops.h on one stream, in issue order; only upload / download cross PCIe.
+// Invariants: the same bits as the CPU backend for every op (ops.h); not host-addressable;
+// a CUDA error inside an op (which Backend's void ops cannot return) ends the process with one
+// message naming the op and its shapes — after a device fault the context is unusable.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace ds4::backend {
+
+// The CUDA backend on device `device` (kUnsupported without a usable Hopper GPU, saying why).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device);
+
+}  // namespace ds4::backend
