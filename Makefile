@@ -3,7 +3,8 @@
 #   make test   installs what is missing, builds, runs the whole CPU test suite
 # Other targets: build, serve, bench, bench-spec, fuzz, test-cuda, bench-cuda, clean.
 # test-cuda / bench-cuda need a GPU machine (sm_90: H100/H200): the cuda-labelled tests (the
-# CUDA kernels against the CPU oracle, bit for bit) and the CUDA kernels' GB/s.
+# CUDA backend against the CPU oracle, bit for bit, then the DSpark identity sweep on CUDA)
+# and the CUDA kernels' GB/s.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -53,6 +54,7 @@ build-cuda/build.ninja:
 test-cuda: setup build-cuda/build.ninja
 	cmake --build build-cuda -j $(JOBS)
 	cd build-cuda && ctest --output-on-failure -L cuda --timeout 900
+	cd build-cuda && DS4_TEST_BACKEND=cuda ctest --output-on-failure -L speculative_sweep --timeout 900
 
 bench-cuda: setup build-cuda/build.ninja
 	cmake --build build-cuda -j $(JOBS) --target bench_cuda

@@ -13,12 +13,15 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tests/model/tiny_model.h"
+#include "tests/model/invariance_checks.h"
 
 namespace ds4 {
 namespace {
 
+using testing_tiny::check_verify;
+using testing_tiny::decode_reference;
 using testing_tiny::prompt_tokens;
+using testing_tiny::Reference;
 using testing_tiny::same_floats;
 using testing_tiny::Stack;
 using testing_tiny::state_bytes;
@@ -26,31 +29,10 @@ using testing_tiny::state_bytes;
 constexpr uint64_t kSeed = 7;
 constexpr int kCtx = 640;
 
-// Reference: decode tokens one by one, recording logits after each position and the state
-// bytes at the requested positions (number of tokens appended).
-struct Reference {
-  std::vector<std::vector<float>> logits;           // [n][vocab]
-  std::vector<std::vector<uint8_t>> states;         // [n + 1] (empty if not recorded)
-};
-
-Reference decode_reference(const Stack& st, const std::vector<int32_t>& toks, const std::vector<int>& record) {
-  Reference ref;
-  auto s = st.session(kCtx);
-  ref.states.resize(toks.size() + 1);
-  auto want = [&](int n) { return std::find(record.begin(), record.end(), n) != record.end(); };
-  for (size_t i = 0; i < toks.size(); ++i) {
-    EXPECT_TRUE(s->decode(toks[i]).ok());
-    auto l = s->logits();
-    ref.logits.emplace_back(l.begin(), l.end());
-    if (want(static_cast<int>(i + 1))) ref.states[i + 1] = state_bytes(*s);
-  }
-  return ref;
-}
-
 TEST(ForwardInvariance, PrefillEqualsSequentialDecode) {
   Stack st = Stack::open(model::ExpertQuant::kQ2, kSeed, 2);
   const auto toks = prompt_tokens(450, st.model->config().n_vocab, 11);
-  const Reference ref = decode_reference(st, toks, {450});
+  const Reference ref = decode_reference(st, toks, {450}, kCtx);
 
   auto a = st.session(kCtx);
   ASSERT_TRUE(a->prefill(toks).ok());
@@ -75,75 +57,21 @@ TEST(ForwardInvariance, PrefillEqualsSequentialDecode) {
   EXPECT_EQ(state_bytes(*b), ref.states[450]);
 }
 
-// For base positions around compressor boundaries and r = 1..8: verify rows == decode, and
-// rollback / commit_prefix leave exactly the states plain decoding leaves.
-void check_verify(model::ExpertQuant quant, const std::vector<int>& bases) {
-  Stack st = Stack::open(quant, kSeed, 2);
-  const auto toks = prompt_tokens(kCtx - 16, st.model->config().n_vocab, 23);
-  std::vector<int> record;
-  for (int p : bases) {
-    for (int k = 0; k <= 8; ++k) record.push_back(p + k);
-  }
-  const Reference ref = decode_reference(st, toks, record);
-  for (int base : bases) {
-    auto s = st.session(kCtx);
-    ASSERT_TRUE(s->prefill(std::span<const int32_t>(toks).first(base)).ok());
-    ASSERT_EQ(state_bytes(*s), ref.states[base]);
-    for (int r = 1; r <= 8; ++r) {
-      const auto rows = std::span<const int32_t>(toks).subspan(base, r);
-      s->checkpoint();
-      auto res = s->verify(rows);
-      ASSERT_TRUE(res.ok()) << res.status().to_string();
-      ASSERT_EQ(res->size(), static_cast<size_t>(r));
-      for (int i = 0; i < r; ++i) {
-        const auto& want = ref.logits[base + i];
-        EXPECT_TRUE(same_floats((*res)[i].logits, want)) << "base " << base << " r " << r << " row " << i;
-        const int32_t am = static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
-        EXPECT_EQ((*res)[i].argmax, am);
-      }
-      EXPECT_EQ(state_bytes(*s), ref.states[base + r]) << "base " << base << " r " << r;
-      s->rollback();
-      EXPECT_EQ(state_bytes(*s), ref.states[base]) << "rollback base " << base << " r " << r;
-      // commit_prefix(k) for every k == k plain decodes.
-      for (int k = 1; k <= r; ++k) {
-        s->checkpoint();
-        ASSERT_TRUE(s->verify(rows).ok());
-        ASSERT_TRUE(s->commit_prefix(k).ok());
-        EXPECT_EQ(state_bytes(*s), ref.states[base + k]) << "base " << base << " r " << r << " k " << k;
-        EXPECT_TRUE(same_floats(s->logits(), ref.logits[base + k - 1]));
-        // Decoding on after a partial commit continues exactly like plain decoding.
-        if (k < r) {
-          ASSERT_TRUE(s->decode(toks[base + k]).ok());
-          EXPECT_TRUE(same_floats(s->logits(), ref.logits[base + k])) << "base " << base << " k " << k;
-          EXPECT_EQ(state_bytes(*s), ref.states[base + k + 1]);
-        }
-        s->rollback();
-        ASSERT_EQ(s->n_tokens(), base);
-      }
-      // Rollback then re-decode: same logits as plain decoding.
-      ASSERT_TRUE(s->decode(toks[base]).ok());
-      EXPECT_TRUE(same_floats(s->logits(), ref.logits[base]));
-      EXPECT_EQ(state_bytes(*s), ref.states[base + 1]);
-      s->rollback();
-    }
-  }
-}
-
 TEST(ForwardInvariance, VerifyRowsMatchDecodeQ2) {
   // 124: ratio-4 and ratio-128 windows close inside the batch (positions 127, 128 ...);
   // 254/381: second and third ratio-128 rows; 66: indexer rows pass top-k (16) there.
-  check_verify(model::ExpertQuant::kQ2, {66, 124, 254, 381, 500});
+  check_verify(Stack::open(model::ExpertQuant::kQ2, kSeed, 2), {66, 124, 254, 381, 500}, kCtx);
 }
 
 TEST(ForwardInvariance, VerifyRowsMatchDecodeQ4) {
-  check_verify(model::ExpertQuant::kQ4, {124, 412});
+  check_verify(Stack::open(model::ExpertQuant::kQ4, kSeed, 2), {124, 412}, kCtx);
 }
 
 TEST(ForwardInvariance, PrefillEqualsSequentialDecodeQ4) {
   Stack st = Stack::open(model::ExpertQuant::kQ4, kSeed, 2);
   EXPECT_EQ(st.model->expert_quant(), model::ExpertQuant::kQ4);
   const auto toks = prompt_tokens(420, st.model->config().n_vocab, 5);
-  const Reference ref = decode_reference(st, toks, {420});
+  const Reference ref = decode_reference(st, toks, {420}, kCtx);
   auto a = st.session(kCtx);
   ASSERT_TRUE(a->prefill(toks).ok());
   EXPECT_TRUE(same_floats(a->logits(), ref.logits.back()));

@@ -1,6 +1,7 @@
 // tests/model/tiny_model.h — shared helpers of the tiny-model tests: generated model files
 // (tools::generate_model, cached per process in the gtest temp dir), a direct session stack
-// (model + CPU backend + session::ModelSession) and deterministic token prompts.
+// (model + a backend — the CPU's unless one is named — + session::ModelSession) and
+// deterministic token prompts.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,9 +10,11 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "model/model.h"
 #include "model/profiles.h"
 #include "session/session.h"
@@ -50,6 +53,21 @@ struct Stack {
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     if (m.ok()) s.model = std::move(m).value();
     s.backend = backend::make_cpu_backend(n_threads);
+    return s;
+  }
+  // The same model on the backend called `name` (backend/registry.h); `why` gets the reason
+  // and the stack has no backend when it cannot be made (e.g. no GPU: the caller skips).
+  static Stack open_on(std::string_view name, model::ExpertQuant quant, uint64_t seed, std::string* why) {
+    Stack s = open(quant, seed, 1);
+    backend::BackendOptions bo;
+    bo.n_threads = 2;
+    auto be = backend::make_backend(name, bo);
+    if (!be.ok()) {
+      s.backend.reset();
+      if (why != nullptr) *why = be.status().message();
+      return s;
+    }
+    s.backend = std::move(be).value();
     return s;
   }
   std::unique_ptr<session::ModelSession> session(int64_t n_ctx) const {

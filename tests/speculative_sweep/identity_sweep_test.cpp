@@ -19,7 +19,8 @@
 // scripts/bench_spec.sh's MAX_PROMPT), a fresh Session per run, new_speculative_decoder()
 // created before the prefill, generate() with temperature 0 and stop_at_eos = false.
 // Plain greedy runs once per prompt; every combination planned for that prompt is compared
-// with it.
+// with it. DS4_TEST_BACKEND=cuda runs the sweep on the CUDA backend (make test-cuda on a GPU
+// machine): DSpark == plain greedy on the device.
 //
 // Sharding: one gtest instance (= one ctest entry, label speculative_sweep) per channel x block of
 // kPromptsPerShard prompts, each on ONE engine thread, so `ctest -j2` keeps both cores busy
@@ -32,6 +33,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -179,7 +181,8 @@ void open_shipped(Engine** engine, std::string** error) {
   EngineOptions eo;
   eo.model_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
   eo.mtp_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
-  eo.backend = BackendKind::kCpu;
+  const char* backend = std::getenv("DS4_TEST_BACKEND");
+  eo.backend = backend != nullptr && std::strcmp(backend, "cuda") == 0 ? BackendKind::kCuda : BackendKind::kCpu;
   eo.n_threads = 1;
   Expected<std::unique_ptr<Engine>> e = Engine::open(eo);
   if (e.ok()) {
