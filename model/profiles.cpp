@@ -88,6 +88,19 @@ ModelConfig flash_profile() {
   return c;
 }
 
+Status set_layer_count(ModelConfig& c, uint32_t n_layer) {
+  // Layers 0-3 hold both uncompressed layers, one of each ratio (4, 128) and the hash layers.
+  const uint32_t min_layers = c.n_hash_layer + 1 > 4 ? c.n_hash_layer + 1 : 4;
+  if (n_layer < min_layers || n_layer > c.n_layer) {
+    return invalid_argument("layer count %u: expected %u..%u for profile '%s' (the hash layers plus one layer of "
+                            "each compression ratio, at most the profile's depth)",
+                            n_layer, min_layers, c.n_layer, c.name.c_str());
+  }
+  c.n_layer = n_layer;
+  set_layer_arrays(c);
+  return Status();
+}
+
 std::vector<std::string_view> profile_names() { return {"tiny", "flash"}; }
 
 Expected<ModelConfig> profile_by_name(std::string_view name) {

@@ -23,6 +23,11 @@ ModelConfig tiny_profile();
 ModelConfig flash_profile();
 // "tiny" or "flash"; kInvalidArgument naming the accepted names otherwise.
 Expected<ModelConfig> profile_by_name(std::string_view name);
+
+// The same widths with only the first n_layer layers (a reduced-depth model, e.g. full-shape
+// Flash widths that fit one H100): the per-layer arrays follow the DS4 layer rules. n_layer
+// must keep the hash layers and at least one layer of each compression ratio.
+Status set_layer_count(ModelConfig& c, uint32_t n_layer);
 std::vector<std::string_view> profile_names();
 
 }  // namespace ds4::model

@@ -41,6 +41,10 @@ struct GenerateOptions {
   // 0: every expert filled. K > 0: only K experts per layer hold data (the rest are file
   // holes); routing is biased to them (exp_probs_b +kSparseBias, tid2eid names only them).
   uint32_t sparse_experts = 0;
+  // With sparse_experts: keep the holes but route over ALL experts (no selection bias; tid2eid
+  // over all experts). A hole reads as zeros, which a device holds as real bytes, so decode and
+  // verify batches touch as many distinct experts as real text does (GPU speed figures).
+  bool route_all = false;
   FillMode fill = FillMode::kAuto;
   bool progress = false;  // progress lines on stderr
   // Which release's identity metadata to write. kPreview writes none (like the preview GGUFs);

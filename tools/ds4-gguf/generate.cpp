@@ -247,8 +247,8 @@ Status write_metadata(gguf::Writer& w, const ModelConfig& cfg, const GenerateOpt
   char desc[256];
   std::snprintf(desc, sizeof desc,
                 "synthetic random weights: ds4-gguf generate quant=%s seed=%" PRIu64
-                " sparse_experts=%u",
-                model::expert_quant_name(opt.quant), opt.seed, opt.sparse_experts);
+                " sparse_experts=%u%s",
+                model::expert_quant_name(opt.quant), opt.seed, opt.sparse_experts, opt.route_all ? " route_all" : "");
   std::string description = desc;
   if (!opt.vocab_path.empty()) description += " vocab=" + std::filesystem::path(opt.vocab_path).filename().string();
   DS4_RETURN_IF_ERROR(w.set_string("general.description", description));
@@ -343,6 +343,8 @@ Status check_sparse(const ModelConfig& cfg, const GenerateOptions& opt) {
   if (opt.sparse_experts > cfg.n_expert)
     return invalid_argument("--sparse-experts %u: expected <= expert_count (%u)",
                             opt.sparse_experts, cfg.n_expert);
+  if (opt.route_all && opt.sparse_experts == 0)
+    return invalid_argument("--route-all applies to a sparse file: give --sparse-experts K too");
   return Status::ok_status();
 }
 
@@ -365,9 +367,16 @@ struct TensorAdder {
     p.quantize_real = quantize_real;
     p.n_expert = cfg.n_expert;
     p.n_used = cfg.n_expert_used;
-    p.sparse = sparse;
+    // Routing is biased to the filled experts unless route_all: then only the expert tensors
+    // keep their holes, and the router bias and tid2eid span every expert.
+    const bool route_sparse = sparse && !opt.route_all;
+    p.sparse = route_sparse;
     if (filled) {
       p.filled = *filled;
+      if (!route_sparse && spec.role != TensorRole::kRoutedExpert) {
+        p.filled.resize(cfg.n_expert);
+        for (uint32_t e = 0; e < cfg.n_expert; ++e) p.filled[e] = e;
+      }
       p.filled_mask.assign(cfg.n_expert, 0);
       for (uint32_t e : p.filled) p.filled_mask[e] = 1;
     }

@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
   std::string profile = "tiny", gen_quant = "q2", gen_out, fill = "auto";
   uint64_t seed = 0;
   uint32_t sparse = 0;
+  bool route_all = false;
+  uint32_t layers = 0;
   bool quiet = false;
   auto* generate = app.add_subcommand(
       "generate",
@@ -53,6 +55,13 @@ int main(int argc, char** argv) {
   generate->add_option("--sparse-experts", sparse,
                        "fill only K experts per layer (others are file holes) and bias routing "
                        "to them; K >= expert_used_count; 0 = fill all")
+      ->capture_default_str();
+  generate->add_flag("--route-all", route_all,
+                     "with --sparse-experts: keep the holes but route over all experts (no bias), so "
+                     "batches touch as many distinct experts as real text (GPU speed figures)");
+  generate->add_option("--layers", layers,
+                       "keep the profile's widths but only the first N layers (a reduced-depth file; "
+                       "0 = the profile's depth)")
       ->capture_default_str();
   generate->add_option("--fill", fill,
                        "quantized tensors: quantize (real quantization of random floats), random "
@@ -104,6 +113,14 @@ int main(int argc, char** argv) {
     opt.quant = parse_quant(gen_quant);
     opt.seed = seed;
     opt.sparse_experts = sparse;
+    opt.route_all = route_all;
+    if (layers != 0) {
+      const ds4::Status ls = ds4::model::set_layer_count(*cfg, layers);
+      if (!ls.ok()) {
+        std::cerr << "ds4-gguf generate: --layers: " << ls.message() << "\n";
+        return 2;
+      }
+    }
     opt.fill = fill == "quantize" ? ds4::tools::FillMode::kQuantize
                : fill == "random" ? ds4::tools::FillMode::kRandomBlocks
                                   : ds4::tools::FillMode::kAuto;

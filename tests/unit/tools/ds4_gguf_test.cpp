@@ -161,6 +161,50 @@ TEST(Generate, SparseExpertsAreHolesAndRoutingIsBiased) {
   }
 }
 
+// --route-all: the same holes, but the router bias is the ordinary random one (no kSparseBias)
+// and the hash layers' tid2eid reaches unfilled experts too; --layers keeps widths, drops depth.
+TEST(Generate, RouteAllKeepsHolesButRoutesEverywhereAtReducedDepth) {
+  TempFile f("route_all.gguf");
+  ModelConfig cfg = model::tiny_profile();
+  ASSERT_TRUE(model::set_layer_count(cfg, 5).ok());
+  GenerateOptions o = fast(5, /*sparse=*/5);
+  o.route_all = true;
+  ASSERT_TRUE(generate_model(cfg, o, f.path).ok());
+  auto m = model::Model::open(f.path);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->config().n_layer, 5u);
+  EXPECT_EQ((*m)->config().n_embd, model::tiny_profile().n_embd);
+  const model::ModelWeights& w = (*m)->weights();
+  bool unfilled_hash_target = false;
+  for (uint32_t il = 0; il < cfg.n_layer; ++il) {
+    const auto filled = filled_experts(cfg, o, il);
+    const std::set<uint32_t> fs(filled.begin(), filled.end());
+    const model::LayerWeights& L = w.layers[il];
+    for (uint32_t e = 0; e < cfg.n_expert; ++e) {
+      const uint8_t* p = L.ffn_down_exps.expert_data(e);
+      bool nonzero = false;
+      for (uint64_t i = 0; i < L.ffn_down_exps.expert_bytes() && !nonzero; ++i) nonzero = p[i] != 0;
+      EXPECT_EQ(nonzero, fs.count(e) == 1) << "layer " << il << " expert " << e;
+    }
+    if (cfg.is_hash_layer(il)) {
+      const int32_t* ids = L.ffn_gate_tid2eid.as<int32_t>();
+      for (uint32_t t = 0; t < cfg.n_vocab * cfg.n_expert_used; ++t) {
+        unfilled_hash_target |= fs.count(static_cast<uint32_t>(ids[t])) == 0;
+      }
+    } else {
+      const float* bias = L.exp_probs_b.as<float>();
+      for (uint32_t e = 0; e < cfg.n_expert; ++e) EXPECT_LT(std::fabs(bias[e]), kSparseBias) << "expert " << e;
+    }
+  }
+  EXPECT_TRUE(unfilled_hash_target);
+  ModelConfig bad = model::tiny_profile();
+  EXPECT_FALSE(model::set_layer_count(bad, 3).ok());
+  EXPECT_FALSE(model::set_layer_count(bad, 9).ok());
+  GenerateOptions dense = fast(5);
+  dense.route_all = true;
+  EXPECT_FALSE(generate_model(model::tiny_profile(), dense, f.path).ok());
+}
+
 TEST(Generate, SparseNeedsAtLeastExpertUsed) {
   TempFile f("bad.gguf");
   const Status st = generate_model(model::tiny_profile(), fast(1, 3), f.path);
