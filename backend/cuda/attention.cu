@@ -50,6 +50,7 @@ constexpr int kIdxThreads = 256;   // indexer scores: a half-warp per row
 constexpr int kTopThreads = 1024;  // top-k: one block per query
 constexpr int kAttnThreads = 256;  // sink attention: one block per (query, head)
 constexpr int kAttnMaxDims = 4;    // output dims per thread (head_dim <= 1024)
+constexpr int kAttnPer = 8;        // key slots per thread per chunk of the softmax pass
 constexpr int kAttnMaxD = kAttnThreads * kAttnMaxDims;
 
 // Status of the launch just made: an error naming op and shapes when it failed.
@@ -148,14 +149,17 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane) {
   }
 }
 
-// Exclusive prefix count of `flag` over the block in thread order; *total gets the count.
+// Exclusive prefix sum of v >= 0 over the block in thread order; *total gets the sum.
 // warp_sums: shared scratch of 32 ints. Every thread of the block must call it.
-__device__ __forceinline__ int block_scan_flags(bool flag, int* warp_sums, int* total) {
+__device__ __forceinline__ int block_scan_counts(int v, int* warp_sums, int* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  const unsigned ballot = __ballot_sync(kFullMask, flag);
-  const int in_warp = __popc(ballot & ((1u << lane) - 1u));
+  int incl = v;
+  for (int s = 1; s < 32; s <<= 1) {
+    const int o = __shfl_up_sync(kFullMask, incl, s);
+    if (lane >= s) incl += o;
+  }
   __syncthreads();  // earlier readers of warp_sums are done
-  if (lane == 0) warp_sums[warp] = __popc(ballot);
+  if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
   int before = 0, all = 0;
   for (int w = 0; w < nwarps; ++w) {
@@ -164,7 +168,7 @@ __device__ __forceinline__ int block_scan_flags(bool flag, int* warp_sums, int* 
     all += c;
   }
   *total = all;
-  return before + in_warp;
+  return before + incl - v;
 }
 
 // ---- attention_inputs ---------------------------------------------------------------------------
@@ -410,7 +414,7 @@ __global__ void __launch_bounds__(kTopThreads) indexer_topk_kernel(const __grid_
     const uint32_t k = c < n ? score_key(p.scores[c]) : 0u;
     const bool eq = c < n && k == thr;
     int total = 0;
-    const int rank = block_scan_flags(eq, warp_sums, &total);
+    const int rank = block_scan_counts(eq ? 1 : 0, warp_sums, &total);
     if (c < n) p.allowed[c] = (k > thr || (eq && taken + rank < need)) ? 1 : 0;
     taken += total;
   }
@@ -436,15 +440,17 @@ __device__ __forceinline__ const float* slot_key(const SinkAttentionParams& p, i
   return p.comp + (slot - p.n_raw) * p.head_dim;
 }
 
-// One block per (head = blockIdx.x, query = blockIdx.y): scores (a half-warp per key), their
-// max with the sink, then chunks of keys: exps in parallel, compacted in key order, the
-// denominator on thread 0 and the weighted sum one thread per output dim, both in key order;
-// then 1/den, the inverse RoPE of the tail, the store.
+// One block per (head = blockIdx.x, query = blockIdx.y): scores (each warp takes windows of
+// 32 slots, finds the used ones by ballot and dots them a half-warp each), their max with the
+// sink, then chunks of kAttnPer slots per thread: exps in parallel, compacted in key order,
+// the denominator on thread 0 and the weighted sum one thread per output dim, both in key
+// order; then 1/den, the inverse RoPE of the tail, the store.
 __global__ void __launch_bounds__(kAttnThreads) sink_attention_kernel(const __grid_constant__ SinkBatch b) {
+  constexpr int kChunk = kAttnThreads * kAttnPer;
   __shared__ float qs[kAttnMaxD];
   __shared__ float os[kAttnMaxD];
-  __shared__ float ce[kAttnThreads];
-  __shared__ int64_t cslot[kAttnThreads];
+  __shared__ float ce[kChunk];
+  __shared__ int64_t cslot[kChunk];
   __shared__ int warp_sums[32];
   __shared__ float red[kAttnThreads / 32];
   const SinkQuery& sq = b.q[blockIdx.y];
@@ -461,22 +467,27 @@ __global__ void __launch_bounds__(kAttnThreads) sink_attention_kernel(const __gr
 
   // Scores; the lane-0 running max of the keys this half scored (NaN never enters it).
   float m = -INFINITY;
-  for (int64_t base = 2 * warp; base < n_all; base += 2 * nwarps) {
-    const int64_t slot = base + half;
-    const bool valid = slot < n_all;
-    const bool used = valid && slot_used(p, slot);
-    if (!__any_sync(kFullMask, used)) {  // two disallowed compressed rows: no dot
-      if (valid && hl == 0) score[slot] = -1.0e30f;
-      continue;
-    }
-    const float d = half_dot16(qs, used ? slot_key(p, slot) : qs, D, hl);
-    if (valid && hl == 0) {
-      if (used) {
+  for (int64_t w0 = static_cast<int64_t>(warp) * 32; w0 < n_all; w0 += 32 * nwarps) {
+    const int64_t mine = w0 + lane;
+    const bool valid = mine < n_all;
+    const bool used = valid && slot_used(p, mine);
+    if (valid && !used) score[mine] = -1.0e30f;  // a disallowed compressed row
+    unsigned pending = __ballot_sync(kFullMask, used);
+    while (pending != 0) {  // warp-uniform: two used slots per pass, one per half
+      const int b0 = __ffs(pending) - 1;
+      pending &= pending - 1;
+      int b1 = -1;
+      if (pending != 0) {
+        b1 = __ffs(pending) - 1;
+        pending &= pending - 1;
+      }
+      const int pick = half == 0 ? b0 : b1;
+      const int64_t slot = w0 + (pick >= 0 ? pick : b0);  // a lone slot: half 1 redoes it, unused
+      const float d = half_dot16(qs, slot_key(p, slot), D, hl);
+      if (pick >= 0 && hl == 0) {
         const float sc = d * sq.kq_scale;
         score[slot] = sc;
         if (sc > m) m = sc;
-      } else {
-        score[slot] = -1.0e30f;
       }
     }
   }
@@ -496,21 +507,34 @@ __global__ void __launch_bounds__(kAttnThreads) sink_attention_kernel(const __gr
   float y[kAttnMaxDims];
 #pragma unroll
   for (int u = 0; u < kAttnMaxDims; ++u) y[u] = 0.0f;
-  for (int64_t c0 = 0; c0 < n_all; c0 += kAttnThreads) {
-    const int64_t slot = c0 + tid;
-    const bool used = slot < n_all && slot_used(p, slot);
-    const float e = used ? detmath::exp_f32(score[slot] - mx) : 0.0f;
+  for (int64_t c0 = 0; c0 < n_all; c0 += kChunk) {
+    const int64_t s0 = c0 + static_cast<int64_t>(tid) * kAttnPer;
+    unsigned used_bits = 0;
     int cnt = 0;
-    const int at = block_scan_flags(used, warp_sums, &cnt);
-    if (used) {
-      ce[at] = e;
-      cslot[at] = slot;
+#pragma unroll
+    for (int k = 0; k < kAttnPer; ++k) {
+      if (s0 + k < n_all && slot_used(p, s0 + k)) {
+        used_bits |= 1u << k;
+        ++cnt;
+      }
+    }
+    int total = 0;
+    int at = block_scan_counts(cnt, warp_sums, &total);
+    if (total == 0) continue;  // block-uniform
+#pragma unroll
+    for (int k = 0; k < kAttnPer; ++k) {
+      if (used_bits & (1u << k)) {
+        ce[at] = detmath::exp_f32(score[s0 + k] - mx);
+        cslot[at] = s0 + k;
+        ++at;
+      }
     }
     __syncthreads();
     if (tid == 0) {
-      for (int i = 0; i < cnt; ++i) den += ce[i];
+      for (int i = 0; i < total; ++i) den += ce[i];
     }
-    for (int i = 0; i < cnt; ++i) {
+#pragma unroll 4
+    for (int i = 0; i < total; ++i) {
       const float* key = slot_key(p, cslot[i]);
       const float w = ce[i];
 #pragma unroll
