@@ -493,5 +493,57 @@ TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
                 rng);
 }
 
+// Arguments the kernels do not support come back as an error Status naming the op and the
+// shapes, before anything touches the device (so this runs without a GPU).
+TEST(CudaAttentionArgs, UnsupportedShapesAreErrorsNotAborts) {
+  float* fake = reinterpret_cast<float*>(uintptr_t{256});  // never dereferenced
+  auto expect_error = [](const Status& s, const char* op, const char* detail) {
+    ASSERT_FALSE(s.ok()) << op;
+    EXPECT_NE(std::string::npos, s.message().find(op)) << s.message();
+    EXPECT_NE(std::string::npos, s.message().find(detail)) << s.message();
+  };
+  AttentionInputsParams ai;
+  ai.n_rows = 2;
+  ai.head_dim = 512;
+  ai.n_rot = 63;  // odd
+  ai.kv = fake;
+  expect_error(attention_inputs(ai, nullptr), "attention_inputs", "n_rot 63");
+  ai.n_rot = 64;
+  ai.iq = fake;
+  ai.iw = fake;
+  ai.n_idx_head = 4;
+  ai.idx_dim = 64;  // the Hadamard is 128 wide
+  expect_error(attention_inputs(ai, nullptr), "attention_inputs", "idx heads 4 x 64");
+
+  CompressorStepParams cs;
+  cs.ratio = 4;
+  cs.head_dim = 192;  // not a multiple of 128 for the indexer
+  cs.n_rot = 64;
+  cs.indexer = true;
+  cs.state_kv = cs.state_score = cs.pooled = cs.out_row = fake;
+  cs.kv_cur = cs.sc_cur = cs.norm = fake;
+  cs.ape = reinterpret_cast<const uint16_t*>(fake);
+  expect_error(compressor_step(cs, nullptr), "compressor_step", "head_dim 192");
+
+  IndexerSelectParams is[2];
+  for (auto& q : is) {
+    q.q = q.w = q.rows = q.scores = fake;
+    q.order = reinterpret_cast<int32_t*>(fake);
+    q.allowed = reinterpret_cast<uint8_t*>(fake);
+    q.n_rows = 100;
+    q.n_head = 4;
+    q.head_dim = 128;
+    q.top_k = 8;
+  }
+  is[1].top_k = 0;
+  expect_error(indexer_select(is, 2, nullptr), "indexer_select", "query 1");
+
+  SinkAttentionParams sa;
+  sa.q = sa.sinks = sa.out = sa.scores = fake;
+  sa.n_head = 4;
+  sa.head_dim = 2048;  // above the per-block limit
+  expect_error(sink_attention(&sa, 1, nullptr), "sink_attention", "heads 4 x 2048");
+}
+
 }  // namespace
 }  // namespace ds4::cuda
