@@ -1,31 +1,28 @@
 // backend/cuda/attention.cu — the attention ops of backend/cuda/ops.h: attention_inputs,
-// compressor_step, indexer_select, sink_attention (ds4-architecture.md §4.3-§4.5).
+// compressor_step, sink_attention (ds4-architecture.md §4.3-§4.5); indexer_select lives in
+// indexer.cu, the helpers both use in attention_common.cuh.
 //
 // Role: device twins of the CPU oracle (backend/cpu: cpu_ops.cpp's attention_inputs_row,
-// sink_attention_heads and rope_tail_rows, cpu_backend.cpp's compressor_step / pool_columns,
-// indexer_select / top_k_mask), bit for bit.
+// sink_attention_heads and rope_tail_rows, cpu_backend.cpp's compressor_step / pool_columns),
+// bit for bit.
 // How each CPU order is kept (invariants):
-//  * Dots (sink scores, indexer scores) are quant/dot.h's canonical 16-lane order: a
-//    half-warp per dot, lane j summing elements i ≡ j (mod 16) of the full 16-groups in order,
-//    the tree 8, 4, 2, 1 by shuffles (p[j] + p[j + s]), then the tail sequentially on lane 0.
+//  * Sink scores are quant/dot.h's canonical 16-lane order (attention_common.cuh's half_dot16:
+//    a half-warp per dot, lane j summing elements i ≡ j (mod 16) of the full 16-groups in
+//    order, the tree 8, 4, 2, 1 by shuffles (p[j] + p[j + s]), then the tail on lane 0).
 //  * Sequential sums stay sequential: the softmax denominator (sink first, then every key in
 //    key order) runs on one thread; the weighted sum runs one thread per output element over
-//    the keys in order from y = 0; the indexer score sums its heads in order on one lane; the
-//    compressor's per-column max / den / acc run one thread per column; RMS norm's double sum
-//    one thread.
+//    the keys in order from y = 0; the compressor's per-column max / den / acc run one thread
+//    per column; RMS norm's double sum one thread.
 //  * Maxima and block amaxes are order-free (non-NaN values; a ±0 tie cannot change a bit of
 //    what follows), so trees compute them.
 //  * RoPE angles come from core/rope.h (rope_angles on the host, rope_pair per pair on the
 //    device; the inverse uses -s); exp from core/detmath.h; FP8 / FP4 / f16 round trips from
 //    kv_sim_hd.h. The folder builds with --fmad=false: every a*b+c below is two roundings.
-//  * Top-k: exactly top_k rows by (score desc, index asc) — the set std::nth_element picks with
-//    the CPU's comparator — by a radix select on an order-preserving 32-bit key (−0 keyed as
-//    +0: the CPU's comparator ties them), ties at the threshold resolved by index with an
-//    ordered block scan. NaN scores have no defined order on the CPU; here they rank by key.
 //  * Multi-query ops take their host param arrays by value, kMaxBatch queries per launch.
 #include <cmath>
 #include <cstdio>
 
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_sim_hd.h"
 #include "backend/cuda/ops.h"
@@ -38,51 +35,22 @@ namespace {
 
 using backend::AttentionInputsParams;
 using backend::CompressorStepParams;
-using backend::IndexerSelectParams;
 using backend::SinkAttentionParams;
 using detail::kFullMask;
+using attn::block_scan_counts;
+using attn::half_dot16;
+using attn::kMaxBatch;
+using attn::launch_result;
 
-constexpr int kMaxBatch = 8;       // queries per launch of the multi-query ops
 constexpr int kMaxPairs = 256;     // RoPE pairs (n_rot <= 512)
 constexpr int kRowThreads = 256;   // attention_inputs: one block per row
 constexpr int kCompThreads = 512;  // compressor_step: one block
-constexpr int kIdxThreads = 256;   // indexer scores: a half-warp per row
-constexpr int kTopThreads = 1024;  // top-k: one block per query
 constexpr int kAttnThreads = 256;  // sink attention: one block per (query, head)
 constexpr int kAttnMaxDims = 4;    // output dims per thread (head_dim <= 1024)
 constexpr int kAttnPer = 8;        // key slots per thread per chunk of the softmax pass
 constexpr int kAttnMaxD = kAttnThreads * kAttnMaxDims;
 
-// Status of the launch just made: an error naming op and shapes when it failed.
-Status launch_result(const char* op, const char* shapes) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return Status();
-  return resource_error("cuda: %s (%s) failed to launch: %s", op, shapes, cudaGetErrorString(e));
-}
-
 // ---- shared device steps ----------------------------------------------------------------------
-
-// quant::dot_f32(a, b, n) on a half-warp (hl = lane & 15; both halves of the warp call it
-// together). The result is valid on hl == 0.
-__device__ __forceinline__ float half_dot16(const float* a, const float* b, int n, int hl) {
-  float p = 0.0f;
-  const int m = n - n % 16;
-  for (int i = 0; i < m; i += 16) {
-    const float t = a[i + hl] * b[i + hl];
-    p = p + t;
-  }
-  for (int s = 8; s >= 1; s >>= 1) {
-    const float o = __shfl_down_sync(kFullMask, p, s, 16);
-    p = p + o;
-  }
-  if (hl == 0) {
-    for (int i = m; i < n; ++i) {
-      const float t = a[i] * b[i];
-      p = p + t;
-    }
-  }
-  return p;
-}
 
 // Rotates pair (x[2i], x[2i+1]) by (c, s): x0·c − x1·s, x0·s + x1·c (rope_tail_rows' step).
 __device__ __forceinline__ void rotate_pair(float* x, float c, float s) {
@@ -147,28 +115,6 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane) {
     const float sc = kvsim::block_scale(m, kvsim::kE2M1Max, kvsim::kFp4MinAmax);
     x[lane + 32 * j] = kvsim::fp4_elem(v[j], sc);
   }
-}
-
-// Exclusive prefix sum of v >= 0 over the block in thread order; *total gets the sum.
-// warp_sums: shared scratch of 32 ints. Every thread of the block must call it.
-__device__ __forceinline__ int block_scan_counts(int v, int* warp_sums, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  int incl = v;
-  for (int s = 1; s < 32; s <<= 1) {
-    const int o = __shfl_up_sync(kFullMask, incl, s);
-    if (lane >= s) incl += o;
-  }
-  __syncthreads();  // earlier readers of warp_sums are done
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  int before = 0, all = 0;
-  for (int w = 0; w < nwarps; ++w) {
-    const int c = warp_sums[w];
-    if (w < warp) before += c;
-    all += c;
-  }
-  *total = all;
-  return before + incl - v;
 }
 
 // ---- attention_inputs ---------------------------------------------------------------------------
@@ -320,103 +266,6 @@ __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_c
       p.state_kv[j] = p.state_kv[4 * W + j];
       p.state_score[j] = p.state_score[4 * W + j];
     }
-  }
-}
-
-// ---- indexer_select -----------------------------------------------------------------------------
-
-struct IndexerBatch {
-  IndexerSelectParams q[kMaxBatch];
-};
-
-// Scores: blockIdx.y picks the query; a half-warp per indexer row, the query's heads (in
-// dynamic shared memory, then its weights) dotted in head order, the score summed on lane 0.
-__global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __grid_constant__ IndexerBatch b) {
-  extern __shared__ float smem[];
-  const IndexerSelectParams& p = b.q[blockIdx.y];
-  const int nq = p.n_head * p.head_dim;
-  for (int i = threadIdx.x; i < nq; i += kIdxThreads) smem[i] = p.q[i];
-  for (int i = threadIdx.x; i < p.n_head; i += kIdxThreads) smem[nq + i] = p.w[i];
-  __syncthreads();
-  const float* w = smem + nq;
-  const int lane = threadIdx.x & 31, hl = lane & 15, half = lane >> 4;
-  const int64_t halves = static_cast<int64_t>(gridDim.x) * (kIdxThreads / 16);
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kIdxThreads + (threadIdx.x & ~31)) / 16;
-  // Warp-uniform loop: both halves run every iteration (the shuffles need the whole warp).
-  for (int64_t base = first; base < p.n_rows; base += halves) {
-    const int64_t c = base + half;
-    const bool valid = c < p.n_rows;
-    const float* row = p.rows + (valid ? c : 0) * p.head_dim;
-    float sc = 0.0f;
-    for (int k = 0; k < p.n_head; ++k) {
-      const float d = half_dot16(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
-      const float t = (d > 0.0f ? d : 0.0f) * w[k];
-      sc = sc + t;
-    }
-    if (valid && hl == 0) p.scores[c] = sc;
-  }
-}
-
-// The order-preserving key of a score: larger score, larger key; −0 and +0 share a key.
-__device__ __forceinline__ uint32_t score_key(float v) {
-  const uint32_t u = kvsim::f32_bits(v == 0.0f ? 0.0f : v);
-  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
-}
-
-// Top-k mask of one query per block: four 8-bit radix passes find the key T of the top_k-th
-// row and how many rows keyed T to take; the final pass selects rows keyed above T and the
-// first `need` keyed T in index order (an ordered block scan per chunk).
-__global__ void __launch_bounds__(kTopThreads) indexer_topk_kernel(const __grid_constant__ IndexerBatch b) {
-  __shared__ int hist[256];
-  __shared__ int warp_sums[32];
-  __shared__ uint32_t s_prefix;
-  __shared__ int s_need;
-  const IndexerSelectParams& p = b.q[blockIdx.x];
-  const int64_t n = p.n_rows;
-  const int tid = threadIdx.x;
-  if (p.top_k >= n) {
-    for (int64_t c = tid; c < n; c += kTopThreads) p.allowed[c] = 1;
-    return;
-  }
-  if (tid == 0) {
-    s_prefix = 0;
-    s_need = p.top_k;
-  }
-  uint32_t mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 256; i += kTopThreads) hist[i] = 0;
-    __syncthreads();
-    const uint32_t prefix = s_prefix;
-    for (int64_t c = tid; c < n; c += kTopThreads) {
-      const uint32_t k = score_key(p.scores[c]);
-      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 0xffu], 1);
-    }
-    __syncthreads();
-    if (tid == 0) {
-      int need = s_need, above = 0;
-      for (int bin = 255; bin >= 0; --bin) {
-        if (above + hist[bin] >= need) {
-          s_prefix = prefix | (static_cast<uint32_t>(bin) << shift);
-          s_need = need - above;
-          break;
-        }
-        above += hist[bin];
-      }
-    }
-    mask |= 0xffu << shift;
-    __syncthreads();
-  }
-  const uint32_t thr = s_prefix;
-  const int need = s_need;
-  int taken = 0;  // rows keyed thr before this chunk
-  for (int64_t c0 = 0; c0 < n; c0 += kTopThreads) {
-    const int64_t c = c0 + tid;
-    const uint32_t k = c < n ? score_key(p.scores[c]) : 0u;
-    const bool eq = c < n && k == thr;
-    int total = 0;
-    const int rank = block_scan_counts(eq ? 1 : 0, warp_sums, &total);
-    if (c < n) p.allowed[c] = (k > thr || (eq && taken + rank < need)) ? 1 : 0;
-    taken += total;
   }
 }
 
@@ -608,48 +457,6 @@ Status compressor_step(const CompressorStepParams& p, Stream stream) {
                             shapes);
   compressor_kernel<<<1, kCompThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot), emit);
   return launch_result("compressor_step", shapes);
-}
-
-Status indexer_select(const IndexerSelectParams* p, int n, Stream stream) {
-  for (int b0 = 0; b0 < n; b0 += kMaxBatch) {
-    const int nb = n - b0 < kMaxBatch ? n - b0 : kMaxBatch;
-    IndexerBatch batch{};
-    int64_t max_rows = 0;
-    size_t smem = 0;
-    for (int i = 0; i < nb; ++i) {
-      const IndexerSelectParams& q = p[b0 + i];
-      if (q.n_rows <= 0 || q.n_head <= 0 || q.head_dim <= 0 || q.top_k <= 0 || q.n_rows > INT32_MAX ||
-          q.q == nullptr || q.w == nullptr || q.rows == nullptr || q.scores == nullptr || q.allowed == nullptr)
-        return invalid_argument("cuda: indexer_select: unsupported arguments (query %d: rows %lld, heads %d x %d, "
-                                "top_k %d)",
-                                b0 + i, static_cast<long long>(q.n_rows), q.n_head, q.head_dim, q.top_k);
-      batch.q[i] = q;
-      max_rows = q.n_rows > max_rows ? q.n_rows : max_rows;
-      const size_t bytes = (static_cast<size_t>(q.n_head) * q.head_dim + q.n_head) * sizeof(float);
-      smem = bytes > smem ? bytes : smem;
-    }
-    char shapes[160];
-    std::snprintf(shapes, sizeof shapes, "%d queries, up to %lld rows, heads %d x %d, top_k %d", nb,
-                  static_cast<long long>(max_rows), batch.q[0].n_head, batch.q[0].head_dim, batch.q[0].top_k);
-    if (smem > 48 * 1024) {
-      if (cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return invalid_argument("cuda: indexer_select: the query (%zu bytes) does not fit shared memory (%s)", smem,
-                                shapes);
-      }
-    }
-    const int64_t rows_per_block = kIdxThreads / 16;
-    int64_t gx = (max_rows + rows_per_block - 1) / rows_per_block;
-    gx = gx > 8192 ? 8192 : gx;
-    indexer_scores_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(nb)), kIdxThreads, smem, stream>>>(batch);
-    const Status scored = launch_result("indexer_select scores", shapes);
-    if (!scored.ok()) return scored;
-    indexer_topk_kernel<<<nb, kTopThreads, 0, stream>>>(batch);
-    const Status selected = launch_result("indexer_select top-k", shapes);
-    if (!selected.ok()) return selected;
-  }
-  return Status();
 }
 
 Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
