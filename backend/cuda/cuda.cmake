@@ -13,6 +13,8 @@ ds4_library(cuda SOURCES
     ${_c}/matvec_dense.cu
     ${_c}/reduce.cu
     ${_c}/matmul.cu
+    ${_c}/attention.cu
+    ${_c}/indexer.cu
   DEPS core quant CUDA::cudart_static)
 target_compile_options(ds4_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${DS4_CUDA_FLAGS}>)
 unset(_c)

@@ -1,0 +1,493 @@
+// backend/cuda/attention.cu — the attention ops of backend/cuda/ops.h: attention_inputs,
+// compressor_step, sink_attention (ds4-architecture.md §4.3-§4.5); indexer_select lives in
+// indexer.cu, the helpers both use in attention_common.cuh.
+//
+// Role: device twins of the CPU oracle (backend/cpu: cpu_ops.cpp's attention_inputs_row,
+// sink_attention_heads and rope_tail_rows, cpu_backend.cpp's compressor_step / pool_columns),
+// bit for bit.
+// How each CPU order is kept (invariants):
+//  * Sink scores are quant/dot.h's canonical 16-lane order (attention_common.cuh's half_dot16:
+//    a half-warp per dot, lane j summing elements i ≡ j (mod 16) of the full 16-groups in
+//    order, the tree 8, 4, 2, 1 by shuffles (p[j] + p[j + s]), then the tail on lane 0).
+//  * Sequential sums stay sequential: the softmax denominator (sink first, then every key in
+//    key order) runs on one thread; the weighted sum runs one thread per output element over
+//    the keys in order from y = 0; the compressor's per-column max / den / acc run one thread
+//    per column; RMS norm's double sum one thread.
+//  * Maxima and block amaxes are order-free (non-NaN values; a ±0 tie cannot change a bit of
+//    what follows), so trees compute them.
+//  * RoPE angles come from core/rope.h (rope_angles on the host, rope_pair per pair on the
+//    device; the inverse uses -s); exp from core/detmath.h; FP8 / FP4 / f16 round trips from
+//    kv_sim_hd.h. The folder builds with --fmad=false: every a*b+c below is two roundings.
+//  * Multi-query ops take their host param arrays by value, kMaxBatch queries per launch.
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_sim_hd.h"
+#include "backend/cuda/ops.h"
+#include "core/detmath.h"
+#include "core/rope.h"
+
+namespace ds4::cuda {
+
+namespace {
+
+using backend::AttentionInputsParams;
+using backend::CompressorStepParams;
+using backend::SinkAttentionParams;
+using detail::kFullMask;
+using attn::block_scan_counts;
+using attn::half_dot16;
+using attn::kMaxBatch;
+using attn::launch_result;
+
+constexpr int kMaxPairs = 256;     // RoPE pairs (n_rot <= 512)
+constexpr int kRowThreads = 256;   // attention_inputs: one block per row
+constexpr int kCompThreads = 512;  // compressor_step: one block
+constexpr int kAttnThreads = 256;  // sink attention: one block per (query, head)
+constexpr int kAttnMaxDims = 4;    // output dims per thread (head_dim <= 1024)
+constexpr int kAttnPer = 8;        // key slots per thread per chunk of the softmax pass
+constexpr int kAttnMaxD = kAttnThreads * kAttnMaxDims;
+
+// ---- shared device steps ----------------------------------------------------------------------
+
+// Rotates pair (x[2i], x[2i+1]) by (c, s): x0·c − x1·s, x0·s + x1·c (rope_tail_rows' step).
+__device__ __forceinline__ void rotate_pair(float* x, float c, float s) {
+  const float x0 = x[0];
+  const float x1 = x[1];
+  x[0] = x0 * c - x1 * s;
+  x[1] = x0 * s + x1 * c;
+}
+
+// Warp-wide block amax (every lane gets it); m is the lane's partial from 0.
+__device__ __forceinline__ float warp_amax(float m) {
+  for (int s = 16; s >= 1; s >>= 1) {
+    const float o = __shfl_xor_sync(kFullMask, m, s);
+    m = o > m ? o : m;
+  }
+  return m;
+}
+
+// FP8 round trip (quant::fp8_e4m3_roundtrip) of the 64-value block at x, by one warp.
+__device__ __forceinline__ void warp_fp8_block(float* x, int lane) {
+  const float v0 = x[lane];
+  const float v1 = x[lane + 32];
+  const float m = warp_amax(kvsim::amax_step(kvsim::amax_step(0.0f, v0), v1));
+  const float sc = kvsim::block_scale(m, kvsim::kE4M3Max, kvsim::kFp8MinAmax);
+  x[lane] = kvsim::fp8_elem(v0, sc);
+  x[lane + 32] = kvsim::fp8_elem(v1, sc);
+}
+
+// quant::indexer_qat_row of the 128 values at x, by one warp: lane holds x[lane + 32j]; the
+// butterflies of strides 1..16 pair lanes (lower lane a + b, upper lane a − b), strides 32 and
+// 64 pair registers; then the scale and the FP4 round trip of the four 32-blocks (block j =
+// register j of every lane).
+__device__ __forceinline__ void warp_indexer_qat(float* x, int lane) {
+  float v[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = x[lane + 32 * j];
+#pragma unroll
+  for (int s = 1; s < 32; s <<= 1) {
+    const bool upper = (lane & s) != 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float o = __shfl_xor_sync(kFullMask, v[j], s);
+      v[j] = upper ? o - v[j] : v[j] + o;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; j += 2) {  // stride 32: registers (0,1), (2,3)
+    const float a = v[j], b = v[j + 1];
+    v[j] = a + b;
+    v[j + 1] = a - b;
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {  // stride 64: registers (0,2), (1,3)
+    const float a = v[j], b = v[j + 2];
+    v[j] = a + b;
+    v[j + 2] = a - b;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[j] = v[j] * kvsim::kHadamardScale;
+    const float m = warp_amax(kvsim::amax_step(0.0f, v[j]));
+    const float sc = kvsim::block_scale(m, kvsim::kE2M1Max, kvsim::kFp4MinAmax);
+    x[lane + 32 * j] = kvsim::fp4_elem(v[j], sc);
+  }
+}
+
+// ---- attention_inputs ---------------------------------------------------------------------------
+
+// One block per row: angles of the row's position once (shared), then q's heads, kv (RoPE,
+// FP8 of the non-RoPE dims by one warp per 64-block, the f16-rounded ring copy) and the
+// indexer query (RoPE, then one warp per head: Hadamard + FP4) and its weights.
+__global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __grid_constant__ AttentionInputsParams p,
+                                                                       const RopeAngles ang) {
+  __shared__ float cs[kMaxPairs], sn[kMaxPairs];
+  const int r = blockIdx.x;
+  const int64_t pos = p.pos0 + r;
+  const int D = p.head_dim, npairs = p.n_rot / 2;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kRowThreads / 32;
+  for (int i = tid; i < npairs; i += kRowThreads) rope_pair(ang, pos, i, &cs[i], &sn[i]);
+  __syncthreads();
+  if (p.q != nullptr) {
+    float* q = p.q + r * p.q_stride + (D - p.n_rot);
+    for (int u = tid; u < p.n_head * npairs; u += kRowThreads) {
+      const int h = u / npairs, i = u % npairs;
+      rotate_pair(q + static_cast<int64_t>(h) * D + 2 * i, cs[i], sn[i]);
+    }
+  }
+  float* kv = p.kv + static_cast<int64_t>(r) * D;
+  for (int i = tid; i < npairs; i += kRowThreads) rotate_pair(kv + (D - p.n_rot) + 2 * i, cs[i], sn[i]);
+  for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps) warp_fp8_block(kv + b * kvsim::kFp8Block, lane);
+  if (p.raw != nullptr) {
+    __syncthreads();
+    float* dst = p.raw + (pos % p.raw_cap) * D;
+    for (int j = tid; j < D; j += kRowThreads) dst[j] = kvsim::f16_round(kv[j]);
+  }
+  if (p.iq != nullptr && r >= p.idx_first) {
+    const int nh = p.n_idx_head, dim = p.idx_dim;
+    float* iq = p.iq + static_cast<int64_t>(r) * nh * dim;
+    for (int u = tid; u < nh * npairs; u += kRowThreads) {
+      const int h = u / npairs, i = u % npairs;
+      rotate_pair(iq + static_cast<int64_t>(h) * dim + (dim - p.n_rot) + 2 * i, cs[i], sn[i]);
+    }
+    __syncthreads();
+    for (int h = warp; h < nh; h += nwarps) warp_indexer_qat(iq + static_cast<int64_t>(h) * dim, lane);
+    float* iw = p.iw + static_cast<int64_t>(r) * nh;
+    for (int k = tid; k < nh; k += kRowThreads) iw[k] = iw[k] * p.iw_scale;
+  }
+}
+
+// ---- compressor_step ----------------------------------------------------------------------------
+
+// One block: the state update (row R + pm for ratio 4, pm otherwise), and when the step emits,
+// the pooled columns (one thread per column, rows in the CPU's order), RMS norm (one thread's
+// double sum), RoPE at pos + 1 − R, FP8 or Hadamard + FP4, f16 round, and the ratio-4 lane shift.
+__global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
+                                                                  const RopeAngles ang, bool emit) {
+  __shared__ float s_scale;
+  const int R = p.ratio, D = p.head_dim;
+  const int W = (R == 4 ? 2 : 1) * D;
+  const int pm = static_cast<int>(p.pos % R);
+  const int row = R == 4 ? R + pm : pm;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kCompThreads / 32;
+  {
+    float* skv = p.state_kv + static_cast<int64_t>(row) * W;
+    float* ssc = p.state_score + static_cast<int64_t>(row) * W;
+    const uint16_t* ape = p.ape + static_cast<int64_t>(pm) * W;
+    for (int j = tid; j < W; j += kCompThreads) {
+      skv[j] = p.kv_cur[j];
+      ssc[j] = p.sc_cur[j] + kvsim::f16_to_f32(ape[j]);
+    }
+  }
+  if (!emit) return;
+  __syncthreads();
+  const float* ss = p.state_score;
+  const float* sk = p.state_kv;
+  for (int j = tid; j < D; j += kCompThreads) {
+    float mx = -1.0e30f;
+    if (R == 4) {
+      for (int r = 0; r < 4; ++r) {
+        const float sp = ss[static_cast<int64_t>(r) * W + j];
+        const float sc = ss[static_cast<int64_t>(4 + r) * W + D + j];
+        if (sp > mx) mx = sp;
+        if (sc > mx) mx = sc;
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        const float s = ss[static_cast<int64_t>(r) * W + j];
+        if (s > mx) mx = s;
+      }
+    }
+    if (mx <= -0.5e30f) {
+      p.pooled[j] = 0.0f;
+      continue;
+    }
+    float den = 0.0f, acc = 0.0f;
+    if (R == 4) {
+      for (int r = 0; r < 4; ++r) {
+        const int64_t ip = static_cast<int64_t>(r) * W + j;
+        const int64_t ic = static_cast<int64_t>(4 + r) * W + D + j;
+        const float wp = detmath::exp_f32(ss[ip] - mx);
+        const float wc = detmath::exp_f32(ss[ic] - mx);
+        den += wp + wc;
+        const float tp = wp * sk[ip];
+        acc = acc + tp;
+        const float tc = wc * sk[ic];
+        acc = acc + tc;
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        const int64_t ii = static_cast<int64_t>(r) * W + j;
+        const float w = detmath::exp_f32(ss[ii] - mx);
+        den += w;
+        const float t = w * sk[ii];
+        acc = acc + t;
+      }
+    }
+    p.pooled[j] = den > 0.0f ? acc / den : 0.0f;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double sum = 0.0;
+    for (int i = 0; i < D; ++i) {
+      const double v = static_cast<double>(p.pooled[i]);
+      sum += v * v;
+    }
+    s_scale = 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(D)) + p.eps);
+  }
+  __syncthreads();
+  const float scale = s_scale;
+  float* out = p.out_row;
+  for (int j = tid; j < D; j += kCompThreads) {
+    const float t = p.pooled[j] * scale;
+    out[j] = p.norm != nullptr ? t * p.norm[j] : t;
+  }
+  __syncthreads();
+  const int64_t rpos = p.pos + 1 - R;
+  for (int i = tid; i < p.n_rot / 2; i += kCompThreads) {
+    float c, s;
+    rope_pair(ang, rpos, i, &c, &s);
+    rotate_pair(out + (D - p.n_rot) + 2 * i, c, s);
+  }
+  __syncthreads();
+  if (p.indexer) {
+    for (int b = warp; b < D / kvsim::kHadamardDim; b += nwarps) warp_indexer_qat(out + b * kvsim::kHadamardDim, lane);
+  } else {
+    for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps) warp_fp8_block(out + b * kvsim::kFp8Block, lane);
+  }
+  __syncthreads();
+  for (int j = tid; j < D; j += kCompThreads) out[j] = kvsim::f16_round(out[j]);
+  if (R == 4) {
+    // The current window becomes the previous lane of the next one (pooling read it above).
+    for (int j = tid; j < 4 * W; j += kCompThreads) {
+      p.state_kv[j] = p.state_kv[4 * W + j];
+      p.state_score[j] = p.state_score[4 * W + j];
+    }
+  }
+}
+
+// ---- sink_attention -----------------------------------------------------------------------------
+
+struct SinkQuery {
+  SinkAttentionParams p;
+  RopeAngles ang;
+  float kq_scale;
+};
+struct SinkBatch {
+  SinkQuery q[kMaxBatch];
+};
+
+// Whether score slot `slot` (raw keys, then compressed rows) is one of the query's keys.
+__device__ __forceinline__ bool slot_used(const SinkAttentionParams& p, int64_t slot) {
+  return slot < p.n_raw || p.comp_allowed == nullptr || p.comp_allowed[slot - p.n_raw] != 0;
+}
+__device__ __forceinline__ const float* slot_key(const SinkAttentionParams& p, int64_t slot) {
+  if (slot < p.n_raw) return p.raw + ((p.raw_first + slot) % p.raw_cap) * p.head_dim;
+  return p.comp + (slot - p.n_raw) * p.head_dim;
+}
+
+// One block per (head = blockIdx.x, query = blockIdx.y): scores (each warp takes windows of
+// 32 slots, finds the used ones by ballot and dots them a half-warp each), their max with the
+// sink, then chunks of kAttnPer slots per thread: exps in parallel, compacted in key order,
+// the denominator on thread 0 and the weighted sum one thread per output dim, both in key
+// order; then 1/den, the inverse RoPE of the tail, the store.
+__global__ void __launch_bounds__(kAttnThreads) sink_attention_kernel(const __grid_constant__ SinkBatch b) {
+  constexpr int kChunk = kAttnThreads * kAttnPer;
+  __shared__ float qs[kAttnMaxD];
+  __shared__ float os[kAttnMaxD];
+  __shared__ float ce[kChunk];
+  __shared__ int64_t cslot[kChunk];
+  __shared__ int warp_sums[32];
+  __shared__ float red[kAttnThreads / 32];
+  const SinkQuery& sq = b.q[blockIdx.y];
+  const SinkAttentionParams& p = sq.p;
+  const int h = blockIdx.x;
+  if (h >= p.n_head) return;  // block-uniform
+  const int D = p.head_dim;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kAttnThreads / 32;
+  const int hl = lane & 15, half = lane >> 4;
+  const int64_t n_all = p.n_raw + p.n_comp;
+  float* score = p.scores + static_cast<int64_t>(h) * n_all;
+  for (int j = tid; j < D; j += kAttnThreads) qs[j] = p.q[static_cast<int64_t>(h) * D + j];
+  __syncthreads();
+
+  // Scores; the lane-0 running max of the keys this half scored (NaN never enters it).
+  float m = -INFINITY;
+  for (int64_t w0 = static_cast<int64_t>(warp) * 32; w0 < n_all; w0 += 32 * nwarps) {
+    const int64_t mine = w0 + lane;
+    const bool valid = mine < n_all;
+    const bool used = valid && slot_used(p, mine);
+    if (valid && !used) score[mine] = -1.0e30f;  // a disallowed compressed row
+    unsigned pending = __ballot_sync(kFullMask, used);
+    while (pending != 0) {  // warp-uniform: two used slots per pass, one per half
+      const int b0 = __ffs(pending) - 1;
+      pending &= pending - 1;
+      int b1 = -1;
+      if (pending != 0) {
+        b1 = __ffs(pending) - 1;
+        pending &= pending - 1;
+      }
+      const int pick = half == 0 ? b0 : b1;
+      const int64_t slot = w0 + (pick >= 0 ? pick : b0);  // a lone slot: half 1 redoes it, unused
+      const float d = half_dot16(qs, slot_key(p, slot), D, hl);
+      if (pick >= 0 && hl == 0) {
+        const float sc = d * sq.kq_scale;
+        score[slot] = sc;
+        if (sc > m) m = sc;
+      }
+    }
+  }
+  for (int s = 16; s >= 1; s >>= 1) {
+    const float o = __shfl_xor_sync(kFullMask, m, s);
+    m = o > m ? o : m;
+  }
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = red[0];
+  for (int w = 1; w < nwarps; ++w) m = red[w] > m ? red[w] : m;
+  const float sink = p.sinks[h];
+  // The CPU's chain from mx = sink: a NaN sink stays, otherwise the max of sink and scores.
+  const float mx = (sink != sink || !(m > sink)) ? sink : m;
+
+  float den = detmath::exp_f32(sink - mx);  // thread 0's
+  float y[kAttnMaxDims];
+#pragma unroll
+  for (int u = 0; u < kAttnMaxDims; ++u) y[u] = 0.0f;
+  for (int64_t c0 = 0; c0 < n_all; c0 += kChunk) {
+    const int64_t s0 = c0 + static_cast<int64_t>(tid) * kAttnPer;
+    unsigned used_bits = 0;
+    int cnt = 0;
+#pragma unroll
+    for (int k = 0; k < kAttnPer; ++k) {
+      if (s0 + k < n_all && slot_used(p, s0 + k)) {
+        used_bits |= 1u << k;
+        ++cnt;
+      }
+    }
+    int total = 0;
+    int at = block_scan_counts(cnt, warp_sums, &total);
+    if (total == 0) continue;  // block-uniform
+#pragma unroll
+    for (int k = 0; k < kAttnPer; ++k) {
+      if (used_bits & (1u << k)) {
+        ce[at] = detmath::exp_f32(score[s0 + k] - mx);
+        cslot[at] = s0 + k;
+        ++at;
+      }
+    }
+    __syncthreads();
+    if (tid == 0) {
+      for (int i = 0; i < total; ++i) den += ce[i];
+    }
+#pragma unroll 4
+    for (int i = 0; i < total; ++i) {
+      const float* key = slot_key(p, cslot[i]);
+      const float w = ce[i];
+#pragma unroll
+      for (int u = 0; u < kAttnMaxDims; ++u) {
+        const int j = tid + u * kAttnThreads;
+        if (j < D) {
+          const float t = w * key[j];
+          y[u] = y[u] + t;
+        }
+      }
+    }
+    __syncthreads();  // ce / cslot are rewritten by the next chunk
+  }
+  if (tid == 0) red[0] = den;
+  __syncthreads();
+  const float inv = 1.0f / red[0];
+#pragma unroll
+  for (int u = 0; u < kAttnMaxDims; ++u) {
+    const int j = tid + u * kAttnThreads;
+    if (j < D) os[j] = y[u] * inv;
+  }
+  __syncthreads();
+  if (p.n_rot > 0) {
+    for (int i = tid; i < p.n_rot / 2; i += kAttnThreads) {
+      float c, s;
+      rope_pair(sq.ang, p.pos, i, &c, &s);
+      rotate_pair(os + (D - p.n_rot) + 2 * i, c, -s);
+    }
+    __syncthreads();
+  }
+  float* out = p.out + static_cast<int64_t>(h) * D;
+  for (int j = tid; j < D; j += kAttnThreads) out[j] = os[j];
+}
+
+// RoPE constants of a call (n_rot 0: no rotation, constants unused).
+RopeAngles angles_for(const RopeParams& rp, int n_rot) { return n_rot > 0 ? rope_angles(rp, n_rot) : RopeAngles{}; }
+
+bool rot_ok(int n_rot, int dim) { return n_rot >= 0 && n_rot % 2 == 0 && n_rot <= dim && n_rot / 2 <= kMaxPairs; }
+
+}  // namespace
+
+Status attention_inputs(const AttentionInputsParams& p, Stream stream) {
+  char shapes[256];
+  std::snprintf(shapes, sizeof shapes,
+                "rows %d, pos0 %lld, head_dim %d, n_rot %d, n_head %d, raw_cap %lld, idx heads %d x %d",
+                p.n_rows, static_cast<long long>(p.pos0), p.head_dim, p.n_rot, p.n_head,
+                static_cast<long long>(p.raw_cap), p.n_idx_head, p.idx_dim);
+  if (p.n_rows < 0 || p.head_dim <= 0 || p.kv == nullptr || p.pos0 < 0 || !rot_ok(p.n_rot, p.head_dim) ||
+      (p.head_dim - p.n_rot) % kvsim::kFp8Block != 0 || (p.q != nullptr && (p.n_head < 0 || p.q_stride < 0)) ||
+      (p.raw != nullptr && p.raw_cap <= 0) ||
+      (p.iq != nullptr && (p.idx_dim != kvsim::kHadamardDim || p.n_rot > p.idx_dim || p.iw == nullptr || p.n_idx_head < 0)))
+    return invalid_argument("cuda: attention_inputs: unsupported arguments (%s; need an even n_rot <= head_dim "
+                            "with (head_dim - n_rot) %% 64 == 0, raw_cap > 0, idx_dim 128)",
+                            shapes);
+  if (p.n_rows == 0) return Status();
+  attention_inputs_kernel<<<p.n_rows, kRowThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot));
+  return launch_result("attention_inputs", shapes);
+}
+
+Status compressor_step(const CompressorStepParams& p, Stream stream) {
+  char shapes[160];
+  std::snprintf(shapes, sizeof shapes, "ratio %d, head_dim %d, n_rot %d, pos %lld, indexer %d", p.ratio, p.head_dim,
+                p.n_rot, static_cast<long long>(p.pos), p.indexer ? 1 : 0);
+  const bool emit = backend::compressor_emits(p.pos, p.ratio);
+  if (p.ratio <= 0 || p.head_dim <= 0 || p.pos < 0 || !rot_ok(p.n_rot, p.head_dim) || p.state_kv == nullptr ||
+      p.state_score == nullptr || p.kv_cur == nullptr || p.sc_cur == nullptr || p.ape == nullptr ||
+      (emit && (p.pooled == nullptr || p.out_row == nullptr)) ||
+      (p.indexer ? p.head_dim % kvsim::kHadamardDim != 0 : (p.head_dim - p.n_rot) % kvsim::kFp8Block != 0))
+    return invalid_argument("cuda: compressor_step: unsupported arguments (%s; need an even n_rot <= head_dim, "
+                            "head_dim %% 128 == 0 (indexer) or (head_dim - n_rot) %% 64 == 0)",
+                            shapes);
+  compressor_kernel<<<1, kCompThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot), emit);
+  return launch_result("compressor_step", shapes);
+}
+
+Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
+  for (int b0 = 0; b0 < n; b0 += kMaxBatch) {
+    const int nb = n - b0 < kMaxBatch ? n - b0 : kMaxBatch;
+    SinkBatch batch{};
+    int max_heads = 0;
+    for (int i = 0; i < nb; ++i) {
+      const SinkAttentionParams& q = p[b0 + i];
+      if (q.n_head <= 0 || q.head_dim <= 0 || q.head_dim > kAttnMaxD || q.n_raw < 0 || q.n_comp < 0 ||
+          (q.n_raw > 0 && (q.raw == nullptr || q.raw_cap <= 0 || q.raw_first < 0)) ||
+          (q.n_comp > 0 && q.comp == nullptr) || !rot_ok(q.n_rot, q.head_dim) || q.q == nullptr ||
+          q.sinks == nullptr || q.out == nullptr || (q.n_raw + q.n_comp > 0 && q.scores == nullptr))
+        return invalid_argument("cuda: sink_attention: unsupported arguments (query %d: heads %d x %d (head_dim <= "
+                                "%d), raw %d of ring %lld, comp %lld, n_rot %d)",
+                                b0 + i, q.n_head, q.head_dim, kAttnMaxD, q.n_raw, static_cast<long long>(q.raw_cap),
+                                static_cast<long long>(q.n_comp), q.n_rot);
+      batch.q[i].p = q;
+      batch.q[i].ang = angles_for(q.rope, q.n_rot);
+      batch.q[i].kq_scale = 1.0f / sqrtf(static_cast<float>(q.head_dim));
+      max_heads = q.n_head > max_heads ? q.n_head : max_heads;
+    }
+    char shapes[160];
+    std::snprintf(shapes, sizeof shapes, "%d queries, heads %d x %d, raw %d, comp %lld", nb, batch.q[0].p.n_head,
+                  batch.q[0].p.head_dim, batch.q[0].p.n_raw, static_cast<long long>(batch.q[0].p.n_comp));
+    sink_attention_kernel<<<dim3(static_cast<unsigned>(max_heads), static_cast<unsigned>(nb)), kAttnThreads, 0,
+                            stream>>>(batch);
+    const Status s = launch_result("sink_attention", shapes);
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
+}  // namespace ds4::cuda

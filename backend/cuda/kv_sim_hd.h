@@ -1,0 +1,166 @@
+// backend/cuda/kv_sim_hd.h — the per-element steps of quant/kv_sim and quant/half's f16_round,
+// as host+device (DS4_HD) functions for the CUDA attention kernels.
+//
+// Role: the FP8-E4M3 / FP4-E2M1 block round trips (block scale from the block's amax, then
+// each element's clamp, nearest grid value and rescale), the Hadamard-128 butterfly scale and
+// f16_round, written once so that attention.cu's warp-parallel kernels and the host test
+// (tests/cuda/kv_sim_hd_test.cpp, which compares the sequential row forms below with quant::
+// bit for bit) share them. The block scale is ldexpf(1, detmath::ceil_log2_f32(amax / max)),
+// the definition the CPU oracle uses.
+// Invariants:
+//  * Every function performs exactly the float operations of its quant:: counterpart in the
+//    same order (no FMA: the .cu files build with --fmad=false, host code with
+//    -ffp-contract=off); bit patterns are handled with integer arithmetic only.
+//  * amax is order-free (a max over |x| that ignores NaN), so any reduction tree may compute
+//    it; everything else is elementwise.
+//  * Includes no CUDA header (host translation units include it too).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/detmath.h"
+
+namespace ds4::cuda::kvsim {
+
+inline constexpr int kFp8Block = 64;
+inline constexpr float kE4M3Max = 448.0f;
+inline constexpr float kFp8MinAmax = 1.0e-4f;
+inline constexpr int kFp4Block = 32;
+inline constexpr float kE2M1Max = 6.0f;
+inline constexpr float kFp4MinAmax = 7.052966104933725e-38f;
+inline constexpr int kHadamardDim = 128;
+inline constexpr float kHadamardScale = 0.08838834764831845f;
+
+DS4_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+DS4_HD float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+// ldexpf(1.0f, k) for any int k: exact powers of two (normals and subnormals), +inf above
+// 127, +0 below -149.
+DS4_HD float pow2f(int k) {
+  if (k > 127) return f32_from_bits(0x7f800000u);
+  if (k >= -126) return f32_from_bits(static_cast<uint32_t>(k + 127) << 23);
+  if (k >= -149) return f32_from_bits(1u << (k + 149));
+  return 0.0f;
+}
+
+// quant::f16_to_f32, exact for every input (NaN keeps its payload in the top mantissa bits).
+DS4_HD float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    if (mant == 0) return f32_from_bits(sign);
+    const float v = static_cast<float>(mant) * 0x1p-24f;  // subnormal: mant·2^-24, exact
+    return f32_from_bits(f32_bits(v) | sign);
+  }
+  if (exp == 31) return f32_from_bits(sign | 0x7f800000u | (mant << 13));
+  return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+// |x| by clearing the sign bit (what kv_sim's vector code does; fabsf is the same).
+DS4_HD float abs_bits(float x) { return f32_from_bits(f32_bits(x) & 0x7fffffffu); }
+
+// One step of the block amax: NaN never replaces the running maximum (kv_sim's
+// `av > m ? av : m` from m = 0).
+DS4_HD float amax_step(float m, float v) {
+  const float av = abs_bits(v);
+  return av > m ? av : m;
+}
+
+// The block scale from the block's amax: ldexpf(1, ceil_log2(max(amax, min_amax) / max)).
+DS4_HD float block_scale(float amax, float max, float min_amax) {
+  if (amax < min_amax) amax = min_amax;
+  return pow2f(detmath::ceil_log2_f32(amax / max));
+}
+
+// One element of a block round trip onto a grid of kMbits mantissa bits whose smallest
+// normal value is 2^kMinNormalExp (E4M3: <3, -6>, E2M1: <1, 0>): kv_sim's round_block lane.
+template <int kMbits, int kMinNormalExp>
+DS4_HD float round_elem(float v, float scale, float max) {
+  constexpr uint32_t kDrop = 23 - kMbits;
+  constexpr uint32_t kHalf = (1u << (kDrop - 1)) - 1u;
+  const float kMinNormal = pow2f(kMinNormalExp);
+  const float kBig = pow2f(kMinNormalExp - kMbits + 23);
+  float t = v / scale;
+  t = t > max ? max : t;
+  t = t < -max ? -max : t;
+  const float sign = t < 0.0f ? -1.0f : 1.0f;
+  const float ax = abs_bits(t);
+  const float a = ax < max ? ax : max;
+  uint32_t bits = f32_bits(a);
+  bits = (bits + kHalf + ((bits >> kDrop) & 1u)) & ~((1u << kDrop) - 1u);
+  const float normal = f32_from_bits(bits);
+  const float sub = (a + kBig) - kBig;
+  const float g = a >= kMinNormal ? normal : sub;
+  return sign * g * scale;
+}
+
+DS4_HD float fp8_elem(float v, float scale) { return round_elem<3, -6>(v, scale, kE4M3Max); }
+DS4_HD float fp4_elem(float v, float scale) { return round_elem<1, 0>(v, scale, kE2M1Max); }
+
+// quant::f16_round(x) = f16_to_f32(f32_to_f16(x)): nearest even onto the f16 grid, |x| >=
+// 65520 to ±inf, NaN to the quiet NaN 0x7fc00000 with x's sign.
+DS4_HD float f16_round(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return f32_from_bits(sign | 0x7fc00000u);
+  if (a >= 0x477ff000u) return f32_from_bits(sign | 0x7f800000u);
+  if (a < 0x38800000u) {
+    // f16 subnormal range: a multiple of 2^-24, nearest even (exact subtraction).
+    const float r = (f32_from_bits(a) + 0.5f) - 0.5f;
+    return f32_from_bits(f32_bits(r) | sign);
+  }
+  const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+  return f32_from_bits(r | sign);
+}
+
+// Sequential row forms (the host test's subjects; the kernels run the same steps in parallel).
+DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
+  for (int off = 0; off < n_leading; off += kFp8Block) {
+    float m = 0.0f;
+    for (int i = 0; i < kFp8Block; ++i) m = amax_step(m, x[off + i]);
+    const float s = block_scale(m, kE4M3Max, kFp8MinAmax);
+    for (int i = 0; i < kFp8Block; ++i) x[off + i] = fp8_elem(x[off + i], s);
+  }
+}
+
+DS4_HD void indexer_qat_row(float* x) {
+  for (int stride = 1; stride < kHadamardDim; stride <<= 1) {
+    for (int base = 0; base < kHadamardDim; base += 2 * stride) {
+      for (int i = 0; i < stride; ++i) {
+        const float a = x[base + i];
+        const float b = x[base + stride + i];
+        x[base + i] = a + b;
+        x[base + stride + i] = a - b;
+      }
+    }
+  }
+  for (int i = 0; i < kHadamardDim; ++i) x[i] = x[i] * kHadamardScale;
+  for (int off = 0; off < kHadamardDim; off += kFp4Block) {
+    float m = 0.0f;
+    for (int i = 0; i < kFp4Block; ++i) m = amax_step(m, x[off + i]);
+    const float s = block_scale(m, kE2M1Max, kFp4MinAmax);
+    for (int i = 0; i < kFp4Block; ++i) x[off + i] = fp4_elem(x[off + i], s);
+  }
+}
+
+}  // namespace ds4::cuda::kvsim

@@ -1,0 +1,549 @@
+// tests/cuda/attention_ops_test.cpp — the CUDA attention ops (backend/cuda/attention.cu)
+// against the CPU backend (the oracle), bit for bit.
+//
+// Each test draws random inputs at tiny and DS4 Flash-like shapes (head_dim 512 with n_rot 64
+// and 64 heads, indexer 64 heads × 128, compressor ratios 4 and 128, raw rings that wrap,
+// comp_allowed masks, several queries per call and more than one launch's worth, YaRN on and
+// off, positions near 1e6), runs the op through backend::make_cpu_backend(1) on host buffers
+// and through the ops.h launcher on device copies of the same buffers, and compares every
+// output buffer's BITS (allowed masks byte for byte); a mismatch names the op, the buffer, the
+// element and both values. Without a usable GPU every test skips with probe_device's reason.
+// The CPU must compute its transcendentals by core/detmath.h and core/rope.h (the definitions
+// the device code uses) for the ops with exp / sin / cos to match.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/ops.h"
+#include "quant/half.h"
+
+namespace ds4::cuda {
+namespace {
+
+using backend::AttentionInputsParams;
+using backend::CompressorStepParams;
+using backend::IndexerSelectParams;
+using backend::SinkAttentionParams;
+
+// One device allocation; CUDA errors are test failures, never aborts.
+class DeviceBuf {
+ public:
+  explicit DeviceBuf(size_t bytes) : bytes_(bytes == 0 ? 1 : bytes) {
+    const Status s = device_alloc(&p_, bytes_);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  ~DeviceBuf() { device_free(p_); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  void* data() const { return p_; }
+  void put(const void* src, size_t n) const {
+    const Status s = upload(p_, src, n);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  void get(void* dst, size_t n) const {
+    const Status s = download(dst, p_, n);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+// A buffer with a host copy (the CPU op's) and a device copy (the launcher's), equal at start.
+template <typename T>
+class Mirror {
+ public:
+  Mirror() = default;
+  explicit Mirror(std::vector<T> v) : host_(std::move(v)), dev_(std::make_unique<DeviceBuf>(host_.size() * sizeof(T))) {
+    if (!host_.empty()) dev_->put(host_.data(), host_.size() * sizeof(T));
+  }
+  T* h() { return host_.data(); }
+  T* d() const { return static_cast<T*>(dev_->data()); }
+  size_t size() const { return host_.size(); }
+  const std::vector<T>& host() const { return host_; }
+  std::vector<T> fetch() const {
+    std::vector<T> v(host_.size());
+    if (!v.empty()) dev_->get(v.data(), v.size() * sizeof(T));
+    return v;
+  }
+
+ private:
+  std::vector<T> host_;
+  std::unique_ptr<DeviceBuf> dev_;
+};
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Elements whose bits differ (two NaNs match whatever their payloads: x86 and the GPU make
+// different ones and nothing reads them); the first few are reported as failures.
+size_t bit_mismatches(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    const uint32_t a = bits_of(got[i]), b = bits_of(want[i]);
+    if (a != b && !(std::isnan(got[i]) && std::isnan(want[i]))) {
+      if (bad < 6)
+        ADD_FAILURE() << what << " [" << i << "]: gpu " << got[i] << " (0x" << std::hex << a << ") cpu " << want[i]
+                      << " (0x" << b << std::dec << ")";
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+void expect_bits(const Mirror<float>& m, const std::string& what) {
+  const size_t bad = bit_mismatches(m.fetch(), m.host(), what);
+  EXPECT_EQ(0u, bad) << what << ": " << bad << " of " << m.size() << " elements differ";
+}
+
+std::vector<float> gaussian(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = g(rng) * scale;
+  return x;
+}
+
+// Values with the shapes that exercise the FP8 / FP4 round trips: blocks of wide magnitudes,
+// an all-zero block, a block below the FP8 minimum amax, exact grid ties.
+std::vector<float> kv_like(size_t n, std::mt19937& rng) {
+  std::vector<float> x = gaussian(n, rng);
+  for (size_t b = 0; b < n / 64; ++b) {
+    float* xb = x.data() + b * 64;
+    const float mag = std::ldexp(1.0f, static_cast<int>(b % 23) - 11);
+    for (int i = 0; i < 64; ++i) xb[i] *= mag;
+    if (b % 17 == 5)
+      for (int i = 0; i < 64; ++i) xb[i] = 0.0f;
+    if (b % 17 == 9)
+      for (int i = 0; i < 64; ++i) xb[i] *= 1e-6f;
+    if (b % 17 == 12)
+      for (int i = 0; i < 64; ++i) xb[i] = static_cast<float>(i - 32) * 0.25f;
+  }
+  return x;
+}
+
+RopeParams rope_yarn(bool on) {
+  RopeParams rp;
+  rp.freq_base = 160000.0f;
+  rp.n_ctx_orig = 65536;
+  if (on) {
+    rp.freq_scale = 1.0f / 16.0f;
+    rp.ext_factor = 1.0f;
+    rp.attn_factor = 1.0f / (1.0f + 0.1f * logf(16.0f));
+  }
+  return rp;
+}
+
+class CudaAttentionOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeviceInfo info;
+    const Status s = probe_device(0, &info);
+    if (!s.ok()) GTEST_SKIP() << "no usable CUDA device: " << s.message();
+    cpu_ = backend::make_cpu_backend(1);
+  }
+  void sync() {
+    const Status s = synchronize();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  std::unique_ptr<backend::Backend> cpu_;
+};
+
+// ---- attention_inputs --------------------------------------------------------------------------
+
+struct InputsCase {
+  const char* name;
+  int n_rows, head_dim, n_rot, n_head, n_idx_head, idx_first;
+  int64_t pos0, raw_cap;
+  bool yarn, with_q, with_raw, with_iq;
+};
+
+TEST_F(CudaAttentionOps, AttentionInputsBitsEqualCpu) {
+  const InputsCase cases[] = {
+      {"tiny", 5, 128, 64, 4, 2, 2, 6, 8, false, true, true, true},
+      {"tiny-yarn-no-q", 3, 128, 64, 4, 2, 0, 1021, 4, true, false, true, true},
+      {"tiny-no-rope", 4, 128, 0, 2, 2, 1, 37, 16, false, true, false, false},
+      {"flash-yarn", 3, 512, 64, 64, 64, 1, 999998, 128, true, true, true, true},
+      {"flash-dense", 2, 512, 64, 64, 64, 0, 1000003, 128, false, true, true, true},
+  };
+  std::mt19937 rng(29);
+  for (const InputsCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int D = c.head_dim;
+    const int64_t q_stride = static_cast<int64_t>(c.n_head) * D + 16;
+    Mirror<float> q(gaussian(c.with_q ? c.n_rows * q_stride : 1, rng, 2.0f));
+    Mirror<float> kv(kv_like(static_cast<size_t>(c.n_rows) * D, rng));
+    Mirror<float> raw(gaussian(c.with_raw ? c.raw_cap * D : 1, rng));
+    const int idim = 128;
+    Mirror<float> iq(gaussian(c.with_iq ? static_cast<size_t>(c.n_rows) * c.n_idx_head * idim : 1, rng, 3.0f));
+    Mirror<float> iw(gaussian(c.with_iq ? static_cast<size_t>(c.n_rows) * c.n_idx_head : 1, rng));
+    AttentionInputsParams p;
+    p.n_rows = c.n_rows;
+    p.pos0 = c.pos0;
+    p.rope = rope_yarn(c.yarn);
+    p.n_rot = c.n_rot;
+    p.head_dim = D;
+    p.q_stride = q_stride;
+    p.n_head = c.n_head;
+    p.raw_cap = c.raw_cap;
+    p.n_idx_head = c.n_idx_head;
+    p.idx_dim = idim;
+    p.idx_first = c.idx_first;
+    p.iw_scale = 0.0441941738f;
+    AttentionInputsParams hp = p, dp = p;
+    hp.q = c.with_q ? q.h() : nullptr;
+    dp.q = c.with_q ? q.d() : nullptr;
+    hp.kv = kv.h();
+    dp.kv = kv.d();
+    hp.raw = c.with_raw ? raw.h() : nullptr;
+    dp.raw = c.with_raw ? raw.d() : nullptr;
+    hp.iq = c.with_iq ? iq.h() : nullptr;
+    dp.iq = c.with_iq ? iq.d() : nullptr;
+    hp.iw = c.with_iq ? iw.h() : nullptr;
+    dp.iw = c.with_iq ? iw.d() : nullptr;
+    cpu_->attention_inputs(hp);
+    const Status s = attention_inputs(dp, nullptr);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    sync();
+    const std::string op = std::string("attention_inputs ") + c.name;
+    expect_bits(q, op + " q");
+    expect_bits(kv, op + " kv");
+    expect_bits(raw, op + " raw ring");
+    expect_bits(iq, op + " indexer q");
+    expect_bits(iw, op + " indexer weights");
+  }
+}
+
+// ---- compressor_step ---------------------------------------------------------------------------
+
+struct CompressorCase {
+  const char* name;
+  int ratio, head_dim, n_rot;
+  bool indexer, yarn;
+  int64_t pos_first;
+  int steps;
+};
+
+TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
+  const CompressorCase cases[] = {
+      {"ratio4-tiny", 4, 128, 64, false, false, 0, 13},
+      {"ratio4-indexer-tiny", 4, 128, 64, true, true, 5, 11},
+      {"ratio4-flash", 4, 512, 64, false, true, 999981, 14},
+      {"ratio4-flash-indexer", 4, 128, 64, true, true, 999981, 10},
+      {"ratio128-flash", 128, 512, 64, false, true, 999807, 300},
+  };
+  std::mt19937 rng(4);
+  for (const CompressorCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int R = c.ratio, D = c.head_dim;
+    const int coff = R == 4 ? 2 : 1;
+    const int W = coff * D;
+    const int state_rows = coff * R;
+    // The first window sees a prior state; a few columns stay masked at -1e30 in every row
+    // (pooled 0), one more only in the prior state.
+    std::vector<float> init_score = gaussian(static_cast<size_t>(state_rows) * W, rng);
+    for (int r = 0; r < state_rows; ++r) {
+      init_score[static_cast<size_t>(r) * W + 3] = -1.0e30f;
+      init_score[static_cast<size_t>(r) * W + 7] = -1.0e30f;
+    }
+    Mirror<float> skv(gaussian(static_cast<size_t>(state_rows) * W, rng));
+    Mirror<float> ssc(init_score);
+    std::vector<uint16_t> ape_h(static_cast<size_t>(R) * W);
+    {
+      const std::vector<float> a = gaussian(ape_h.size(), rng, 0.5f);
+      for (size_t i = 0; i < a.size(); ++i) ape_h[i] = quant::f32_to_f16(a[i]);
+    }
+    Mirror<uint16_t> ape(ape_h);
+    Mirror<float> norm(gaussian(D, rng, 0.3f));
+    const int max_rows = c.steps / R + 2;
+    Mirror<float> out(std::vector<float>(static_cast<size_t>(max_rows) * D, 0.0f));
+    Mirror<float> pooled(std::vector<float>(D, 0.0f));
+    int emitted = 0;
+    for (int t = 0; t < c.steps; ++t) {
+      const int64_t pos = c.pos_first + t;
+      std::vector<float> sc = gaussian(W, rng, 2.0f);
+      for (int j : {3, 9}) sc[j] = -1.0e30f;  // column 9 masked only from the first step on
+      Mirror<float> kv_cur(gaussian(W, rng));
+      Mirror<float> sc_cur(sc);
+      CompressorStepParams p;
+      p.ratio = R;
+      p.head_dim = D;
+      p.n_rot = c.n_rot;
+      p.pos = pos;
+      p.eps = 1e-6f;
+      p.rope = rope_yarn(c.yarn);
+      p.indexer = c.indexer;
+      CompressorStepParams hp = p, dp = p;
+      hp.state_kv = skv.h(), dp.state_kv = skv.d();
+      hp.state_score = ssc.h(), dp.state_score = ssc.d();
+      hp.kv_cur = kv_cur.h(), dp.kv_cur = kv_cur.d();
+      hp.sc_cur = sc_cur.h(), dp.sc_cur = sc_cur.d();
+      hp.ape = ape.h(), dp.ape = ape.d();
+      hp.norm = norm.h(), dp.norm = norm.d();
+      hp.pooled = pooled.h(), dp.pooled = pooled.d();
+      hp.out_row = out.h() + static_cast<size_t>(emitted) * D;
+      dp.out_row = out.d() + static_cast<size_t>(emitted) * D;
+      cpu_->compressor_step(hp);
+      const Status s = compressor_step(dp, nullptr);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      if (backend::compressor_emits(pos, R)) {
+        ++emitted;
+        sync();
+        const std::string op = std::string("compressor_step ") + c.name + " pos " + std::to_string(pos);
+        expect_bits(pooled, op + " pooled");
+        expect_bits(out, op + " out rows");
+      }
+    }
+    ASSERT_GE(emitted, 1) << "the case must close at least one window";
+    sync();
+    const std::string op = std::string("compressor_step ") + c.name + " final";
+    expect_bits(skv, op + " state_kv");
+    expect_bits(ssc, op + " state_score");
+    expect_bits(out, op + " out rows");
+  }
+}
+
+// ---- indexer_select ----------------------------------------------------------------------------
+
+struct IndexerQuery {
+  int64_t n_rows;
+  int top_k;
+  int distinct;  // rows repeat every `distinct` rows (0: all random): ties at the threshold
+};
+
+void run_indexer_case(backend::Backend& cpu, const char* name, int n_head, int head_dim,
+                      const std::vector<IndexerQuery>& qs, std::mt19937& rng) {
+  SCOPED_TRACE(name);
+  const int n = static_cast<int>(qs.size());
+  int64_t max_rows = 0;
+  for (const auto& q : qs) max_rows = std::max(max_rows, q.n_rows);
+  // One shared row cache (each query sees its own prefix, as a verify batch does); rows
+  // [0, 40) of a query with `distinct` > 0 are also copied into its repeats below.
+  std::vector<float> rows_h = gaussian(static_cast<size_t>(max_rows) * head_dim, rng);
+  for (int64_t c = 0; c < max_rows; c += 97)  // all-zero rows: score exactly 0
+    std::fill(rows_h.begin() + c * head_dim, rows_h.begin() + (c + 1) * head_dim, 0.0f);
+  std::vector<Mirror<float>> qv, wv, scores, rows;
+  std::vector<Mirror<int32_t>> order;
+  std::vector<Mirror<uint8_t>> allowed;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> r(rows_h.begin(), rows_h.begin() + qs[i].n_rows * head_dim);
+    if (qs[i].distinct > 0)
+      for (int64_t c = qs[i].distinct; c < qs[i].n_rows; ++c)
+        std::copy_n(r.begin() + (c % qs[i].distinct) * head_dim, head_dim, r.begin() + c * head_dim);
+    rows.emplace_back(std::move(r));
+    qv.emplace_back(gaussian(static_cast<size_t>(n_head) * head_dim, rng));
+    std::vector<float> w = gaussian(n_head, rng, 0.1f);
+    if (i % 2 == 1)
+      for (auto& x : w) x = std::fabs(x);  // non-negative scores (ties at 0 are plenty)
+    wv.emplace_back(w);
+    scores.emplace_back(std::vector<float>(qs[i].n_rows, 0.0f));
+    order.emplace_back(std::vector<int32_t>(qs[i].n_rows, 0));
+    allowed.emplace_back(std::vector<uint8_t>(qs[i].n_rows, 7));
+  }
+  std::vector<IndexerSelectParams> hp(n), dp(n);
+  for (int i = 0; i < n; ++i) {
+    IndexerSelectParams p;
+    p.n_rows = qs[i].n_rows;
+    p.n_head = n_head;
+    p.head_dim = head_dim;
+    p.top_k = qs[i].top_k;
+    hp[i] = dp[i] = p;
+    hp[i].q = qv[i].h(), dp[i].q = qv[i].d();
+    hp[i].w = wv[i].h(), dp[i].w = wv[i].d();
+    hp[i].rows = rows[i].h(), dp[i].rows = rows[i].d();
+    hp[i].scores = scores[i].h(), dp[i].scores = scores[i].d();
+    hp[i].order = order[i].h(), dp[i].order = order[i].d();
+    hp[i].allowed = allowed[i].h(), dp[i].allowed = allowed[i].d();
+  }
+  cpu.indexer_select(hp.data(), n);
+  const Status s = indexer_select(dp.data(), n, nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  const Status sy = synchronize();
+  ASSERT_TRUE(sy.ok()) << sy.to_string();
+  for (int i = 0; i < n; ++i) {
+    const std::string op = std::string("indexer_select ") + name + " query " + std::to_string(i) + " (" +
+                           std::to_string(qs[i].n_rows) + " rows, top " + std::to_string(qs[i].top_k) + ")";
+    expect_bits(scores[i], op + " scores");
+    const std::vector<uint8_t> got = allowed[i].fetch();
+    const std::vector<uint8_t>& want = allowed[i].host();
+    int64_t n_got = 0, bad = 0;
+    for (int64_t c = 0; c < qs[i].n_rows; ++c) {
+      n_got += got[c] == 1;
+      if (got[c] != want[c]) {
+        if (bad < 6)
+          ADD_FAILURE() << op << " allowed[" << c << "]: gpu " << int{got[c]} << " cpu " << int{want[c]}
+                        << " (score " << scores[i].host()[c] << ")";
+        ++bad;
+      }
+    }
+    EXPECT_EQ(0, bad) << op << ": " << bad << " mask bytes differ";
+    EXPECT_EQ(std::min<int64_t>(qs[i].top_k, qs[i].n_rows), n_got) << op << ": selected count";
+  }
+}
+
+TEST_F(CudaAttentionOps, IndexerSelectScoresAndMaskEqualCpu) {
+  std::mt19937 rng(512);
+  run_indexer_case(*cpu_, "tiny", 4, 128, {{40, 8, 0}, {33, 8, 5}, {100, 16, 3}}, rng);
+  // More than one launch of queries (8 per launch), ties everywhere.
+  std::vector<IndexerQuery> many;
+  for (int i = 0; i < 11; ++i) many.push_back({50 + 7 * i, 4 + i, i % 3 == 0 ? 0 : 2 + i});
+  run_indexer_case(*cpu_, "tiny-11-queries", 2, 128, many, rng);
+  run_indexer_case(*cpu_, "flash", 64, 128, {{4096, 512, 0}, {3000, 512, 700}, {65536, 512, 0}}, rng);
+}
+
+// ---- sink_attention ----------------------------------------------------------------------------
+
+struct SinkQuerySpec {
+  int n_raw;
+  int64_t raw_first;
+  int64_t n_comp;
+  int allowed_pct;  // -1: comp_allowed null
+  int n_rot;
+  int64_t pos;
+};
+
+void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head_dim, int64_t raw_cap, bool yarn,
+                   const std::vector<SinkQuerySpec>& qs, std::mt19937& rng) {
+  SCOPED_TRACE(name);
+  const int n = static_cast<int>(qs.size());
+  const int D = head_dim;
+  Mirror<float> raw(kv_like(static_cast<size_t>(raw_cap) * D, rng));
+  Mirror<float> sinks(gaussian(n_head, rng, 2.0f));
+  std::vector<Mirror<float>> q, comp, scores, out;
+  std::vector<Mirror<uint8_t>> allowed;
+  std::vector<SinkAttentionParams> hp(n), dp(n);
+  for (int i = 0; i < n; ++i) {
+    const SinkQuerySpec& s = qs[i];
+    q.emplace_back(gaussian(static_cast<size_t>(n_head) * D, rng, 1.5f));
+    comp.emplace_back(kv_like(static_cast<size_t>(std::max<int64_t>(s.n_comp, 1)) * D, rng));
+    std::vector<uint8_t> a(std::max<int64_t>(s.n_comp, 1), 1);
+    std::uniform_int_distribution<int> pct(0, 99);
+    for (auto& x : a) x = pct(rng) < s.allowed_pct ? 1 : 0;
+    allowed.emplace_back(a);
+    scores.emplace_back(std::vector<float>(static_cast<size_t>(n_head) * (s.n_raw + s.n_comp) + 1, 0.0f));
+    out.emplace_back(std::vector<float>(static_cast<size_t>(n_head) * D, 0.0f));
+    SinkAttentionParams p;
+    p.raw_cap = raw_cap;
+    p.raw_first = s.raw_first;
+    p.n_raw = s.n_raw;
+    p.n_comp = s.n_comp;
+    p.n_head = n_head;
+    p.head_dim = D;
+    p.n_rot = s.n_rot;
+    p.pos = s.pos;
+    p.rope = rope_yarn(yarn);
+    hp[i] = dp[i] = p;
+    hp[i].q = q[i].h(), dp[i].q = q[i].d();
+    hp[i].raw = raw.h(), dp[i].raw = raw.d();
+    hp[i].comp = comp[i].h(), dp[i].comp = comp[i].d();
+    hp[i].comp_allowed = s.allowed_pct < 0 ? nullptr : allowed[i].h();
+    dp[i].comp_allowed = s.allowed_pct < 0 ? nullptr : allowed[i].d();
+    hp[i].sinks = sinks.h(), dp[i].sinks = sinks.d();
+    hp[i].scores = scores[i].h(), dp[i].scores = scores[i].d();
+    hp[i].out = out[i].h(), dp[i].out = out[i].d();
+  }
+  cpu.sink_attention(hp.data(), n);
+  const Status st = sink_attention(dp.data(), n, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const Status sy = synchronize();
+  ASSERT_TRUE(sy.ok()) << sy.to_string();
+  for (int i = 0; i < n; ++i) {
+    const std::string op = std::string("sink_attention ") + name + " query " + std::to_string(i) + " (raw " +
+                           std::to_string(qs[i].n_raw) + " from " + std::to_string(qs[i].raw_first) + ", comp " +
+                           std::to_string(qs[i].n_comp) + ")";
+    expect_bits(scores[i], op + " scores");
+    expect_bits(out[i], op + " out");
+  }
+}
+
+TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
+  std::mt19937 rng(128);
+  // Tiny: ring of 16 wrapping, masks, no keys at all, no de-rotation, 10 queries (2 launches).
+  run_sink_case(*cpu_, "tiny", 4, 128, 16, false,
+                {{16, 9, 20, 60, 64, 24},
+                 {5, 30, 0, -1, 64, 34},
+                 {0, 0, 0, -1, 64, 0},
+                 {3, 14, 40, 0, 64, 16},
+                 {16, 100, 33, -1, 0, 115},
+                 {1, 15, 7, 50, 64, 15},
+                 {12, 4, 18, 90, 64, 15},
+                 {0, 0, 25, 40, 64, 99},
+                 {16, 17, 1, 100, 64, 32},
+                 {8, 2, 3, 30, 64, 9}},
+                rng);
+  run_sink_case(*cpu_, "flash-yarn", 64, 512, 128, true,
+                {{128, 999873, 2000, 25, 64, 1000000},
+                 {128, 999874, 300, -1, 64, 1000001},
+                 {77, 999930, 5000, 10, 64, 1000006}},
+                rng);
+  run_sink_case(*cpu_, "flash-dense", 64, 512, 128, false, {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}},
+                rng);
+}
+
+// Arguments the kernels do not support come back as an error Status naming the op and the
+// shapes, before anything touches the device (so this runs without a GPU).
+TEST(CudaAttentionArgs, UnsupportedShapesAreErrorsNotAborts) {
+  float* fake = reinterpret_cast<float*>(uintptr_t{256});  // never dereferenced
+  auto expect_error = [](const Status& s, const char* op, const char* detail) {
+    ASSERT_FALSE(s.ok()) << op;
+    EXPECT_NE(std::string::npos, s.message().find(op)) << s.message();
+    EXPECT_NE(std::string::npos, s.message().find(detail)) << s.message();
+  };
+  AttentionInputsParams ai;
+  ai.n_rows = 2;
+  ai.head_dim = 512;
+  ai.n_rot = 63;  // odd
+  ai.kv = fake;
+  expect_error(attention_inputs(ai, nullptr), "attention_inputs", "n_rot 63");
+  ai.n_rot = 64;
+  ai.iq = fake;
+  ai.iw = fake;
+  ai.n_idx_head = 4;
+  ai.idx_dim = 64;  // the Hadamard is 128 wide
+  expect_error(attention_inputs(ai, nullptr), "attention_inputs", "idx heads 4 x 64");
+
+  CompressorStepParams cs;
+  cs.ratio = 4;
+  cs.head_dim = 192;  // not a multiple of 128 for the indexer
+  cs.n_rot = 64;
+  cs.indexer = true;
+  cs.state_kv = cs.state_score = cs.pooled = cs.out_row = fake;
+  cs.kv_cur = cs.sc_cur = cs.norm = fake;
+  cs.ape = reinterpret_cast<const uint16_t*>(fake);
+  expect_error(compressor_step(cs, nullptr), "compressor_step", "head_dim 192");
+
+  IndexerSelectParams is[2];
+  for (auto& q : is) {
+    q.q = q.w = q.rows = q.scores = fake;
+    q.order = reinterpret_cast<int32_t*>(fake);
+    q.allowed = reinterpret_cast<uint8_t*>(fake);
+    q.n_rows = 100;
+    q.n_head = 4;
+    q.head_dim = 128;
+    q.top_k = 8;
+  }
+  is[1].top_k = 0;
+  expect_error(indexer_select(is, 2, nullptr), "indexer_select", "query 1");
+
+  SinkAttentionParams sa;
+  sa.q = sa.sinks = sa.out = sa.scores = fake;
+  sa.n_head = 4;
+  sa.head_dim = 2048;  // above the per-block limit
+  expect_error(sink_attention(&sa, 1, nullptr), "sink_attention", "heads 4 x 2048");
+}
+
+}  // namespace
+}  // namespace ds4::cuda
