@@ -12,6 +12,9 @@ ds4_library(cuda SOURCES
     ${_c}/matvec_quant.cu
     ${_c}/matvec_dense.cu
     ${_c}/reduce.cu
+    ${_c}/hc.cu
+    ${_c}/elementwise.cu
+    ${_c}/moe.cu
   DEPS core quant CUDA::cudart_static)
 target_compile_options(ds4_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${DS4_CUDA_FLAGS}>)
 unset(_c)
