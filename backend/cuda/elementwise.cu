@@ -147,14 +147,20 @@ __device__ __forceinline__ float dequant_elem(const uint8_t* row, int64_t j, con
 }
 
 // grid (n_rows, chunks of n_in).
+// An id outside [0, n_out) (a caller bug: the CPU would read out of bounds) gives a NaN row.
 template <int kType>
-__global__ void get_rows_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in,
+__global__ void get_rows_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                                 const int32_t* __restrict__ ids, float* __restrict__ out, int64_t out_stride,
                                 const __grid_constant__ Iq2Tables tables) {
   const int64_t i = blockIdx.x;
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (j >= n_in) return;
-  const uint8_t* row = w + static_cast<size_t>(ids[i]) * row_bytes;
+  const int32_t id = ids[i];
+  if (id < 0 || id >= n_out) {
+    out[i * out_stride + j] = __int_as_float(0x7fffffff);
+    return;
+  }
+  const uint8_t* row = w + static_cast<size_t>(id) * row_bytes;
   out[i * out_stride + j] = dequant_elem<kType>(row, j, tables);
 }
 
@@ -312,7 +318,7 @@ Status get_rows(const backend::GetRowsParams& p, Stream stream) {
 #define DS4_CASE(T)                                                                                   \
   case GgmlType::T:                                                                                   \
     get_rows_kernel<static_cast<int>(GgmlType::T)><<<grid, kThreads, 0, stream>>>(                   \
-        p.w.data, p.w.row_bytes, p.w.n_in, p.ids, p.out, p.out_stride, tables);                       \
+        p.w.data, p.w.row_bytes, p.w.n_in, p.w.n_out, p.ids, p.out, p.out_stride, tables);                       \
     break;
     DS4_CASE(kF32) DS4_CASE(kF16) DS4_CASE(kBF16) DS4_CASE(kQ8_0) DS4_CASE(kQ8_K) DS4_CASE(kQ2_K)
     DS4_CASE(kQ4_K) DS4_CASE(kIQ2_XXS)

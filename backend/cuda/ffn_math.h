@@ -2,8 +2,8 @@
 // ops, written once for the host and the device (DS4_HD), so the CUDA kernels and the host
 // unit tests run the same expressions.
 //
-// Role: each helper is the CPU oracle's expression (backend/cpu/cpu_backend.cpp, cpu_ops.cpp)
-// spelled out operation by operation, with the transcendentals of core/detmath.h.
+// Role: each helper is the CPU oracle's expression (backend/cpu/cpu_backend.cpp) spelled out
+// operation by operation, with the transcendentals of core/detmath.h.
 // Invariants:
 //  * Same float operations in the same order as the CPU per output; no FMA (the CUDA folder
 //    builds with --fmad=false, the host with -ffp-contract=off); '/' and sqrtf are IEEE.
@@ -37,65 +37,6 @@ DS4_HD float moe_mid_value(float g, float u, float c, float w) {
   const float gv = std_min(g, c);
   const float uv = std_min(std_max(u, -c), c);
   return detmath::silu_f32(gv) * uv * w;
-}
-
-// HC Sinkhorn split of one row (cpu_ops' sinkhorn_init + sinkhorn_iterate, scalar form):
-// mix [2·n + n·n], pre [n], post [n], comb [n·n] (comb[r·n + c]: input r -> output c).
-DS4_HD void sinkhorn_row(const float* mix, const float* scale, const float* base, int n, int iters,
-                         float eps, float* pre, float* post, float* comb) {
-  for (int i = 0; i < n; ++i) {
-    const float z = mix[i] * scale[0] + base[i];
-    pre[i] = 1.0f / (1.0f + detmath::exp_f32(-z)) + eps;
-  }
-  for (int i = 0; i < n; ++i) {
-    const int off = n + i;
-    const float z = mix[off] * scale[1] + base[off];
-    post[i] = 2.0f / (1.0f + detmath::exp_f32(-z));
-  }
-  float* a = comb;
-  for (int r = 0; r < n; ++r) {
-    float row_max = -1.0e30f;
-    for (int c = 0; c < n; ++c) {
-      const int off = 2 * n + r * n + c;
-      const float v = mix[off] * scale[2] + base[off];
-      a[r * n + c] = v;
-      if (v > row_max) row_max = v;
-    }
-    float sum = 0.0f;
-    for (int c = 0; c < n; ++c) {
-      const float e = detmath::exp_f32(a[r * n + c] - row_max);
-      a[r * n + c] = e;
-      sum += e;
-    }
-    const float inv = 1.0f / sum;
-    for (int c = 0; c < n; ++c) a[r * n + c] = a[r * n + c] * inv + eps;
-  }
-  // Column normalization, then iters - 1 rounds of row then column normalization.
-  for (int it = 0; it < iters; ++it) {
-    if (it > 0) {
-      for (int r = 0; r < n; ++r) {
-        float sum = 0.0f;
-        for (int c = 0; c < n; ++c) sum += a[r * n + c];
-        const float inv = 1.0f / (sum + eps);
-        for (int c = 0; c < n; ++c) a[r * n + c] *= inv;
-      }
-    }
-    for (int c = 0; c < n; ++c) {
-      float sum = 0.0f;
-      for (int r = 0; r < n; ++r) sum += a[r * n + c];
-      const float inv = 1.0f / (sum + eps);
-      for (int r = 0; r < n; ++r) a[r * n + c] *= inv;
-    }
-  }
-  // iters == 0 still runs the first column normalization (the CPU's col_norm() before the loop).
-  if (iters <= 0) {
-    for (int c = 0; c < n; ++c) {
-      float sum = 0.0f;
-      for (int r = 0; r < n; ++r) sum += a[r * n + c];
-      const float inv = 1.0f / (sum + eps);
-      for (int r = 0; r < n; ++r) a[r * n + c] *= inv;
-    }
-  }
 }
 
 // Router score of one expert: sqrtf(softplus(logit)).

@@ -5,9 +5,9 @@
 // hc_pre / hc_collapse, cpu_ops.cpp hc_pre_finish_rows / hc_post_rows).
 // Layout: the norm and the mix matvec are the tested launchers of cuda_kernels.h (rms_norm
 // unweighted, matvec_f16). The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on
-// one thread (ffn_math.h sinkhorn_row, the CPU's scalar sequence); every block of a row's
-// stream sum recomputes it into shared memory instead of a second launch, and only the
-// row's first block writes post / comb. Stream sums are elementwise: y = 0 (or f·post), then
+// one warp, a lane per HC row / column (sinkhorn_row_warp: the CPU's scalar sequence per
+// value); every block of a row's stream sum recomputes it into shared memory instead of a
+// second launch, and only the row's first block writes post / comb. Stream sums are elementwise: y = 0 (or f·post), then
 // y = y + w[h]·x[h] for h in stream order — kernels.h weighted_sum's sequence per element.
 // Invariants: no allocation (flat / mix scratch come in the params), asynchronous on the stream.
 #include "backend/cuda/common.cuh"
@@ -25,7 +25,62 @@ constexpr int kElemsPerBlock = 1024;  // stream-sum elements of one row per bloc
 
 unsigned chunks(int64_t n) { return static_cast<unsigned>((n + kElemsPerBlock - 1) / kElemsPerBlock); }
 
-// grid (n_rows, chunks of n_embd). Sinkhorn on thread 0 into shared memory, then the
+// HC Sinkhorn split of one row (cpu_ops' sinkhorn_init + sinkhorn_iterate) on the 32 lanes of
+// one warp: lane k < n owns pre[k], post[k] and comb row k in the row phases (softmax, row
+// normalization) and comb column k in the column phases. Every value gets the scalar form's
+// operation sequence (sequential sums in index order, `1.0f / (sum + eps)` then a multiply);
+// only independent rows or columns run side by side. a = comb [n·n], a[r·n + c]: input r ->
+// output c. Called by all 32 lanes of the warp.
+__device__ void sinkhorn_row_warp(const float* mix, const float* scale, const float* base, int n, int iters,
+                                  float eps, float* pre, float* post, float* a) {
+  const int k = threadIdx.x & 31;
+  const bool on = k < n;
+  if (on) {
+    const float zp = mix[k] * scale[0] + base[k];
+    pre[k] = 1.0f / (1.0f + detmath::exp_f32(-zp)) + eps;
+    const int off = n + k;
+    const float zq = mix[off] * scale[1] + base[off];
+    post[k] = 2.0f / (1.0f + detmath::exp_f32(-zq));
+    float row_max = -1.0e30f;
+    for (int c = 0; c < n; ++c) {
+      const int o = 2 * n + k * n + c;
+      const float v = mix[o] * scale[2] + base[o];
+      a[k * n + c] = v;
+      if (v > row_max) row_max = v;
+    }
+    float sum = 0.0f;
+    for (int c = 0; c < n; ++c) {
+      const float e = detmath::exp_f32(a[k * n + c] - row_max);
+      a[k * n + c] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    for (int c = 0; c < n; ++c) a[k * n + c] = a[k * n + c] * inv + eps;
+  }
+  __syncwarp();
+  auto col_norm = [&]() {
+    if (on) {
+      float sum = 0.0f;
+      for (int r = 0; r < n; ++r) sum += a[r * n + k];
+      const float inv = 1.0f / (sum + eps);
+      for (int r = 0; r < n; ++r) a[r * n + k] *= inv;
+    }
+    __syncwarp();
+  };
+  col_norm();
+  for (int it = 1; it < iters; ++it) {
+    if (on) {
+      float sum = 0.0f;
+      for (int c = 0; c < n; ++c) sum += a[k * n + c];
+      const float inv = 1.0f / (sum + eps);
+      for (int c = 0; c < n; ++c) a[k * n + c] *= inv;
+    }
+    __syncwarp();
+    col_norm();
+  }
+}
+
+// grid (n_rows, chunks of n_embd). Sinkhorn on warp 0 into shared memory, then the
 // weighted stream sum y[d] = 0 + pre[0]·x[0][d] + pre[1]·x[1][d] + ...
 __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(
     const float* __restrict__ x, const float* __restrict__ mix, const float* __restrict__ scale,
@@ -37,9 +92,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(
   const int64_t row = blockIdx.x;
   const int nn = n_hc * n_hc;
   const int64_t mix_dim = 2 * n_hc + nn;
-  if (threadIdx.x == 0) {
-    ffn::sinkhorn_row(mix + row * mix_dim, scale, base, n_hc, iters, eps, pre_s, post_s, comb_s);
-  }
+  if (threadIdx.x < 32) sinkhorn_row_warp(mix + row * mix_dim, scale, base, n_hc, iters, eps, pre_s, post_s, comb_s);
   __syncthreads();
   if (blockIdx.y == 0) {
     for (int i = threadIdx.x; i < n_hc; i += blockDim.x) post[row * n_hc + i] = post_s[i];
