@@ -15,6 +15,9 @@ ds4_library(cuda SOURCES
     ${_c}/matmul.cu
     ${_c}/attention.cu
     ${_c}/indexer.cu
+    ${_c}/hc.cu
+    ${_c}/elementwise.cu
+    ${_c}/moe.cu
   DEPS core quant CUDA::cudart_static)
 target_compile_options(ds4_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${DS4_CUDA_FLAGS}>)
 unset(_c)

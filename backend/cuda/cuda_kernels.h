@@ -111,6 +111,26 @@ Status matvec_q2_k(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride,
 Status matvec_q4_k(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,
                    float* y, int64_t y_stride, Stream stream = nullptr);
 
+// Routed experts with the expert id in DEVICE memory: n_expert matrices of n_out rows × n_in
+// stored back to back, expert e at data + e·expert_bytes.
+struct ExpertWeights {
+  const void* data = nullptr;
+  size_t row_bytes = 0;
+  size_t expert_bytes = 0;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  int64_t n_expert = 0;
+};
+// For each pair q < n_pairs: e = sel[q] (device), y[q·y_stride + o] = dot(expert e
+// row o, x row q / x_div), x rows x_stride blocks apart (0 = n_in/256) — the same dot, bit for
+// bit, as the r = 1 matvec above on that expert's rows. An id outside [0, n_expert) writes NaN.
+Status matvec_iq2_xxs_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const quant::BlockQ8K* x,
+                          int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream = nullptr);
+Status matvec_q2_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const quant::BlockQ8K* x,
+                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream = nullptr);
+Status matvec_q4_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const quant::BlockQ8K* x,
+                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream = nullptr);
+
 // ---- Norm and read-out ----------------------------------------------------------------------
 // out row k = rms_norm_row(x row k) (· weight when not null): Σ (double)x² in index order from
 // 0.0, scale = 1/sqrtf((float)(ss/n) + eps), out = x·scale·w. Rows `stride` floats apart

@@ -1,7 +1,8 @@
 // backend/cuda/matvec_quant.cu — block-quantized matvecs: Q8_0 × Q8_0 activations and the
 // routed-expert rows IQ2_XXS / Q2_K / Q4_K × Q8_K activations, r = 1..8 rows per launch.
 //
-// Role: matvec_q8_0 / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of cuda_kernels.h.
+// Role: matvec_q8_0 / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of cuda_kernels.h, and the
+// expert-selected forms matvec_*_sel (the expert id read from device memory per pair).
 // Layout: one warp per output row, 8 rows per 256-thread block. A warp walks the row's
 // blocks in chunks (128 for Q8_0, 4 blocks per lane; 32 for the 256-element super-blocks,
 // which give 8 lanes per block, one 32-element group each, 4 blocks per step). Each weight block is
@@ -247,10 +248,11 @@ struct Q4KFmt {
   static __device__ __forceinline__ float finish(float acc) { return acc; }
 };
 
+// The body of both kernels below: output rows [8·blockIdx.x, +8) of the weight rows at w.
 template <class F, int R>
-__global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
-    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out,
-    const typename F::Act* __restrict__ x, int64_t xs, float* __restrict__ y, int64_t ys) {
+__device__ __forceinline__ void quant_matvec_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
+                                                  int64_t n_out, const typename F::Act* __restrict__ x,
+                                                  int64_t xs, float* __restrict__ y, int64_t ys) {
   constexpr int kLpb = F::kLanesPerBlock;
   constexpr int kBps = 32 / kLpb;  // blocks per step
   constexpr int kChunk = F::kChunk;
@@ -289,6 +291,34 @@ __global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
     __syncwarp();
   }
   if (lane < R) y[lane * ys + o] = F::finish(acc);
+}
+
+template <class F, int R>
+__global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
+    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out,
+    const typename F::Act* __restrict__ x, int64_t xs, float* __restrict__ y, int64_t ys) {
+  quant_matvec_rows<F, R>(w, row_bytes, nb, n_out, x, xs, y, ys);
+}
+
+// Expert-selected form: pair q = blockIdx.y uses expert e = sel[q] (device memory), weight
+// rows at w + e·expert_bytes, activation row x + (q / x_div)·xs, output row y + q·ys. One
+// activation row per pair (r = 1): the same per-row dot sequence as quant_matvec_kernel<F, 1>.
+// An expert id outside [0, n_expert) gives NaN outputs instead of a wild read.
+template <class F>
+__global__ void __launch_bounds__(32 * kWarps) quant_matvec_sel_kernel(
+    const uint8_t* __restrict__ w, size_t row_bytes, size_t expert_bytes, int64_t n_expert, int nb,
+    int64_t n_out, const int32_t* __restrict__ sel, const typename F::Act* __restrict__ x, int64_t xs,
+    int x_div, float* __restrict__ y, int64_t ys) {
+  const int64_t q = blockIdx.y;
+  const int32_t e = sel[q];
+  float* yq = y + q * ys;
+  if (e < 0 || e >= n_expert) {
+    const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    if ((threadIdx.x & 31) == 0 && o < n_out) yq[o] = __int_as_float(0x7fffffff);
+    return;
+  }
+  quant_matvec_rows<F, 1>(w + static_cast<size_t>(e) * expert_bytes, row_bytes, nb, n_out, x + (q / x_div) * xs,
+                          xs, yq, ys);
 }
 
 Status upload_iq2_tables() {
@@ -349,7 +379,57 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
   return Status();
 }
 
+template <class F>
+Status launch_sel(const char* op, const ExpertWeights& w, const int32_t* sel, int n_pairs,
+                  const typename F::Act* x, int64_t xs, int x_div, float* y, int64_t ys, Stream stream) {
+  const int64_t nb = w.n_in / F::kBlockElems;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(w.data);
+  const size_t align = F::kBlockBytes % 4 == 0 ? 4 : 2;
+  if (w.n_in <= 0 || w.n_in % F::kBlockElems != 0 || w.n_out < 0 || w.n_expert <= 0 || n_pairs < 0 ||
+      x_div < 1 || w.row_bytes < static_cast<size_t>(nb) * F::kBlockBytes || w.row_bytes % align != 0 ||
+      w.expert_bytes < w.row_bytes * static_cast<size_t>(w.n_out) || w.expert_bytes % 4 != 0 || base % 4 != 0 ||
+      nb > (1 << 30) || x_div > 65535)
+    return invalid_argument("cuda: %s: bad shape (n_in %lld a multiple of %d, n_out %lld, %lld experts of %zu "
+                            "bytes (a multiple of 4), row_bytes %zu >= %lld and a multiple of %zu, weights "
+                            "4-byte aligned, %d pairs, 1 <= x_div %d <= 65535)", op,
+                            static_cast<long long>(w.n_in), F::kBlockElems, static_cast<long long>(w.n_out),
+                            static_cast<long long>(w.n_expert), w.expert_bytes, w.row_bytes,
+                            static_cast<long long>(nb * F::kBlockBytes), align, n_pairs, x_div);
+  if (xs == 0) xs = nb;
+  if (ys == 0) ys = w.n_out;
+  if constexpr (F::kTables) {
+    Status s = upload_iq2_tables();
+    if (!s.ok()) return s;
+  }
+  if (w.n_out == 0 || n_pairs == 0) return Status();
+  // Pairs beyond the grid's y limit run as further launches of whole x rows.
+  const int max_pairs = 65535 - 65535 % x_div;
+  for (int q0 = 0; q0 < n_pairs; q0 += max_pairs) {
+    const int cnt = n_pairs - q0 < max_pairs ? n_pairs - q0 : max_pairs;
+    const dim3 grid(static_cast<unsigned>((w.n_out + kWarps - 1) / kWarps), static_cast<unsigned>(cnt));
+    quant_matvec_sel_kernel<F><<<grid, 32 * kWarps, 0, stream>>>(
+        static_cast<const uint8_t*>(w.data), w.row_bytes, w.expert_bytes, w.n_expert, static_cast<int>(nb),
+        w.n_out, sel + q0, x + (q0 / x_div) * xs, xs, x_div, y + q0 * ys, ys);
+    Status s = launch_status(op, w.n_in, w.n_out, cnt);
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
 }  // namespace
+
+Status matvec_iq2_xxs_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const BlockQ8K* x,
+                          int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream) {
+  return launch_sel<Iq2XxsFmt>("matvec_iq2_xxs_sel", w, sel, n_pairs, x, x_stride, x_div, y, y_stride, stream);
+}
+Status matvec_q2_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const BlockQ8K* x,
+                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream) {
+  return launch_sel<Q2KFmt>("matvec_q2_k_sel", w, sel, n_pairs, x, x_stride, x_div, y, y_stride, stream);
+}
+Status matvec_q4_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const BlockQ8K* x,
+                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream) {
+  return launch_sel<Q4KFmt>("matvec_q4_k_sel", w, sel, n_pairs, x, x_stride, x_div, y, y_stride, stream);
+}
 
 Status matvec_q8_0(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                    int64_t y_stride, Stream stream) {

@@ -69,5 +69,8 @@ Status route(const backend::RouteParams& p, Stream stream);
 // Scratch: p.scratch, of backend::moe_scratch_bytes(n_embd, n_ff, n_used, n_rows) bytes (the
 // CUDA kernels may lay it out their own way within that size).
 Status moe(const backend::MoeParams& p, Stream stream);
+// Bytes of p.scratch that moe uses (its own layout; never more than backend::moe_scratch_bytes
+// of the same shape, which tests/cuda checks).
+size_t moe_device_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
 
 }  // namespace ds4::cuda

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "tests/cuda/device_buf.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
 
@@ -28,42 +29,9 @@ namespace {
 
 using gguf::GgmlType;
 
-// Owns one device allocation; the test fails (not aborts) on CUDA errors.
-class DeviceBuf {
- public:
-  explicit DeviceBuf(size_t bytes) : bytes_(bytes) {
-    const Status s = device_alloc(&p_, bytes);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-  ~DeviceBuf() { device_free(p_); }
-  DeviceBuf(const DeviceBuf&) = delete;
-  DeviceBuf& operator=(const DeviceBuf&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(p_); }
-  void put(const void* src, size_t n) const {
-    const Status s = upload(p_, src, n);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-  void get(void* dst, size_t n) const {
-    const Status s = download(dst, p_, n);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-  void poison() const {
-    std::vector<uint8_t> junk(bytes_, 0xff);  // f32 0xffffffff is a NaN
-    put(junk.data(), bytes_);
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
-
-template <typename T>
-std::unique_ptr<DeviceBuf> to_device(const std::vector<T>& v) {
-  auto b = std::make_unique<DeviceBuf>(v.size() * sizeof(T));
-  b->put(v.data(), v.size() * sizeof(T));
-  return b;
-}
+using test_util::bit_mismatches;
+using test_util::DeviceBuf;
+using test_util::to_device;
 
 class CudaKernels : public ::testing::Test {
  protected:
@@ -77,24 +45,6 @@ class CudaKernels : public ::testing::Test {
   }
   DeviceInfo info_;
 };
-
-// Count of elements whose bits differ; prints the first few. Two NaNs match whatever their
-// payload and sign (x86 produces 0xffc00000, the GPU 0x7fffffff; no caller reads a NaN's bits).
-size_t bit_mismatches(const float* got, const float* want, size_t n, const std::string& what) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, got + i, 4);
-    std::memcpy(&b, want + i, 4);
-    if (a != b && !(std::isnan(got[i]) && std::isnan(want[i]))) {
-      if (bad < 5)
-        ADD_FAILURE() << what << " [" << i << "]: gpu " << got[i] << " (0x" << std::hex << a
-                      << ") cpu " << want[i] << " (0x" << b << std::dec << ")";
-      ++bad;
-    }
-  }
-  return bad;
-}
 
 std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

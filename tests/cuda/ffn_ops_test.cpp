@@ -1,0 +1,553 @@
+// tests/cuda/ffn_ops_test.cpp — the HC, elementwise, router and MoE launchers of
+// backend/cuda/ops.h against the CPU backend (the oracle), bit for bit.
+//
+// Each GPU test draws random inputs at a tiny and a DS4 Flash-like shape (n_embd 4096, n_hc 4,
+// 256 router experts choosing 6, n_ff 2048, IQ2_XXS/Q2_K and Q4_K experts; 1..8 rows and 11),
+// runs the op through backend::make_cpu_backend on host buffers and through the CUDA launcher
+// on device copies, and compares every output's BITS (scratch outputs such as the flattened
+// norm and the mix too), naming the op, the shape, the element and both values on a mismatch.
+// Without a usable GPU these tests skip with the reason probe_device gives.
+// The FfnMathHost tests need no GPU: they check ffn_math.h's host/device helpers (the code the
+// kernels run) against the CPU backend where no transcendental is involved.
+// Note: the ops that use exp / sigmoid / softplus / SiLU (hc_pre, hc_collapse, swiglu, route's
+// probs, moe) match the CPU only once the CPU computes them with core/detmath.h too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/ffn_math.h"
+#include "backend/cuda/ops.h"
+#include "quant/quant.h"
+#include "tests/cuda/device_buf.h"
+
+namespace ds4::cuda {
+namespace {
+
+using backend::GgmlType;
+using test_util::bit_mismatches;
+using test_util::DeviceBuf;
+
+constexpr int kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 11};
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = g(rng) * scale;
+  return x;
+}
+
+// A host vector and its device copy. out() buffers start with the same byte pattern on both
+// sides, so elements an op must not write compare equal and elements it must write differ
+// unless both sides wrote the same bits.
+template <typename T>
+struct Dual {
+  std::vector<T> h;
+  std::unique_ptr<DeviceBuf> d;
+  T* hp() { return h.data(); }
+  T* dp() const { return d->template as<T>(); }
+  std::vector<T> device_values() const { return d->template get_vec<T>(h.size()); }
+};
+
+template <typename T>
+Dual<T> dual(std::vector<T> v) {
+  Dual<T> r;
+  r.h = std::move(v);
+  r.d = test_util::to_device(r.h);
+  return r;
+}
+
+template <typename T>
+Dual<T> out_buf(size_t n) {
+  std::vector<T> v(n);
+  std::memset(v.data(), 0x5a, n * sizeof(T));
+  return dual(std::move(v));
+}
+
+// Random valid weight rows of type t: f32 / f16 / bf16 from Gaussians, blocks by
+// quant::fill_random_blocks (any scales, any quant bits).
+std::vector<uint8_t> random_weights(GgmlType t, int64_t n_in, int64_t n_out, uint64_t seed, float mag = 0.05f) {
+  const size_t rb = quant::row_bytes(t, n_in);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(n_out));
+  if (t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16) {
+    const auto v = gaussian(static_cast<size_t>(n_in * n_out), static_cast<uint32_t>(seed), mag);
+    quant::quantize_row(t, v.data(), w.data(), n_in * n_out);
+  } else {
+    quant::fill_random_blocks(t, w.data(), n_in * n_out, mag, seed);
+  }
+  return w;
+}
+
+class FfnOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status s = probe_device(0, &info_);
+    if (!s.ok()) GTEST_SKIP() << "no usable CUDA device: " << s.message();
+    cpu_ = backend::make_cpu_backend(4);
+  }
+  void sync() {
+    const Status s = synchronize();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  void expect_ok(const Status& s) { ASSERT_TRUE(s.ok()) << s.to_string(); }
+  // Compares the device copy of `o` with its host copy, bit for bit.
+  static void same(const Dual<float>& o, const std::string& what) {
+    const auto got = o.device_values();
+    EXPECT_EQ(0u, bit_mismatches(got.data(), o.h.data(), o.h.size(), what)) << what;
+  }
+  static void same_ids(const Dual<int32_t>& o, const std::string& what) {
+    const auto got = o.device_values();
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i] != o.h[i] && bad++ < 5) ADD_FAILURE() << what << " [" << i << "]: gpu " << got[i] << " cpu " << o.h[i];
+    }
+    EXPECT_EQ(0u, bad) << what;
+  }
+  DeviceInfo info_;
+  std::unique_ptr<backend::Backend> cpu_;
+};
+
+std::string tag(const char* op, int64_t n_embd, int rows) {
+  return std::string(op) + " n_embd=" + std::to_string(n_embd) + " rows=" + std::to_string(rows);
+}
+
+// ---- HC ---------------------------------------------------------------------------------------
+
+TEST_F(FfnOps, HcPreBitsEqualCpu) {
+  const int n_hc = 4;
+  const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
+  for (int64_t n_embd : {64, 4096}) {
+    const int64_t hc_dim = n_hc * n_embd;
+    auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 11 + n_embd));
+    auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
+    auto base = dual(gaussian(mix_dim, 12));
+    for (int rows : kRowCounts) {
+      auto x = dual(gaussian(rows * hc_dim, 100 + rows));
+      auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * mix_dim);
+      auto y = out_buf<float>(rows * n_embd), post = out_buf<float>(rows * n_hc), comb = out_buf<float>(rows * n_hc * n_hc);
+      backend::HcPreParams p;
+      p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, mix_dim, quant::row_bytes(GgmlType::kF16, hc_dim)};
+      p.n_hc = n_hc;
+      p.n_embd = n_embd;
+      p.n_rows = rows;
+      backend::HcPreParams c = p;
+      c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
+      c.y = y.hp(), c.post = post.hp(), c.comb = comb.hp();
+      cpu_->hc_pre(c);
+      backend::HcPreParams g = p;
+      g.fn.data = fn.dp();
+      g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
+      g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp();
+      expect_ok(hc_pre(g, nullptr));
+      sync();
+      const std::string t = tag("hc_pre", n_embd, rows);
+      same(flat, t + " flat");
+      same(mix, t + " mix");
+      same(post, t + " post");
+      same(comb, t + " comb");
+      same(y, t + " y");
+    }
+  }
+}
+
+TEST_F(FfnOps, HcPostBitsEqualCpu) {
+  const int n_hc = 4;
+  for (int64_t n_embd : {64, 4096}) {
+    const int64_t hc_dim = n_hc * n_embd;
+    for (int rows : kRowCounts) {
+      auto f = dual(gaussian(rows * n_embd, 200 + rows));
+      auto x = dual(gaussian(rows * hc_dim, 300 + rows));
+      auto post = dual(gaussian(rows * n_hc, 400 + rows));
+      auto comb = dual(gaussian(rows * n_hc * n_hc, 500 + rows, 0.5f));
+      auto out = out_buf<float>(rows * hc_dim);
+      backend::HcPostParams p;
+      p.n_hc = n_hc, p.n_embd = n_embd, p.n_rows = rows;
+      backend::HcPostParams c = p, g = p;
+      c.f = f.hp(), c.x = x.hp(), c.post = post.hp(), c.comb = comb.hp(), c.out = out.hp();
+      g.f = f.dp(), g.x = x.dp(), g.post = post.dp(), g.comb = comb.dp(), g.out = out.dp();
+      cpu_->hc_post(c);
+      expect_ok(hc_post(g, nullptr));
+      sync();
+      same(out, tag("hc_post", n_embd, rows) + " out");
+    }
+  }
+}
+
+TEST_F(FfnOps, HcCollapseBitsEqualCpu) {
+  const int n_hc = 4;
+  for (int64_t n_embd : {64, 4096}) {
+    const int64_t hc_dim = n_hc * n_embd;
+    auto fn = dual(random_weights(GgmlType::kF16, hc_dim, n_hc, 21 + n_embd));
+    auto base = dual(gaussian(n_hc, 22));
+    for (int rows : kRowCounts) {
+      auto x = dual(gaussian(rows * hc_dim, 600 + rows));
+      auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * n_hc), y = out_buf<float>(rows * n_embd);
+      backend::HcCollapseParams p;
+      p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, n_hc, quant::row_bytes(GgmlType::kF16, hc_dim)};
+      p.scale = 0.37f, p.n_hc = n_hc, p.n_embd = n_embd, p.n_rows = rows;
+      backend::HcCollapseParams c = p, g = p;
+      c.x = x.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp(), c.y = y.hp();
+      g.fn.data = fn.dp();
+      g.x = x.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp(), g.y = y.dp();
+      cpu_->hc_collapse(c);
+      expect_ok(hc_collapse(g, nullptr));
+      sync();
+      const std::string t = tag("hc_collapse", n_embd, rows);
+      same(flat, t + " flat");
+      same(mix, t + " mix");
+      same(y, t + " y");
+    }
+  }
+}
+
+// ---- Elementwise ------------------------------------------------------------------------------
+
+TEST_F(FfnOps, EmbedBitsEqualCpu) {
+  const int n_hc = 4, n_vocab = 37;
+  for (int64_t n_embd : {64, 4096}) {
+    const size_t row_bytes = 2 * n_embd + 4;  // padded rows: the stride is honoured
+    std::vector<uint8_t> table(row_bytes * n_vocab);
+    std::mt19937 rng(31);
+    for (auto& b : table) b = static_cast<uint8_t>(rng());  // every f16 pattern: subnormals, inf, NaN
+    auto dt = dual(table);
+    for (int rows : kRowCounts) {
+      std::vector<int32_t> tok(rows);
+      for (auto& t : tok) t = static_cast<int32_t>(rng() % n_vocab);
+      auto tokens = dual(tok);
+      auto out = out_buf<float>(rows * n_hc * n_embd);
+      backend::EmbedParams p;
+      p.row_bytes = row_bytes, p.n_rows = rows, p.n_hc = n_hc, p.n_embd = n_embd;
+      backend::EmbedParams c = p, g = p;
+      c.table = dt.hp(), c.tokens = tokens.hp(), c.out = out.hp();
+      g.table = dt.dp(), g.tokens = tokens.dp(), g.out = out.dp();
+      cpu_->embed(c);
+      expect_ok(embed(g, nullptr));
+      sync();
+      same(out, tag("embed", n_embd, rows) + " out");
+    }
+  }
+}
+
+// Values that exercise the NaN / inf / signed-zero / clamp paths, mixed into Gaussian data.
+std::vector<float> with_specials(std::vector<float> v) {
+  const float sp[] = {kNaN, kInf, -kInf, 0.0f, -0.0f, 10.0f, -10.0f, 1e-41f, -1e-41f, 30.0f, -30.0f, 88.0f, -100.0f};
+  for (size_t i = 0; i < v.size(); i += 7) v[i] = sp[(i / 7) % (sizeof sp / sizeof sp[0])];
+  return v;
+}
+
+TEST_F(FfnOps, AddBitsEqualCpu) {
+  for (int64_t n : {1, 1000, 70001}) {
+    auto a = dual(with_specials(gaussian(n, 41)));
+    auto b = dual(gaussian(n, 42));
+    auto out = out_buf<float>(n);
+    cpu_->add(backend::AddParams{a.hp(), b.hp(), out.hp(), n});
+    expect_ok(add(backend::AddParams{a.dp(), b.dp(), out.dp(), n}, nullptr));
+    sync();
+    same(out, "add n=" + std::to_string(n));
+  }
+}
+
+TEST_F(FfnOps, HcMeanBitsEqualCpu) {
+  const int n_hc = 4;
+  for (int64_t n_embd : {64, 4096}) {
+    for (int rows : kRowCounts) {
+      auto x = dual(with_specials(gaussian(rows * n_hc * n_embd, 700 + rows)));
+      const int64_t os = n_embd + 5;
+      auto out = out_buf<float>(rows * os);
+      backend::HcMeanParams p;
+      p.n_hc = n_hc, p.n_embd = n_embd, p.n_rows = rows, p.out_stride = os;
+      backend::HcMeanParams c = p, g = p;
+      c.x = x.hp(), c.out = out.hp();
+      g.x = x.dp(), g.out = out.dp();
+      cpu_->hc_mean(c);
+      expect_ok(hc_mean(g, nullptr));
+      sync();
+      same(out, tag("hc_mean", n_embd, rows) + " out");
+    }
+  }
+}
+
+TEST_F(FfnOps, SwigluBitsEqualCpu) {
+  for (int64_t n : {1, 2048, 70001}) {
+    auto gate = dual(with_specials(gaussian(n, 51, 8.0f)));
+    auto up = dual(with_specials(gaussian(n, 52, 8.0f)));
+    auto out = out_buf<float>(n);
+    cpu_->swiglu(backend::SwigluParams{gate.hp(), up.hp(), out.hp(), n, 10.0f});
+    expect_ok(swiglu(backend::SwigluParams{gate.dp(), up.dp(), out.dp(), n, 10.0f}, nullptr));
+    sync();
+    same(out, "swiglu n=" + std::to_string(n));
+    // In place (out aliases gate).
+    cpu_->swiglu(backend::SwigluParams{gate.hp(), up.hp(), gate.hp(), n, 7.0f});
+    expect_ok(swiglu(backend::SwigluParams{gate.dp(), up.dp(), gate.dp(), n, 7.0f}, nullptr));
+    sync();
+    same(gate, "swiglu in place n=" + std::to_string(n));
+  }
+}
+
+TEST_F(FfnOps, GetRowsBitsEqualCpu) {
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                            GgmlType::kQ8_K, GgmlType::kQ2_K, GgmlType::kQ4_K, GgmlType::kIQ2_XXS};
+  const int64_t n_out = 40;
+  for (GgmlType t : types) {
+    for (int64_t n_in : {256, 4096}) {
+      auto w = dual(random_weights(t, n_in, n_out, 61 + n_in + static_cast<int>(t), 0.5f));
+      const backend::Matrix m{w.hp(), t, n_in, n_out, quant::row_bytes(t, n_in)};
+      std::mt19937 rng(62);
+      for (int rows : kRowCounts) {
+        std::vector<int32_t> idv(rows);
+        for (auto& i : idv) i = static_cast<int32_t>(rng() % n_out);
+        auto ids = dual(idv);
+        const int64_t os = n_in + 3;
+        auto out = out_buf<float>(rows * os);
+        backend::GetRowsParams c{m, ids.hp(), rows, out.hp(), os};
+        backend::GetRowsParams g = c;
+        g.w.data = w.dp(), g.ids = ids.dp(), g.out = out.dp();
+        cpu_->get_rows(c);
+        expect_ok(get_rows(g, nullptr));
+        sync();
+        same(out, std::string("get_rows ") + gguf::type_name(t) + " n_in=" + std::to_string(n_in) +
+                      " rows=" + std::to_string(rows));
+      }
+    }
+  }
+}
+
+TEST_F(FfnOps, ArgmaxEqualsCpu) {
+  for (int64_t n : {1, 7, 1000, 129280}) {
+    const int rows = 11;
+    const int64_t stride = n + 1;
+    auto xv = gaussian(rows * stride, 71);
+    std::mt19937 rng(72);
+    for (int k = 0; k < rows; ++k) {
+      float* r = xv.data() + k * stride;
+      const int64_t a = static_cast<int64_t>(rng() % n), b = static_cast<int64_t>(rng() % n);
+      switch (k % 6) {
+        case 1: r[a] = 50.0f, r[b] = 50.0f; break;  // a tie: the smaller index wins
+        case 2: r[0] = kNaN, r[a] = kNaN, r[b] = 60.0f; break;
+        case 3: for (int64_t i = 0; i < n; ++i) r[i] = kNaN; break;  // all NaN: index 0
+        case 4: r[a] = kInf, r[b] = kInf; break;
+        case 5: for (int64_t i = 0; i < n; ++i) r[i] = -kInf; break;
+        default: break;
+      }
+    }
+    auto x = dual(xv);
+    auto out = out_buf<int32_t>(rows);
+    cpu_->argmax(backend::ArgmaxParams{x.hp(), n, stride, rows, out.hp()});
+    expect_ok(argmax(backend::ArgmaxParams{x.dp(), n, stride, rows, out.dp()}, nullptr));
+    sync();
+    same_ids(out, "argmax n=" + std::to_string(n));
+  }
+}
+
+TEST_F(FfnOps, FillWritesValue) {
+  auto out = out_buf<float>(1001);
+  expect_ok(fill_f32(out.dp(), 1000, -0.0f, nullptr));
+  sync();
+  const auto got = out.device_values();
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(got[i] == 0.0f && std::signbit(got[i])) << "fill_f32 [" << i << "]";
+  uint32_t last;
+  std::memcpy(&last, &got[1000], 4);
+  EXPECT_EQ(0x5a5a5a5au, last) << "fill_f32 wrote past n";
+}
+
+// ---- Router -----------------------------------------------------------------------------------
+
+// Router logits with ties (equal scores must keep the lower expert id) and both softplus tails.
+std::vector<float> router_logits(int rows, int n_expert, uint32_t seed) {
+  auto v = gaussian(static_cast<size_t>(rows) * n_expert, seed, 2.0f);
+  for (int k = 0; k < rows; ++k) {
+    float* r = v.data() + static_cast<size_t>(k) * n_expert;
+    for (int e = 5; e < n_expert; e += 13) r[e] = r[e - 3];
+    r[1] = 25.0f, r[2] = -25.0f;
+    r[n_expert - 1] = r[0];
+  }
+  return v;
+}
+
+TEST_F(FfnOps, RouteBitsEqualCpu) {
+  const int n_vocab = 50;
+  for (int n_expert : {16, 256}) {
+    const int n_used = n_expert == 16 ? 4 : 6;
+    auto bias = dual(gaussian(n_expert, 81, 0.1f));
+    std::vector<int32_t> table(n_vocab * n_used);
+    std::mt19937 rng(82);
+    for (auto& t : table) t = static_cast<int32_t>(rng() % n_expert);
+    auto tid2eid = dual(table);
+    for (int mode = 0; mode < 3; ++mode) {  // 0: top-k + bias, 1: top-k without bias, 2: hash rows
+      for (int rows : kRowCounts) {
+        auto logits = dual(router_logits(rows, n_expert, 83 + rows));
+        std::vector<int32_t> tv(rows);
+        for (auto& t : tv) t = static_cast<int32_t>(rng() % n_vocab);
+        auto tokens = dual(tv);
+        auto probs = out_buf<float>(rows * n_expert), wt = out_buf<float>(rows * n_used);
+        auto sel = out_buf<int32_t>(rows * n_used);
+        backend::RouteParams p;
+        p.n_rows = rows, p.n_expert = n_expert, p.n_used = n_used, p.renorm = mode != 1, p.scale = 1.5f;
+        backend::RouteParams c = p, g = p;
+        c.logits = logits.hp(), c.probs = probs.hp(), c.sel = sel.hp(), c.wt = wt.hp(), c.tokens = tokens.hp();
+        g.logits = logits.dp(), g.probs = probs.dp(), g.sel = sel.dp(), g.wt = wt.dp(), g.tokens = tokens.dp();
+        if (mode == 0) c.bias = bias.hp(), g.bias = bias.dp();
+        if (mode == 2) c.tid2eid = tid2eid.hp(), g.tid2eid = tid2eid.dp();
+        cpu_->route(c);
+        expect_ok(route(g, nullptr));
+        sync();
+        const std::string t = "route n_expert=" + std::to_string(n_expert) + " mode=" + std::to_string(mode) +
+                              " rows=" + std::to_string(rows);
+        same(probs, t + " probs");
+        same_ids(sel, t + " sel");
+        same(wt, t + " wt");
+      }
+    }
+  }
+}
+
+// ---- MoE --------------------------------------------------------------------------------------
+
+struct MoeCase {
+  int64_t n_embd, n_ff;
+  int n_expert, n_used;
+  GgmlType gate_up, down;
+};
+
+// n_expert is kept small at Flash width (16 rather than 256: the host draws every expert's
+// random blocks); each row picks n_used distinct experts, rows share experts.
+TEST_F(FfnOps, MoeBitsEqualCpu) {
+  const MoeCase cases[] = {
+      {512, 256, 8, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K},
+      {512, 256, 8, 3, GgmlType::kQ4_K, GgmlType::kQ4_K},
+      {4096, 2048, 16, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K},
+      {4096, 2048, 16, 6, GgmlType::kQ4_K, GgmlType::kQ4_K},
+  };
+  for (const MoeCase& mc : cases) {
+    const int64_t E = mc.n_embd, F = mc.n_ff;
+    const uint64_t seed = static_cast<uint64_t>(E + F + static_cast<int>(mc.gate_up));
+    auto gw = dual(random_weights(mc.gate_up, E, F * mc.n_expert, seed + 1));
+    auto uw = dual(random_weights(mc.gate_up, E, F * mc.n_expert, seed + 2));
+    auto dw = dual(random_weights(mc.down, F, E * mc.n_expert, seed + 3));
+    auto em = [&](const Dual<uint8_t>& w, GgmlType t, int64_t n_in, int64_t n_out, bool dev) {
+      return backend::ExpertMatrix{dev ? w.dp() : w.h.data(), t, n_in, n_out, mc.n_expert, quant::row_bytes(t, n_in)};
+    };
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    for (int rows : kRowCounts) {
+      std::vector<int32_t> sv;
+      for (int i = 0; i < rows; ++i) {
+        std::vector<int32_t> ids(mc.n_expert);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        sv.insert(sv.end(), ids.begin(), ids.begin() + mc.n_used);
+      }
+      auto sel = dual(sv);
+      std::vector<float> wv(sv.size());
+      std::uniform_real_distribution<float> uni(0.05f, 0.6f);
+      for (auto& w : wv) w = uni(rng);
+      auto wt = dual(wv);
+      auto x = dual(gaussian(rows * E, static_cast<uint32_t>(900 + rows)));
+      auto out = out_buf<float>(rows * E);
+      const size_t cpu_bytes = backend::moe_scratch_bytes(E, F, mc.n_used, rows);
+      const size_t gpu_bytes = moe_device_scratch_bytes(E, F, mc.n_used, rows);
+      ASSERT_LE(gpu_bytes, cpu_bytes) << "moe scratch: the CUDA layout must fit moe_scratch_bytes";
+      std::vector<uint8_t> hs(cpu_bytes + 64);
+      DeviceBuf ds(cpu_bytes);
+      backend::MoeParams p;
+      p.n_used = mc.n_used, p.n_rows = rows, p.clamp = 10.0f;
+      backend::MoeParams c = p, g = p;
+      c.x = x.hp(), c.sel = sel.hp(), c.wt = wt.hp(), c.out = out.hp(), c.scratch = hs.data();
+      c.gate = em(gw, mc.gate_up, E, F, false), c.up = em(uw, mc.gate_up, E, F, false), c.down = em(dw, mc.down, F, E, false);
+      g.x = x.dp(), g.sel = sel.dp(), g.wt = wt.dp(), g.out = out.dp(), g.scratch = ds.as<void>();
+      g.gate = em(gw, mc.gate_up, E, F, true), g.up = em(uw, mc.gate_up, E, F, true), g.down = em(dw, mc.down, F, E, true);
+      cpu_->moe(c);
+      expect_ok(moe(g, nullptr));
+      sync();
+      same(out, std::string("moe ") + gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) +
+                    " n_embd=" + std::to_string(E) + " n_ff=" + std::to_string(F) + " rows=" + std::to_string(rows));
+    }
+  }
+}
+
+// Argument validation happens on the host before any CUDA call: no GPU needed.
+TEST(FfnOpsHost, LaunchersRejectBadShapes) {
+  backend::MoeParams m;
+  m.n_used = 2;
+  m.gate = backend::ExpertMatrix{nullptr, GgmlType::kQ8_0, 256, 256, 4, quant::row_bytes(GgmlType::kQ8_0, 256)};
+  m.up = m.gate;
+  m.down = m.gate;
+  const Status s = moe(m, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(std::string::npos, s.message().find("moe")) << s.message();
+  backend::RouteParams r;
+  r.n_expert = 8, r.n_used = 65;
+  EXPECT_FALSE(route(r, nullptr).ok());
+  backend::GetRowsParams gr;
+  gr.w.type = GgmlType::kQ8_0, gr.w.n_in = 33, gr.out_stride = 64;
+  EXPECT_FALSE(get_rows(gr, nullptr).ok());
+}
+
+// ---- Host-side checks of ffn_math.h (no GPU) ----------------------------------------------------
+
+TEST(FfnMathHost, MinMaxFollowStdSemantics) {
+  const float v[] = {kNaN, -kNaN, kInf, -kInf, 0.0f, -0.0f, 1.0f, -1.0f, 10.0f, 1e-41f};
+  for (float a : v) {
+    for (float b : v) {
+      const float m0 = std::min(a, b), m1 = ffn::std_min(a, b);
+      const float x0 = std::max(a, b), x1 = ffn::std_max(a, b);
+      EXPECT_EQ(0, std::memcmp(&m0, &m1, 4)) << "min(" << a << ", " << b << ")";
+      EXPECT_EQ(0, std::memcmp(&x0, &x1, 4)) << "max(" << a << ", " << b << ")";
+    }
+  }
+}
+
+// route_select / route_weights (the kernel's code) against the CPU backend's route, fed the
+// CPU's own probs (so no transcendental is involved).
+TEST(FfnMathHost, RouteSelectionAndWeightsEqualCpu) {
+  auto cpu = backend::make_cpu_backend(1);
+  for (int n_expert : {16, 256}) {
+    const int n_used = n_expert == 16 ? 4 : 6, rows = 11;
+    const auto logits = router_logits(rows, n_expert, 91);
+    const auto bias = gaussian(n_expert, 92, 0.1f);
+    for (int mode = 0; mode < 3; ++mode) {
+      std::vector<float> probs(rows * n_expert), wt(rows * n_used);
+      std::vector<int32_t> sel(rows * n_used), tokens(rows), table(50 * n_used);
+      for (int i = 0; i < rows; ++i) tokens[i] = (7 * i) % 50;
+      for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 37) % n_expert);
+      backend::RouteParams p;
+      p.logits = logits.data(), p.n_rows = rows, p.n_expert = n_expert, p.n_used = n_used;
+      p.renorm = mode != 1, p.scale = 1.5f, p.probs = probs.data(), p.sel = sel.data(), p.wt = wt.data();
+      p.tokens = tokens.data();
+      if (mode == 0) p.bias = bias.data();
+      if (mode == 2) p.tid2eid = table.data();
+      cpu->route(p);
+      for (int i = 0; i < rows; ++i) {
+        const float* pr = probs.data() + i * n_expert;
+        std::vector<int32_t> s(n_used);
+        if (mode == 2) {
+          std::copy_n(table.data() + tokens[i] * n_used, n_used, s.data());
+        } else {
+          ffn::route_select(pr, p.bias, n_expert, n_used, s.data());
+        }
+        std::vector<float> w(n_used);
+        ffn::route_weights(pr, s.data(), n_used, p.renorm, p.scale, w.data());
+        for (int j = 0; j < n_used; ++j) {
+          EXPECT_EQ(sel[i * n_used + j], s[j]) << "route sel row " << i << " slot " << j << " mode " << mode;
+          EXPECT_EQ(0, std::memcmp(&wt[i * n_used + j], &w[j], 4))
+              << "route wt row " << i << " slot " << j << " mode " << mode << ": helper " << w[j] << " cpu "
+              << wt[i * n_used + j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ds4::cuda
