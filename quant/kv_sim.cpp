@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/detmath.h"
 #include "core/status.h"
 
 namespace ds4::quant {
@@ -97,7 +98,7 @@ void round_block(float* x, float max, float min_amax) {
   float amax = 0.0f;
   for (int l = 0; l < 8; ++l) amax = m[l] > amax ? m[l] : amax;
   if (amax < min_amax) amax = min_amax;
-  const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / max))));
+  const float scale = ldexpf(1.0f, detmath::ceil_log2_f32(amax / max));
   for (int k = 0; k < kBlock / 8; ++k) {
     F8 t = v[k] / scale;
     t = t > max ? F8{} + max : t;

@@ -2,9 +2,9 @@
 //
 // Role: the FP8-E4M3 round trip applied to the non-RoPE part of every KV row, and the
 // indexer QAT (Hadamard-128 then FP4-E2M1 round trip). Values stay f32; only their precision
-// changes. Exactly per ds4-architecture.md: power-of-two block scales from
-// ldexpf(1, (int)ceilf(log2f(amax / vmax))), clamp, nearest representable magnitude by
-// absolute difference with exact ties to the EVEN table index, x = (sign·value)·scale with
+// changes. Exactly per ds4-architecture.md: power-of-two block scales 2^ceil(log2(amax / vmax))
+// (the exact ceil, core/detmath.h's ceil_log2_f32, not libm's rounded log2f), clamp, nearest
+// representable magnitude by absolute difference with exact ties to the EVEN table index, x = (sign·value)·scale with
 // sign = (v < 0 ? -1 : +1) (so -0.0 comes back as +0.0).
 // Invariants: in-place, no allocation; results depend only on the row itself.
 #pragma once

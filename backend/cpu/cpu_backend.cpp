@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
+#include "core/detmath.h"
 #include "core/reduce.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
@@ -64,7 +65,7 @@ constexpr int64_t kInlineCopyElems = int64_t{1} << 16;
 constexpr int64_t kInlineNormElems = 8192;
 // Compressor pooling: elements one exp of a column's softmax counts as in split_rows.
 constexpr int64_t kPoolExpElems = 8;
-// Router: elements one expert score (expf, log1pf, sqrtf) counts as in split_rows' decision.
+// Router: elements one expert score (exp, log1p, sqrtf) counts as in split_rows' decision.
 constexpr int64_t kRouteScoreElems = 16;
 // MoE: weight bytes per task, and total weight bytes below which a call runs inline.
 constexpr int64_t kMoeTaskBytes = 64 * 1024;
@@ -439,8 +440,8 @@ class CpuBackend final : public Backend {
         for (int r = 0; r < 4; ++r) {
           const int64_t ip = static_cast<int64_t>(r) * W + j;
           const int64_t ic = static_cast<int64_t>(4 + r) * W + D + j;
-          const float wp = expf(p.state_score[ip] - mx);
-          const float wc = expf(p.state_score[ic] - mx);
+          const float wp = detmath::exp_f32(p.state_score[ip] - mx);
+          const float wc = detmath::exp_f32(p.state_score[ic] - mx);
           den += wp + wc;
           acc += wp * p.state_kv[ip];
           acc += wc * p.state_kv[ic];
@@ -448,7 +449,7 @@ class CpuBackend final : public Backend {
       } else {
         for (int r = 0; r < R; ++r) {
           const int64_t ii = static_cast<int64_t>(r) * W + j;
-          const float w = expf(p.state_score[ii] - mx);
+          const float w = detmath::exp_f32(p.state_score[ii] - mx);
           den += w;
           acc += w * p.state_kv[ii];
         }

@@ -36,39 +36,17 @@ void rms_group(const float* x, const float* w, float* out, int64_t n, int64_t st
   }
 }
 
-float yarn_corr_dim(int n_dims, uint32_t n_ctx_orig, float beta, float base) {
-  return static_cast<float>(n_dims) *
-         logf(static_cast<float>(n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) /
-         (2.0f * logf(base));
-}
-
-float yarn_ramp(float low, float high, int k) {
-  const float y = (static_cast<float>(k) - low) / fmaxf(0.001f, high - low);
-  return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-}
-
 }  // namespace
 
 void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
                     const RopeParams& rp, bool inverse) {
   const int n_nope = head_dim - n_rot;
-  const float sin_sign = inverse ? -1.0f : 1.0f;
-  float theta_scale = 0.0f, corr_lo = 0.0f, corr_hi = 0.0f;
-  auto prepare = [&] {
-    theta_scale = powf(rp.freq_base, -2.0f / static_cast<float>(n_rot));
-    if (rp.ext_factor != 0.0f) {
-      const float start = floorf(yarn_corr_dim(n_rot, rp.n_ctx_orig, rp.beta_fast, rp.freq_base));
-      const float end = ceilf(yarn_corr_dim(n_rot, rp.n_ctx_orig, rp.beta_slow, rp.freq_base));
-      corr_lo = fmaxf(0.0f, start);
-      corr_hi = fminf(static_cast<float>(n_rot - 1), end);
-    }
-  };
   // The angles depend on (pos, rope params, pair index) only, so cos·mscale and sin·mscale
-  // are computed once per call and reused for every head, and kept for later calls with the
-  // same key in a small per-thread cache: q, kv, inverse and indexer RoPE of one row share
-  // them, and a compressor step at another position in between must not evict them. The
-  // inverse's sign is applied as (−sin)·mscale = −(sin·mscale), exact, so the values are the
-  // per-head formula's. 32 entries: a batch of up to 8 rows ropes every row's q and kv
+  // (core/rope.h's rope_pair, the definition every backend shares) are computed once per call
+  // and reused for every head, and kept for later calls with the same key in a small
+  // per-thread cache: q, kv, inverse and indexer RoPE of one row share them, and a compressor
+  // step at another position in between must not evict them. The inverse's sign is applied
+  // as −(sin·mscale), exact. 32 entries: a batch of up to 8 rows ropes every row's q and kv
   // before any row's inverse, in layers of two parameter sets (dense and compressed), plus the
   // compressor's positions (4 entries missed on every row of a verify(6)).
   constexpr int kMaxPairs = 128;
@@ -88,6 +66,23 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
            c.rp.attn_factor == rp.attn_factor && c.rp.n_ctx_orig == rp.n_ctx_orig &&
            c.rp.beta_fast == rp.beta_fast && c.rp.beta_slow == rp.beta_slow;
   };
+  if (n_rot > 2 * kMaxPairs) {
+    // Not cached (no such model today): the same angles, recomputed per head.
+    const RopeAngles a = rope_angles(rp, n_rot);
+    for (int h = 0; h < n_head; ++h) {
+      float* tail = x + static_cast<int64_t>(h) * head_dim + n_nope;
+      for (int i = 0; i < n_rot; i += 2) {
+        float c, s;
+        rope_pair(a, pos, i / 2, &c, &s);
+        if (inverse) s = -s;
+        const float x0 = tail[i];
+        const float x1 = tail[i + 1];
+        tail[i] = x0 * c - x1 * s;
+        tail[i + 1] = x0 * s + x1 * c;
+      }
+    }
+    return;
+  }
   Cache* found = nullptr;
   for (Cache& c : caches) {
     if (same_key(c)) {
@@ -95,64 +90,21 @@ void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
       break;
     }
   }
-  const bool hit = found != nullptr;
-  if (!hit) {
+  if (found == nullptr) {
     found = &caches[next_victim];
     next_victim = (next_victim + 1) % kEntries;
-  }
-  Cache& cache = *found;
-  if (n_rot > 2 * kMaxPairs) {
-    // Not cached (no such model today): the per-head formula.
-    prepare();
-    for (int h = 0; h < n_head; ++h) {
-      float* tail = x + static_cast<int64_t>(h) * head_dim + n_nope;
-      float theta_extrap = static_cast<float>(pos);
-      for (int i = 0; i < n_rot; i += 2) {
-        const float theta_interp = rp.freq_scale * theta_extrap;
-        float theta = theta_interp;
-        float mscale = rp.attn_factor;
-        if (rp.ext_factor != 0.0f) {
-          const float ramp_mix = yarn_ramp(corr_lo, corr_hi, i / 2) * rp.ext_factor;
-          theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
-          mscale *= 1.0f + 0.1f * logf(1.0f / rp.freq_scale);
-        }
-        const float c = cosf(theta) * mscale;
-        const float s = sin_sign * sinf(theta) * mscale;
-        const float x0 = tail[i];
-        const float x1 = tail[i + 1];
-        tail[i] = x0 * c - x1 * s;
-        tail[i + 1] = x0 * s + x1 * c;
-        theta_extrap *= theta_scale;
-      }
-    }
-    return;
-  }
-  if (!hit) {
-    prepare();
-    float theta_extrap = static_cast<float>(pos);
-    for (int i = 0; i < n_rot; i += 2) {
-      const float theta_interp = rp.freq_scale * theta_extrap;
-      float theta = theta_interp;
-      float mscale = rp.attn_factor;
-      if (rp.ext_factor != 0.0f) {
-        const float ramp_mix = yarn_ramp(corr_lo, corr_hi, i / 2) * rp.ext_factor;
-        theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
-        mscale *= 1.0f + 0.1f * logf(1.0f / rp.freq_scale);
-      }
-      cache.cs[i / 2] = cosf(theta) * mscale;
-      cache.sn[i / 2] = sinf(theta) * mscale;
-      theta_extrap *= theta_scale;
-    }
-    cache.valid = true;
-    cache.pos = pos;
-    cache.n_rot = n_rot;
-    cache.rp = rp;
+    const RopeAngles a = rope_angles(rp, n_rot);
+    for (int i = 0; i < n_rot / 2; ++i) rope_pair(a, pos, i, &found->cs[i], &found->sn[i]);
+    found->valid = true;
+    found->pos = pos;
+    found->n_rot = n_rot;
+    found->rp = rp;
   }
   for (int h = 0; h < n_head; ++h) {
     float* tail = x + static_cast<int64_t>(h) * head_dim + n_nope;
     for (int i = 0; i < n_rot; i += 2) {
-      const float c = cache.cs[i / 2];
-      const float s = inverse ? -cache.sn[i / 2] : cache.sn[i / 2];
+      const float c = found->cs[i / 2];
+      const float s = inverse ? -found->sn[i / 2] : found->sn[i / 2];
       const float x0 = tail[i];
       const float x1 = tail[i + 1];
       tail[i] = x0 * c - x1 * s;
@@ -169,12 +121,6 @@ void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_
   }
 }
 
-float softplus_stable(float x) {
-  if (x > 20.0f) return x;
-  if (x < -20.0f) return expf(x);
-  return log1pf(expf(x));
-}
-
 namespace {
 
 // §4.2 steps 3-4 of one row: pre, post, and comb after the row softmax + eps (before the
@@ -183,12 +129,12 @@ void sinkhorn_init(const float* mix, const float* scale, const float* base, int 
                    float* post, float* comb) {
   for (int i = 0; i < n_hc; ++i) {
     const float z = mix[i] * scale[0] + base[i];
-    pre[i] = 1.0f / (1.0f + expf(-z)) + eps;
+    pre[i] = 1.0f / (1.0f + detmath::exp_f32(-z)) + eps;
   }
   for (int i = 0; i < n_hc; ++i) {
     const int off = n_hc + i;
     const float z = mix[off] * scale[1] + base[off];
-    post[i] = 2.0f / (1.0f + expf(-z));
+    post[i] = 2.0f / (1.0f + detmath::exp_f32(-z));
   }
   // comb[r * n_hc + c]: softmax row r (input stream) and column c (output stream).
   float* a = comb;
@@ -202,7 +148,7 @@ void sinkhorn_init(const float* mix, const float* scale, const float* base, int 
     }
     float sum = 0.0f;
     for (int c = 0; c < n_hc; ++c) {
-      const float e = expf(a[r * n_hc + c] - row_max);
+      const float e = detmath::exp_f32(a[r * n_hc + c] - row_max);
       a[r * n_hc + c] = e;
       sum += e;
     }
@@ -349,13 +295,13 @@ void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t
       }
     });
     float* oh = p.out + h * D;
-    float den = expf(p.sinks[h] - mx);
+    float den = detmath::exp_f32(p.sinks[h] - mx);
     bool first = true;
     // Chunks chain through oh: y = oh·1 is exact, so the per-element sequence is unchanged.
     for_chunks([&](const float* const* kp, const int64_t* sl, int n) {
       float wv[kChunk];
       for (int t = 0; t < n; ++t) {
-        const float e = expf(score[sl[t]] - mx);
+        const float e = detmath::exp_f32(score[sl[t]] - mx);
         wv[t] = e;
         den += e;
       }

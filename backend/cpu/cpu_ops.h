@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "core/detmath.h"
 #include "core/math.h"
 #include "core/rope.h"
 
@@ -31,9 +32,10 @@ void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_
 void rope_tail_rows(float* x, int n_head, int head_dim, int n_rot, int64_t pos,
                     const RopeParams& rp, bool inverse);
 
-using ds4::sigmoid_stable;  // §3.9, core/math.h
-float softplus_stable(float x);
-inline float silu(float x) { return x * sigmoid_stable(x); }
+// §3.9 from core/detmath.h (shared with every backend, so their bits agree).
+using ds4::sigmoid_stable;  // core/math.h
+inline float softplus_stable(float x) { return detmath::softplus_f32(x); }
+inline float silu(float x) { return detmath::silu_f32(x); }
 
 // §4.2 steps 3-5: mix [2*n_hc + n_hc*n_hc] -> pre [n_hc], post [n_hc], comb [n_hc*n_hc].
 void hc_split_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc,

@@ -30,7 +30,7 @@ namespace cpu = backend::cpu;
 
 // Tiny q2 model, generator seed 1234, random-block fill; prompt prompt_tokens(400, 8192, 99);
 // session n_ctx 512, one prefill call. Recorded 2026-12-02 (scalar = AVX2 = AVX-512).
-constexpr const char* kCanonicalHash = "be1181206c63eb4e007140bf5a3e97a5ccde3a7fe54c8212ffd61fb4d9bcb594";
+constexpr const char* kCanonicalHash = "e38207652f7c71ba9cf77b4091ea6cbd047f218aa572eb0f7c04f59460bd246d";
 
 std::string sha256_hex(std::span<const float> v) {
   unsigned char md[EVP_MAX_MD_SIZE];

@@ -53,7 +53,8 @@ TEST(CpuBatchOps, RmsNormRowsEqualsRowByRow) {
   }
 }
 
-// The §3.8 formula with cos/sin evaluated per head (the definition rope_tail_rows hoists).
+// The §3.8 formula with cos/sin evaluated per head (the definition rope_tail_rows hoists),
+// written out here independently of core/rope.h except for the sin / cos themselves.
 void rope_per_head(float* x, int n_head, int head_dim, int n_rot, int64_t pos, const RopeParams& rp,
                    bool inverse) {
   const int n_nope = head_dim - n_rot;
@@ -81,8 +82,10 @@ void rope_per_head(float* x, int n_head, int head_dim, int n_rot, int64_t pos, c
         theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
         mscale *= 1.0f + 0.1f * logf(1.0f / rp.freq_scale);
       }
-      const float c = cosf(theta) * mscale;
-      const float s = sin_sign * sinf(theta) * mscale;
+      float sn, cs;
+      detmath::sincos_f32(theta, &sn, &cs);  // the shared sin / cos (core/detmath.h)
+      const float c = cs * mscale;
+      const float s = sin_sign * sn * mscale;
       const float x0 = tail[i];
       const float x1 = tail[i + 1];
       tail[i] = x0 * c - x1 * s;

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/kernels.h"
+#include "core/detmath.h"
 #include "quant/dot.h"
 
 namespace ds4::backend {
@@ -69,7 +70,7 @@ void sink_reference(const SinkAttentionParams& p) {
     }
     float* oh = p.out + h * D;
     for (int j = 0; j < D; ++j) oh[j] = 0.0f;
-    float den = expf(p.sinks[h] - mx);
+    float den = detmath::exp_f32(p.sinks[h] - mx);
     auto add = [&](float w, const float* k) {
       den += w;
       for (int j = 0; j < D; ++j) {
@@ -77,10 +78,10 @@ void sink_reference(const SinkAttentionParams& p) {
         oh[j] = oh[j] + t;
       }
     };
-    for (int r = 0; r < p.n_raw; ++r) add(expf(score[r] - mx), p.raw_row(r));
+    for (int r = 0; r < p.n_raw; ++r) add(detmath::exp_f32(score[r] - mx), p.raw_row(r));
     for (int64_t c = 0; c < p.n_comp; ++c) {
       if (p.comp_allowed != nullptr && !p.comp_allowed[c]) continue;
-      add(expf(score[p.n_raw + c] - mx), p.comp + c * D);
+      add(detmath::exp_f32(score[p.n_raw + c] - mx), p.comp + c * D);
     }
     const float inv = 1.0f / den;
     for (int j = 0; j < D; ++j) oh[j] *= inv;

@@ -14,6 +14,11 @@
 namespace ds4::quant {
 namespace {
 
+// ceil(log2(v)) exactly for a finite float v > 0: the double log2 of a float is never closer
+// than ~1.7e-7 to the next integer unless v is a power of two, where it is exact. (libm's
+// log2f rounds first: just above 2^e, e >= 4, it returns e and the ceil misses by one.)
+int exact_ceil_log2(float v) { return static_cast<int>(std::ceil(std::log2(static_cast<double>(v)))); }
+
 // Linear scan over the table, nearest by |difference|, exact ties to the even index.
 float linear_nearest(float v, int count, float (*value)(int), float vmax) {
   const float sign = v < 0.0f ? -1.0f : 1.0f;
@@ -88,11 +93,27 @@ TEST(Fp8Roundtrip, BlockScalesAndUntouchedTail) {
   // Block 0: amax = max|3 sin| -> scale 2^ceil(log2(amax/448)); every value is table·scale.
   float amax = 0.0f;
   for (int i = 0; i < 64; ++i) amax = std::fmax(amax, std::fabs(orig[i]));
-  const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 448.0f))));
+  const float scale = ldexpf(1.0f, exact_ceil_log2(amax / 448.0f));
   for (int i = 0; i < 64; ++i) {
     EXPECT_EQ(x[i], e4m3_nearest(orig[i] / scale) * scale);
     EXPECT_LE(std::fabs(x[i] - orig[i]), std::fabs(orig[i]) * 0.0625f + 1e-5f);
   }
+}
+
+// amax / 448 = 16·(1 + 2^-23) (amax = 7168 + 2^-11): the scale is 2^5, not the 2^4 that
+// ceilf(log2f(·)) gives (log2f rounds 4 + 1.7e-7 to 4), with which amax / scale would exceed 448.
+TEST(Fp8Roundtrip, ScaleIsTheExactCeilJustAboveAPowerOfTwo) {
+  std::vector<float> x(512, 0.0f);
+  const float amax = 7168.0f + 0x1p-11f;
+  ASSERT_EQ(amax / 448.0f, 16.0f * (1.0f + 0x1p-23f));
+  ASSERT_EQ(exact_ceil_log2(amax / 448.0f), 5);
+  x[0] = amax;
+  // 3·2^-5 / 32 = 1.5·2^-9, halfway between the E4M3 subnormals 2^-9 (index 1) and 2^-8
+  // (index 2): the even index, 2^-8 · 32 = 0.125. (With scale 16 it would stay 0.09375.)
+  x[1] = 0.09375f;
+  fp8_e4m3_roundtrip(x.data(), 448);
+  EXPECT_EQ(x[0], 224.0f * 32.0f);  // amax/32 = 224.00003 -> 224
+  EXPECT_EQ(x[1], 0.125f);
 }
 
 TEST(E2M1, NearestTies) {
@@ -156,7 +177,7 @@ TEST(KvRoundtrips, RowsEqualThePerElementDefinition) {
       float amax = 0.0f;
       for (int i = 0; i < block; ++i) amax = std::fabs(x[b + i]) > amax ? std::fabs(x[b + i]) : amax;
       if (amax < min_amax) amax = min_amax;
-      const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / max))));
+      const float scale = ldexpf(1.0f, exact_ceil_log2(amax / max));
       for (int i = 0; i < block; ++i) {
         float v = x[b + i] / scale;
         if (v > max) v = max;
@@ -239,7 +260,7 @@ TEST(IndexerQat, IsHadamardThenFp4) {
   for (int blk = 0; blk < 4; ++blk) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(h[32 * blk + i]));
-    const float scale = ldexpf(1.0f, static_cast<int>(ceilf(log2f(amax / 6.0f))));
+    const float scale = ldexpf(1.0f, exact_ceil_log2(amax / 6.0f));
     for (int i = 0; i < 32; ++i) {
       const float r = std::fabs(a[32 * blk + i]) / scale;
       bool in_set = false;
