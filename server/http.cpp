@@ -458,6 +458,15 @@ struct HttpServer::Impl {
     metric("ds4_idle_sessions", "gauge", "Cached idle sessions.", s.idle_sessions);
     metric("ds4_idle_session_bytes", "gauge", "Estimated state bytes of the cached idle sessions.",
            static_cast<double>(s.idle_bytes));
+    metric("ds4_kv_disk_hits_total", "counter", "Requests that resumed a state loaded from --kv-cache-dir.",
+           static_cast<double>(s.disk_reuse_hits));
+    metric("ds4_kv_disk_saves_total", "counter", "Session states written to --kv-cache-dir.",
+           static_cast<double>(s.disk.saves));
+    metric("ds4_kv_disk_rejected_total", "counter",
+           "--kv-cache-dir files ignored (corrupt, truncated, another model or context).",
+           static_cast<double>(s.disk.rejected));
+    metric("ds4_kv_disk_entries", "gauge", "Session states indexed in --kv-cache-dir.", static_cast<double>(s.disk.entries));
+    metric("ds4_kv_disk_bytes", "gauge", "Bytes of the indexed --kv-cache-dir files.", static_cast<double>(s.disk.bytes));
     metric("ds4_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.gen_tokens));
     o << "# HELP ds4_time_to_first_token_seconds Time from submission to the first generated token.\n"
          "# TYPE ds4_time_to_first_token_seconds histogram\n";
