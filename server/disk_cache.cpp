@@ -76,9 +76,12 @@ Status DiskCache::open() {
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
   {
     std::lock_guard<std::mutex> lock(mu_);
+    entries_.clear();  // a re-open after close() indexes the folder afresh
+    bytes_ = 0;
+    closing_ = false;
     for (Found& f : found) add_entry_locked(std::move(f.e));
   }
-  thread_ = std::thread([this] { writer(); });
+  if (!thread_.joinable()) thread_ = std::thread([this] { writer(); });
   return Status();
 }
 

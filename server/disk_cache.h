@@ -43,7 +43,8 @@ class DiskCache {
   DiskCache(const Engine& engine, std::string dir, int n_ctx, uint64_t max_bytes);
   ~DiskCache();  // close()
 
-  // Creates the folder, removes stray temporaries, indexes the valid files (oldest first).
+  // Creates the folder, removes stray temporaries, indexes the valid files (oldest first) and
+  // starts the writer. May be called again after close() (re-indexes the folder).
   Status open();
   // The longest indexed prefix that `prompt` extends by >= 1 token and that is longer than
   // min_len: its length and file (0: none).
