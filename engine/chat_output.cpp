@@ -45,36 +45,84 @@ const std::string* find_attr(const std::vector<std::pair<std::string, std::strin
   return nullptr;
 }
 
-std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+namespace {
+
+using ojson = nlohmann::ordered_json;  // parameters keep their generated order
+
+std::string dump_ojson(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+// A parameter's JSON value: string="true" -> the raw text as a string; otherwise the text
+// parsed as JSON, or (no string attribute) the raw text when it is not JSON. False when
+// string="false" promised JSON that does not parse.
+bool param_value(const std::string* is_string, const std::string& value, ojson* out) {
+  if (is_string != nullptr && *is_string == "true") {
+    *out = value;
+    return true;
+  }
+  ojson v = ojson::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) {
+    if (is_string != nullptr) return false;
+    *out = value;
+    return true;
+  }
+  *out = std::move(v);
+  return true;
+}
+
+// Bytes of s that end before an incomplete UTF-8 sequence at its end.
+size_t complete_utf8_prefix(std::string_view s) {
+  const size_t n = s.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return len > back ? n - back : n;
+  }
+  return n;
+}
+
+// The invoke tag's name and the text after the tag; false while the tag is incomplete or
+// nameless. *error is set only when the tag is complete but bad.
+bool invoke_header(std::string_view text, std::string* name, std::string_view* rest, std::string* error) {
+  const std::string open = tok::dsml_open(tok::kDsmlInvoke);
+  if (!text.starts_with(open)) {
+    if (error) *error = "tool call: expected an invoke element";
+    return false;
+  }
+  std::string_view r = text.substr(open.size());
+  const size_t gt = r.find('>');
+  if (gt == std::string_view::npos) {
+    if (error) *error = "tool call: unterminated invoke tag";
+    return false;
+  }
+  std::vector<std::pair<std::string, std::string>> attrs;
+  const std::string* n = nullptr;
+  if (!parse_attributes(r.substr(0, gt), &attrs) || !(n = find_attr(attrs, "name")) || n->empty()) {
+    if (error) *error = "tool call: invoke tag without a name=\"...\" attribute";
+    return false;
+  }
+  *name = *n;
+  *rest = r.substr(gt + 1);
+  return true;
+}
 
 }  // namespace
 
 bool parse_dsml_invoke(std::string_view text, ChatToolCall* call, std::string* error) {
-  const std::string open = tok::dsml_open(tok::kDsmlInvoke);
   const std::string close = tok::dsml_close(tok::kDsmlInvoke);
   const std::string popen = tok::dsml_open(tok::kDsmlParameter);
   const std::string pclose = tok::dsml_close(tok::kDsmlParameter);
   text = trim(text);
-  if (!text.starts_with(open) || !text.ends_with(close)) {
+  if (!text.ends_with(close)) {
     *error = "tool call: expected an invoke element";
     return false;
   }
-  std::string_view rest = text.substr(open.size(), text.size() - open.size() - close.size());
-  const size_t gt = rest.find('>');
-  if (gt == std::string_view::npos) {
-    *error = "tool call: unterminated invoke tag";
-    return false;
-  }
-  std::vector<std::pair<std::string, std::string>> attrs;
-  const std::string* name = nullptr;
-  if (!parse_attributes(rest.substr(0, gt), &attrs) || !(name = find_attr(attrs, "name")) ||
-      name->empty()) {
-    *error = "tool call: invoke tag without a name=\"...\" attribute";
-    return false;
-  }
-  call->name = *name;
-  rest = rest.substr(gt + 1);
-  json args = json::object();
+  std::string_view rest;
+  if (!invoke_header(text.substr(0, text.size() - close.size()), &call->name, &rest, error)) return false;
+  ojson args = ojson::object();
   while (true) {
     rest = trim(rest);
     if (rest.empty()) break;
@@ -104,29 +152,75 @@ bool parse_dsml_invoke(std::string_view text, ChatToolCall* call, std::string* e
     }
     const std::string value(rest.substr(0, end));
     rest = rest.substr(end + pclose.size());
-    if (is_string != nullptr && *is_string == "true") {
-      args[*pname] = value;
-    } else {
-      json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
-      if (v.is_discarded()) {
-        if (is_string != nullptr) {  // string="false" promised JSON
-          *error = "tool call '" + call->name + "': parameter '" + *pname + "' is not valid JSON";
-          return false;
-        }
-        args[*pname] = value;  // no string attribute: take the raw text
-      } else {
-        args[*pname] = std::move(v);
-      }
+    if (args.contains(*pname)) {
+      *error = "tool call '" + call->name + "': parameter '" + *pname + "' is given twice";
+      return false;
     }
+    ojson v;
+    if (!param_value(is_string, value, &v)) {
+      *error = "tool call '" + call->name + "': parameter '" + *pname + "' is not valid JSON";
+      return false;
+    }
+    args[*pname] = std::move(v);
   }
-  call->arguments = dump_json(args);
+  call->arguments = dump_ojson(args);
   return true;
+}
+
+bool partial_dsml_arguments(std::string_view invoke, std::string* name, std::string* arguments) {
+  const std::string popen = tok::dsml_open(tok::kDsmlParameter);
+  const std::string pclose = tok::dsml_close(tok::kDsmlParameter);
+  std::string_view rest;
+  if (!invoke_header(trim(invoke), name, &rest, nullptr)) return false;
+  arguments->clear();
+  ojson seen = ojson::object();  // complete parameters (for repeats: stop streaming there)
+  while (true) {
+    rest = trim(rest);
+    if (!rest.starts_with(popen)) return true;  // more to come, the close tag, or malformed
+    rest = rest.substr(popen.size());
+    const size_t pgt = rest.find('>');
+    if (pgt == std::string_view::npos) return true;
+    std::vector<std::pair<std::string, std::string>> pattrs;
+    const std::string* pname = nullptr;
+    if (!parse_attributes(rest.substr(0, pgt), &pattrs) || !(pname = find_attr(pattrs, "name")) ||
+        pname->empty() || seen.contains(*pname)) {
+      return true;  // malformed: the complete element will say so
+    }
+    const std::string* is_string = find_attr(pattrs, "string");
+    const bool raw_string = is_string != nullptr && *is_string == "true";
+    rest = rest.substr(pgt + 1);
+    const std::string key = dump_ojson(ojson(*pname)) + ":";
+    const char* sep = arguments->empty() ? "{" : ",";
+    const size_t end = rest.find(pclose);
+    if (end == std::string_view::npos) {
+      if (raw_string) {  // the value so far, without its closing quote
+        std::string_view v = rest.substr(0, rest.size() - partial_suffix(rest, pclose));
+        v = v.substr(0, complete_utf8_prefix(v));
+        std::string esc = dump_ojson(ojson(std::string(v)));
+        esc.pop_back();
+        *arguments += sep + key + esc;
+      }
+      return true;
+    }
+    ojson v;
+    if (!param_value(is_string, std::string(rest.substr(0, end)), &v)) return true;
+    *arguments += sep + key + dump_ojson(v);
+    seen[*pname] = true;
+    rest = rest.substr(end + pclose.size());
+  }
 }
 
 void OutputDelta::append(const OutputDelta& d) {
   reasoning += d.reasoning;
   content += d.content;
   tool_calls.insert(tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+  for (const ToolCallPart& p : d.tool_call_parts) {
+    if (!tool_call_parts.empty() && tool_call_parts.back().index == p.index && p.id.empty()) {
+      tool_call_parts.back().arguments += p.arguments;
+    } else {
+      tool_call_parts.push_back(p);
+    }
+  }
   if (!d.tool_error.empty()) {
     if (!tool_error.empty()) tool_error += "; ";
     tool_error += d.tool_error;
@@ -275,7 +369,11 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
       const std::string inv_open = tok::dsml_open(tok::kDsmlInvoke);
       const bool plausible = body.size() < inv_open.size() ? inv_open.starts_with(body)
                                                            : body.starts_with(inv_open);
-      if (plausible && !at_end) break;  // wait for more text
+      if (plausible && !at_end) {  // wait for more text
+        if (stream_args_) stream_partial_call(body, out);
+        break;
+      }
+      end_streamed_call();
       emit_block_text(block_, out);
       out->tool_error = at_end ? "unterminated tool-call block"
                                : "malformed tool-call block: expected an invoke element";
@@ -287,10 +385,29 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     std::string error;
     const std::string_view element = body.substr(0, end + inv_close.size());
     if (parse_dsml_invoke(element, &call, &error)) {
-      call.id = id_prefix_ + std::to_string(n_calls_++);
+      call.id = id_prefix_ + std::to_string(next_index_);
+      if (stream_args_) {
+        if (!call_started_) {
+          out->tool_call_parts.push_back(ToolCallPart{next_index_, call.id, call.name, {}});
+          streamed_args_.clear();
+        }
+        if (call.arguments.starts_with(streamed_args_)) {
+          if (call.arguments.size() > streamed_args_.size()) {
+            out->tool_call_parts.push_back(ToolCallPart{next_index_, {}, {}, call.arguments.substr(streamed_args_.size())});
+          }
+        } else {  // cannot happen for valid UTF-8 (partial_dsml_arguments); never silent
+          if (!out->tool_error.empty()) out->tool_error += "; ";
+          out->tool_error += "tool call '" + call.name + "': streamed arguments differ from the parsed call";
+        }
+        call_started_ = false;
+        streamed_args_.clear();
+      }
+      next_index_++;
+      n_calls_++;
       block_calls_++;
       out->tool_calls.push_back(std::move(call));
     } else {
+      end_streamed_call();
       out->content.append(element);
       if (!out->tool_error.empty()) out->tool_error += "; ";
       out->tool_error += error;
@@ -298,6 +415,7 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     block_ = open + std::string(body.substr(element.size()));
   }
   if (at_end && in_block_) {
+    end_streamed_call();
     // Only the closing tag is missing after complete invokes: accept silently.
     std::string_view body = std::string_view(block_).substr(open.size());
     in_block_ = false;
@@ -310,6 +428,27 @@ void OutputParser::drain_dsml(OutputDelta* out, bool at_end) {
     }
     block_.clear();
   }
+}
+
+void OutputParser::stream_partial_call(std::string_view invoke, OutputDelta* out) {
+  std::string name, args;
+  if (!partial_dsml_arguments(invoke, &name, &args)) return;
+  if (!call_started_) {
+    call_started_ = true;
+    streamed_args_.clear();
+    out->tool_call_parts.push_back(ToolCallPart{next_index_, id_prefix_ + std::to_string(next_index_), name, {}});
+  }
+  if (args.size() > streamed_args_.size() && args.starts_with(streamed_args_)) {
+    out->tool_call_parts.push_back(ToolCallPart{next_index_, {}, {}, args.substr(streamed_args_.size())});
+    streamed_args_ = std::move(args);
+  }
+}
+
+void OutputParser::end_streamed_call() {
+  if (!call_started_) return;
+  call_started_ = false;
+  streamed_args_.clear();
+  next_index_++;
 }
 
 void OutputParser::finish(OutputDelta* out) {

@@ -21,6 +21,8 @@
 //     that whitespace is part of the block's raw text); finish() releases it.
 //   * A malformed DSML block never throws or aborts: its raw text goes to the content and
 //     tool_error says what was wrong.
+//   * Arguments are JSON objects with the parameters in generated order (a repeated parameter
+//     name is malformed), so a streamed prefix of them is never contradicted later.
 #pragma once
 
 #include <cstddef>
@@ -37,16 +39,36 @@ namespace ds4 {
 // come back as compact JSON object text; call->id is left alone.
 bool parse_dsml_invoke(std::string_view text, ChatToolCall* call, std::string* error);
 
+// The arguments of a tool call as far as they were generated (OutputParser with
+// set_stream_tool_arguments): the arguments JSON text of the complete parameters, then, inside
+// a string parameter, its value so far ("{\"a\":1,\"s\":\"hel"). A JSON-valued parameter
+// appears once it is closed. Every later prefix extends this one, and the complete call's
+// arguments (parse_dsml_invoke) extend them all. Returns false until the invoke tag and its
+// name are complete. `invoke` starts at the invoke tag and need not be complete.
+bool partial_dsml_arguments(std::string_view invoke, std::string* name, std::string* arguments);
+
+// One piece of a streamed tool call (OpenAI's tool_calls[].function.arguments deltas): the
+// first piece of a call carries its id and name (and usually empty arguments); the later ones
+// only more arguments text. The pieces of one index concatenate to that call's arguments.
+struct ToolCallPart {
+  int index = 0;
+  std::string id;    // first piece only
+  std::string name;  // first piece only
+  std::string arguments;
+};
+
 // Text produced by one OutputParser call.
 struct OutputDelta {
   std::string reasoning;
   std::string content;
   std::vector<ChatToolCall> tool_calls;  // completed calls (ids assigned by the parser)
+  std::vector<ToolCallPart> tool_call_parts;  // streamed pieces (set_stream_tool_arguments)
   std::string tool_error;                // a malformed tool block (its text went to content)
   bool empty() const {
-    return reasoning.empty() && content.empty() && tool_calls.empty() && tool_error.empty();
+    return reasoning.empty() && content.empty() && tool_calls.empty() && tool_call_parts.empty() &&
+           tool_error.empty();
   }
-  void append(const OutputDelta& d);
+  void append(const OutputDelta& d);  // merges a continuation piece into the previous one
 };
 
 class OutputParser {
@@ -63,6 +85,11 @@ class OutputParser {
   // End of generation: releases held-back text; reports an unterminated tool block.
   void finish(OutputDelta* out);
 
+  // Also stream each tool call piecewise as tool_call_parts while it is generated (completed
+  // calls still come in tool_calls). A call whose start was streamed and that then turns out
+  // malformed keeps its index (the next call takes the following one); tool_error says why.
+  void set_stream_tool_arguments(bool on) { stream_args_ = on; }
+
   const std::string& stop_sequence() const { return matched_stop_; }
   int tool_calls_emitted() const { return n_calls_; }
 
@@ -71,6 +98,8 @@ class OutputParser {
   void content(std::string_view text, OutputDelta* out);     // after the thinking stage
   void drain_dsml(OutputDelta* out, bool at_end);
   void emit_block_text(std::string_view raw, OutputDelta* out);
+  void stream_partial_call(std::string_view invoke, OutputDelta* out);  // stream_args_
+  void end_streamed_call();  // an abandoned started call: its index stays used
 
   bool in_thinking_;
   bool parse_tools_;
@@ -87,7 +116,11 @@ class OutputParser {
   int block_calls_ = 0;     // calls parsed in the current block
   std::string matched_stop_;
   bool stopped_ = false;
-  int n_calls_ = 0;
+  int n_calls_ = 0;         // completed calls
+  int next_index_ = 0;      // index (and id suffix) of the next call
+  bool stream_args_ = false;
+  bool call_started_ = false;   // the current invoke's first piece was emitted
+  std::string streamed_args_;   // its arguments text emitted so far
 };
 
 // Length of the longest suffix of `text` that is a proper prefix of `marker`.

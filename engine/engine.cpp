@@ -19,6 +19,7 @@
 #include "backend/registry.h"
 #include "engine/engine_internal.h"
 #include "engine/speculative.h"
+#include "engine/state_file.h"
 #include "speculative/drafter.h"
 #include "engine/text.h"
 #include "model/model.h"
@@ -39,7 +40,7 @@ constexpr int kMaxDecodeBatch = session::kMaxBatchRows;
 
 class SessionImpl final : public Session {
  public:
-  explicit SessionImpl(std::unique_ptr<session::ModelSession> s) : s_(std::move(s)) {}
+  SessionImpl(std::unique_ptr<session::ModelSession> s, uint64_t model_id) : s_(std::move(s)), model_id_(model_id) {}
 
   int n_ctx() const override { return static_cast<int>(s_->n_ctx()); }
   int n_tokens() const override { return static_cast<int>(s_->n_tokens()); }
@@ -64,10 +65,32 @@ class SessionImpl final : public Session {
   Status restore_snapshot() override { return s_->restore_snapshot(); }
   uint64_t state_bytes() const override { return s_->state_bytes(); }
   void reset() override { s_->reset(); }
+  Status export_state(std::vector<uint8_t>* image) const override {
+    std::vector<uint8_t> payload;
+    s_->export_state(payload);
+    encode_state_image(model_id_, s_->n_ctx(), s_->tokens(), payload, image);
+    return Status();
+  }
+  Status import_state(std::span<const uint8_t> image) override {
+    std::span<const uint8_t> payload;
+    Expected<StateFileHeader> h = decode_state_image(image, model_id_, s_->n_ctx(), &payload);
+    if (!h.ok()) {
+      s_->reset();
+      return h.status();
+    }
+    DS4_RETURN_IF_ERROR(s_->import_state(payload));
+    const std::span<const int32_t> got = s_->tokens();
+    if (!std::equal(got.begin(), got.end(), h->tokens.begin(), h->tokens.end())) {
+      s_->reset();
+      return corrupt("state file: the payload's tokens differ from its header's");
+    }
+    return Status();
+  }
   session::ModelSession* inner() { return s_.get(); }
 
  private:
   std::unique_ptr<session::ModelSession> s_;
+  uint64_t model_id_ = 0;
 };
 
 class EngineImpl final : public Engine {
@@ -95,7 +118,7 @@ class EngineImpl final : public Engine {
     }
     auto s = session::ModelSession::create(*bound_, n_ctx, limit);
     if (!s.ok()) return s.status();
-    return std::unique_ptr<Session>(new SessionImpl(std::move(s).value()));
+    return std::unique_ptr<Session>(new SessionImpl(std::move(s).value(), info_.model_id));
   }
 
   Status decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) override {
@@ -178,7 +201,49 @@ ModelInfo make_info(const model::Model& m, const std::string& path) {
   return info;
 }
 
+// FNV-1a-64 over what a session state depends on: the GGUF metadata (keys, types, raw
+// values), the tensor table (name, type, shape, offset, size), the first kSampleBytes of every
+// tensor (cheap even for a 100 GB file: one page each), the file size and the numerics
+// options that change computed bits (activation numerics, backend kind).
+uint64_t model_identity(const model::Model& m, const EngineOptions& o) {
+  constexpr uint64_t kSampleBytes = 4096;
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  auto mix_u64 = [&mix](uint64_t v) { mix(&v, sizeof(v)); };
+  const gguf::File& f = m.file();
+  mix_u64(f.file_size());
+  for (const gguf::KeyValue& kv : f.metadata()) {
+    mix(kv.key.data(), kv.key.size());
+    mix_u64(static_cast<uint64_t>(kv.type) << 32 | static_cast<uint64_t>(kv.array_type));
+    mix_u64(kv.array_count);
+    mix_u64(kv.data_bytes);
+    if (kv.data != nullptr) mix(kv.data, kv.data_bytes);
+  }
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    mix(t.name.data(), t.name.size());
+    mix_u64(static_cast<uint64_t>(t.type));
+    for (int64_t d : t.ne) mix_u64(static_cast<uint64_t>(d));
+    mix_u64(t.offset);
+    mix_u64(t.nbytes);
+    if (t.data != nullptr) mix(t.data, std::min(t.nbytes, kSampleBytes));
+  }
+  // Not the backend: every backend computes the same bits, so a state saved on one loads on
+  // any other.
+  mix_u64(o.f32_activations ? 1 : 0);
+  return h;
+}
+
 }  // namespace
+
+Status Session::export_state(std::vector<uint8_t>*) const {
+  return unsupported("this session cannot export its state");
+}
+Status Session::import_state(std::span<const uint8_t>) {
+  return unsupported("this session cannot import a state");
+}
 
 session::ModelSession* model_session(Session& s) {
   auto* impl = dynamic_cast<SessionImpl*>(&s);
@@ -231,6 +296,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (!text.ok()) return text.status();
   ModelInfo info = make_info(**model, options.model_path);
   info.backend = be->description();
+  info.model_id = model_identity(**model, options);
   std::unique_ptr<speculative::DrafterModel> drafter;
   if (!options.mtp_path.empty()) {
     auto d = load_dspark_drafter(**model, *be, options.mtp_path);

@@ -58,6 +58,10 @@ struct ModelInfo {
   uint64_t session_fixed_bytes = 0;  // raw windows + compressor states, independent of ctx
   bool has_drafter = false;
   std::string backend;           // one line: the backend and what it runs on (Backend::description)
+  // Identity of what a session state depends on (engine/state_file.h): FNV-1a-64 of the GGUF
+  // metadata, its tensor table, the first bytes of every tensor, the file size and the
+  // numerics options. Saved states load only into an engine with the same id.
+  uint64_t model_id = 0;
 };
 
 // Chat rendering (the DeepSeek V4 encoding, ds4-architecture.md §8.5; rules in
@@ -156,6 +160,15 @@ class Session {
   virtual uint64_t state_bytes() const = 0;           // bytes a snapshot payload holds
 
   virtual void reset() = 0;                            // empty timeline
+
+  // Disk cache (engine/state_file.h has the format and the file helpers): the whole state as
+  // one self-checking image (header with model identity, n_ctx and token ids; payload;
+  // checksum), and its import into a session of the same engine and n_ctx, which then
+  // continues bit-identically to the session that exported it. A bad image (corrupt,
+  // truncated, another model or shape) is an error naming the mismatch and leaves the
+  // session empty. Base implementation: kUnsupported.
+  virtual Status export_state(std::vector<uint8_t>* image) const;
+  virtual Status import_state(std::span<const uint8_t> image);
 };
 
 }  // namespace ds4

@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libssl-dev
   clang libclang-rt-14-dev
   python3 python3-pip
+  chromium chromium-driver
 )
 
 missing=()

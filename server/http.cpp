@@ -268,6 +268,24 @@ json tool_calls_json(const std::vector<ChatToolCall>& calls, int first_index, bo
   return arr;
 }
 
+// Streamed pieces (OpenAI chunk form): the first piece of a call has id, type and name.
+json tool_call_parts_json(const std::vector<ToolCallPart>& parts) {
+  json arr = json::array();
+  for (const ToolCallPart& p : parts) {
+    json c;
+    c["index"] = p.index;
+    if (!p.id.empty()) {
+      c["id"] = p.id;
+      c["type"] = "function";
+      c["function"] = {{"name", p.name}, {"arguments", p.arguments}};
+    } else {
+      c["function"] = {{"arguments", p.arguments}};
+    }
+    arr.push_back(std::move(c));
+  }
+  return arr;
+}
+
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 std::string sse_event(const char* name, const json& j) {
   return std::string("event: ") + name + "\ndata: " + dump(j) + "\n\n";
@@ -458,6 +476,15 @@ struct HttpServer::Impl {
     metric("ds4_idle_sessions", "gauge", "Cached idle sessions.", s.idle_sessions);
     metric("ds4_idle_session_bytes", "gauge", "Estimated state bytes of the cached idle sessions.",
            static_cast<double>(s.idle_bytes));
+    metric("ds4_kv_disk_hits_total", "counter", "Requests that resumed a state loaded from --kv-cache-dir.",
+           static_cast<double>(s.disk_reuse_hits));
+    metric("ds4_kv_disk_saves_total", "counter", "Session states written to --kv-cache-dir.",
+           static_cast<double>(s.disk.saves));
+    metric("ds4_kv_disk_rejected_total", "counter",
+           "--kv-cache-dir files ignored (corrupt, truncated, another model or context).",
+           static_cast<double>(s.disk.rejected));
+    metric("ds4_kv_disk_entries", "gauge", "Session states indexed in --kv-cache-dir.", static_cast<double>(s.disk.entries));
+    metric("ds4_kv_disk_bytes", "gauge", "Bytes of the indexed --kv-cache-dir files.", static_cast<double>(s.disk.bytes));
     metric("ds4_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.gen_tokens));
     o << "# HELP ds4_time_to_first_token_seconds Time from submission to the first generated token.\n"
          "# TYPE ds4_time_to_first_token_seconds histogram\n";
@@ -548,6 +575,8 @@ struct HttpServer::Impl {
     const int fd = find_connection_fd(req);
     const std::string id = new_id(api == Api::kChat ? "chatcmpl-" : api == Api::kCompletion ? "cmpl-" : "msg_");
     auto parser = std::make_shared<OutputParser>(thinking, r.tools_enabled, r.stops, "call_" + id.substr(id.find_first_of("-_") + 1) + "_");
+    // Streamed chat: tool-call arguments go out piecewise as they are generated.
+    if (api == Api::kChat && r.stream) parser->set_stream_tool_arguments(true);
     auto req_copy = std::make_shared<ApiRequest>(std::move(r));
     if (!req_copy->stream) {
       Outcome o;
@@ -676,17 +705,13 @@ struct HttpServer::Impl {
       };
       bool ok = true;
       if (api == Api::kChat) ok = write(sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}})));
-      int n_calls = 0;
       EmitFn emit = [&](const OutputDelta& d, std::span<const TokenEvent> toks) {
         json choice;
         if (api == Api::kChat) {
           json delta = json::object();
           if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
           if (!d.content.empty()) delta["content"] = d.content;
-          if (!d.tool_calls.empty()) {
-            delta["tool_calls"] = tool_calls_json(d.tool_calls, n_calls, true);
-            n_calls += static_cast<int>(d.tool_calls.size());
-          }
+          if (!d.tool_call_parts.empty()) delta["tool_calls"] = tool_call_parts_json(d.tool_call_parts);
           choice["delta"] = std::move(delta);
           if (r.top_logprobs >= 0 && !toks.empty()) {
             json lp = json::array();

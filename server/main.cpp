@@ -52,6 +52,8 @@ struct Flags {
   int max_tokens = 4096;
   int max_body_mb = 8;
   int kv_memory_mb = 512;
+  std::string kv_cache_dir;
+  int kv_cache_disk_mb = 4096;
   int read_timeout = 60;
   int write_timeout = 60;
   int http_threads = 64;
@@ -85,6 +87,12 @@ void declare(FlagTable& t, Flags& f) {
               "MiB of idle sessions kept for prefix reuse (LRU; a prompt that extends a cached one "
               "resumes it); 0 = no reuse",
               "DS4_KV_MEMORY", "MIB")
+      .option("--kv-cache-dir", &f.kv_cache_dir,
+              "Folder where session states are saved and found again across restarts (checksummed; "
+              "a corrupt or foreign file is ignored with a warning); needs --kv-memory > 0",
+              "DS4_KV_CACHE_DIR", "DIR")
+      .option("--kv-cache-disk", &f.kv_cache_disk_mb, "MiB of disk the --kv-cache-dir files may use (oldest deleted first)",
+              "DS4_KV_CACHE_DISK", "MIB")
       .option("--max-body", &f.max_body_mb, "Request body limit in MiB (then 413)", "", "MIB")
       .option("--read-timeout", &f.read_timeout, "Seconds to wait for a client's request bytes", "", "S")
       .option("--write-timeout", &f.write_timeout, "Seconds a client may stall reading the response", "", "S")
@@ -103,6 +111,10 @@ Status validate(const Flags& f) {
   if (f.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", f.threads);
   if (f.parallel < 1 || f.parallel > 8) return invalid_argument("--parallel must be in [1, 8], got %d", f.parallel);
   if (f.kv_memory_mb < 0) return invalid_argument("--kv-memory must be >= 0, got %d", f.kv_memory_mb);
+  if (!f.kv_cache_dir.empty() && f.kv_memory_mb == 0) {
+    return invalid_argument("--kv-cache-dir needs prefix reuse: --kv-memory must be > 0");
+  }
+  if (f.kv_cache_disk_mb < 1) return invalid_argument("--kv-cache-disk must be >= 1, got %d", f.kv_cache_disk_mb);
   if (f.max_queue < 0) return invalid_argument("--max-queue must be >= 0, got %d", f.max_queue);
   if (f.max_tokens < 1) return invalid_argument("--max-tokens must be >= 1, got %d", f.max_tokens);
   if (f.max_body_mb < 1 || f.max_body_mb > 1024) return invalid_argument("--max-body must be in [1, 1024] MiB");
@@ -171,6 +183,17 @@ int main_impl(int argc, char** argv) {
   so.n_ctx = f.ctx;
   so.dspark = !f.mtp.empty();
   so.kv_memory_bytes = static_cast<uint64_t>(f.kv_memory_mb) << 20;
+  // Declared before the scheduler: it outlives it (the scheduler's stop() ends its last save).
+  std::unique_ptr<DiskCache> disk;
+  if (!f.kv_cache_dir.empty()) {
+    disk = std::make_unique<DiskCache>(**engine, f.kv_cache_dir, f.ctx, static_cast<uint64_t>(f.kv_cache_disk_mb) << 20);
+    Status ds = disk->open();
+    if (!ds.ok()) return fail(ds.message());
+    const DiskCacheStats st = disk->stats();
+    std::fprintf(stderr, "ds4-server: kv cache dir '%s': %lld saved states (%.1f MiB)\n", f.kv_cache_dir.c_str(),
+                 static_cast<long long>(st.entries), static_cast<double>(st.bytes) / (1 << 20));
+    so.disk = disk.get();
+  }
   if (so.dspark) {
     std::vector<float> grid;
     Status s = parse_dspark_confidence_grid(kDefaultDsparkGrid, &grid);

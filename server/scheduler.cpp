@@ -119,22 +119,33 @@ void Scheduler::stop(double grace_s) {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (options_.disk != nullptr) options_.disk->close();  // writes what is queued, then stops
+}
+
+void Scheduler::save_to_disk(Slot& slot) {
+  if (options_.disk != nullptr && slot.snap_done && !options_.disk->contains(slot.snap_prefix)) {
+    options_.disk->save(*slot.session);
+  }
 }
 
 SchedulerStats Scheduler::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulerStats s = stats_;
+  if (options_.disk != nullptr) s.disk = options_.disk->stats();
   s.queued = static_cast<int>(queue_.size());
   s.active = active_;
   return s;
 }
 
-std::unique_ptr<Session> Scheduler::take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused) {
+std::unique_ptr<Session> Scheduler::take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused,
+                                                 bool* from_disk) {
+  constexpr size_t kNone = static_cast<size_t>(-1);
   *reused = 0;
+  *from_disk = false;
   std::unique_ptr<Session> out;
   if (options_.kv_memory_bytes > 0 && !fresh) {
     // The longest cached prefix that the prompt extends by at least one token.
-    size_t best = idle_.size(), best_len = 0;
+    size_t best = kNone, best_len = 0;
     for (size_t i = 0; i < idle_.size(); ++i) {
       const std::vector<int32_t>& pre = idle_[i].prefix;
       if (!pre.empty() && pre.size() < prompt.size() && pre.size() > best_len &&
@@ -143,7 +154,42 @@ std::unique_ptr<Session> Scheduler::take_session(const std::vector<int32_t>& pro
         best_len = pre.size();
       }
     }
-    if (best < idle_.size()) {
+    // A longer prefix on disk wins: it is loaded into the least recently used idle session
+    // other than the live candidate (or a new one).
+    std::string path;
+    const size_t disk_len = options_.disk != nullptr ? options_.disk->best_prefix(prompt, best_len, &path) : 0;
+    if (disk_len > 0) {
+      std::unique_ptr<Session> holder;
+      for (size_t i = idle_.size(); i-- > 0;) {
+        if (i == best) continue;
+        holder = std::move(idle_[i].session);
+        idle_bytes_ -= idle_[i].bytes;
+        idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+        if (best != kNone && best > i) --best;
+        break;
+      }
+      if (!holder) {
+        Expected<std::unique_ptr<Session>> made = engine_.new_session(options_.n_ctx);
+        if (made.ok()) holder = std::move(made).value();
+      }
+      if (holder && options_.disk->load(*holder, path, prompt, disk_len)) {
+        *reused = static_cast<int>(disk_len);
+        *from_disk = true;
+        out = std::move(holder);
+        best = kNone;
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.disk_reuse_hits++;
+      } else if (holder && best == kNone) {
+        out = std::move(holder);  // emptied by the failed load
+      } else if (holder) {        // back among the idle ones; the live candidate serves
+        Idle e;
+        e.session = std::move(holder);
+        e.bytes = session_bytes_;
+        idle_bytes_ += e.bytes;
+        idle_.push_back(std::move(e));
+      }
+    }
+    if (!out && best != kNone) {
       Idle e = std::move(idle_[best]);
       idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
       idle_bytes_ -= e.bytes;
@@ -202,7 +248,8 @@ bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
   const bool take_spec = options_.dspark && p.allow_dspark && p.sampler.temperature <= 0.0f &&
                          p.top_logprobs < 0;
   int reused = 0;
-  slot->session = take_session(p.prompt, take_spec, &reused);
+  bool from_disk = false;
+  slot->session = take_session(p.prompt, take_spec, &reused, &from_disk);
   if (!slot->session) {
     Expected<std::unique_ptr<Session>> session = engine_.new_session(options_.n_ctx);
     if (!session.ok()) {
@@ -221,6 +268,11 @@ bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
     if (slot->snap_at > 0 && slot->snap_at == slot->reused) {  // the restored snapshot is that one
       slot->snap_done = true;
       slot->snap_prefix.assign(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(slot->snap_at));
+      if (from_disk && !slot->session->save_snapshot().ok()) {  // a load brings no in-memory snapshot
+        slot->snap_done = false;
+        slot->snap_prefix.clear();
+      }
+      save_to_disk(*slot);
     }
   }
   slot->sampler = std::make_unique<Sampler>(p.sampler, engine_.info().n_vocab);
@@ -321,6 +373,7 @@ bool Scheduler::pre_step(Slot& slot) {
       if (slot.session->save_snapshot().ok()) {
         slot.snap_done = true;
         slot.snap_prefix.assign(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(slot.snap_at));
+        save_to_disk(slot);
       }
     }
     return false;

@@ -30,6 +30,10 @@
 //     state as prefilling the whole prompt (prefill is split-invariant, engine.h), so reuse never
 //     changes an output. A DSpark job starts from an empty session instead (the
 //     speculative decoder must be bound before the prompt).
+//   * Disk cache (SchedulerOptions::disk): each snapshot prefix not yet on disk is saved when it
+//     is taken; a job whose prompt extends a saved prefix longer than any live one loads it
+//     (all checks in DiskCache::load) instead of prefilling — the same state, bit for bit, so
+//     it never changes an output either; a file that fails its checks means a normal prefill.
 #pragma once
 
 #include <atomic>
@@ -46,6 +50,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
+#include "server/disk_cache.h"
 
 namespace ds4::server {
 
@@ -127,6 +132,10 @@ struct SchedulerOptions {
   // reuse (no snapshots); up to max_active idle sessions are still kept and reset for new jobs,
   // so memory stays flat under load.
   uint64_t kv_memory_bytes = 0;
+  // --kv-cache-dir (opened by the caller, outlives the scheduler; null: none). Needs
+  // kv_memory_bytes > 0 (the shareable prefixes are the snapshots). A new job resumes the
+  // longest prefix found live or on disk; every new snapshot prefix is saved there.
+  DiskCache* disk = nullptr;
 };
 
 // Live counters for /metrics (all cumulative except queued/active).
@@ -147,6 +156,8 @@ struct SchedulerStats {
   int64_t batched_rows = 0;    // tokens appended by them
   int idle_sessions = 0;
   uint64_t idle_bytes = 0;
+  int64_t disk_reuse_hits = 0;  // jobs that resumed a state loaded from --kv-cache-dir
+  DiskCacheStats disk;          // the disk cache's own counters (zero without one)
   // time to first token histogram (seconds)
   static constexpr int kBuckets = 10;
   static constexpr double kBucketBounds[kBuckets] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -177,7 +188,11 @@ class Scheduler {
     std::vector<int32_t> prefix;  // tokens at its snapshot (empty: no snapshot)
     uint64_t bytes = 0;
   };
-  std::unique_ptr<Session> take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused);
+  // A session for a new job: the longest cached prefix of the prompt (live, or on disk when
+  // longer) restored, else an idle session emptied, else null (make one). *from_disk: loaded
+  // from --kv-cache-dir (no in-memory snapshot yet).
+  std::unique_ptr<Session> take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused,
+                                        bool* from_disk);
   void return_session(std::unique_ptr<Session> session, std::vector<int32_t> prefix);
   void run();
   void run_round(std::vector<std::unique_ptr<Slot>>& slots);
@@ -188,6 +203,7 @@ class Scheduler {
   void emit_step(Slot& slot);            // streams slot.step_out, finishes when done
   void advance_step(Slot& slot);         // a decoding step in the slot's own forward (DSpark)
   void finish(Slot& slot, StopReason stop, std::string error = {});
+  void save_to_disk(Slot& slot);         // queues the slot's snapshot prefix for --kv-cache-dir
   double now() const;
 
   Engine& engine_;

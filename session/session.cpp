@@ -246,6 +246,20 @@ Status ModelSession::restore_snapshot() {
   return Status();
 }
 
+Status ModelSession::import_state(std::span<const uint8_t> payload) {
+  ++logits_epoch_;
+  verify_base_ = -1;
+  if (!state_.deserialize(payload)) {
+    reset();
+    return corrupt("session state payload does not match this session (model shape, n_ctx, counters or token ids)");
+  }
+  // The loaded state is the new rollback point, as after a prefill from an empty timeline.
+  state_.save_frontier(checkpoint_);
+  be_.copy(checkpoint_logits_.data(), state_.logits().data(), checkpoint_logits_.bytes());
+  checkpoint_has_logits_ = state_.has_logits();
+  return Status();
+}
+
 void ModelSession::reset() {
   ++logits_epoch_;
   state_.reset();

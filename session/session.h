@@ -91,6 +91,14 @@ class ModelSession {
   Status restore_snapshot();
   uint64_t state_bytes() const { return state_.payload_bytes(); }
   void reset();
+  // The canonical state payload (State::serialize: tokens, logits, live rows, compressor
+  // states) for a disk cache, and its import into a session of the same shape (model and
+  // n_ctx). Both go through backend download / upload only, so they work on a backend whose
+  // memory the host cannot address. import_state leaves the session as if the payload's
+  // tokens had been prefilled (checkpoint = that state); a payload that does not fit
+  // (kCorrupt) leaves the session empty.
+  void export_state(std::vector<uint8_t>& out) const { state_.serialize(out); }
+  Status import_state(std::span<const uint8_t> payload);
 
   // --- internals for tests and DSpark ---
   // Layers whose output HC state (mean over the n_hc streams) is captured per processed row.

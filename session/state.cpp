@@ -52,14 +52,14 @@ void put_dev(backend::Backend& be, std::vector<uint8_t>& out, const float* p, si
 }
 
 template <typename T>
-bool get(const std::vector<uint8_t>& in, size_t& off, T* p, size_t n) {
+bool get(std::span<const uint8_t> in, size_t& off, T* p, size_t n) {
   if (off + n * sizeof(T) > in.size()) return false;
   if (n) std::memcpy(p, in.data() + off, n * sizeof(T));
   off += n * sizeof(T);
   return true;
 }
 
-bool get_dev(backend::Backend& be, const std::vector<uint8_t>& in, size_t& off, float* p, size_t n) {
+bool get_dev(backend::Backend& be, std::span<const uint8_t> in, size_t& off, float* p, size_t n) {
   if (off + n * sizeof(float) > in.size()) return false;
   if (n) be.upload(p, in.data() + off, n * sizeof(float));
   off += n * sizeof(float);
@@ -251,12 +251,15 @@ void State::serialize(std::vector<uint8_t>& out) const {
   }
 }
 
-bool State::deserialize(const std::vector<uint8_t>& in) {
+bool State::deserialize(std::span<const uint8_t> in) {
   size_t off = 0;
   int64_t n = 0;
   if (!get(in, off, &n, 1) || n < 0 || n > n_ctx_) return false;
   tokens_.resize(n);
   if (!get(in, off, tokens_.data(), n)) return false;
+  for (int32_t t : tokens_) {
+    if (t < 0 || static_cast<uint64_t>(t) >= cfg_.n_vocab) return false;
+  }
   if (!get_dev(be_, in, off, logits_.data(), logits_.size())) return false;
   has_logits_ = n > 0;
   const int64_t d = cfg_.head_dim;

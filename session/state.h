@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -101,8 +102,10 @@ class State {
   // order, visible compressed/indexer rows, compressor states. Equal states <=> equal bytes.
   uint64_t payload_bytes() const;
   void serialize(std::vector<uint8_t>& out) const;
-  // Inverse of serialize() for a payload of this same State shape (snapshot restore).
-  bool deserialize(const std::vector<uint8_t>& in);
+  // Inverse of serialize() for a payload of this same State shape (snapshot restore, disk
+  // cache). Checks the sizes, counters and token ids against this State; false on any
+  // mismatch, leaving the State partly overwritten (the caller resets it).
+  bool deserialize(std::span<const uint8_t> in);
 
  private:
   size_t layer_state_offset(int il) const { return state_offsets_[il]; }

@@ -145,6 +145,111 @@ TEST(Dsml, StreamedOneByteAtATimeGivesTheSameCalls) {
   EXPECT_EQ(json::parse(all.tool_calls[0].arguments), json::parse(calls[0].arguments));
 }
 
+// Feeds text one byte at a time to a parser that streams tool arguments; returns every piece
+// as emitted (unmerged) and the merged delta.
+std::vector<ToolCallPart> stream_bytes(const std::string& text, OutputDelta* all) {
+  OutputParser parser(false, true, {}, "c");
+  parser.set_stream_tool_arguments(true);
+  std::vector<ToolCallPart> pieces;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    OutputDelta d;
+    if (i < text.size()) parser.push(std::string_view(text).substr(i, 1), &d);
+    else parser.finish(&d);
+    pieces.insert(pieces.end(), d.tool_call_parts.begin(), d.tool_call_parts.end());
+    all->append(d);
+  }
+  return pieces;
+}
+
+bool valid_utf8(const std::string& s) {
+  return json(s).dump(-1, ' ', false, json::error_handler_t::replace).find("\xEF\xBF\xBD") == std::string::npos;
+}
+
+TEST(Dsml, StreamedArgumentsArriveInPiecesThatConcatenateToTheCall) {
+  const std::vector<ChatToolCall> calls = {
+      {"a", "search", R"({"q":"ünïcode \"quoted\" <tag> text that is long enough to arrive in many pieces","limit":3,"o":{"k":[1,2]}})"},
+      {"b", "noop", "{}"}};
+  const std::string text = "Let me look." + rendered_calls(calls) + "\nAfter.";
+  OutputDelta all;
+  const std::vector<ToolCallPart> pieces = stream_bytes(text, &all);
+  EXPECT_EQ(all.content, "Let me look.\nAfter.");
+  ASSERT_EQ(all.tool_calls.size(), 2u);
+  EXPECT_TRUE(all.tool_error.empty()) << all.tool_error;
+  for (int i = 0; i < 2; ++i) {
+    std::string joined;
+    int n = 0;
+    for (const ToolCallPart& p : pieces) {
+      if (p.index != i) continue;
+      if (n++ == 0) {  // the first piece names the call
+        EXPECT_EQ(p.id, all.tool_calls[i].id);
+        EXPECT_EQ(p.name, all.tool_calls[i].name);
+      } else {
+        EXPECT_TRUE(p.id.empty() && p.name.empty());
+      }
+      EXPECT_TRUE(valid_utf8(p.arguments)) << "a piece splits a UTF-8 sequence: " << p.arguments;
+      joined += p.arguments;
+    }
+    EXPECT_EQ(joined, all.tool_calls[i].arguments) << i;
+    EXPECT_EQ(json::parse(joined), json::parse(calls[i].arguments)) << i;
+    if (i == 0) {
+      EXPECT_GT(n, 20) << "the string parameter was not streamed piecewise";
+    }
+  }
+  // append() merged the continuation pieces: one part per call.
+  ASSERT_EQ(all.tool_call_parts.size(), 2u);
+  EXPECT_EQ(all.tool_call_parts[0].arguments, all.tool_calls[0].arguments);
+  EXPECT_EQ(all.tool_call_parts[1].arguments, "{}");
+}
+
+TEST(Dsml, ArgumentsKeepTheGeneratedParameterOrder) {
+  const std::string open = dsml_tag("tool_calls") + ">";
+  const std::string inv = dsml_tag("invoke") + " name=\"f\">" + dsml_tag("parameter") + " name=\"z\" string=\"false\">1" +
+                          dsml_close_tag("parameter") + dsml_tag("parameter") + " name=\"a\" string=\"true\">x" +
+                          dsml_close_tag("parameter") + dsml_close_tag("invoke");
+  OutputDelta all;
+  stream_bytes(open + inv + dsml_close_tag("tool_calls"), &all);
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"z":1,"a":"x"})");
+  std::string name, partial;
+  ASSERT_TRUE(partial_dsml_arguments(inv.substr(0, inv.size() - 30), &name, &partial));
+  EXPECT_EQ(name, "f");
+  EXPECT_TRUE(all.tool_calls[0].arguments.starts_with(partial)) << partial;
+}
+
+TEST(Dsml, AStreamedCallThatTurnsOutMalformedKeepsItsIndex) {
+  const std::string open = dsml_tag("tool_calls") + ">";
+  auto param = [](const char* name, const char* is_string, const std::string& v) {
+    return dsml_tag("parameter") + " name=\"" + name + "\" string=\"" + is_string + "\">" + v + dsml_close_tag("parameter");
+  };
+  const std::string bad = dsml_tag("invoke") + " name=\"f\">" + param("s", "true", "some text") +
+                          param("x", "false", "{bad") + dsml_close_tag("invoke");
+  const std::string twice = dsml_tag("invoke") + " name=\"g\">" + param("s", "true", "a") + param("s", "true", "b") +
+                            dsml_close_tag("invoke");
+  const std::string good = dsml_tag("invoke") + " name=\"h\">" + param("n", "false", "2") + dsml_close_tag("invoke");
+  OutputDelta all;
+  const std::vector<ToolCallPart> pieces = stream_bytes(open + bad + twice + good + dsml_close_tag("tool_calls"), &all);
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].name, "h");
+  EXPECT_EQ(all.tool_calls[0].id, "c2");  // indices 0 and 1 went to the malformed calls
+  EXPECT_NE(all.tool_error.find("is not valid JSON"), std::string::npos) << all.tool_error;
+  EXPECT_NE(all.tool_error.find("given twice"), std::string::npos) << all.tool_error;
+  ASSERT_FALSE(pieces.empty());
+  EXPECT_EQ(pieces.front().index, 0);
+  EXPECT_EQ(pieces.front().name, "f");
+  EXPECT_EQ(pieces.back().index, 2);
+  EXPECT_NE(all.content.find("{bad"), std::string::npos);  // the raw text is kept
+}
+
+TEST(Dsml, NoPiecesUnlessAsked) {
+  const std::string text = rendered_calls({{"a", "f", R"({"s":"x"})"}});
+  OutputParser parser(false, true, {}, "c");
+  OutputDelta d;
+  for (char c : text) parser.push(std::string_view(&c, 1), &d);
+  parser.finish(&d);
+  EXPECT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_TRUE(d.tool_call_parts.empty());
+}
+
 TEST(Dsml, MalformedBlocksAreReportedNotThrown) {
   const std::string open = dsml_tag("tool_calls") + ">";
   const std::vector<std::string> bad = {
@@ -202,6 +307,7 @@ TEST(Dsml, RandomTextNeverBreaksTheParser) {
     const int n = 1 + static_cast<int>(rng() % 12);
     for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
     OutputParser parser(iter % 2 == 0, true, {"STOP"}, "c");
+    parser.set_stream_tool_arguments(iter % 3 != 0);
     OutputDelta all;
     size_t pos = 0;
     while (pos < text.size()) {
@@ -214,6 +320,16 @@ TEST(Dsml, RandomTextNeverBreaksTheParser) {
     OutputDelta tail;
     parser.finish(&tail);
     all.append(tail);
+    // Streamed pieces: each completed call's pieces (merged by append) are its arguments.
+    for (const ChatToolCall& c : all.tool_calls) {
+      if (iter % 3 == 0) break;
+      const int index = std::stoi(c.id.substr(1));
+      auto it = std::find_if(all.tool_call_parts.begin(), all.tool_call_parts.end(),
+                             [&](const ToolCallPart& p) { return p.index == index; });
+      ASSERT_NE(it, all.tool_call_parts.end()) << text;
+      EXPECT_EQ(it->arguments, c.arguments) << text;
+      EXPECT_EQ(it->name, c.name) << text;
+    }
     if (all.tool_calls.empty() && all.tool_error.empty()) {
       EXPECT_EQ(all.reasoning.size() + all.content.size() +
                     (iter % 2 == 0 && text.find("</think>") != std::string::npos ? 8 : 0),
