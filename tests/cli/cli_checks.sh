@@ -201,6 +201,19 @@ case "$check" in
     expect_error "--f32-activations .*cpu backend only" "$ds4" -m "$model" --backend cuda --f32-activations -p hi
     expect_error "--backend must be auto, cpu or cuda, got 'gpu'" "$bench" -m "$model" --backend gpu \
       --prompt-file "$src/data/promessi_sposi.txt"
+    # The other frontends share the table (checked when they are built next to ds4).
+    bindir=$(dirname "$ds4")
+    for prog in ds4-bench-spec ds4-bench-batch ds4-server; do
+      [ -x "$bindir/$prog" ] || continue
+      expect_error "--backend must be auto, cpu or cuda, got 'gpu'" "$bindir/$prog" -m "$model" --backend gpu
+      expect_error "--cpu and --cuda are exclusive" "$bindir/$prog" -m "$model" --cpu --cuda
+      grep -q -- "DS4_BACKEND" <("$bindir/$prog" --help) || die "$prog --help lacks DS4_BACKEND"
+    done
+    if [ -x "$bindir/ds4-bench-batch" ]; then
+      DS4_BACKEND=cpu "$bindir/ds4-bench-batch" -m "$model" --max-k 1 --steps 1 --prompt-tokens 2 --repeat 1 -t 1 \
+        >"$out.batch" 2>"$err.batch" || die "ds4-bench-batch exit $?"
+      grep -q '^ds4-bench-batch: backend cpu: .*, 1 thread$' "$err.batch" || die "ds4-bench-batch: $(cat "$err.batch")"
+    fi
     if [ $has_gpu = 0 ]; then
       # No GPU here: the engine's own message (no CUDA in this build, or no usable GPU) reaches
       # the user, for --backend cuda and for an explicit --device with auto.
