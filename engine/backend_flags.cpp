@@ -18,8 +18,9 @@ bool on_command_line(const FlagTable& t, const std::string& name) { return t.sou
 
 // " (from DS4_BACKEND)" when the value came from the environment, so the user finds it.
 std::string origin(const FlagTable& t, const std::string& name) {
-  const std::string s = t.source(name);
-  return s.rfind("environment", 0) == 0 ? " (from the " + s + ")" : "";
+  const std::string s = t.source(name);  // "environment (DS4_BACKEND)"
+  const size_t open = s.find('(');
+  return s.rfind("environment", 0) == 0 && open != std::string::npos ? " (from " + s.substr(open + 1) : "";
 }
 
 }  // namespace

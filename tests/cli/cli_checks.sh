@@ -193,7 +193,7 @@ case "$check" in
       return 0
     }
     expect_error "--backend must be auto, cpu or cuda, got 'bogus'" "$ds4" -m "$model" --backend bogus -p hi
-    expect_error "--backend must be auto, cpu or cuda, got 'gpu' (from the environment (DS4_BACKEND))" \
+    expect_error "--backend must be auto, cpu or cuda, got 'gpu' (from DS4_BACKEND)" \
       env DS4_BACKEND=gpu "$ds4" -m "$model" -p hi
     expect_error "--cpu and --cuda are exclusive" "$ds4" -m "$model" --cuda --cpu -p hi
     expect_error "--cuda contradicts --backend cpu" "$ds4" -m "$model" --backend cpu --cuda -p hi
