@@ -214,17 +214,22 @@ case "$check" in
         >"$out.batch" 2>"$err.batch" || die "ds4-bench-batch exit $?"
       grep -q '^ds4-bench-batch: backend cpu: .*, 1 thread$' "$err.batch" || die "ds4-bench-batch: $(cat "$err.batch")"
     fi
-    if [ $has_gpu = 0 ]; then
-      # No GPU here: the engine's own message (no CUDA in this build, or no usable GPU) reaches
-      # the user, for --backend cuda and for an explicit --device with auto.
+    cuda_build=0
+    "$ds4" --help | grep -q "This build has: .*cuda" && cuda_build=1
+    if [ $has_gpu = 0 ] || [ $cuda_build = 0 ]; then
+      # No GPU here, or no CUDA in this build: the registry's own message reaches the user, for
+      # --backend cuda and for an explicit --device with auto.
       expect_error "CUDA" "$ds4" -m "$model" --backend cuda -p hi
       expect_error "CUDA" "$ds4" -m "$model" --device 7 -p hi
       expect_error "CUDA" "$bench" -m "$model" --cuda --prompt-file "$src/data/promessi_sposi.txt"
-      # auto without a GPU runs on the CPU.
+      # auto without a GPU (or without CUDA in the build) runs on the CPU.
       "$ds4" -m "$model" --backend auto -p hi -n 2 --temp 0 >"$out.auto" 2>"$err.auto" || die "auto exit $?"
-      grep -q '^ds4: backend cpu: ' "$err.auto" || die "auto without a GPU: $(cat "$err.auto")"
+      grep -q '^ds4: backend cpu: ' "$err.auto" || die "auto without a GPU or CUDA: $(cat "$err.auto")"
     else
-      expect_error "GPU 99\|device 99" "$ds4" -m "$model" --device 99 -p hi
+      # A GPU and CUDA: auto runs there; a GPU index that does not exist is an error.
+      "$ds4" -m "$model" -p hi -n 2 --temp 0 >"$out.auto" 2>"$err.auto" || die "auto exit $?"
+      grep -q '^ds4: backend cuda: device 0, ' "$err.auto" || die "auto with a GPU: $(cat "$err.auto")"
+      expect_error "device 99" "$ds4" -m "$model" --device 99 -p hi
     fi
     ;;
   *)
