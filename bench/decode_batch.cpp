@@ -16,6 +16,7 @@
 
 #include "core/flags.h"
 #include "core/timer.h"
+#include "engine/backend_flags.h"
 #include "engine/engine.h"
 
 #ifndef DS4_MODELS_DIR
@@ -27,7 +28,7 @@ namespace {
 
 struct Options {
   std::string model = std::string(DS4_MODELS_DIR) + "/ds4-tiny.gguf";
-  int threads = 0;
+  BackendFlags backend;  // --backend, --device, --cpu/--cuda, -t, --isa, --f32-activations
   int max_k = 8;
   int steps = 32;
   int prompt_tokens = 64;
@@ -51,11 +52,11 @@ int main_impl(int argc, char** argv) {
   Options o;
   FlagTable t("ds4-bench-batch", "ds4-bench-batch — decode_batch(k) vs k single decodes, tokens/s");
   t.option("-m,--model", &o.model, "Target GGUF", "DS4_MODEL", "FILE")
-      .option("-t,--threads", &o.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
       .option("--max-k", &o.max_k, "Largest batch (1..8)")
       .option("--steps", &o.steps, "Timed tokens per session")
       .option("--prompt-tokens", &o.prompt_tokens, "Prefilled tokens per session (untimed)")
       .option("--repeat", &o.repeat, "Timed runs per way; the fastest counts");
+  register_backend_flags(t, &o.backend);
   const ParseResult pr = t.parse(argc, argv);
   if (pr.should_exit()) {
     std::fputs(pr.message.c_str(), pr.exit_code == 0 ? stdout : stderr);
@@ -66,14 +67,19 @@ int main_impl(int argc, char** argv) {
     return 2;
   }
   EngineOptions eo;
+  if (Status s = apply_backend_flags(o.backend, t, &eo); !s.ok()) {
+    std::fprintf(stderr, "ds4-bench-batch: error: %s\nRun 'ds4-bench-batch --help' for the list of flags.\n",
+                 s.message().c_str());
+    return 2;
+  }
   eo.model_path = o.model;
-  eo.n_threads = o.threads;
   auto engine = Engine::open(eo);
   if (!engine.ok()) {
-    std::fprintf(stderr, "ds4-bench-batch: %s\n", engine.status().to_string().c_str());
+    std::fprintf(stderr, "ds4-bench-batch: error: %s\n", engine.status().message().c_str());
     return 1;
   }
   Engine& e = **engine;
+  std::fprintf(stderr, "%s\n", backend_line("ds4-bench-batch", e.info()).c_str());
   const int n_ctx = o.prompt_tokens + o.steps + 8;
   const uint32_t vocab = static_cast<uint32_t>(std::max(2, e.info().n_vocab) - 1);  // ids 1..vocab
   std::printf("%-3s %14s %14s %8s\n", "k", "single tok/s", "batch tok/s", "ratio");

@@ -7,7 +7,9 @@
 // (SHA-256 of the little-endian float32 words, before any probe), saves an in-memory
 // snapshot, greedily decodes exactly --gen-tokens tokens with EOS excluded (timed), restores
 // the snapshot and continues. One CSV row per frontier:
-//   ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256
+//   ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256,backend
+// (backend: ModelInfo::backend, e.g. "cpu: avx512, 16 threads", quoted as a CSV field; the same
+// line goes to stderr at start.)
 // Invariant: logits_sha256 depends only on the model and the prompt tokens (not on the
 // thread count, the frontier schedule or the probe): it is the value to compare across runs.
 #include <openssl/evp.h>
@@ -24,6 +26,7 @@
 
 #include "core/flags.h"
 #include "core/log.h"
+#include "engine/backend_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/text.h"
@@ -47,17 +50,21 @@ struct Options {
   int gen_tokens = 128;
   int ctx_alloc = 0;
   std::string csv;
-  int threads = 0;
   std::string dump_dir;
-  bool cpu = false;
-  bool cuda = false;
-  std::string isa = "auto";
+  BackendFlags backend;  // --backend, --device, --cpu/--cuda, -t, --isa, --f32-activations
   bool verbose = false;
 };
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "ds4-bench: error: %s\n", message.c_str());
   return 1;
+}
+
+// A CSV field: in double quotes (it holds commas), inner quotes doubled.
+std::string csv_quoted(const std::string& v) {
+  std::string q = "\"";
+  for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
 }
 
 // SHA-256 of the logits as little-endian float32 words, lowercase hex.
@@ -111,8 +118,6 @@ Status validate(const Options& o) {
     return invalid_argument("--step-mul must be > 1 (or 0 for --step-incr), got %g", o.step_mul);
   }
   if (o.gen_tokens < 0) return invalid_argument("--gen-tokens must be >= 0, got %d", o.gen_tokens);
-  if (o.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", o.threads);
-  if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
   if (o.ctx_alloc != 0 && o.ctx_alloc <= o.ctx_max + o.gen_tokens) {
     return invalid_argument("--ctx-alloc (%d) must exceed ctx-max + gen-tokens (%d)", o.ctx_alloc,
                             o.ctx_max + o.gen_tokens);
@@ -148,16 +153,12 @@ int main_impl(int argc, char** argv) {
       .option("--gen-tokens", &o.gen_tokens, "Greedy non-EOS tokens decoded at each frontier")
       .option("--ctx-alloc", &o.ctx_alloc, "Session context (0 = ctx-max + gen-tokens + 1)")
       .option("--csv", &o.csv, "Write the CSV here (default: stdout)", "", "FILE")
-      .option("-t,--threads", &o.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
       .option("--dump-frontier-logits-dir", &o.dump_dir,
               "Write each frontier's logits as raw little-endian f32 "
               "(frontier_<ctx>.logits.f32)",
               "", "DIR")
-      .flag("--cpu", &o.cpu, "CPU backend (default)")
-      .flag("--cuda", &o.cuda, "CUDA backend")
-      .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
-              "DS4_CPU_ISA", "ISA")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
+  register_backend_flags(t, &o.backend);
   ParseResult pr = t.parse(argc, argv);
   if (pr.should_exit()) {
     std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n",
@@ -165,7 +166,10 @@ int main_impl(int argc, char** argv) {
     return pr.exit_code;
   }
   set_log_level(o.verbose ? LogLevel::kInfo : LogLevel::kWarn);
-  if (Status s = validate(o); !s.ok()) {
+  EngineOptions eo;
+  Status valid = validate(o);
+  if (valid.ok()) valid = apply_backend_flags(o.backend, t, &eo);
+  if (Status s = valid; !s.ok()) {
     std::fprintf(stderr, "ds4-bench: error: %s\nRun 'ds4-bench --help' for the list of flags.\n",
                  s.message().c_str());
     return 2;
@@ -191,13 +195,11 @@ int main_impl(int argc, char** argv) {
     if (ec) return fail("cannot create '" + o.dump_dir + "': " + ec.message());
   }
 
-  EngineOptions eo;
   eo.model_path = model;
-  eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
-  eo.n_threads = o.threads;
-  eo.cpu_isa = o.isa;
   Expected<std::unique_ptr<Engine>> engine = Engine::open(eo);
   if (!engine.ok()) return fail(engine.status().message());
+  const std::string backend = (*engine)->info().backend;
+  std::fprintf(stderr, "%s\n", backend_line("ds4-bench", (*engine)->info()).c_str());
   const TextCodec* codec = &(*engine)->text();
 
   std::vector<int32_t> tokens;
@@ -219,7 +221,7 @@ int main_impl(int argc, char** argv) {
     if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
   }
   std::fprintf(csv, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
-                    "logits_sha256\n");
+                    "logits_sha256,backend\n");
   std::fflush(csv);
 
   GenerateOptions probe;
@@ -270,9 +272,9 @@ int main_impl(int argc, char** argv) {
         break;
       }
     }
-    std::fprintf(csv, "%d,%d,%.2f,%d,%.2f,%llu,%s\n", frontier, p->prompt_tokens,
+    std::fprintf(csv, "%d,%d,%.2f,%d,%.2f,%llu,%s,%s\n", frontier, p->prompt_tokens,
                  p->prefill_tps(), g.gen_tokens, g.gen_tps(),
-                 static_cast<unsigned long long>(kv_bytes), sha->c_str());
+                 static_cast<unsigned long long>(kv_bytes), sha->c_str(), csv_quoted(backend).c_str());
     std::fflush(csv);
   }
   if (csv != stdout) std::fclose(csv);

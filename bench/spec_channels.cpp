@@ -50,6 +50,7 @@
 
 #include "core/flags.h"
 #include "core/log.h"
+#include "engine/backend_flags.h"
 #include "engine/dspark_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -91,10 +92,7 @@ struct Options {
   int repeat = 1;  // timed plain/DSpark pairs per prompt; each side keeps its fastest run
   std::string csv;
   std::string outputs_dir;
-  int threads = 0;
-  bool cpu = false;
-  bool cuda = false;
-  std::string isa = "auto";
+  BackendFlags backend;  // --backend, --device, --cpu/--cuda, -t, --isa, --f32-activations
   bool stats = false;
   bool in_cycle = false;   // --in-cycle: measured/modelled time per part under each row
   bool verbose = false;
@@ -187,10 +185,8 @@ Status validate(const Options& o) {
   if (o.max_prompt_tokens < 2) {
     return invalid_argument("--max-prompt-tokens must be >= 2, got %d", o.max_prompt_tokens);
   }
-  if (o.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", o.threads);
   if (o.warmup < 0) return invalid_argument("--warmup must be >= 0, got %d", o.warmup);
   if (o.repeat < 1) return invalid_argument("--repeat must be >= 1, got %d", o.repeat);
-  if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
   if (!(o.margin >= 0.0f)) return invalid_argument("--margin-gate must be >= 0, got %g", o.margin);
   DS4_RETURN_IF_ERROR(validate_dspark_flags(o.dspark));
   if (split_list(o.channels).empty()) return invalid_argument("--channels is empty");
@@ -440,10 +436,6 @@ int main_impl(int argc, char** argv) {
       .option("--csv", &o.csv, "Also write the table as CSV here", "", "FILE")
       .option("--outputs-dir", &o.outputs_dir,
               "Write <channel>.jsonl (prompt, prompt_tokens, output, output_tokens) for ngram_similarity.py", "", "DIR")
-      .option("-t,--threads", &o.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
-      .flag("--cpu", &o.cpu, "CPU backend (default)")
-      .flag("--cuda", &o.cuda, "CUDA backend")
-      .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512", "DS4_CPU_ISA", "ISA")
       .flag("--self-test-corrupt", &o.corrupt_check,
             "Checker self-test: alter each DSpark output before comparing (must exit 1)")
       .flag("--stats", &o.stats, "Print each DSpark run's stats_report() on stderr")
@@ -452,13 +444,17 @@ int main_impl(int argc, char** argv) {
             "(units: the paired plain run's time per token) and the share of time outside them")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
   register_dspark_flags(t, &o.dspark, DsparkFlagSet::kBench);
+  register_backend_flags(t, &o.backend);
   ParseResult pr = t.parse(argc, argv);
   if (pr.should_exit()) {
     std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n", pr.message.c_str());
     return pr.exit_code;
   }
   set_log_level(o.verbose ? LogLevel::kInfo : LogLevel::kWarn);
-  if (Status s = validate(o); !s.ok()) {
+  EngineOptions eo;
+  Status valid = validate(o);
+  if (valid.ok()) valid = apply_backend_flags(o.backend, t, &eo);
+  if (Status s = valid; !s.ok()) {
     std::fprintf(stderr, "ds4-bench-spec: error: %s\nRun 'ds4-bench-spec --help' for the list of flags.\n",
                  s.message().c_str());
     return 2;
@@ -479,15 +475,12 @@ int main_impl(int argc, char** argv) {
     if (ec) return fail("cannot create '" + o.outputs_dir + "': " + ec.message());
   }
 
-  EngineOptions eo;
   eo.model_path = model;
   eo.mtp_path = mtp;
-  eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
-  eo.n_threads = o.threads;
-  eo.cpu_isa = o.isa;
   Expected<std::unique_ptr<Engine>> opened = Engine::open(eo);
   if (!opened.ok()) return fail(opened.status().message());
   Engine& engine = **opened;
+  std::fprintf(stderr, "%s\n", backend_line("ds4-bench-spec", engine.info()).c_str());
   const TextCodec& codec = engine.text();
   if (o.dspark.calibrate) {
     std::fprintf(stderr, "ds4-bench-spec: calibrating the cost gate (%d rounds)...\n", o.dspark.calibrate_reps);
@@ -518,7 +511,8 @@ int main_impl(int argc, char** argv) {
     if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
     std::fputs(csv_header(), csv);
   }
-  std::printf("# ds4-bench-spec: target %s\n# drafter %s\n", model.c_str(), mtp.c_str());
+  std::printf("# ds4-bench-spec: target %s\n# drafter %s\n# backend %s\n", model.c_str(), mtp.c_str(),
+              engine.info().backend.c_str());
   std::printf("# %d prompt(s)/channel (<= %d prompt tokens), %d greedy tokens/run (EOS banned), "
               "confidence %.2f, grid %s, margin %.2f; plain and DSpark alternate per prompt%s\n",
               o.prompts, o.max_prompt_tokens, o.gen_tokens, o.dspark.values.confidence, o.grid.c_str(), o.margin,

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/backend_flags.h"
 #include "engine/dspark_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -31,7 +32,6 @@ struct Options {
   std::string mtp;
   int tokens = 50000;
   int ctx = 32768;
-  int threads = 0;
   float temp = 1.0f;
   float top_p = 1.0f;
   int top_k = 0;
@@ -43,10 +43,8 @@ struct Options {
   bool raw = false;
   bool interactive = false;
   DsparkFlags dspark;            // --dspark and every --dspark-* flag (engine/dspark_flags.h)
-  bool cpu = false;
-  bool cuda = false;
-  std::string isa = "auto";
-  bool f32_activations = false;  // EngineOptions::f32_activations
+  BackendFlags backend;          // --backend, --device, --cpu/--cuda, -t, --isa, --f32-activations
+  EngineOptions engine;          // the backend flags applied (model paths filled at load)
   bool verbose = false;
   // Debugging (debug_dump.cpp).
   bool dump_tokens = false;

@@ -56,7 +56,6 @@ void declare_flags(FlagTable& t, Options& o) {
       .option("--system", &o.system, "System prompt (empty disables)", "", "TEXT")
       .option("-n,--tokens", &o.tokens, "Maximum tokens to generate per reply", "DS4_TOKENS")
       .option("-c,--ctx", &o.ctx, "Context size in tokens", "DS4_CTX")
-      .option("-t,--threads", &o.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
       .option("--temp", &o.temp, "Sampling temperature (0 = greedy)", "DS4_TEMP")
       .option("--top-p", &o.top_p, "Nucleus sampling: keep the top mass P (1 = off)")
       .option("--top-k", &o.top_k, "Keep the K most probable tokens (0 = off)")
@@ -68,21 +67,15 @@ void declare_flags(FlagTable& t, Options& o) {
       .flag("-i,--interactive", &o.interactive, "Interactive chat even when stdin is not a TTY")
       .option("--mtp", &o.mtp, "DSpark support GGUF (drafter)", "DS4_MTP", "FILE");
   register_dspark_flags(t, &o.dspark);
-  t.flag("--cpu", &o.cpu, "Run on the CPU backend (default)")
-      .flag("--cuda", &o.cuda, "Run on the CUDA backend")
-      .option("--isa", &o.isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
-              "DS4_CPU_ISA", "ISA")
-      .flag("--f32-activations", &o.f32_activations,
-            "Reference numerics: no Q8_0/Q8_K activation quantization (slower; parity/quality checks)",
-            "DS4_F32_ACTIVATIONS")
-      .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
+  register_backend_flags(t, &o.backend);
+  t.flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
   declare_debug_flags(t, o);
 }
 
-Status validate(const Options& o) {
+Status validate(Options& o, const FlagTable& flags) {
+  DS4_RETURN_IF_ERROR(apply_backend_flags(o.backend, flags, &o.engine));
   if (o.tokens < 0) return invalid_argument("-n/--tokens must be >= 0, got %d", o.tokens);
   if (o.ctx < 2) return invalid_argument("-c/--ctx must be >= 2 tokens, got %d", o.ctx);
-  if (o.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", o.threads);
   if (!(o.temp >= 0.0f)) return invalid_argument("--temp must be >= 0, got %g", o.temp);
   if (!(o.top_p >= 0.0f && o.top_p <= 1.0f)) {
     return invalid_argument("--top-p must be in [0, 1], got %g", o.top_p);
@@ -92,7 +85,6 @@ Status validate(const Options& o) {
     return invalid_argument("--min-p must be in [0, 1], got %g", o.min_p);
   }
   if (o.think && o.nothink) return invalid_argument("--think and --nothink are exclusive");
-  if (o.cpu && o.cuda) return invalid_argument("--cpu and --cuda are exclusive");
   if (!o.prompt.empty() && !o.prompt_file.empty()) {
     return invalid_argument("-p/--prompt and --prompt-file are exclusive");
   }
@@ -136,13 +128,9 @@ Expected<std::string> resolve_model(const Options& o) {
 }
 
 EngineOptions engine_options(const Options& o, const std::string& model_path) {
-  EngineOptions eo;
+  EngineOptions eo = o.engine;
   eo.model_path = model_path;
   eo.mtp_path = o.mtp;
-  eo.backend = o.cuda ? BackendKind::kCuda : BackendKind::kCpu;
-  eo.n_threads = o.threads;
-  eo.cpu_isa = o.isa;
-  eo.f32_activations = o.f32_activations;
   return eo;
 }
 
@@ -150,7 +138,10 @@ Status load(const Options& o, const std::string& model_path, Loaded* loaded) {
   DS4_ASSIGN_OR_RETURN(loaded->engine, Engine::open(engine_options(o, model_path)));
   loaded->text = &loaded->engine->text();
   DS4_ASSIGN_OR_RETURN(loaded->session, loaded->engine->new_session(o.ctx));
-  return attach_decoder(o, *loaded);
+  DS4_RETURN_IF_ERROR(attach_decoder(o, *loaded));
+  // Once everything is loaded (an error before this stays the only line on stderr).
+  std::fprintf(stderr, "%s\n", backend_line("ds4", loaded->engine->info()).c_str());
+  return Status();
 }
 
 int run_one_shot(const Options& o, Loaded& loaded, const std::string& prompt_text) {
@@ -197,6 +188,7 @@ int run_one_shot(const Options& o, Loaded& loaded, const std::string& prompt_tex
 int run_calibration(const Options& o, const std::string& model_path) {
   Expected<std::unique_ptr<Engine>> engine = Engine::open(engine_options(o, model_path));
   if (!engine.ok()) return fail(engine.status().message());
+  std::fprintf(stderr, "%s\n", backend_line("ds4", (*engine)->info()).c_str());
   Expected<DsparkCostCalibration> c =
       calibrate_dspark_costs(**engine, o.dspark.calibrate_reps, [](int done, int total) {
         std::fprintf(stderr, "\rds4: calibrating the DSpark cost gate: round %d/%d", done, total);
@@ -220,7 +212,7 @@ int main_impl(int argc, char** argv) {
   o.seed_given = flags.given("--seed");
   if (!o.seed_given) o.seed = static_cast<uint64_t>(std::time(nullptr));
   set_log_level(o.verbose ? LogLevel::kInfo : LogLevel::kWarn);
-  if (Status s = validate(o); !s.ok()) {
+  if (Status s = validate(o, flags); !s.ok()) {
     std::fprintf(stderr, "ds4: error: %s\nRun 'ds4 --help' for the list of flags.\n",
                  s.message().c_str());
     return 2;

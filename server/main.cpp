@@ -19,6 +19,7 @@
 
 #include "core/flags.h"
 #include "core/log.h"
+#include "engine/backend_flags.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
 #include "server/http.h"
@@ -46,7 +47,7 @@ struct Flags {
   std::string api_key;
   std::string model_name;
   int ctx = 8192;
-  int threads = 0;
+  BackendFlags backend;  // --backend, --device, --cpu/--cuda, -t, --isa, --f32-activations
   int parallel = 8;
   int max_queue = 64;
   int max_tokens = 4096;
@@ -59,7 +60,6 @@ struct Flags {
   int http_threads = 64;
   double shutdown_timeout = 10.0;
   int default_thinking = 1;
-  std::string isa = "auto";
   bool verbose = false;
 };
 
@@ -79,7 +79,6 @@ void declare(FlagTable& t, Flags& f) {
       .option("--model-name", &f.model_name, "Model id reported and accepted (default: the file name without .gguf)",
               "", "NAME")
       .option("-c,--ctx", &f.ctx, "Context of each request in tokens (prompt + reply)", "DS4_CTX")
-      .option("-t,--threads", &f.threads, "CPU threads (0 = all cores)", "DS4_THREADS")
       .option("--parallel", &f.parallel, "Requests advanced together (1..8)", "DS4_PARALLEL")
       .option("--max-queue", &f.max_queue, "Requests waiting for a slot before 429", "DS4_MAX_QUEUE")
       .option("--max-tokens", &f.max_tokens, "Cap (and default) of generated tokens per request", "DS4_MAX_TOKENS")
@@ -101,14 +100,13 @@ void declare(FlagTable& t, Flags& f) {
               "Seconds in-flight requests may finish after SIGTERM/SIGINT before they are cancelled", "", "S")
       .option("--default-thinking", &f.default_thinking,
               "OpenAI requests without reasoning_effort/thinking: 1 think, 0 no thinking", "", "0|1")
-      .option("--isa", &f.isa, "CPU kernel path: auto|scalar|avx2|avx512", "DS4_CPU_ISA", "ISA")
       .flag("-v,--verbose", &f.verbose, "Verbose logging", "DS4_VERBOSE");
+  register_backend_flags(t, &f.backend);
 }
 
 Status validate(const Flags& f) {
   if (f.port < 0 || f.port > 65535) return invalid_argument("--port must be in [0, 65535], got %d", f.port);
   if (f.ctx < 16) return invalid_argument("-c/--ctx must be >= 16 tokens, got %d", f.ctx);
-  if (f.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", f.threads);
   if (f.parallel < 1 || f.parallel > 8) return invalid_argument("--parallel must be in [1, 8], got %d", f.parallel);
   if (f.kv_memory_mb < 0) return invalid_argument("--kv-memory must be >= 0, got %d", f.kv_memory_mb);
   if (!f.kv_cache_dir.empty() && f.kv_memory_mb == 0) {
@@ -142,7 +140,10 @@ int main_impl(int argc, char** argv) {
     return pr.exit_code;
   }
   set_log_level(f.verbose ? LogLevel::kInfo : LogLevel::kWarn);
-  if (Status s = validate(f); !s.ok()) {
+  EngineOptions eo;
+  Status valid = validate(f);
+  if (valid.ok()) valid = apply_backend_flags(f.backend, flags, &eo);
+  if (Status s = valid; !s.ok()) {
     std::fprintf(stderr, "ds4-server: error: %s\nRun 'ds4-server --help' for the list of flags.\n",
                  s.message().c_str());
     return 2;
@@ -165,13 +166,11 @@ int main_impl(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  EngineOptions eo;
   eo.model_path = f.model;
   eo.mtp_path = f.mtp;
-  eo.n_threads = f.threads;
-  eo.cpu_isa = f.isa;
   Expected<std::unique_ptr<Engine>> engine = Engine::open(eo);
   if (!engine.ok()) return fail(engine.status().message());
+  std::fprintf(stderr, "%s\n", backend_line("ds4-server", (*engine)->info()).c_str());
   {
     Expected<std::unique_ptr<Session>> probe = (*engine)->new_session(f.ctx);
     if (!probe.ok()) return fail(probe.status().message());

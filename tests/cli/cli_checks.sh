@@ -37,7 +37,8 @@ case "$check" in
     ;;
   help)
     "$ds4" --help >"$out" 2>"$err" || die "--help exit $?"
-    for s in --model DS4_MODEL --ctx DS4_CTX --threads DS4_THREADS --nothink --dspark; do
+    for s in --model DS4_MODEL --ctx DS4_CTX --threads DS4_THREADS --nothink --dspark --backend DS4_BACKEND \
+             --device DS4_DEVICE --cpu --cuda --isa DS4_CPU_ISA --f32-activations DS4_F32_ACTIVATIONS; do
       grep -q -- "$s" "$out" || die "--help does not mention $s"
     done
     ;;
@@ -84,8 +85,12 @@ case "$check" in
         --ctx-max 192 --step-incr 64 --gen-tokens 8 -t "$t" --csv "$work/bench_$run.csv" \
         >"$out" 2>"$err" || die "ds4-bench -t $t exit $?"
       f="$work/bench_$run.csv"
-      [ "$(head -1 "$f")" = "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256" ] ||
+      [ "$(head -1 "$f")" = "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256,backend" ] ||
         die "bad header: $(head -1 "$f")"
+      # The backend column is the start-up line's description, quoted (it holds commas).
+      line=$(grep '^ds4-bench: backend ' "$err") || die "no backend line on stderr"
+      [ "$(tail -3 "$f" | sed 's/^[^"]*"\(.*\)"$/\1/' | sort -u)" = "${line#ds4-bench: backend }" ] ||
+        die "backend column differs from '$line': $(cat "$f")"
       [ "$(wc -l <"$f")" -eq 4 ] || die "expected 3 rows, got: $(cat "$f")"
       [ "$(cut -d, -f1 "$f" | tail -3 | tr '\n' ' ')" = "64 128 192 " ] || die "frontiers: $(cat "$f")"
       [ "$(cut -d, -f4 "$f" | tail -3 | tr '\n' ' ')" = "8 8 8 " ] || die "gen_tokens: $(cat "$f")"
@@ -163,6 +168,69 @@ case "$check" in
     "$ds4" -m "$m" --dspark-calibrate >"$out.bad" 2>"$err.bad"; rc=$?
     [ $rc = 2 ] || die "no drafter: exit $rc, want 2"
     grep -q "needs the drafter GGUF" "$err.bad" || die "no-drafter message: $(cat "$err.bad")"
+    ;;
+  backend)
+    # --backend / --device / --cpu / --cuda / --f32-activations (engine/backend_flags.h): one
+    # start-up line names the backend; bad values are one clear error naming the flag.
+    has_gpu=0
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && has_gpu=1
+    "$ds4" -m "$model" --backend cpu -p hi -n 4 --temp 0 -t 2 >"$out" 2>"$err" || die "--backend cpu exit $?"
+    [ "$(grep -c '^ds4: backend ' "$err")" = 1 ] || die "expected one backend line"
+    grep -qE '^ds4: backend cpu: (scalar|avx2|avx512), 2 threads$' "$err" || die "backend line: $(grep backend "$err")"
+    DS4_BACKEND=cpu "$ds4" -m "$model" -p hi -n 4 --temp 0 -t 1 >"$out.env" 2>"$err.env" || die "DS4_BACKEND=cpu exit $?"
+    grep -qE '^ds4: backend cpu: .*, 1 thread$' "$err.env" || die "DS4_BACKEND=cpu: $(grep backend "$err.env")"
+    cmp -s "$out" "$out.env" || die "greedy text differs between --backend cpu and DS4_BACKEND=cpu"
+    # --cpu on the command line beats DS4_BACKEND; --f32-activations with auto picks the CPU.
+    DS4_BACKEND=cuda "$ds4" -m "$model" --cpu -p hi -n 2 --temp 0 >"$out.sh" 2>"$err.sh" || die "--cpu over env exit $?"
+    grep -q '^ds4: backend cpu: ' "$err.sh" || die "--cpu over DS4_BACKEND=cuda: $(cat "$err.sh")"
+    "$ds4" -m "$model" --f32-activations -p hi -n 2 --temp 0 >"$out.f32" 2>"$err.f32" || die "--f32-activations exit $?"
+    grep -q '^ds4: backend cpu: ' "$err.f32" || die "--f32-activations did not pick the CPU: $(cat "$err.f32")"
+    expect_error() {  # expect_error WANT ARGS...: exit non-zero, one error line containing WANT
+      local want=$1; shift
+      "$@" >"$out.bad" 2>"$err.bad" && die "exit 0 for: $*"
+      grep -q "error: .*$want" "$err.bad" || die "message for '$*' lacks '$want': $(cat "$err.bad")"
+      grep -q '^ds4[a-z-]*: backend ' "$err.bad" && die "backend line printed for a failed start: $*"
+      return 0
+    }
+    expect_error "--backend must be auto, cpu or cuda, got 'bogus'" "$ds4" -m "$model" --backend bogus -p hi
+    expect_error "--backend must be auto, cpu or cuda, got 'gpu' (from DS4_BACKEND)" \
+      env DS4_BACKEND=gpu "$ds4" -m "$model" -p hi
+    expect_error "--cpu and --cuda are exclusive" "$ds4" -m "$model" --cuda --cpu -p hi
+    expect_error "--cuda contradicts --backend cpu" "$ds4" -m "$model" --backend cpu --cuda -p hi
+    expect_error "--device must be a GPU index >= 0, got -1" "$ds4" -m "$model" --device -1 -p hi
+    expect_error "--f32-activations .*cpu backend only" "$ds4" -m "$model" --backend cuda --f32-activations -p hi
+    expect_error "--backend must be auto, cpu or cuda, got 'gpu'" "$bench" -m "$model" --backend gpu \
+      --prompt-file "$src/data/promessi_sposi.txt"
+    # The other frontends share the table (checked when they are built next to ds4).
+    bindir=$(dirname "$ds4")
+    for prog in ds4-bench-spec ds4-bench-batch ds4-server; do
+      [ -x "$bindir/$prog" ] || continue
+      expect_error "--backend must be auto, cpu or cuda, got 'gpu'" "$bindir/$prog" -m "$model" --backend gpu
+      expect_error "--cpu and --cuda are exclusive" "$bindir/$prog" -m "$model" --cpu --cuda
+      grep -q -- "DS4_BACKEND" <("$bindir/$prog" --help) || die "$prog --help lacks DS4_BACKEND"
+    done
+    if [ -x "$bindir/ds4-bench-batch" ]; then
+      DS4_BACKEND=cpu "$bindir/ds4-bench-batch" -m "$model" --max-k 1 --steps 1 --prompt-tokens 2 --repeat 1 -t 1 \
+        >"$out.batch" 2>"$err.batch" || die "ds4-bench-batch exit $?"
+      grep -q '^ds4-bench-batch: backend cpu: .*, 1 thread$' "$err.batch" || die "ds4-bench-batch: $(cat "$err.batch")"
+    fi
+    cuda_build=0
+    "$ds4" --help | grep -q "This build has: .*cuda" && cuda_build=1
+    if [ $has_gpu = 0 ] || [ $cuda_build = 0 ]; then
+      # No GPU here, or no CUDA in this build: the registry's own message reaches the user, for
+      # --backend cuda and for an explicit --device with auto.
+      expect_error "CUDA" "$ds4" -m "$model" --backend cuda -p hi
+      expect_error "CUDA" "$ds4" -m "$model" --device 7 -p hi
+      expect_error "CUDA" "$bench" -m "$model" --cuda --prompt-file "$src/data/promessi_sposi.txt"
+      # auto without a GPU (or without CUDA in the build) runs on the CPU.
+      "$ds4" -m "$model" --backend auto -p hi -n 2 --temp 0 >"$out.auto" 2>"$err.auto" || die "auto exit $?"
+      grep -q '^ds4: backend cpu: ' "$err.auto" || die "auto without a GPU or CUDA: $(cat "$err.auto")"
+    else
+      # A GPU and CUDA: auto runs there; a GPU index that does not exist is an error.
+      "$ds4" -m "$model" -p hi -n 2 --temp 0 >"$out.auto" 2>"$err.auto" || die "auto exit $?"
+      grep -q '^ds4: backend cuda: device 0, ' "$err.auto" || die "auto with a GPU: $(cat "$err.auto")"
+      expect_error "device 99" "$ds4" -m "$model" --device 99 -p hi
+    fi
     ;;
   *)
     echo "unknown check '$check'"; exit 2 ;;

@@ -6,13 +6,19 @@ Runs scripts/run_default.sh BUILD (what `make run` runs after the build) and che
   * the continuation in the README's `$ make run` block equals the script's stdout, line by line;
   * the README's prompt lines and command line equal the script's stderr lines;
   * the README's speed line and the real one agree on the token counts and the stop reason
-    (the tokens/s figures depend on the machine and are not compared).
+    (the tokens/s figures depend on the machine and are not compared);
+  * ds4 prints exactly one backend line ("ds4: backend cpu: avx512, 2 threads"), and so does the
+    README, right after "continuation:" (what it names depends on the machine: only its form is
+    compared).
 Exit status 0 when all hold, 1 with the differences otherwise.
 """
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+BACKEND_PREFIX = "ds4: backend "
+BACKEND_LINE = re.compile(r"ds4: backend (cpu: (scalar|avx2|avx512), \d+ threads?|cuda: device \d+, .+)$")
 
 
 def main() -> int:
@@ -36,7 +42,8 @@ def main() -> int:
     block = readme[start + 1:end]
     cont_at = block.index("continuation:")
     want_err = [l for l in block[:cont_at] if not l.startswith("...")] + ["continuation:"]
-    want_out = block[cont_at + 1:-1]
+    want_backend = [l for l in block[cont_at + 1:-1] if l.startswith(BACKEND_PREFIX)]
+    want_out = [l for l in block[cont_at + 1:-1] if not l.startswith(BACKEND_PREFIX)]
     want_speed = block[-1]
 
     # The README shows `make run` from the repo root with BUILD=build; any other build folder is
@@ -54,8 +61,9 @@ def main() -> int:
     got_out = run.stdout.splitlines()
     got_err = run.stderr.splitlines()
     speed = [l for l in got_err if l.startswith("prefill:")]
+    backend = [l for l in got_err if l.startswith(BACKEND_PREFIX)]
     got_err = [l.replace(build.rstrip("/") + "/", "build/") for l in got_err
-               if not l.startswith("prefill")]
+               if not l.startswith("prefill") and not l.startswith(BACKEND_PREFIX)]
 
     if got_out != want_out:
         errors.append("continuation differs:\n README: " + "\n         ".join(want_out) +
@@ -71,6 +79,13 @@ def main() -> int:
 
     if len(speed) != 1 or shape(speed[0]) is None or shape(speed[0]) != shape(want_speed):
         errors.append(f"speed line: README {want_speed!r}, actual {speed!r}")
+
+    for name, lines in (("README", want_backend), ("actual", backend)):
+        if len(lines) != 1 or not BACKEND_LINE.match(lines[0]):
+            errors.append(f"backend line ({name}): want one line like 'ds4: backend cpu: avx512, 2 threads', "
+                          f"got {lines!r}")
+    if not block[cont_at + 1].startswith(BACKEND_PREFIX):
+        errors.append(f"README: the backend line should follow 'continuation:', not {block[cont_at + 1]!r}")
 
     for e in errors:
         print(e)

@@ -1,0 +1,93 @@
+// engine/backend_flags.cpp — the backend flag table and its EngineOptions (see backend_flags.h).
+#include "engine/backend_flags.h"
+
+#include "backend/registry.h"
+
+namespace ds4 {
+
+namespace {
+
+// "cpu, cuda": the backends this build has, for the help text.
+std::string built_backends() {
+  std::string s;
+  for (const std::string& n : backend::backend_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+bool on_command_line(const FlagTable& t, const std::string& name) { return t.source(name) == "command line"; }
+
+// " (from DS4_BACKEND)" when the value came from the environment, so the user finds it.
+std::string origin(const FlagTable& t, const std::string& name) {
+  const std::string s = t.source(name);  // "environment (DS4_BACKEND)"
+  const size_t open = s.find('(');
+  return s.rfind("environment", 0) == 0 && open != std::string::npos ? " (from " + s.substr(open + 1) : "";
+}
+
+}  // namespace
+
+void register_backend_flags(FlagTable& t, BackendFlags* f) {
+  t.option("--backend", &f->backend,
+           "Where the model runs: auto|cpu|cuda. auto = cuda when this build has it and GPU --device is "
+           "usable, else cpu (--f32-activations: cpu). This build has: " + built_backends(),
+           "DS4_BACKEND", "NAME")
+      .option("--device", &f->device,
+              "GPU index for the cuda backend; given on the command line with --backend auto it asks for "
+              "cuda (an error without that GPU, never a silent CPU run)",
+              "DS4_DEVICE", "N")
+      .flag("--cpu", &f->cpu, "Shorthand for --backend cpu")
+      .flag("--cuda", &f->cuda, "Shorthand for --backend cuda")
+      .option("-t,--threads", &f->threads, "CPU threads (0 = all cores)", "DS4_THREADS")
+      .option("--isa", &f->isa, "CPU kernel path: auto|scalar|avx2|avx512 (same bits on every path)",
+              "DS4_CPU_ISA", "ISA")
+      .flag("--f32-activations", &f->f32_activations,
+            "Reference numerics, cpu backend only: no Q8_0/Q8_K activation quantization (slower; "
+            "parity/quality checks)",
+            "DS4_F32_ACTIVATIONS");
+}
+
+Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
+  if (f.backend != "auto" && f.backend != "cpu" && f.backend != "cuda") {
+    return invalid_argument("--backend must be auto, cpu or cuda, got '%s'%s", f.backend.c_str(),
+                            origin(t, "--backend").c_str());
+  }
+  if (f.cpu && f.cuda) return invalid_argument("--cpu and --cuda are exclusive");
+  if (f.device < 0) {
+    return invalid_argument("--device must be a GPU index >= 0, got %d%s", f.device, origin(t, "--device").c_str());
+  }
+  if (f.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", f.threads);
+
+  // The shorthand replaces an environment or default --backend; on the command line next to
+  // --backend it must agree with it (auto agrees with either).
+  std::string name = f.backend;
+  if (f.cpu || f.cuda) {
+    const std::string shorthand = f.cpu ? "cpu" : "cuda";
+    if (on_command_line(t, "--backend") && f.backend != "auto" && f.backend != shorthand) {
+      return invalid_argument("--%s contradicts --backend %s", shorthand.c_str(), f.backend.c_str());
+    }
+    name = shorthand;
+  }
+  if (name == "auto") {
+    if (on_command_line(t, "--device")) {
+      name = "cuda";
+    } else if (f.f32_activations) {
+      name = "cpu";
+    }
+  }
+  if (name == "cuda" && f.f32_activations) {
+    return invalid_argument("--f32-activations (reference numerics) runs on the cpu backend only; %s asks for "
+                            "cuda: drop one of them",
+                            f.cuda ? "--cuda" : (f.backend == "cuda" ? "--backend cuda" : "--device"));
+  }
+  options->backend = name == "cpu" ? BackendKind::kCpu : name == "cuda" ? BackendKind::kCuda : BackendKind::kAuto;
+  options->device = f.device;
+  options->n_threads = f.threads;
+  options->cpu_isa = f.isa;
+  options->f32_activations = f.f32_activations;
+  return Status();
+}
+
+std::string backend_line(const std::string& program, const ModelInfo& info) {
+  return program + ": backend " + info.backend;
+}
+
+}  // namespace ds4

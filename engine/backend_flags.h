@@ -1,0 +1,50 @@
+// engine/backend_flags.h — the backend flags, declared once for every frontend that opens an
+// Engine (`ds4`, `ds4-bench`, `ds4-bench-spec`, `ds4-bench-batch`, `ds4-server`): where the
+// model runs (--backend, --device, the --cpu / --cuda shorthands), the CPU's kernel path and
+// thread count (--isa, -t/--threads) and the reference numerics (--f32-activations), with their
+// DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
+// EngineOptions.
+//
+// Invariants:
+//   * Each of these flags is declared here and nowhere else; a frontend registers the table on
+//     its FlagTable and reads the values only through apply_backend_flags().
+//   * The backend: --backend (or DS4_BACKEND), replaced by --cpu / --cuda when the shorthand is
+//     on the command line and --backend is not. "auto" becomes CUDA when this build has it and
+//     GPU --device is usable, else the CPU — except that --device given on the command line
+//     asks for CUDA (so a missing GPU is an error, not a silent CPU run), and --f32-activations
+//     (reference numerics, CPU only) picks the CPU.
+//   * Bad values give kInvalidArgument naming the flag, never an abort; what only the machine
+//     can answer (no CUDA in this build, no such GPU) is the engine's Status, passed on verbatim.
+#pragma once
+
+#include <string>
+
+#include "core/flags.h"
+#include "core/status.h"
+#include "engine/engine.h"
+
+namespace ds4 {
+
+struct BackendFlags {
+  std::string backend = "auto";  // --backend: auto|cpu|cuda
+  int device = 0;                // --device: GPU index
+  bool cpu = false;              // --cpu  = --backend cpu
+  bool cuda = false;             // --cuda = --backend cuda
+  std::string isa = "auto";      // --isa: auto|scalar|avx2|avx512
+  int threads = 0;               // -t/--threads: 0 = all cores
+  bool f32_activations = false;  // --f32-activations
+};
+
+// Registers the backend flags on `t`, bound to *f (whose current values are the defaults).
+void register_backend_flags(FlagTable& t, BackendFlags* f);
+
+// Checks the values and fills options->backend, device, n_threads, cpu_isa and
+// f32_activations. `t` is the table the flags were parsed by (it tells which were given on
+// the command line).
+Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options);
+
+// The start-up line every frontend prints on stderr once its engine is open:
+// "<program>: backend cpu: avx512, 16 threads".
+std::string backend_line(const std::string& program, const ModelInfo& info);
+
+}  // namespace ds4

@@ -1,0 +1,158 @@
+// tests/unit/engine/backend_flags_test.cpp — the one backend flag table (engine/backend_flags.h):
+// what a command line or an environment mirror turns into EngineOptions (backend, device,
+// threads, ISA, numerics), the shorthands' precedence, and the errors for bad values.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/backend_flags.h"
+
+namespace ds4 {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// Parses args (+ env) with the backend table and applies it; the Status of apply.
+Status apply(std::vector<const char*> args, EngineOptions* eo, std::map<std::string, std::string> env = {}) {
+  BackendFlags f;
+  FlagTable t("prog", "test");
+  register_backend_flags(t, &f);
+  args.insert(args.begin(), "prog");
+  ParseResult pr = t.parse(static_cast<int>(args.size()), args.data(), env_of(std::move(env)));
+  if (!pr.ok()) return invalid_argument("parse: %s", pr.message.c_str());
+  return apply_backend_flags(f, t, eo);
+}
+
+TEST(BackendFlags, DefaultsAreAutoOnDeviceZero) {
+  EngineOptions eo;
+  eo.backend = BackendKind::kCpu;  // apply must overwrite it
+  eo.device = 5;
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kAuto);
+  EXPECT_EQ(eo.device, 0);
+  EXPECT_EQ(eo.n_threads, 0);
+  EXPECT_EQ(eo.cpu_isa, "auto");
+  EXPECT_FALSE(eo.f32_activations);
+}
+
+TEST(BackendFlags, BackendFromTheCommandLineAndTheEnvironment) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({"--backend", "cpu"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+  ASSERT_TRUE(apply({"--backend", "cuda", "--device", "3"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCuda);
+  EXPECT_EQ(eo.device, 3);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_BACKEND", "cpu"}}).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+  // The command line beats the mirror.
+  ASSERT_TRUE(apply({"--backend", "auto"}, &eo, {{"DS4_BACKEND", "cpu"}}).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kAuto);
+}
+
+TEST(BackendFlags, Shorthands) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({"--cpu"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+  ASSERT_TRUE(apply({"--cuda"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCuda);
+  // Agreeing with --backend (auto agrees with either), and beating DS4_BACKEND.
+  ASSERT_TRUE(apply({"--backend", "cpu", "--cpu"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+  ASSERT_TRUE(apply({"--backend", "auto", "--cuda"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCuda);
+  ASSERT_TRUE(apply({"--cpu"}, &eo, {{"DS4_BACKEND", "cuda"}}).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+
+  Status s = apply({"--cuda", "--cpu"}, &eo);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--cpu and --cuda are exclusive"), std::string::npos) << s.message();
+  s = apply({"--backend", "cpu", "--cuda"}, &eo);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--cuda contradicts --backend cpu"), std::string::npos) << s.message();
+}
+
+TEST(BackendFlags, BadValuesNameTheFlag) {
+  EngineOptions eo;
+  Status s = apply({"--backend", "gpu"}, &eo);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--backend must be auto, cpu or cuda, got 'gpu'"), std::string::npos) << s.message();
+  s = apply({}, &eo, {{"DS4_BACKEND", "CUDA"}});  // names are lower case
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("got 'CUDA' (from DS4_BACKEND)"), std::string::npos) << s.message();
+  s = apply({"--device", "-1"}, &eo);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--device must be a GPU index >= 0, got -1"), std::string::npos) << s.message();
+  s = apply({"-t", "-2"}, &eo);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--threads"), std::string::npos) << s.message();
+}
+
+TEST(BackendFlags, DeviceOnTheCommandLineAsksForCuda) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({"--device", "2"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCuda);
+  EXPECT_EQ(eo.device, 2);
+  // From the environment it only says which GPU auto probes.
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_DEVICE", "2"}}).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kAuto);
+  EXPECT_EQ(eo.device, 2);
+  // With --backend cpu it changes nothing.
+  ASSERT_TRUE(apply({"--backend", "cpu", "--device", "1"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+}
+
+TEST(BackendFlags, F32ActivationsAreCpuOnly) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({"--f32-activations"}, &eo).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+  EXPECT_TRUE(eo.f32_activations);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_F32_ACTIVATIONS", "1"}}).ok());
+  EXPECT_EQ(eo.backend, BackendKind::kCpu);
+  for (std::vector<const char*> args : {std::vector<const char*>{"--f32-activations", "--cuda"},
+                                        {"--f32-activations", "--backend", "cuda"},
+                                        {"--f32-activations", "--device", "0"}}) {
+    Status s = apply(args, &eo);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << args[1];
+    EXPECT_NE(s.message().find("--f32-activations"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("cpu backend only"), std::string::npos) << s.message();
+  }
+}
+
+TEST(BackendFlags, ThreadsAndIsaPassThrough) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({"-t", "3", "--isa", "scalar"}, &eo).ok());
+  EXPECT_EQ(eo.n_threads, 3);
+  EXPECT_EQ(eo.cpu_isa, "scalar");
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_THREADS", "2"}, {"DS4_CPU_ISA", "avx2"}}).ok());
+  EXPECT_EQ(eo.n_threads, 2);
+  EXPECT_EQ(eo.cpu_isa, "avx2");
+}
+
+TEST(BackendFlags, HelpListsEveryFlagAndMirror) {
+  BackendFlags f;
+  FlagTable t("prog", "test");
+  register_backend_flags(t, &f);
+  const std::string h = t.help();
+  for (const char* s : {"--backend", "DS4_BACKEND", "--device", "DS4_DEVICE", "--cpu", "--cuda", "--threads",
+                        "DS4_THREADS", "--isa", "DS4_CPU_ISA", "--f32-activations", "DS4_F32_ACTIVATIONS",
+                        "This build has: cpu"}) {
+    EXPECT_NE(h.find(s), std::string::npos) << s;
+  }
+}
+
+TEST(BackendFlags, StartUpLine) {
+  ModelInfo info;
+  info.backend = "cpu: avx2, 4 threads";
+  EXPECT_EQ(backend_line("ds4-bench", info), "ds4-bench: backend cpu: avx2, 4 threads");
+}
+
+}  // namespace
+}  // namespace ds4
