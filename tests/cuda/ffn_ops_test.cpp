@@ -18,7 +18,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -421,21 +420,39 @@ struct MoeCase {
   GgmlType gate_up, down;
 };
 
-// n_expert is kept small at Flash width (16 rather than 256: the host draws every expert's
-// random blocks); each row picks n_used distinct experts, rows share experts.
+// Expert weights [n_expert × n_out rows × n_in]: the n_live experts listed in `live` hold
+// random blocks, every other expert is zero bytes (a read of a wrong expert shows as a
+// mismatch; the host only draws the experts the rows use).
+std::vector<uint8_t> expert_weights(GgmlType t, int64_t n_in, int64_t n_out, int n_expert,
+                                    const std::vector<int32_t>& live, uint64_t seed) {
+  const size_t eb = quant::row_bytes(t, n_in) * static_cast<size_t>(n_out);
+  std::vector<uint8_t> w(eb * static_cast<size_t>(n_expert), 0);
+  for (int32_t e : live) quant::fill_random_blocks(t, w.data() + eb * static_cast<size_t>(e), n_in * n_out, 0.05f, seed + e);
+  return w;
+}
+
+// Flash-like cases have 256 experts of which 12 are live, spread over the id range (0 and 255
+// included, so the largest expert offsets are exercised); each row picks n_used distinct live
+// experts and rows share experts.
 TEST_F(FfnOps, MoeBitsEqualCpu) {
   const MoeCase cases[] = {
       {512, 256, 8, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K},
       {512, 256, 8, 3, GgmlType::kQ4_K, GgmlType::kQ4_K},
-      {4096, 2048, 16, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K},
-      {4096, 2048, 16, 6, GgmlType::kQ4_K, GgmlType::kQ4_K},
+      {4096, 2048, 256, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K},
+      {4096, 2048, 256, 6, GgmlType::kQ4_K, GgmlType::kQ4_K},
   };
   for (const MoeCase& mc : cases) {
     const int64_t E = mc.n_embd, F = mc.n_ff;
     const uint64_t seed = static_cast<uint64_t>(E + F + static_cast<int>(mc.gate_up));
-    auto gw = dual(random_weights(mc.gate_up, E, F * mc.n_expert, seed + 1));
-    auto uw = dual(random_weights(mc.gate_up, E, F * mc.n_expert, seed + 2));
-    auto dw = dual(random_weights(mc.down, F, E * mc.n_expert, seed + 3));
+    std::vector<int32_t> live;
+    if (mc.n_expert <= 12) {
+      for (int e = 0; e < mc.n_expert; ++e) live.push_back(e);
+    } else {
+      for (int k = 0; k < 12; ++k) live.push_back(static_cast<int32_t>(k * (mc.n_expert - 1) / 11));
+    }
+    auto gw = dual(expert_weights(mc.gate_up, E, F, mc.n_expert, live, seed + 1000));
+    auto uw = dual(expert_weights(mc.gate_up, E, F, mc.n_expert, live, seed + 2000));
+    auto dw = dual(expert_weights(mc.down, F, E, mc.n_expert, live, seed + 3000));
     auto em = [&](const Dual<uint8_t>& w, GgmlType t, int64_t n_in, int64_t n_out, bool dev) {
       return backend::ExpertMatrix{dev ? w.dp() : w.h.data(), t, n_in, n_out, mc.n_expert, quant::row_bytes(t, n_in)};
     };
@@ -443,8 +460,7 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
     for (int rows : kRowCounts) {
       std::vector<int32_t> sv;
       for (int i = 0; i < rows; ++i) {
-        std::vector<int32_t> ids(mc.n_expert);
-        std::iota(ids.begin(), ids.end(), 0);
+        std::vector<int32_t> ids = live;
         std::shuffle(ids.begin(), ids.end(), rng);
         sv.insert(sv.end(), ids.begin(), ids.begin() + mc.n_used);
       }
