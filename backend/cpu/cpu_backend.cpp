@@ -396,11 +396,7 @@ class CpuBackend final : public Backend {
 
   void swiglu(const SwigluParams& p) override {
     split_rows(p.n, 1, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        const float g = std::min(p.gate[k], p.clamp);
-        const float u = std::min(std::max(p.up[k], -p.clamp), p.clamp);
-        p.out[k] = cpu::silu(g) * u;
-      }
+      cpu::swiglu_row(p.gate + b, p.up + b, p.clamp, 1.0f, false, p.out + b, e - b);
     });
   }
 
@@ -580,12 +576,7 @@ class CpuBackend final : public Backend {
         float* m = mid + q * n_ff;
         const float* gq = gbuf + q * n_ff;
         const float* uq = ubuf + q * n_ff;
-        const float w = p.wt[order[q]];
-        for (int64_t r = 0; r < n_ff; ++r) {
-          const float gv = std::min(gq[r], clamp);
-          const float uv = std::min(std::max(uq[r], -clamp), clamp);
-          m[r] = cpu::silu(gv) * uv * w;
-        }
+        cpu::swiglu_row(gq, uq, clamp, p.wt[order[q]], true, m, n_ff);
         cpu::quantize_q8_k_act(m, midq + q * mb, n_ff);
       }
     });
