@@ -1,6 +1,6 @@
 // backend/cpu/detmath_x8.h — core/detmath.h's exp_f32 / sigmoid_f32 / silu_f32 on 8 lanes at
-// once (GCC/Clang vector extensions), and the SwiGLU row kernel built on them (the KernelTable
-// entry `swiglu` of the x86 tables; kernels_scalar.cpp keeps the scalar loop).
+// once (GCC/Clang vector extensions), and the row kernels built on them (the KernelTable
+// entries `exp_sub` and `swiglu` of the x86 tables; kernels_scalar.cpp keeps scalar loops).
 //
 // Role: speed only. Each lane performs exactly the IEEE operations of the scalar definition
 // in the same order (the float -> double conversion, the reduction k = round(x·log2e) by the
@@ -88,6 +88,19 @@ inline void silu_f32_x8(const float* x, float* out) {
   const F8 sig = nonneg ? pos : neg;
   const F8 s = v * sig;
   std::memcpy(out, &s, sizeof s);
+}
+
+// out[i] = detmath::exp_f32(x[i] - m) for i < n (the subtraction in float); out may be x.
+// The KernelTable's exp_sub (kernels.h: exp_sub_row).
+inline void exp_sub_row_x8(const float* x, float m, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    x8::F8 v, e;
+    std::memcpy(&v, x + i, sizeof v);
+    exp_f32_x8(v - m, &e);
+    std::memcpy(out + i, &e, sizeof e);
+  }
+  for (; i < n; ++i) out[i] = detmath::exp_f32(x[i] - m);
 }
 
 // out[r] = silu(min(g[r], c)) · clamp(u[r], −c, c), then · w when weighted (left to right),

@@ -209,6 +209,7 @@ void sumsq_rows_f64(const float* x, int64_t stride, int g, int64_t n, double* ss
 void scale_mul(const float* x, float a, const float* w, float* out, int64_t n) {
   tbl().scale_mul(x, a, w, out, n);
 }
+void exp_sub_row(const float* x, float m, float* out, int64_t n) { tbl().exp_sub(x, m, out, n); }
 void swiglu_row(const float* g, const float* u, float c, float w, bool weighted, float* out, int64_t n) {
   tbl().swiglu(g, u, c, w, weighted, out, n);
 }

@@ -2,8 +2,8 @@
 // exactly the bits of core/detmath.h's scalar definitions: every float of the ranges the
 // SwiGLU loops see most ([-32, 32] densely), random bit patterns over the whole float line,
 // and the special values (NaN, ±inf, ±0, the overflow / underflow edges, subnormals), each in
-// every lane position; and kernels.h's swiglu_row (which uses them on x86) equals the scalar
-// definition on every ISA the machine runs, weighted and not, in place, for every tail length.
+// every lane position; and kernels.h's exp_sub_row and swiglu_row (which use them on x86) equal
+// the scalar definitions on every ISA the machine runs (weighted and not, in place, tails).
 #include "backend/cpu/detmath_x8.h"
 
 #include <gtest/gtest.h>
@@ -88,7 +88,7 @@ TEST(DetmathX8, SpecialValuesInEveryLane) {
   EXPECT_EQ(check(in), 0);
 }
 
-TEST(DetmathX8, SwigluRowEqualsTheDefinitionOnEveryIsa) {
+TEST(DetmathX8, ExpSubAndSwigluRowsEqualTheDefinitionOnEveryIsa) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> d(-12.0f, 12.0f);
   const Isa saved = active_isa();
@@ -105,6 +105,16 @@ TEST(DetmathX8, SwigluRowEqualsTheDefinitionOnEveryIsa) {
       const float c = 7.0f, w = 0.3f;
       for (bool weighted : {false, true}) {
         swiglu_row(g.data(), u.data(), c, w, weighted, out.data(), n);
+        std::vector<float> e(n);
+        exp_sub_row(g.data(), 1.5f, e.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = detmath::exp_f32(g[i] - 1.5f);
+          if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(e[i]));
+          } else {
+            ASSERT_EQ(bits(e[i]), bits(want)) << isa_name(isa) << " exp_sub n=" << n << " i=" << i;
+          }
+        }
         std::vector<float> in_place = g;
         swiglu_row(in_place.data(), u.data(), c, w, weighted, in_place.data(), n);
         for (int64_t i = 0; i < n; ++i) {
