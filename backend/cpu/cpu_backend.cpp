@@ -401,11 +401,7 @@ class CpuBackend final : public Backend {
 
   void swiglu(const SwigluParams& p) override {
     split_rows(p.n, 1, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        const float g = std::min(p.gate[k], p.clamp);
-        const float u = std::min(std::max(p.up[k], -p.clamp), p.clamp);
-        p.out[k] = cpu::silu(g) * u;
-      }
+      cpu::swiglu_row(p.gate + b, p.up + b, p.clamp, 1.0f, false, p.out + b, e - b);
     });
   }
 
@@ -436,22 +432,33 @@ class CpuBackend final : public Backend {
         continue;
       }
       float den = 0.0f, acc = 0.0f;
+      // The weights exp(s - max) of a column in batches (kernels.h exp_sub_row), then the
+      // sums in row order.
+      constexpr int kBatch = 32;
+      float wv[kBatch];
       if (R == 4) {
+        for (int r = 0; r < 4; ++r) {
+          wv[2 * r] = p.state_score[static_cast<int64_t>(r) * W + j];
+          wv[2 * r + 1] = p.state_score[static_cast<int64_t>(4 + r) * W + D + j];
+        }
+        cpu::exp_sub_row(wv, mx, wv, 8);
         for (int r = 0; r < 4; ++r) {
           const int64_t ip = static_cast<int64_t>(r) * W + j;
           const int64_t ic = static_cast<int64_t>(4 + r) * W + D + j;
-          const float wp = detmath::exp_f32(p.state_score[ip] - mx);
-          const float wc = detmath::exp_f32(p.state_score[ic] - mx);
+          const float wp = wv[2 * r], wc = wv[2 * r + 1];
           den += wp + wc;
           acc += wp * p.state_kv[ip];
           acc += wc * p.state_kv[ic];
         }
       } else {
-        for (int r = 0; r < R; ++r) {
-          const int64_t ii = static_cast<int64_t>(r) * W + j;
-          const float w = detmath::exp_f32(p.state_score[ii] - mx);
-          den += w;
-          acc += w * p.state_kv[ii];
+        for (int r0 = 0; r0 < R; r0 += kBatch) {
+          const int n = R - r0 < kBatch ? R - r0 : kBatch;
+          for (int t = 0; t < n; ++t) wv[t] = p.state_score[static_cast<int64_t>(r0 + t) * W + j];
+          cpu::exp_sub_row(wv, mx, wv, n);
+          for (int t = 0; t < n; ++t) {
+            den += wv[t];
+            acc += wv[t] * p.state_kv[static_cast<int64_t>(r0 + t) * W + j];
+          }
         }
       }
       pooled[j] = den > 0.0f ? acc / den : 0.0f;
@@ -585,12 +592,7 @@ class CpuBackend final : public Backend {
         float* m = mid + q * n_ff;
         const float* gq = gbuf + q * n_ff;
         const float* uq = ubuf + q * n_ff;
-        const float w = p.wt[order[q]];
-        for (int64_t r = 0; r < n_ff; ++r) {
-          const float gv = std::min(gq[r], clamp);
-          const float uv = std::min(std::max(uq[r], -clamp), clamp);
-          m[r] = cpu::silu(gv) * uv * w;
-        }
+        cpu::swiglu_row(gq, uq, clamp, p.wt[order[q]], true, m, n_ff);
         cpu::quantize_q8_k_act(m, midq + q * mb, n_ff);
       }
     });

@@ -300,11 +300,9 @@ void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t
     // Chunks chain through oh: y = oh·1 is exact, so the per-element sequence is unchanged.
     for_chunks([&](const float* const* kp, const int64_t* sl, int n) {
       float wv[kChunk];
-      for (int t = 0; t < n; ++t) {
-        const float e = detmath::exp_f32(score[sl[t]] - mx);
-        wv[t] = e;
-        den += e;
-      }
+      for (int t = 0; t < n; ++t) wv[t] = score[sl[t]];
+      exp_sub_row(wv, mx, wv, n);
+      for (int t = 0; t < n; ++t) den += wv[t];
       weighted_sum(first ? nullptr : oh, 1.0f, wv, kp, n, oh, D);
       first = false;
     });

@@ -209,6 +209,10 @@ void sumsq_rows_f64(const float* x, int64_t stride, int g, int64_t n, double* ss
 void scale_mul(const float* x, float a, const float* w, float* out, int64_t n) {
   tbl().scale_mul(x, a, w, out, n);
 }
+void exp_sub_row(const float* x, float m, float* out, int64_t n) { tbl().exp_sub(x, m, out, n); }
+void swiglu_row(const float* g, const float* u, float c, float w, bool weighted, float* out, int64_t n) {
+  tbl().swiglu(g, u, c, w, weighted, out, n);
+}
 void dot_f32_many(const float* a, const float* const* b, int nb, int64_t n, float* out) {
   tbl().dot_f32_many(a, b, nb, n, out);
 }

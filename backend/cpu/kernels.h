@@ -92,6 +92,12 @@ void scale(float a, float* y, int64_t n);
 void sumsq_rows_f64(const float* x, int64_t stride, int g, int64_t n, double* ss);
 // out[i] = x[i]·a, then ·w[i] when w is not null (left to right), elementwise; out may be x.
 void scale_mul(const float* x, float a, const float* w, float* out, int64_t n);
+// out[i] = exp(x[i] - m) (the subtraction in float, exp from core/detmath.h), elementwise,
+// bitwise on every ISA; out may be x.
+void exp_sub_row(const float* x, float m, float* out, int64_t n);
+// SwiGLU with clamp: out[i] = silu(min(g[i], c)) · clamp(u[i], −c, c), then · w when weighted
+// (left to right), SiLU from core/detmath.h; elementwise, bitwise on every ISA; out may be g.
+void swiglu_row(const float* g, const float* u, float c, float w, bool weighted, float* out, int64_t n);
 // out[j] = dot_f32(a, b[j], n) for j < nb, bit for bit (several rows per pass share the loads
 // of a; each keeps its own canonical 16-lane order).
 void dot_f32_many(const float* a, const float* const* b, int nb, int64_t n, float* out);

@@ -46,6 +46,11 @@ struct KernelTable {
   // Same bytes as quant::quantize_q8_0_act / quantize_q8_k_act.
   void (*quantize_q8_0_act)(const float* x, quant::BlockQ8_0Act* out, int64_t n) = nullptr;
   void (*quantize_q8_k_act)(const float* x, quant::BlockQ8K* out, int64_t n) = nullptr;
+  // kernels.h exp_sub_row and swiglu_row; the x86 tables use backend/cpu/detmath_x8.h's
+  // 8-lane exp and SiLU.
+  void (*exp_sub)(const float* x, float m, float* out, int64_t n) = nullptr;
+  void (*swiglu)(const float* g, const float* u, float c, float w, bool weighted, float* out,
+                 int64_t n) = nullptr;
 };
 
 // Portable forms of the RMSNorm helpers (the reference sequence; any table may use them).

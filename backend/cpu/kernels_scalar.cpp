@@ -4,10 +4,12 @@
 // all r activation rows; per (row, output) the float operations are exactly those listed in
 // quant/dot.h (the integer parts call quant's exact block helpers). Compiled without ISA
 // flags and with -ffp-contract=off like every TU, so nothing is fused or reordered.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/kernels_internal.h"
+#include "core/detmath.h"
 #include "quant/dot.h"
 #include "quant/quant.h"
 #include "quant/half.h"
@@ -178,6 +180,18 @@ void f16_row_scalar(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = quant::f16_to_f32(src[i]);
 }
 
+// out[i] = exp(x[i] - m) and SwiGLU: the definitions (core/detmath.h), one element at a time.
+void exp_sub_scalar(const float* x, float m, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = detmath::exp_f32(x[i] - m);
+}
+void swiglu_scalar(const float* g, const float* u, float c, float w, bool weighted, float* out, int64_t n) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float gv = std::min(g[r], c);
+    const float uv = std::min(std::max(u[r], -c), c);
+    out[r] = weighted ? detmath::silu_f32(gv) * uv * w : detmath::silu_f32(gv) * uv;
+  }
+}
+
 }  // namespace
 
 const KernelTable& scalar_table() {
@@ -198,6 +212,8 @@ const KernelTable& scalar_table() {
     k.dot_f32_many = dot_f32_many_scalar;
     k.weighted_sum = weighted_sum_scalar;
     k.f16_to_f32_row = f16_row_scalar;
+    k.exp_sub = exp_sub_scalar;
+    k.swiglu = swiglu_scalar;
     k.quantize_q8_0_act = quant::quantize_q8_0_act;
     k.quantize_q8_k_act = quant::quantize_q8_k_act;
     return k;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/cpu/detmath_x8.h"
 #include "backend/cpu/kernels_internal.h"
 #include "quant/blocks.h"
 #include "quant/iq2_tables.h"
@@ -1074,6 +1075,8 @@ inline KernelTable make_x86_table() {
   k.f16_to_f32_row = f16_row_avx2;
   k.quantize_q8_0_act = quantize_q8_0_act_avx2;
   k.quantize_q8_k_act = quantize_q8_k_act_avx2;
+  k.exp_sub = exp_sub_row_x8;
+  k.swiglu = swiglu_row_x8;
   return k;
 }
 

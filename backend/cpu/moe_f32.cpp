@@ -228,12 +228,7 @@ void moe_f32(const MoeParams& p, ThreadPool* pool) {
   for (int q = 0; q < n_pairs; ++q) {
     float* m = gbuf + static_cast<int64_t>(q) * n_ff;
     const float* uq = ubuf + static_cast<int64_t>(q) * n_ff;
-    const float w = p.wt[order[q]];
-    for (int64_t r = 0; r < n_ff; ++r) {
-      const float gv = std::min(m[r], clamp);
-      const float uv = std::min(std::max(uq[r], -clamp), clamp);
-      m[r] = silu(gv) * uv * w;
-    }
+    swiglu_row(m, uq, clamp, p.wt[order[q]], true, m, n_ff);
   }
   // Down: task t = (group, output chunk).
   const int64_t d_chunks = (n_embd + kMoeChunkRows - 1) / kMoeChunkRows;
