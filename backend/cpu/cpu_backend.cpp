@@ -18,7 +18,6 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/matmul.h"
-#include "core/detmath.h"
 #include "core/reduce.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
