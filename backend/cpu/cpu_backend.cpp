@@ -19,7 +19,6 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
-#include "core/detmath.h"
 #include "core/reduce.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"

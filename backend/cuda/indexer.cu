@@ -32,6 +32,7 @@ using detail::kFullMask;
 
 constexpr int kIdxThreads = 256;   // scores: a half-warp per row
 constexpr int kTopThreads = 1024;  // top-k: one block per query
+constexpr int kFastDim = 128;      // indexer head_dim whose rows are kept in registers
 
 struct IndexerBatch {
   IndexerSelectParams q[kMaxBatch];
@@ -56,10 +57,34 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
     const bool valid = c < p.n_rows;
     const float* row = p.rows + (valid ? c : 0) * p.head_dim;
     float sc = 0.0f;
-    for (int k = 0; k < p.n_head; ++k) {
-      const float d = half_dot16(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
-      const float t = (d > 0.0f ? d : 0.0f) * w[k];
-      sc = sc + t;
+    if (p.head_dim == kFastDim) {
+      // The row's lane elements stay in registers across the heads: the same products and
+      // adds as half_dot16 (lane hl sums elements g·16 + hl, g in order; then the tree).
+      float r[kFastDim / 16];
+#pragma unroll
+      for (int g = 0; g < kFastDim / 16; ++g) r[g] = row[g * 16 + hl];
+      for (int k = 0; k < p.n_head; ++k) {
+        const float* qk = smem + k * kFastDim;
+        float d = 0.0f;
+#pragma unroll
+        for (int g = 0; g < kFastDim / 16; ++g) {
+          const float t = r[g] * qk[g * 16 + hl];
+          d = d + t;
+        }
+#pragma unroll
+        for (int s = 8; s >= 1; s >>= 1) {
+          const float o = __shfl_down_sync(kFullMask, d, s, 16);
+          d = d + o;
+        }
+        const float t = (d > 0.0f ? d : 0.0f) * w[k];
+        sc = sc + t;
+      }
+    } else {
+      for (int k = 0; k < p.n_head; ++k) {
+        const float d = half_dot16(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
+        const float t = (d > 0.0f ? d : 0.0f) * w[k];
+        sc = sc + t;
+      }
     }
     if (valid && hl == 0) p.scores[c] = sc;
   }
