@@ -13,7 +13,7 @@
 //  * Accuracy: the double results carry a relative error of about 1e-16, so the float results
 //    are the correctly rounded value except when the exact value lies within ~1e-8 ulp of a
 //    rounding midpoint (then either neighbour, but the same one everywhere).
-//  * NaN in, NaN out; exp overflows to +inf above 88.8 and underflows to +0 below -104.
+//  * NaN in, NaN out (sin/cos of ±inf too); exp overflows to +inf above 88.8 and underflows to +0 below -104.
 #pragma once
 
 #include <cmath>
@@ -164,9 +164,14 @@ DS4_HD void sincos_f32(float angle, float* s_out, float* c_out) {
   constexpr double kPio2B = 0x1.0b4611a600000p-34;
   constexpr double kPio2C = 0x1.3198a2e037073p-69;
   const double x = static_cast<double>(angle);
-  if (x != x) {
+  if (!(x - x == 0.0)) {  // NaN or ±inf: NaN (inf - inf is NaN)
+    *s_out = static_cast<float>(x - x);
+    *c_out = static_cast<float>(x - x);
+    return;
+  }
+  if (x == 0.0) {  // ±0: sin keeps the sign
     *s_out = angle;
-    *c_out = angle;
+    *c_out = 1.0f;
     return;
   }
   const double k = round_to_int(x * k2OverPi);

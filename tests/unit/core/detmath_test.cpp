@@ -191,14 +191,15 @@ TEST(DetmathSincos, SpecialValues) {
   sincos_f32(0.0f, &s, &c);
   EXPECT_EQ(bits(s), bits(0.0f));
   EXPECT_EQ(c, 1.0f);
-  // sin(-0) comes out +0 (IEEE's sin gives -0): r + r·(r²·S) adds -0 and +0. Harmless for
-  // RoPE, whose angles are pos·(positive factors) >= 0; recorded here so a change shows.
-  sincos_f32(-0.0f, &s, &c);
-  EXPECT_EQ(bits(s), bits(0.0f));
+  sincos_f32(-0.0f, &s, &c);  // sin keeps the sign of zero, like IEEE's sin
+  EXPECT_EQ(bits(s), bits(-0.0f));
   EXPECT_EQ(c, 1.0f);
-  sincos_f32(std::numeric_limits<float>::quiet_NaN(), &s, &c);
-  EXPECT_TRUE(std::isnan(s));
-  EXPECT_TRUE(std::isnan(c));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    sincos_f32(bad, &s, &c);
+    EXPECT_TRUE(std::isnan(s)) << bad;
+    EXPECT_TRUE(std::isnan(c)) << bad;
+  }
   sincos_f32(FLT_TRUE_MIN, &s, &c);  // sin x = x for a subnormal x
   EXPECT_EQ(s, FLT_TRUE_MIN);
   EXPECT_EQ(c, 1.0f);
