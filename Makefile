@@ -52,9 +52,9 @@ build-cuda/build.ninja:
 	cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDS4_CUDA=ON $(CMAKE_FLAGS)
 
 test-cuda: setup build-cuda/build.ninja
-	cmake --build build-cuda -j $(JOBS)
-	cd build-cuda && ctest --output-on-failure -L cuda --timeout 900
-	cd build-cuda && DS4_TEST_BACKEND=cuda ctest --output-on-failure -L speculative_sweep --timeout 900
+	cmake --build build-cuda -j $(JOBS) --target test_cuda test_speculative_sweep
+	./build-cuda/tests/test_cuda
+	DS4_TEST_BACKEND=cuda ./build-cuda/tests/test_speculative_sweep
 
 bench-cuda: setup build-cuda/build.ninja
 	cmake --build build-cuda -j $(JOBS) --target bench_cuda

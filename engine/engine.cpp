@@ -263,9 +263,6 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
   }
   session::ModelSession* ms = model_session(session);
   if (ms == nullptr) return invalid_argument("DSpark: the session was not made by this engine");
-  if (ms->n_tokens() != 0) {
-    return invalid_argument("DSpark: create the speculative decoder before prefilling the session");
-  }
   return SpeculativeDecoder::create(*drafter, *ms, options);
 }
 

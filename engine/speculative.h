@@ -139,8 +139,10 @@ class SpeculativeDecoder final : public Decoder {
 
 // Frontend entry point: a speculative decoder for a session of `engine`. Defined in
 // engine/engine.cpp (it knows the Engine's drafter and the ModelSession behind a Session):
-// kInvalidArgument when the engine has no drafter (no --mtp file). Create it before prefilling
-// the session's prompt.
+// kInvalidArgument when the engine has no drafter (no --mtp file). The drafter reads the hidden
+// rows the session captures once the decoder exists, so make it before prefilling the prompt;
+// made on a session that already holds a prefix (a cached conversation), it starts from the
+// rows of the tokens appended after it (output stays exact; only early acceptance can drop).
 Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
                                                                       const SpecOptions& options);
 

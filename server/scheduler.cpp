@@ -137,13 +137,12 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-std::unique_ptr<Session> Scheduler::take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused,
-                                                 bool* from_disk) {
+std::unique_ptr<Session> Scheduler::take_session(const std::vector<int32_t>& prompt, int* reused, bool* from_disk) {
   constexpr size_t kNone = static_cast<size_t>(-1);
   *reused = 0;
   *from_disk = false;
   std::unique_ptr<Session> out;
-  if (options_.kv_memory_bytes > 0 && !fresh) {
+  if (options_.kv_memory_bytes > 0) {
     // The longest cached prefix that the prompt extends by at least one token.
     size_t best = kNone, best_len = 0;
     for (size_t i = 0; i < idle_.size(); ++i) {
@@ -249,7 +248,9 @@ bool Scheduler::admit(std::unique_ptr<Slot>* out, std::shared_ptr<Job> job) {
                          p.top_logprobs < 0;
   int reused = 0;
   bool from_disk = false;
-  slot->session = take_session(p.prompt, take_spec, &reused, &from_disk);
+  // DSpark jobs reuse cached prefixes too: their decoder, made below before the prompt's tail
+  // is prefilled, drafts from the hidden rows of that tail on.
+  slot->session = take_session(p.prompt, &reused, &from_disk);
   if (!slot->session) {
     Expected<std::unique_ptr<Session>> session = engine_.new_session(options_.n_ctx);
     if (!session.ok()) {

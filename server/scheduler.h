@@ -191,8 +191,7 @@ class Scheduler {
   // A session for a new job: the longest cached prefix of the prompt (live, or on disk when
   // longer) restored, else an idle session emptied, else null (make one). *from_disk: loaded
   // from --kv-cache-dir (no in-memory snapshot yet).
-  std::unique_ptr<Session> take_session(const std::vector<int32_t>& prompt, bool fresh, int* reused,
-                                        bool* from_disk);
+  std::unique_ptr<Session> take_session(const std::vector<int32_t>& prompt, int* reused, bool* from_disk);
   void return_session(std::unique_ptr<Session> session, std::vector<int32_t> prefix);
   void run();
   void run_round(std::vector<std::unique_ptr<Slot>>& slots);

@@ -516,6 +516,24 @@ def test_prefix_reuse(s, small=None, **_):
               f"reused {got.choices[0].message.content!r} != fresh {r.choices[0].message.content!r}")
 
 
+def test_dspark_prefix_reuse(s, dspark=None, small=None, **_):
+    """A greedy DSpark request that extends a cached conversation resumes it (its decoder drafts
+    from the tail's hidden rows) and still answers exactly what a fresh plain server answers."""
+    c, ref = dspark.openai(), small.openai("sekret")
+    first = [{"role": "user", "content": PROMPTS[3]}]
+    a = c.chat.completions.create(model=MODEL, messages=first, max_tokens=32, temperature=0, extra_body=NOTHINK)
+    follow = first + [{"role": "assistant", "content": a.choices[0].message.content},
+                      {"role": "user", "content": "Say it again, shorter."}]
+    b = c.chat.completions.create(model=MODEL, messages=follow, max_tokens=32, temperature=0, extra_body=NOTHINK)
+    cached = b.usage.prompt_tokens_details.cached_tokens
+    check(cached >= a.usage.prompt_tokens - 2, f"DSpark follow-up reused {cached} tokens")
+    check((b.usage.model_extra or {}).get("dspark", {}).get("used"), "the follow-up did not run DSpark")
+    for msgs, got in ((first, a), (follow, b)):
+        r = ref.chat.completions.create(model=MODEL, messages=msgs, max_tokens=32, temperature=0, extra_body=NOTHINK)
+        check(r.choices[0].message.content == got.choices[0].message.content,
+              f"DSpark+reuse {got.choices[0].message.content!r} != fresh plain {r.choices[0].message.content!r}")
+
+
 def read_until_data(sock):
     got = b""
     sock.settimeout(15)
@@ -579,7 +597,7 @@ def test_auth_queue_and_sigterm(s, small=None, **_):
 
 TESTS = [test_models_and_health, test_openai_chat_stream_and_usage, test_thinking_split, test_stop_sequences,
          test_completions_and_logprobs, test_openai_errors, test_anthropic, test_tool_round_trip_shapes,
-         test_determinism, test_dspark_identity, test_bad_input, test_disconnect_frees_slot,
+         test_determinism, test_dspark_identity, test_dspark_prefix_reuse, test_bad_input, test_disconnect_frees_slot,
          test_prefix_reuse, test_auth_queue_and_sigterm]
 
 

@@ -224,3 +224,56 @@ TEST(SpeculativeSessions, BatchedPlainDecodesBetweenStepsFeedTheDrafterLikeDecod
 
 }  // namespace
 }  // namespace ds4
+
+namespace ds4 {
+namespace {
+
+// A decoder made on a session that already holds a prefix (the server resuming a cached
+// conversation): the drafter starts from the hidden rows of the tokens appended after it. The
+// output is still plain greedy's, bit for bit, and speculation still engages.
+TEST(SpeculativeSessions, DecoderMadeAfterAPrefixStaysExact) {
+  if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
+  EngineOptions eo;
+  eo.model_path = kTarget;
+  eo.mtp_path = kDrafter;
+  eo.n_threads = 2;
+  auto opened = Engine::open(eo);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  Engine& engine = **opened;
+  SamplerParams sp;
+  sp.temperature = 0.0f;
+  Sampler sampler(sp, engine.info().n_vocab);
+  const std::vector<int32_t> prompt = prompt_of(engine, "{\"id\": 1, \"name\": \"alpha\", \"tags\": [\"a\", \"b\"]}\n"
+                                                        "{\"id\": 2, \"name\": \"beta\", \"tags\": [\"c\", \"d\"]}\n"
+                                                        "{\"id\": 3, \"name\": \"gamma\", \"tags\": [\"e\", \"f\"]}\n");
+  Live plain = start(engine, prompt, nullptr);
+  while (step(plain, sampler, engine.eos_token())) {
+  }
+  ASSERT_EQ(static_cast<int>(plain.tokens.size()), kGen);
+
+  const size_t split = prompt.size() * 2 / 3;
+  for (size_t cached : {size_t{1}, split, prompt.size() - 1}) {
+    Live r;
+    auto s = engine.new_session(static_cast<int>(prompt.size()) + kGen + 16);
+    ASSERT_TRUE(s.ok());
+    r.session = std::move(s).value();
+    ASSERT_TRUE(r.session->prefill(std::span<const int32_t>(prompt).first(cached)).ok());
+    SpecOptions so;
+    std::vector<float> grid;
+    ASSERT_TRUE(parse_dspark_confidence_grid(kDefaultDsparkGrid, &grid).ok());
+    ASSERT_TRUE(apply_dspark_policy(kDefaultDsparkPolicy, grid, kDefaultDsparkMarginGate, &so).ok());
+    auto d = new_speculative_decoder(engine, *r.session, so);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    r.spec = d->get();
+    r.decoder = std::move(d).value();
+    ASSERT_TRUE(r.session->prefill(std::span<const int32_t>(prompt).subspan(cached)).ok());
+    while (step(r, sampler, engine.eos_token())) {
+    }
+    EXPECT_EQ(r.tokens, plain.tokens) << "prefix of " << cached << " tokens";
+    EXPECT_TRUE(same_bits(r.session->logits(), plain.session->logits())) << "prefix of " << cached;
+    EXPECT_GT(r.spec->summary().accepted, 0) << "prefix of " << cached;
+  }
+}
+
+}  // namespace
+}  // namespace ds4
