@@ -58,7 +58,8 @@ std::string first_difference(std::span<const float> got, std::span<const float> 
 
 class CudaForward : public ::testing::Test {
  protected:
-  // The tiny model (quant, seed) on the CPU and on CUDA; skips when CUDA is unavailable.
+  // The tiny model (quant, seed) on the CPU and on CUDA; marks the test skipped when CUDA is
+  // unavailable (the caller returns when IsSkipped()).
   void open_pair(model::ExpertQuant quant, uint64_t seed) {
     std::string why;
     gpu_ = Stack::open_on("cuda", quant, seed, &why);
@@ -70,6 +71,7 @@ class CudaForward : public ::testing::Test {
 
 TEST_F(CudaForward, CanonicalHashEqualsCpu) {
   open_pair(model::ExpertQuant::kQ2, 1234);
+  if (IsSkipped()) return;
   const auto toks = prompt_tokens(400, cpu_.model->config().n_vocab, 99);
   auto c = cpu_.session(512);
   auto g = gpu_.session(512);
@@ -96,16 +98,19 @@ void decode_both(const Stack& cpu, const Stack& gpu, int n, int n_ctx, uint64_t 
 
 TEST_F(CudaForward, DecodeEqualsCpuAtEveryPositionQ2) {
   open_pair(model::ExpertQuant::kQ2, 7);
+  if (IsSkipped()) return;
   decode_both(cpu_, gpu_, 450, 640, 11);
 }
 
 TEST_F(CudaForward, DecodeEqualsCpuAtEveryPositionQ4) {
   open_pair(model::ExpertQuant::kQ4, 7);
+  if (IsSkipped()) return;
   decode_both(cpu_, gpu_, 300, 640, 5);
 }
 
 TEST_F(CudaForward, PrefillEqualsDecodeOnDevice) {
   open_pair(model::ExpertQuant::kQ2, 7);
+  if (IsSkipped()) return;
   const auto toks = prompt_tokens(450, gpu_.model->config().n_vocab, 11);
   const testing_tiny::Reference ref = testing_tiny::decode_reference(gpu_, toks, {450}, 640);
   auto a = gpu_.session(640);
@@ -125,6 +130,7 @@ TEST_F(CudaForward, PrefillEqualsDecodeOnDevice) {
 
 TEST_F(CudaForward, VerifyRollbackCommitOnDevice) {
   open_pair(model::ExpertQuant::kQ2, 7);
+  if (IsSkipped()) return;
   testing_tiny::check_verify(gpu_, {66, 124, 254}, 640);
 }
 

@@ -58,15 +58,14 @@ struct Stack {
   // The same model on the backend called `name` (backend/registry.h); `why` gets the reason
   // and the stack has no backend when it cannot be made (e.g. no GPU: the caller skips).
   static Stack open_on(std::string_view name, model::ExpertQuant quant, uint64_t seed, std::string* why) {
-    Stack s = open(quant, seed, 1);
     backend::BackendOptions bo;
     bo.n_threads = 2;
     auto be = backend::make_backend(name, bo);
     if (!be.ok()) {
-      s.backend.reset();
       if (why != nullptr) *why = be.status().message();
-      return s;
+      return Stack();
     }
+    Stack s = open(quant, seed, 1);
     s.backend = std::move(be).value();
     return s;
   }
