@@ -351,13 +351,15 @@ struct HcMeanParams {
   int64_t out_stride = 0;
 };
 
-// Greedy argmax of each row (core/reduce.h top_two: ties -> the smallest id, NaN never wins).
+// Greedy argmax of each row (core/reduce.h top_two: ties -> the smallest id, NaN never wins,
+// id `excluded` never chosen).
 struct ArgmaxParams {
   const float* x = nullptr;  // [n_rows, stride], first n of each row read
   int64_t n = 0;
   int64_t stride = 0;
   int n_rows = 1;
   int32_t* out = nullptr;    // [n_rows]
+  int32_t excluded = -1;     // an id never chosen (a banned token), -1: none
 };
 
 // Row gather of a weight matrix: out row i = the f32 values of w row ids[i] (quant::dequantize_row

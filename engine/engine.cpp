@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/registry.h"
+#include "core/reduce.h"
 #include "engine/engine_internal.h"
 #include "engine/speculative.h"
 #include "engine/state_file.h"
@@ -50,6 +51,7 @@ class SessionImpl final : public Session {
   }
   Status decode(int32_t token) override { return s_->decode(token); }
   std::span<const float> logits() const override { return s_->logits(); }
+  int32_t greedy_next(int32_t banned) override { return s_->greedy_token(banned); }
   Expected<std::vector<VerifyRow>> verify(std::span<const int32_t> rows) override {
     auto r = s_->verify(rows);
     if (!r.ok()) return r.status();
@@ -264,6 +266,11 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
   session::ModelSession* ms = model_session(session);
   if (ms == nullptr) return invalid_argument("DSpark: the session was not made by this engine");
   return SpeculativeDecoder::create(*drafter, *ms, options);
+}
+
+int32_t Session::greedy_next(int32_t banned) {
+  const std::span<const float> l = logits();
+  return l.empty() ? -1 : top_two(l, banned).id;
 }
 
 Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {

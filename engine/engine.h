@@ -141,6 +141,9 @@ class Session {
   virtual Status decode(int32_t token) = 0;
   // Next-token logits after the last appended token: [n_vocab] f32.
   virtual std::span<const float> logits() const = 0;
+  // The greedy next token (ties -> smallest id, NaN never wins, `banned` never chosen; -1
+  // without logits), chosen where the logits live: on a GPU only the id is read back.
+  virtual int32_t greedy_next(int32_t banned = -1);
 
   // Runs rows (1..8) at consecutive positions and appends them. Row i's result equals
   // decoding rows[0..i] one by one. Follow with commit_prefix(k) to keep k rows, or

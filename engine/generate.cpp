@@ -23,7 +23,10 @@ Status PlainDecoder::step(Session& session, Sampler& sampler, const StepLimits& 
                           std::vector<int32_t>* out) {
   out->clear();
   if (session.n_tokens() >= session.n_ctx()) return Status();
-  const int32_t token = sampler.sample(session.logits(), limits.banned_token);
+  // Greedy: the choice is made where the logits live (a GPU reads back the id alone); the same
+  // top_two definition the sampler's greedy path uses, so the token is the same.
+  const int32_t token = sampler.greedy() ? session.greedy_next(limits.banned_token)
+                                         : sampler.sample(session.logits(), limits.banned_token);
   out->push_back(token);
   if (token == limits.stop_token) return Status();
   return session.decode(token);

@@ -491,7 +491,10 @@ void Scheduler::run_round(std::vector<std::unique_ptr<Slot>>& slots) {
       emit_step(slot);
       continue;
     }
-    const int32_t token = slot.sampler->sample(slot.session->logits(), -1);
+    // Greedy without logprobs: chosen on the backend (a GPU reads back the id alone).
+    const bool on_backend = slot.sampler->greedy() && slot.job->params().top_logprobs < 0;
+    const int32_t token = on_backend ? slot.session->greedy_next(-1)
+                                     : slot.sampler->sample(slot.session->logits(), -1);
     slot.step_out.push_back(token);
     if (token == eos) {  // written, not appended
       emit_step(slot);

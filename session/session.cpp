@@ -168,6 +168,20 @@ std::span<const float> ModelSession::logits() const {
   return host_floats(state_.logits(), logits_host_, 0, cfg_.n_vocab);
 }
 
+int32_t ModelSession::greedy_token(int32_t excluded) {
+  if (!state_.has_logits()) return -1;
+  backend::ArgmaxParams ap;
+  ap.x = state_.logits().data();
+  ap.n = cfg_.n_vocab;
+  ap.stride = cfg_.n_vocab;
+  ap.out = s_->argmax.data();
+  ap.excluded = excluded;
+  be_.argmax(ap);
+  int32_t id = -1;
+  be_.download(&id, s_->argmax.data(), sizeof(id));
+  return id;
+}
+
 Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_t> rows) {
   ++logits_epoch_;
   if (rows.empty() || rows.size() > static_cast<size_t>(kMaxBatchRows)) {

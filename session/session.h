@@ -74,6 +74,10 @@ class ModelSession {
   // Empty before the first token. A host view of backend memory on a host-addressable
   // backend (CPU); otherwise a downloaded copy. Valid until the next mutating call.
   std::span<const float> logits() const;
+  // The greedy next token from the frontier logits, chosen on the backend (core/reduce.h
+  // top_two: ties -> smallest id, NaN never wins, `excluded` never chosen): only the id is read
+  // back. -1 without logits.
+  int32_t greedy_token(int32_t excluded = -1);
   // Changes whenever logits() may have changed (every appending or restoring call, even a
   // failed one): callers key values derived from the logits on it (DSpark's top-2 cache).
   uint64_t logits_epoch() const { return logits_epoch_; }

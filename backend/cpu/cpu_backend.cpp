@@ -385,7 +385,7 @@ class CpuBackend final : public Backend {
 
   void argmax(const ArgmaxParams& p) override {
     for (int i = 0; i < p.n_rows; ++i) {
-      p.out[i] = top_two(std::span<const float>(p.x + static_cast<int64_t>(i) * p.stride, p.n)).id;
+      p.out[i] = top_two(std::span<const float>(p.x + static_cast<int64_t>(i) * p.stride, p.n), p.excluded).id;
     }
   }
 

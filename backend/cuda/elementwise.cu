@@ -6,8 +6,8 @@
 // operation: hc_mean's acc = x0, acc += x1, ... then · (1/n_hc); SwiGLU's std::min / max
 // order and detmath's SiLU; quant/dequant.cpp's products per element for get_rows), so the
 // thread layout cannot change a bit. argmax follows core/reduce.h's top_two: the first index
-// of the maximum among non-NaN values (an order-free definition, reduced as a tree), the
-// first index when every value is NaN.
+// of the maximum among non-NaN values other than the excluded id (an order-free definition,
+// reduced as a tree), the first allowed index when every value is NaN.
 // Invariants: no allocation, asynchronous on the stream, shapes validated on the host.
 #include <cstring>
 
@@ -183,13 +183,14 @@ constexpr int kArgmaxThreads = 256;
 
 // One block per row.
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* __restrict__ x, int64_t n,
-                                                                int64_t stride, int32_t* __restrict__ out) {
+                                                                int64_t stride, int64_t excluded,
+                                                                int32_t* __restrict__ out) {
   __shared__ Best part[kArgmaxThreads / 32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * stride;
   Best b{0.0f, -1};
   for (int64_t i = threadIdx.x; i < n; i += kArgmaxThreads) {
     const float v = xr[i];
-    if (!isnan(v) && (b.id < 0 || v > b.v)) b = Best{v, i};
+    if (i != excluded && !isnan(v) && (b.id < 0 || v > b.v)) b = Best{v, i};
   }
   for (int s = 16; s >= 1; s /= 2) {
     Best o;
@@ -204,7 +205,10 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* __r
   b = part[0];
   for (int k = 1; k < kArgmaxThreads / 32; ++k) b = better(b, part[k]);
   int64_t id = b.id;
-  if (id < 0) id = n > 0 ? 0 : -1;  // every value NaN: the first index
+  if (id < 0) {  // every allowed value NaN: the first allowed index (-1 when none)
+    id = excluded == 0 ? 1 : 0;
+    if (id >= n) id = -1;
+  }
   out[blockIdx.x] = static_cast<int32_t>(id);
 }
 
@@ -291,7 +295,8 @@ Status argmax(const backend::ArgmaxParams& p, Stream stream) {
     return invalid_argument("cuda: argmax: bad shape (n %lld, stride %lld, rows %d)",
                             static_cast<long long>(p.n), static_cast<long long>(p.stride), p.n_rows);
   if (p.n_rows == 0) return Status();
-  argmax_kernel<<<static_cast<unsigned>(p.n_rows), kArgmaxThreads, 0, stream>>>(p.x, p.n, stride, p.out);
+  argmax_kernel<<<static_cast<unsigned>(p.n_rows), kArgmaxThreads, 0, stream>>>(p.x, p.n, stride, p.excluded,
+                                                                                p.out);
   return launch_status("argmax", p.n, 1, p.n_rows);
 }
 

@@ -342,11 +342,16 @@ TEST_F(FfnOps, ArgmaxEqualsCpu) {
       }
     }
     auto x = dual(xv);
-    auto out = out_buf<int32_t>(rows);
-    cpu_->argmax(backend::ArgmaxParams{x.hp(), n, stride, rows, out.hp()});
-    expect_ok(argmax(backend::ArgmaxParams{x.dp(), n, stride, rows, out.dp()}, nullptr));
-    sync();
-    same_ids(out, "argmax n=" + std::to_string(n));
+    // Excluded ids: none, the first (the all-NaN fallback moves to 1), and a row's maximum.
+    const int32_t top_of_row0 =
+        static_cast<int32_t>(std::max_element(xv.begin(), xv.begin() + n) - xv.begin());
+    for (int32_t excluded : {-1, 0, top_of_row0}) {
+      auto out = out_buf<int32_t>(rows);
+      cpu_->argmax(backend::ArgmaxParams{x.hp(), n, stride, rows, out.hp(), excluded});
+      expect_ok(argmax(backend::ArgmaxParams{x.dp(), n, stride, rows, out.dp(), excluded}, nullptr));
+      sync();
+      same_ids(out, "argmax n=" + std::to_string(n) + " excluded " + std::to_string(excluded));
+    }
   }
 }
 
