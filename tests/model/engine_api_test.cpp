@@ -3,6 +3,7 @@
 // (context too small, decode past n_ctx, token id out of range, absurd n_ctx, CUDA request).
 #include <gtest/gtest.h>
 
+#include "core/reduce.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "tests/model/tiny_model.h"
@@ -74,6 +75,28 @@ TEST(EngineApi, VerifyAndCommitThroughTheFacade) {
   (*a)->reset();
   EXPECT_EQ((*a)->n_tokens(), 0);
   EXPECT_TRUE((*a)->logits().empty());
+}
+
+// Session::greedy_next (the backend's argmax, the id alone read back) is the host top_two of
+// logits(), with and without a banned id (banning the top gives the runner-up).
+TEST(EngineApi, GreedyNextIsTopTwoOfTheLogits) {
+  EngineOptions o;
+  o.model_path = testing_tiny::tiny_model_path(model::ExpertQuant::kQ2, 7);
+  auto e = Engine::open(o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  auto s = (*e)->new_session(128);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->greedy_next(), -1);  // no logits yet
+  const auto toks = testing_tiny::prompt_tokens(40, (*e)->info().n_vocab, 3);
+  for (size_t i = 0; i < toks.size(); i += 8) {
+    ASSERT_TRUE((*s)->prefill(std::span<const int32_t>(toks).subspan(i, 8)).ok());
+    const auto l = (*s)->logits();
+    const int32_t top = top_two(l).id;
+    EXPECT_EQ((*s)->greedy_next(), top);
+    const int32_t second = (*s)->greedy_next(top);
+    EXPECT_NE(second, top);
+    EXPECT_EQ(second, top_two(l, top).id);
+  }
 }
 
 TEST(EngineApi, BadInputGivesClearErrors) {
