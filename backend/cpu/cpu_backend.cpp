@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/row_math.h"
 #include "core/reduce.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
@@ -471,52 +472,19 @@ class CpuBackend final : public Backend {
       for (int64_t i = b; i < e; ++i) route_row(p, static_cast<int>(i));
     });
   }
+  // One row: the expressions of backend/row_math.h, which the CUDA kernels run too.
   static void route_row(const RouteParams& p, int i) {
     const int X = p.n_expert, U = p.n_used;
-    {
-      const float* logits = p.logits + static_cast<int64_t>(i) * X;
-      float* pr = p.probs + static_cast<int64_t>(i) * X;
-      for (int e = 0; e < X; ++e) pr[e] = sqrtf(cpu::softplus_stable(logits[e]));
-      int32_t* sel = p.sel + static_cast<int64_t>(i) * U;
-      float* wt = p.wt + static_cast<int64_t>(i) * U;
-      if (p.tid2eid != nullptr) {
-        for (int j = 0; j < U; ++j) sel[j] = p.tid2eid[static_cast<int64_t>(p.tokens[i]) * U + j];
-      } else {
-        // Insertion top-k: insert before the first slot with a strictly smaller score, so
-        // ties keep the lower expert id first; sel ends in descending score order.
-        float best[64];
-        int cnt = 0;
-        for (int e = 0; e < X; ++e) {
-          const float sc = p.bias != nullptr ? pr[e] + p.bias[e] : pr[e];
-          int at = cnt;
-          for (int j = 0; j < cnt; ++j) {
-            if (best[j] < sc) {
-              at = j;
-              break;
-            }
-          }
-          if (at >= U) continue;
-          for (int j = std::min(cnt, U - 1); j > at; --j) {
-            best[j] = best[j - 1];
-            sel[j] = sel[j - 1];
-          }
-          best[at] = sc;
-          sel[at] = e;
-          if (cnt < U) ++cnt;
-        }
-      }
-      float sum = 0.0f;
-      for (int j = 0; j < U; ++j) {
-        wt[j] = pr[sel[j]];
-        sum += wt[j];
-      }
-      if (p.renorm) {
-        const float denom = std::max(sum, 6.103515625e-5f);
-        for (int j = 0; j < U; ++j) wt[j] = wt[j] / denom * p.scale;
-      } else {
-        for (int j = 0; j < U; ++j) wt[j] = wt[j] * p.scale;
-      }
+    const float* logits = p.logits + static_cast<int64_t>(i) * X;
+    float* pr = p.probs + static_cast<int64_t>(i) * X;
+    for (int e = 0; e < X; ++e) pr[e] = rowmath::route_prob(logits[e]);
+    int32_t* sel = p.sel + static_cast<int64_t>(i) * U;
+    if (p.tid2eid != nullptr) {
+      for (int j = 0; j < U; ++j) sel[j] = p.tid2eid[static_cast<int64_t>(p.tokens[i]) * U + j];
+    } else {
+      rowmath::route_select(pr, p.bias, X, U, sel);
     }
+    rowmath::route_weights(pr, sel, U, p.renorm, p.scale, p.wt + static_cast<int64_t>(i) * U);
   }
 
   void hc_collapse(const HcCollapseParams& p) override {

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/ffn_math.h"
+#include "backend/row_math.h"
 #include "backend/cuda/ops.h"
 #include "quant/iq2_tables.h"
 
@@ -45,7 +45,7 @@ __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n, float c) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = ffn::swiglu_value(gate[i], up[i], c);
+    out[i] = backend::rowmath::swiglu_value(gate[i], up[i], c);
 }
 
 // grid (n_rows, chunks of n_embd): every stream of row i = f16 table row tokens[i].

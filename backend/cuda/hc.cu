@@ -11,7 +11,7 @@
 // y = y + w[h]·x[h] for h in stream order — kernels.h weighted_sum's sequence per element.
 // Invariants: no allocation (flat / mix scratch come in the params), asynchronous on the stream.
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/ffn_math.h"
+#include "backend/row_math.h"
 #include "backend/cuda/ops.h"
 
 namespace ds4::cuda {
@@ -86,9 +86,9 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(
     const float* __restrict__ x, const float* __restrict__ mix, const float* __restrict__ scale,
     const float* __restrict__ base, int n_hc, int64_t n_embd, int iters, float eps, float* __restrict__ y,
     float* __restrict__ post, float* __restrict__ comb) {
-  __shared__ float pre_s[ffn::kMaxHc];
-  __shared__ float post_s[ffn::kMaxHc];
-  __shared__ float comb_s[ffn::kMaxHc * ffn::kMaxHc];
+  __shared__ float pre_s[backend::rowmath::kMaxHc];
+  __shared__ float post_s[backend::rowmath::kMaxHc];
+  __shared__ float comb_s[backend::rowmath::kMaxHc * backend::rowmath::kMaxHc];
   const int64_t row = blockIdx.x;
   const int nn = n_hc * n_hc;
   const int64_t mix_dim = 2 * n_hc + nn;
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) hc_collapse_kernel(const float* __re
                                                                const float* __restrict__ mix, float scale,
                                                                const float* __restrict__ base, float hc_eps,
                                                                int n_hc, int64_t n_embd, float* __restrict__ y) {
-  __shared__ float w_s[ffn::kMaxHc];
+  __shared__ float w_s[backend::rowmath::kMaxHc];
   const int64_t row = blockIdx.x;
   if (threadIdx.x < n_hc) {
     const int h = threadIdx.x;
@@ -173,7 +173,7 @@ Status norm_and_mix(const char* op, const float* x, const backend::Matrix& fn, i
 }  // namespace
 
 Status hc_pre(const backend::HcPreParams& p, Stream stream) {
-  if (p.n_hc < 1 || p.n_hc > ffn::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
+  if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_pre", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
   const int64_t mix_dim = 2 * p.n_hc + static_cast<int64_t>(p.n_hc) * p.n_hc;
@@ -187,7 +187,7 @@ Status hc_pre(const backend::HcPreParams& p, Stream stream) {
 }
 
 Status hc_post(const backend::HcPostParams& p, Stream stream) {
-  if (p.n_hc < 1 || p.n_hc > ffn::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
+  if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_post", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
   const dim3 grid(static_cast<unsigned>(p.n_rows * p.n_hc), chunks(p.n_embd));
@@ -196,7 +196,7 @@ Status hc_post(const backend::HcPostParams& p, Stream stream) {
 }
 
 Status hc_collapse(const backend::HcCollapseParams& p, Stream stream) {
-  if (p.n_hc < 1 || p.n_hc > ffn::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
+  if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_collapse", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
   Status s = norm_and_mix("hc_collapse", p.x, p.fn, p.n_hc, p.n_embd, p.n_rows, p.norm_eps, p.flat, p.mix,

@@ -15,7 +15,7 @@
 // [pairs × n_ff/256] Q8_K, down [pairs × n_embd] f32; each piece 64-byte aligned.
 // Invariants: no allocation, asynchronous on the stream, errors name op and shapes.
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/ffn_math.h"
+#include "backend/row_math.h"
 #include "backend/cuda/ops.h"
 
 namespace ds4::cuda {
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(
   const int64_t i = blockIdx.x;
   const float* lg = logits + i * n_expert;
   float* pr = probs + i * n_expert;
-  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) pr[e] = ffn::route_prob(lg[e]);
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) pr[e] = backend::rowmath::route_prob(lg[e]);
   __syncthreads();
   if (threadIdx.x != 0) return;
   int32_t* s = sel + i * n_used;
@@ -51,9 +51,9 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(
       return;
     }
   } else {
-    ffn::route_select(pr, bias, n_expert, n_used, s);
+    backend::rowmath::route_select(pr, bias, n_expert, n_used, s);
   }
-  ffn::route_weights(pr, s, n_used, renorm, scale, w);
+  backend::rowmath::route_weights(pr, s, n_used, renorm, scale, w);
 }
 
 // grid (n_pairs, chunks of n_ff): g[q][r] = silu(min(g, c))·clamp(u, -c, c)·wt[q], in place.
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) moe_mid_kernel(float* g, const float
   const int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (r >= n_ff) return;
   const float w = wt[q];
-  g[q * n_ff + r] = ffn::moe_mid_value(g[q * n_ff + r], u[q * n_ff + r], c, w);
+  g[q * n_ff + r] = backend::rowmath::moe_mid_value(g[q * n_ff + r], u[q * n_ff + r], c, w);
 }
 
 // grid (n_rows, chunks of n_embd): out[i][o] = 0, then out = out + down[i·U + s][o], s in order.
@@ -130,7 +130,7 @@ size_t moe_device_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_
 }
 
 Status route(const backend::RouteParams& p, Stream stream) {
-  if (p.n_rows < 0 || p.n_expert <= 0 || p.n_used < 1 || p.n_used > ffn::kMaxUsed || p.n_used > p.n_expert ||
+  if (p.n_rows < 0 || p.n_expert <= 0 || p.n_used < 1 || p.n_used > backend::rowmath::kMaxUsed || p.n_used > p.n_expert ||
       (p.tid2eid != nullptr && p.tokens == nullptr))
     return invalid_argument("cuda: route: bad shape (rows %d, n_expert %d, n_used %d: need 1 <= n_used <= "
                             "min(64, n_expert); hash rows need tokens)", p.n_rows, p.n_expert, p.n_used);

@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/ops.h"
 #include "quant/half.h"
+#include "tests/cuda/device_buf.h"
 
 namespace ds4::cuda {
 namespace {
@@ -34,30 +35,7 @@ using backend::CompressorStepParams;
 using backend::IndexerSelectParams;
 using backend::SinkAttentionParams;
 
-// One device allocation; CUDA errors are test failures, never aborts.
-class DeviceBuf {
- public:
-  explicit DeviceBuf(size_t bytes) : bytes_(bytes == 0 ? 1 : bytes) {
-    const Status s = device_alloc(&p_, bytes_);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-  ~DeviceBuf() { device_free(p_); }
-  DeviceBuf(const DeviceBuf&) = delete;
-  DeviceBuf& operator=(const DeviceBuf&) = delete;
-  void* data() const { return p_; }
-  void put(const void* src, size_t n) const {
-    const Status s = upload(p_, src, n);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-  void get(void* dst, size_t n) const {
-    const Status s = download(dst, p_, n);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
+using test_util::DeviceBuf;
 
 // A buffer with a host copy (the CPU op's) and a device copy (the launcher's), equal at start.
 template <typename T>

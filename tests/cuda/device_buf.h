@@ -31,6 +31,7 @@ class DeviceBuf {
   DeviceBuf& operator=(const DeviceBuf&) = delete;
   template <typename T>
   T* as() const { return static_cast<T*>(p_); }
+  void* data() const { return p_; }
   size_t bytes() const { return bytes_; }
   void put(const void* src, size_t n) const {
     const Status s = upload(p_, src, n);

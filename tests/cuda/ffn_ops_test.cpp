@@ -24,7 +24,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
-#include "backend/cuda/ffn_math.h"
+#include "backend/row_math.h"
 #include "backend/cuda/ops.h"
 #include "quant/quant.h"
 #include "tests/cuda/device_buf.h"
@@ -521,8 +521,8 @@ TEST(FfnMathHost, MinMaxFollowStdSemantics) {
   const float v[] = {kNaN, -kNaN, kInf, -kInf, 0.0f, -0.0f, 1.0f, -1.0f, 10.0f, 1e-41f};
   for (float a : v) {
     for (float b : v) {
-      const float m0 = std::min(a, b), m1 = ffn::std_min(a, b);
-      const float x0 = std::max(a, b), x1 = ffn::std_max(a, b);
+      const float m0 = std::min(a, b), m1 = backend::rowmath::std_min(a, b);
+      const float x0 = std::max(a, b), x1 = backend::rowmath::std_max(a, b);
       EXPECT_EQ(0, std::memcmp(&m0, &m1, 4)) << "min(" << a << ", " << b << ")";
       EXPECT_EQ(0, std::memcmp(&x0, &x1, 4)) << "max(" << a << ", " << b << ")";
     }
@@ -555,10 +555,10 @@ TEST(FfnMathHost, RouteSelectionAndWeightsEqualCpu) {
         if (mode == 2) {
           std::copy_n(table.data() + tokens[i] * n_used, n_used, s.data());
         } else {
-          ffn::route_select(pr, p.bias, n_expert, n_used, s.data());
+          backend::rowmath::route_select(pr, p.bias, n_expert, n_used, s.data());
         }
         std::vector<float> w(n_used);
-        ffn::route_weights(pr, s.data(), n_used, p.renorm, p.scale, w.data());
+        backend::rowmath::route_weights(pr, s.data(), n_used, p.renorm, p.scale, w.data());
         for (int j = 0; j < n_used; ++j) {
           EXPECT_EQ(sel[i * n_used + j], s[j]) << "route sel row " << i << " slot " << j << " mode " << mode;
           EXPECT_EQ(0, std::memcmp(&wt[i * n_used + j], &w[j], 4))

@@ -11,7 +11,6 @@
 //    CPU's, and decode_batch rows equal each session decoded alone.
 // Without a usable GPU every test skips with the reason the backend gives.
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -21,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "tests/model/invariance_checks.h"
+#include "tests/model/sha256.h"
 
 namespace ds4 {
 namespace {
@@ -30,18 +30,7 @@ using testing_tiny::same_floats;
 using testing_tiny::Stack;
 using testing_tiny::state_bytes;
 
-std::string sha256_hex(std::span<const float> v) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(v.data(), v.size() * sizeof(float), md, &len, EVP_sha256(), nullptr);
-  std::string hex;
-  char buf[3];
-  for (unsigned int i = 0; i < len; ++i) {
-    std::snprintf(buf, sizeof buf, "%02x", md[i]);
-    hex += buf;
-  }
-  return hex;
-}
+using testing_tiny::sha256_hex;
 
 // "" when equal, else where and how the first element differs.
 std::string first_difference(std::span<const float> got, std::span<const float> want) {

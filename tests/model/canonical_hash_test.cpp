@@ -15,12 +15,12 @@
 // change of the model's numerics (or of the generator's output): it needs a commit message
 // that says why (which numeric rule changed and that the invariance tests still pass).
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <cstdio>
 #include <string>
 
 #include "backend/cpu/kernels.h"
+#include "tests/model/sha256.h"
 #include "tests/model/tiny_model.h"
 
 namespace ds4 {
@@ -32,19 +32,7 @@ namespace cpu = backend::cpu;
 // session n_ctx 512, one prefill call. Recorded 2026-12-02 (scalar = AVX2 = AVX-512).
 constexpr const char* kCanonicalHash = "e38207652f7c71ba9cf77b4091ea6cbd047f218aa572eb0f7c04f59460bd246d";
 
-std::string sha256_hex(std::span<const float> v) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  // Host is little-endian (quant/blocks.h invariant), so the float bytes are the LE words.
-  EVP_Digest(v.data(), v.size() * sizeof(float), md, &len, EVP_sha256(), nullptr);
-  std::string hex;
-  char buf[3];
-  for (unsigned int i = 0; i < len; ++i) {
-    std::snprintf(buf, sizeof buf, "%02x", md[i]);
-    hex += buf;
-  }
-  return hex;
-}
+using testing_tiny::sha256_hex;
 
 std::string frontier_hash(const testing_tiny::Stack& st) {
   const auto toks = testing_tiny::prompt_tokens(400, st.model->config().n_vocab, 99);

@@ -80,19 +80,26 @@ bool step(Live& r, Sampler& sampler, int32_t eos) {
   return true;
 }
 
+// The shipped target + drafter on 2 threads; null (with a test failure) when they do not open.
+std::unique_ptr<Engine> open_shipped() {
+  EngineOptions eo;
+  eo.model_path = kTarget;
+  eo.mtp_path = kDrafter;
+  eo.n_threads = 2;
+  auto opened = Engine::open(eo);
+  EXPECT_TRUE(opened.ok()) << opened.status().to_string();
+  return opened.ok() ? std::move(opened).value() : nullptr;
+}
+
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 TEST(SpeculativeSessions, TwoInterleavedOnOneEngineEqualPlainGreedy) {
   if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
-  EngineOptions eo;
-  eo.model_path = kTarget;
-  eo.mtp_path = kDrafter;
-  eo.n_threads = 2;
-  auto opened = Engine::open(eo);
-  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
-  Engine& engine = **opened;
+  std::unique_ptr<Engine> opened = open_shipped();
+  ASSERT_TRUE(opened);
+  Engine& engine = *opened;
   const int32_t eos = engine.eos_token();
   SamplerParams sp;
   sp.temperature = 0.0f;
@@ -159,13 +166,9 @@ TEST(SpeculativeSessions, TwoInterleavedOnOneEngineEqualPlainGreedy) {
 // timeline (hidden capture) exactly as decode() does.
 TEST(SpeculativeSessions, BatchedPlainDecodesBetweenStepsFeedTheDrafterLikeDecode) {
   if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
-  EngineOptions eo;
-  eo.model_path = kTarget;
-  eo.mtp_path = kDrafter;
-  eo.n_threads = 2;
-  auto opened = Engine::open(eo);
-  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
-  Engine& engine = **opened;
+  std::unique_ptr<Engine> opened = open_shipped();
+  ASSERT_TRUE(opened);
+  Engine& engine = *opened;
   const int32_t eos = engine.eos_token();
   SamplerParams sp;
   sp.temperature = 0.0f;
@@ -233,13 +236,9 @@ namespace {
 // output is still plain greedy's, bit for bit, and speculation still engages.
 TEST(SpeculativeSessions, DecoderMadeAfterAPrefixStaysExact) {
   if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
-  EngineOptions eo;
-  eo.model_path = kTarget;
-  eo.mtp_path = kDrafter;
-  eo.n_threads = 2;
-  auto opened = Engine::open(eo);
-  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
-  Engine& engine = **opened;
+  std::unique_ptr<Engine> opened = open_shipped();
+  ASSERT_TRUE(opened);
+  Engine& engine = *opened;
   SamplerParams sp;
   sp.temperature = 0.0f;
   Sampler sampler(sp, engine.info().n_vocab);

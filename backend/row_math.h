@@ -1,9 +1,9 @@
-// backend/cuda/ffn_math.h — the per-element and per-row math of the HC, SwiGLU, router and MoE
-// ops, written once for the host and the device (DS4_HD), so the CUDA kernels and the host
-// unit tests run the same expressions.
+// backend/row_math.h — the per-element and per-row math of the SwiGLU, router and MoE ops,
+// written once for the host and the device (DS4_HD): the CPU backend's router (route_row) and
+// the CUDA kernels run these very functions.
 //
-// Role: each helper is the CPU oracle's expression (backend/cpu/cpu_backend.cpp) spelled out
-// operation by operation, with the transcendentals of core/detmath.h.
+// Role: each helper spells out the op's expression operation by operation (ds4-architecture.md
+// §4.6), with the transcendentals of core/detmath.h.
 // Invariants:
 //  * Same float operations in the same order as the CPU per output; no FMA (the CUDA folder
 //    builds with --fmad=false, the host with -ffp-contract=off); '/' and sqrtf are IEEE.
@@ -16,7 +16,7 @@
 
 #include "core/detmath.h"
 
-namespace ds4::cuda::ffn {
+namespace ds4::backend::rowmath {
 
 inline constexpr int kMaxHc = 16;    // HC streams (cpu_ops' stack arrays hold 16)
 inline constexpr int kMaxUsed = 64;  // router slots (route_row's best[64])
@@ -84,4 +84,4 @@ DS4_HD void route_weights(const float* probs, const int32_t* sel, int u, bool re
   }
 }
 
-}  // namespace ds4::cuda::ffn
+}  // namespace ds4::backend::rowmath
