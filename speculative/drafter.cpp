@@ -199,7 +199,8 @@ int64_t DrafterModel::capture_width() const {
 }
 
 Drafter::Drafter(const DrafterModel& model)
-    : m_(model), cfg_(model.target().config()), be_(model.backend()), w_(&model.weights()), mw_(&model.mats()) {
+    : m_(model), cfg_(model.target().config()), be_(model.backend()), w_(&model.weights()), mw_(&model.mats()),
+      eager_chain_(!model.backend().host_addressable()) {
   const model::ModelConfig& c = cfg_;
   B_ = w_->config.block_size;
   W_ = w_->config.window;
@@ -437,8 +438,41 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   rms_norm(be_, s.yhead.data(), mw_->norm, s.h.data(), E, n_max, cfg_.rms_eps);
   matmul(be_, mw_->output, s.h.data(), E, s.logits.data(), V, n_max);
 
-  // Lazy Markov chain (§7): Z_k = U_k + W2·W1[prev]; d_k = argmax (ties -> smallest id, NaN never
-  // wins: markov_argmax's rule). conf_in's tail holds W1[prev] of position k when step k runs.
+  // Markov chain step k (§7): Z_k = U_k + W2·W1[prev]; d_k = argmax (ties -> smallest id, NaN
+  // never wins: markov_argmax's rule) into chain word 2 + 2k. conf_in's tail holds W1[prev] of
+  // position k when step k runs.
+  auto chain_step = [&](int k) {
+    float* z = s.logits.data() + static_cast<int64_t>(k) * V;
+    matmul(be_, mw_->markov_w2, s.conf_in.data() + E, R, s.bias.data(), V, 1);
+    be_.add(backend::AddParams{z, s.bias.data(), z, V});
+    be_.argmax(backend::ArgmaxParams{z, V, V, 1, chain + 2 + 2 * k});
+  };
+  if (eager_chain_) {
+    // Every step on the backend, then the whole chain (words 0 .. 2·n_max) in one read; the
+    // host replays the lazy loop's stop rule on it.
+    for (int k = 0; k < n_max; ++k) {
+      chain_step(k);
+      if (k + 1 < n_max) confidence_logit(k + 1);
+    }
+    int32_t words[2 * kMaxBlockSize + 1];
+    be_.download(words, chain, sizeof(int32_t) * (2 * n_max + 1));
+    for (int k = 0; k < n_max; ++k) {
+      float c = out->conf0;
+      if (k > 0) {
+        float logit;
+        std::memcpy(&logit, &words[1 + 2 * k], sizeof(float));
+        conf_logit_[k] = logit;
+        c = sigmoid_stable(logit);
+        out->tokens[k - 1] = words[2 * k];
+        if (c < threshold_at(thr, k)) break;
+      }
+      out->conf[k] = c;
+      out->n = k + 1;
+    }
+    if (out->n == n_max) out->tokens[n_max - 1] = words[2 * n_max];
+    return;
+  }
+  // Lazy chain: one 8-byte read per step, stopping at the first position below threshold.
   for (int k = 0; k < n_max; ++k) {
     float c = out->conf0;
     if (k > 0) {
@@ -446,10 +480,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
       out->tokens[k - 1] = prev;
       if (c < threshold_at(thr, k)) break;
     }
-    float* z = s.logits.data() + static_cast<int64_t>(k) * V;
-    matmul(be_, mw_->markov_w2, s.conf_in.data() + E, R, s.bias.data(), V, 1);
-    be_.add(backend::AddParams{z, s.bias.data(), z, V});
-    be_.argmax(backend::ArgmaxParams{z, V, V, 1, chain + 2 + 2 * k});
+    chain_step(k);
     out->conf[k] = c;
     out->n = k + 1;
     if (k + 1 < n_max) confidence_logit(k + 1);

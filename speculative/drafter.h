@@ -145,6 +145,14 @@ class Drafter {
   // when conf0 was computed).
   std::span<const float> last_z(int k) const;
   float last_conf_logit(int k) const { return conf_logit_[k]; }
+  // How the Markov chain meets its thresholds. Lazy (host-addressable backends): one 8-byte
+  // read per step, the chain stops at the first position below threshold. Eager (device
+  // backends, where each read is a synchronization): the chain runs to n_max on the backend and
+  // its words come back in one read; the host then replays the same stop rule. Both give the
+  // same proposal bit for bit (the chain's ops do not depend on the stop); eager spends the
+  // steps past the stop to save the per-step round trips.
+  void set_eager_chain(bool eager) { eager_chain_ = eager; }
+  bool eager_chain() const { return eager_chain_; }
 
  private:
   friend Expected<std::unique_ptr<Drafter>> load_drafter(const model::Model&, backend::Backend&,
@@ -167,6 +175,7 @@ class Drafter {
   int64_t ring_next_ = 0;
   backend::Buffer ring_;       // [S, W, D] f32, backend memory
   float conf_logit_[kMaxBlockSize] = {};
+  bool eager_chain_ = false;  // see set_eager_chain; default: !backend.host_addressable()
 
   struct Scratch;
   std::unique_ptr<Scratch> s_;

@@ -358,6 +358,44 @@ TEST_F(DrafterTest, LazyLoopAndConfidenceThresholds) {
   EXPECT_NE(0, std::memcmp(z78.data(), d->last_z(0).data(), sizeof(float) * V));
 }
 
+// The eager chain (device backends: every step run, one read-back) gives the lazy chain's
+// proposal bit for bit: drafts, confidences, conf0 rejection and the stop at each threshold.
+TEST_F(DrafterTest, EagerChainEqualsLazyChain) {
+  auto lazy = stack_->drafter(3);
+  auto eager = stack_->drafter(3);
+  ASSERT_TRUE(lazy && eager);
+  EXPECT_FALSE(lazy->eager_chain());  // the CPU backend reads lazily by default
+  eager->set_eager_chain(true);
+  auto h = hidden_rows(*lazy, 0, 20);
+  lazy->commit_rows(0, 20, h.data());
+  eager->commit_rows(0, 20, h.data());
+  speculative::Proposal full;
+  lazy->propose(77, 20, 5, {}, &full);
+  ASSERT_EQ(full.n, 5);
+  std::vector<std::vector<float>> thresholds = {{}, {0.0f}};
+  for (int j = 0; j < 5; ++j) {  // stop (or conf0-reject) at each position in turn
+    std::vector<float> thr(j + 1, 0.0f);
+    thr[j] = std::nextafter(full.conf[j], 2.0f);
+    thresholds.push_back(thr);
+  }
+  for (const std::vector<float>& thr : thresholds) {
+    for (int n_max : {1, 3, 5}) {
+      speculative::Proposal a, b;
+      lazy->propose(77, 20, n_max, thr, &a);
+      eager->propose(77, 20, n_max, thr, &b);
+      const std::string what = "n_max " + std::to_string(n_max) + " thresholds " + std::to_string(thr.size());
+      ASSERT_EQ(a.n, b.n) << what;
+      EXPECT_EQ(a.conf0_rejected, b.conf0_rejected) << what;
+      EXPECT_EQ(0, std::memcmp(&a.conf0, &b.conf0, sizeof(float))) << what;
+      for (int k = 0; k < a.n; ++k) {
+        EXPECT_EQ(a.tokens[k], b.tokens[k]) << what << " k " << k;
+        EXPECT_EQ(0, std::memcmp(&a.conf[k], &b.conf[k], sizeof(float))) << what << " k " << k;
+        EXPECT_EQ(0, std::memcmp(&a.conf, &b.conf, sizeof(float) * static_cast<size_t>(a.n))) << what;
+      }
+    }
+  }
+}
+
 // A drafter over the target's BoundModel (the Engine's path: embedding and LM head from the
 // target's binding) proposes exactly what the standalone drafter (its own binding) proposes.
 TEST_F(DrafterTest, BoundTargetDrafterMatchesStandalone) {
