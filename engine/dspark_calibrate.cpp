@@ -75,7 +75,7 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
   s.set_capture_layers(dr->config().target_layers);
   s.set_capture_sink([&](int64_t pos, std::span<const float> h) {
     if (pos >= 0 && static_cast<size_t>(pos) < prompt.size() && static_cast<int64_t>(h.size()) == cw) {
-      be.upload(caps.data() + pos * cw, h.data(), h.size_bytes());
+      be.copy(caps.data() + pos * cw, h.data(), h.size_bytes());  // h is backend memory
     }
   });
   const Status pre = s.prefill(prompt);

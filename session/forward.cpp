@@ -150,10 +150,10 @@ void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, 
   if (owners != nullptr) {
     for (int i = 0; i < n; ++i) {
       ModelSession& o = *owners[i];
-      if (o.capture_sink_ && !o.capture_layers_.empty()) o.capture_sink_(row_pos[i], o.captured_row(0));
+      if (o.capture_sink_ && !o.capture_layers_.empty()) o.capture_sink_(row_pos[i], o.captured_backend_row(0));
     }
   } else if (capture_sink_ && !capture_layers_.empty()) {
-    for (int i = 0; i < n; ++i) capture_sink_(pos0 + i, captured_row(i));
+    for (int i = 0; i < n; ++i) capture_sink_(pos0 + i, captured_backend_row(i));
   }
 }
 

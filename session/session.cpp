@@ -300,6 +300,11 @@ void ModelSession::set_capture_sink(std::function<void(int64_t, std::span<const 
   capture_sink_ = std::move(sink);
 }
 
+std::span<const float> ModelSession::captured_backend_row(int i) const {
+  const size_t per_row = capture_layers_.size() * cfg_.n_embd;
+  return std::span<const float>(captured_.data() + static_cast<size_t>(i) * per_row, per_row);
+}
+
 std::span<const float> ModelSession::captured_row(int i) const {
   const size_t per_row = capture_layers_.size() * cfg_.n_embd;
   return host_floats(captured_, captured_host_, static_cast<size_t>(i) * per_row, per_row);

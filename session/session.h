@@ -108,11 +108,15 @@ class ModelSession {
   // Layers whose output HC state (mean over the n_hc streams) is captured per processed row.
   void set_capture_layers(std::vector<int> layers);
   // Called for every processed row (prefill, decode, verify) with its position and the
-  // captured [n_capture, n_embd] f32 rows; valid during the call only.
+  // captured [n_capture, n_embd] f32 rows, valid during the call only, in BACKEND memory: the
+  // span's data() is a backend address (copy it with Backend::copy; read it directly only on a
+  // host-addressable backend), so nothing crosses to the host on a device backend.
   void set_capture_sink(std::function<void(int64_t pos, std::span<const float> hidden)> sink);
   // Captured hidden of row i of the last forward call: [n_capture, n_embd] f32 (host view or
   // downloaded copy, like logits()).
   std::span<const float> captured_row(int i) const;
+  // The same row in backend memory (what the capture sink receives).
+  std::span<const float> captured_backend_row(int i) const;
   const State& state() const { return state_; }
   backend::Backend& backend() const { return be_; }
   const BoundModel& bound() const { return *bound_; }

@@ -18,9 +18,8 @@ void DSparkProposer::on_capture(int64_t pos, std::span<const float> hidden) {
   if (static_cast<int64_t>(hidden.size()) != width_) return;  // capture layers changed under us
   if (pos < d_.ring_next()) d_.ring_truncate(pos);            // the timeline went back
   const int64_t slot = pos % cap_;
-  // The session hands a host span of its captured row (on a host-addressable backend a view
-  // of its backend buffer, so this is a backend-to-backend copy).
-  d_.model().backend().upload(buf_.data() + slot * width_, hidden.data(), sizeof(float) * width_);
+  // The session hands its captured row in backend memory: a backend-to-backend copy.
+  d_.model().backend().copy(buf_.data() + slot * width_, hidden.data(), sizeof(float) * width_);
   tag_[slot] = pos;
 }
 

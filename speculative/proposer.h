@@ -21,7 +21,8 @@ class Proposer {
   virtual int block_size() const = 0;
   // Target layers whose HC mean the proposer needs for every processed row (may be empty).
   virtual std::vector<int> capture_layers() const { return {}; }
-  // Every row the target processes (prefill, decode, verify — committed or not).
+  // Every row the target processes (prefill, decode, verify — committed or not); `hidden` is
+  // backend memory (ModelSession::set_capture_sink).
   virtual void on_capture(int64_t pos, std::span<const float> hidden) {}
   // Positions [0, n_committed) of the session are final; rows at >= n_committed are not.
   virtual void sync(int64_t n_committed) {}
