@@ -153,7 +153,8 @@ case "$check" in
     # --dspark-calibrate prints the six DS4_DSPARK_COST_* lines; a DSpark run under them
     # still gives plain greedy's text; bad input is one clear error (exit 2).
     m="$src/models/ds4-tiny.gguf" d="$src/models/ds4-tiny-dspark.gguf"
-    "$ds4" -m "$m" --mtp "$d" --dspark-calibrate --dspark-calibrate-reps 2 -t 2 >"$out" 2>"$err" ||
+    # --cpu: the header names the CPU's thread count (a CUDA build on a GPU machine would pick cuda).
+    "$ds4" -m "$m" --mtp "$d" --dspark-calibrate --dspark-calibrate-reps 2 -t 2 --cpu >"$out" 2>"$err" ||
       die "exit code $?"
     grep -q "^dspark calibration: 2 thread(s), 2 round(s)" "$out" || die "no calibration header"
     [ "$(grep -cE '^DS4_DSPARK_COST_[A-Z_]+=[0-9]+\.[0-9]{3}$' "$out")" -eq 6 ] || die "expected 6 cost lines"
