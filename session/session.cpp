@@ -108,7 +108,12 @@ Status ModelSession::prefill(std::span<const int32_t> tokens, const std::functio
     const bool last = done + n == total;
     forward_rows(tokens.data() + done, n, last ? n - 1 : n, false);
     done += n;
-    if (progress) progress(done, total);
+    if (progress) {
+      // A device backend runs ahead of the host: wait for the chunk, so progress (and a cancel
+      // between calls, engine/generate.cpp) is measured in finished work, at most one chunk late.
+      be_.sync();
+      progress(done, total);
+    }
   }
   if (total > 0) {
     // The last chunk computed logits for its last row only: row_logits row 0.
