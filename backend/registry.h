@@ -23,6 +23,9 @@ struct BackendOptions {
   // the same bits, so this only changes speed); ignored by other backends.
   std::string cpu_isa = "auto";
   int device = 0;  // GPU index (the CUDA backend); ignored by the CPU backend
+  // CUDA: wait for every op to finish, so a device fault is reported by the op that caused it
+  // (with its shapes) instead of at the next synchronization. Slow; for debugging.
+  bool cuda_sync = false;
 };
 
 // Names make_backend() accepts, in preference order ("cpu" first).

@@ -42,7 +42,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .flag("--f32-activations", &f->f32_activations,
             "Reference numerics, cpu backend only: no Q8_0/Q8_K activation quantization (slower; "
             "parity/quality checks)",
-            "DS4_F32_ACTIVATIONS");
+            "DS4_F32_ACTIVATIONS")
+      .flag("--cuda-sync", &f->cuda_sync,
+            "CUDA: wait for every op to finish, so a device fault names the op (and shapes) that caused "
+            "it (slow; for debugging)",
+            "DS4_CUDA_SYNC");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -83,6 +87,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->n_threads = f.threads;
   options->cpu_isa = f.isa;
   options->f32_activations = f.f32_activations;
+  options->cuda_sync = f.cuda_sync;
   return Status();
 }
 

@@ -33,6 +33,7 @@ struct BackendFlags {
   std::string isa = "auto";      // --isa: auto|scalar|avx2|avx512
   int threads = 0;               // -t/--threads: 0 = all cores
   bool f32_activations = false;  // --f32-activations
+  bool cuda_sync = false;        // --cuda-sync: wait after every CUDA op (debugging)
 };
 
 // Registers the backend flags on `t`, bound to *f (whose current values are the defaults).

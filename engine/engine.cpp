@@ -286,6 +286,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   bo.act = options.f32_activations ? backend::ActivationNumerics::kF32 : backend::ActivationNumerics::kQuantized;
   bo.cpu_isa = options.cpu_isa;
   bo.device = options.device;
+  bo.cuda_sync = options.cuda_sync;
   const std::string name = options.backend == BackendKind::kCuda  ? "cuda"
                            : options.backend == BackendKind::kCpu ? "cpu"
                                                                   : backend::resolve_backend_name("auto", options.device);

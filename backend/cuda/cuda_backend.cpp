@@ -6,12 +6,14 @@
 // each forwarded to backend/cuda/ops.h. All work runs on one non-blocking stream in issue
 // order, so an op sees every earlier upload and op, and a download sees every earlier op.
 // Invariants: nothing here allocates inside an op except the one-time growth of the matmul
-// activation scratch (a new, larger shape); an op that fails (launch error or a device fault
-// found at a synchronization) ends the process with one message naming the op and shapes.
+// activation scratch (a new, larger shape); an op that fails ends the process with one message:
+// a launch error names the op and its shapes; a device fault surfaces at the next
+// synchronization, unless sync_each_op (--cuda-sync) makes every op wait and name itself.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -152,7 +154,8 @@ class CudaWeightSet final : public WeightSet {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream) : info_(info), stream_(stream) {}
+  CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op)
+      : info_(info), stream_(stream), sync_each_op_(sync_each_op) {}
   ~CudaBackend() override {
     (void)cuda::stream_sync(stream_);  // a fault here was reported by the call that caused it
     cuda::device_free(scratch_.data);
@@ -188,7 +191,7 @@ class CudaBackend final : public Backend {
   }
   void download(void* dst, const void* src, size_t bytes) override {
     check(cuda::copy_async(dst, src, bytes, stream_), "download");
-    check(cuda::stream_sync(stream_), "download");
+    check_sync("download");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src) check(cuda::copy_async(dst, src, bytes, stream_), "copy");
@@ -197,7 +200,7 @@ class CudaBackend final : public Backend {
   void fill_bytes(void* dst, size_t bytes, uint8_t value) override {
     check(cuda::memset_async(dst, value, bytes, stream_), "fill_bytes");
   }
-  void sync() override { check(cuda::stream_sync(stream_), "sync"); }
+  void sync() override { check_sync("sync"); }
 
   std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) override {
     return CudaWeightSet::upload(ranges, stream_, info_.device);
@@ -205,35 +208,63 @@ class CudaBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override {
     grow_scratch(cuda::matmul_scratch_bytes(p.w.n_in, p.n_rows));
-    check(cuda::matmul(p, scratch_, stream_), "matmul");
+    op(cuda::matmul(p, scratch_, stream_), "matmul", "%s [%lld -> %lld], %d rows", gguf::type_name(p.w.type),
+       ll(p.w.n_in), ll(p.w.n_out), p.n_rows);
   }
   void matmul_grouped(const MatmulParams* p, int n) override {
     for (int i = 0; i < n; ++i) matmul(p[i]);
   }
-  void rms_norm(const RmsNormParams& p) override { check(cuda::rms_norm(p, stream_), "rms_norm"); }
-  void hc_pre(const HcPreParams& p) override { check(cuda::hc_pre(p, stream_), "hc_pre"); }
-  void hc_post(const HcPostParams& p) override { check(cuda::hc_post(p, stream_), "hc_post"); }
+  void rms_norm(const RmsNormParams& p) override {
+    op(cuda::rms_norm(p, stream_), "rms_norm", "n %lld, %d rows", ll(p.n), p.n_rows);
+  }
+  void hc_pre(const HcPreParams& p) override {
+    op(cuda::hc_pre(p, stream_), "hc_pre", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
+  }
+  void hc_post(const HcPostParams& p) override {
+    op(cuda::hc_post(p, stream_), "hc_post", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
+  }
   void attention_inputs(const AttentionInputsParams& p) override {
-    check(cuda::attention_inputs(p, stream_), "attention_inputs");
+    op(cuda::attention_inputs(p, stream_), "attention_inputs", "%d rows at %lld, %d heads of %d", p.n_rows,
+       ll(p.pos0), p.n_head, p.head_dim);
   }
   void compressor_step(const CompressorStepParams& p) override {
-    check(cuda::compressor_step(p, stream_), "compressor_step");
+    op(cuda::compressor_step(p, stream_), "compressor_step", "ratio %d, head_dim %d, pos %lld", p.ratio,
+       p.head_dim, ll(p.pos));
   }
   void indexer_select(const IndexerSelectParams* p, int n) override {
-    check(cuda::indexer_select(p, n, stream_), "indexer_select");
+    op(cuda::indexer_select(p, n, stream_), "indexer_select", "%d queries, first over %lld rows, top %d", n,
+       ll(p[0].n_rows), p[0].top_k);
   }
   void sink_attention(const SinkAttentionParams* p, int n) override {
-    check(cuda::sink_attention(p, n, stream_), "sink_attention");
+    op(cuda::sink_attention(p, n, stream_), "sink_attention", "%d queries, %d heads of %d, first %d raw + %lld comp",
+       n, p[0].n_head, p[0].head_dim, p[0].n_raw, ll(p[0].n_comp));
   }
-  void swiglu(const SwigluParams& p) override { check(cuda::swiglu(p, stream_), "swiglu"); }
-  void route(const RouteParams& p) override { check(cuda::route(p, stream_), "route"); }
-  void moe(const MoeParams& p) override { check(cuda::moe(p, stream_), "moe"); }
-  void hc_collapse(const HcCollapseParams& p) override { check(cuda::hc_collapse(p, stream_), "hc_collapse"); }
-  void embed(const EmbedParams& p) override { check(cuda::embed(p, stream_), "embed"); }
-  void add(const AddParams& p) override { check(cuda::add(p, stream_), "add"); }
-  void hc_mean(const HcMeanParams& p) override { check(cuda::hc_mean(p, stream_), "hc_mean"); }
-  void argmax(const ArgmaxParams& p) override { check(cuda::argmax(p, stream_), "argmax"); }
-  void get_rows(const GetRowsParams& p) override { check(cuda::get_rows(p, stream_), "get_rows"); }
+  void swiglu(const SwigluParams& p) override { op(cuda::swiglu(p, stream_), "swiglu", "n %lld", ll(p.n)); }
+  void route(const RouteParams& p) override {
+    op(cuda::route(p, stream_), "route", "%d rows, %d experts, %d used", p.n_rows, p.n_expert, p.n_used);
+  }
+  void moe(const MoeParams& p) override {
+    op(cuda::moe(p, stream_), "moe", "%d rows, %s [%lld -> %lld] x%lld, %d used", p.n_rows,
+       gguf::type_name(p.gate.type), ll(p.gate.n_in), ll(p.gate.n_out), ll(p.gate.n_expert), p.n_used);
+  }
+  void hc_collapse(const HcCollapseParams& p) override {
+    op(cuda::hc_collapse(p, stream_), "hc_collapse", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
+       p.n_rows);
+  }
+  void embed(const EmbedParams& p) override {
+    op(cuda::embed(p, stream_), "embed", "%d rows of %lld", p.n_rows, ll(p.n_embd));
+  }
+  void add(const AddParams& p) override { op(cuda::add(p, stream_), "add", "n %lld", ll(p.n)); }
+  void hc_mean(const HcMeanParams& p) override {
+    op(cuda::hc_mean(p, stream_), "hc_mean", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
+  }
+  void argmax(const ArgmaxParams& p) override {
+    op(cuda::argmax(p, stream_), "argmax", "%d rows of %lld", p.n_rows, ll(p.n));
+  }
+  void get_rows(const GetRowsParams& p) override {
+    op(cuda::get_rows(p, stream_), "get_rows", "%d rows of %s [%lld]", p.n_rows, gguf::type_name(p.w.type),
+       ll(p.w.n_in));
+  }
 
  protected:
   void* allocate(size_t bytes) override {
@@ -246,8 +277,34 @@ class CudaBackend final : public Backend {
   void release(void* p, size_t) override { cuda::device_free(p); }
 
  private:
+  static long long ll(int64_t v) { return static_cast<long long>(v); }
   void check(const Status& s, const char* op) {
     if (!s.ok()) fatal(s, op);
+  }
+  // A synchronization point: a device fault found here was caused by this or an earlier op.
+  void check_sync(const char* where) {
+    const Status s = cuda::stream_sync(stream_);
+    if (s.ok()) return;
+    fatal(resource_error("%s (the faulting kernel ran at or before this point; --cuda-sync / "
+                         "DS4_CUDA_SYNC=1 makes the op that caused it name itself)",
+                         s.message().c_str()),
+          where);
+  }
+  // An op's launch status; with sync_each_op also its execution. On failure: the op and its
+  // shapes (formatted only then).
+  void op(const Status& launched, const char* name, const char* shape_fmt, ...)
+      __attribute__((format(printf, 4, 5))) {
+    Status s = launched;
+    if (s.ok() && sync_each_op_) s = cuda::stream_sync(stream_);
+    if (s.ok()) return;
+    char shapes[192];
+    va_list ap;
+    va_start(ap, shape_fmt);
+    std::vsnprintf(shapes, sizeof shapes, shape_fmt, ap);
+    va_end(ap);
+    char where[256];
+    std::snprintf(where, sizeof where, "%s (%s)", name, shapes);
+    fatal(s, where);
   }
   // The matmul activation scratch grows to the largest (n_in, rows) seen; the first call of
   // each larger shape waits for the device (cudaFree), later calls never allocate.
@@ -263,17 +320,18 @@ class CudaBackend final : public Backend {
 
   cuda::DeviceInfo info_;
   cuda::Stream stream_ = nullptr;
+  bool sync_each_op_ = false;
   cuda::OpScratch scratch_;
 };
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op) {
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
-  return std::unique_ptr<Backend>(new CudaBackend(info, stream));
+  return std::unique_ptr<Backend>(new CudaBackend(info, stream, sync_each_op));
 }
 
 }  // namespace ds4::backend

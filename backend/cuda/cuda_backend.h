@@ -16,6 +16,7 @@
 namespace ds4::backend {
 
 // The CUDA backend on device `device` (kUnsupported without a usable Hopper GPU, saying why).
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device);
+// sync_each_op: wait for every op, so a device fault names the op that caused it (debugging).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false);
 
 }  // namespace ds4::backend

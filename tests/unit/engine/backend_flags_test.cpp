@@ -41,6 +41,17 @@ TEST(BackendFlags, DefaultsAreAutoOnDeviceZero) {
   EXPECT_EQ(eo.n_threads, 0);
   EXPECT_EQ(eo.cpu_isa, "auto");
   EXPECT_FALSE(eo.f32_activations);
+  EXPECT_FALSE(eo.cuda_sync);
+}
+
+TEST(BackendFlags, CudaSyncFromTheFlagAndItsMirror) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({"--cuda-sync"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_sync);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_SYNC", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_sync);
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_sync);
 }
 
 TEST(BackendFlags, BackendFromTheCommandLineAndTheEnvironment) {
