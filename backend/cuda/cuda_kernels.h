@@ -3,7 +3,8 @@
 // Role: host launchers over raw DEVICE pointers for the decode hot path: activation
 // quantization (Q8_0, Q8_K), matvecs for r = 1..8 activation rows that read each weight once
 // (Q8_0, F16, F32; IQ2_XXS, Q2_K, Q4_K expert rows), RMS norm and the greedy read-out
-// (top_two). They are shaped to become the CUDA Backend's ops once backend.h has buffers.
+// (top_two), and the small runtime wrapper CudaBackend uses (streams, events, pinned memory,
+// copies). The Backend ops are built on them in ops.h.
 // Invariants (design.md §4, ds4-architecture.md §3):
 //   * Every result is BIT-IDENTICAL to the CPU oracle: quant/dot.h's dots (integer parts
 //     exact, float parts in the CPU's order: the 16-lane tree for dense rows, one sequential
@@ -49,7 +50,7 @@ struct DeviceInfo {
 // an error saying why (no driver, no device, an unsupported compute capability).
 Status probe_device(int device, DeviceInfo* info);
 
-// Minimal device memory helpers (until backend.h's buffer API lands): errors name the size.
+// Device memory (CudaBackend's buffers and the tests' device copies): errors name the size.
 Status device_alloc(void** ptr, size_t bytes);
 void device_free(void* ptr);
 Status upload(void* dst, const void* src, size_t bytes);
