@@ -68,9 +68,7 @@ int main_impl(int argc, char** argv) {
   }
   EngineOptions eo;
   if (Status s = apply_backend_flags(o.backend, t, &eo); !s.ok()) {
-    std::fprintf(stderr, "ds4-bench-batch: error: %s\nRun 'ds4-bench-batch --help' for the list of flags.\n",
-                 s.message().c_str());
-    return 2;
+    return flag_error(t, s);
   }
   eo.model_path = o.model;
   auto engine = Engine::open(eo);

@@ -446,18 +446,13 @@ int main_impl(int argc, char** argv) {
   register_dspark_flags(t, &o.dspark, DsparkFlagSet::kBench);
   register_backend_flags(t, &o.backend);
   ParseResult pr = t.parse(argc, argv);
-  if (pr.should_exit()) {
-    std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n", pr.message.c_str());
-    return pr.exit_code;
-  }
+  if (pr.should_exit()) return print_parse_result(pr);
   set_log_level(o.verbose ? LogLevel::kInfo : LogLevel::kWarn);
   EngineOptions eo;
   Status valid = validate(o);
   if (valid.ok()) valid = apply_backend_flags(o.backend, t, &eo);
   if (Status s = valid; !s.ok()) {
-    std::fprintf(stderr, "ds4-bench-spec: error: %s\nRun 'ds4-bench-spec --help' for the list of flags.\n",
-                 s.message().c_str());
-    return 2;
+    return flag_error(t, s);
   }
   Expected<std::vector<Policy>> policies = make_policies(o);
   if (!policies.ok()) {

@@ -204,18 +204,12 @@ int main_impl(int argc, char** argv) {
   FlagTable flags("ds4", "ds4 — DeepSeek V4 Flash inference (one-shot with -p, else chat)");
   declare_flags(flags, o);
   ParseResult pr = flags.parse(argc, argv);
-  if (pr.should_exit()) {
-    std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n",
-                 pr.message.c_str());
-    return pr.exit_code;
-  }
+  if (pr.should_exit()) return print_parse_result(pr);
   o.seed_given = flags.given("--seed");
   if (!o.seed_given) o.seed = static_cast<uint64_t>(std::time(nullptr));
   set_log_level(o.verbose ? LogLevel::kInfo : LogLevel::kWarn);
   if (Status s = validate(o, flags); !s.ok()) {
-    std::fprintf(stderr, "ds4: error: %s\nRun 'ds4 --help' for the list of flags.\n",
-                 s.message().c_str());
-    return 2;
+    return flag_error(flags, s);
   }
 
   // The prompt, if any: -p, --prompt-file, or piped stdin.

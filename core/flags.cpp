@@ -6,6 +6,8 @@
 // and a malformed environment value gets the same kind of error as a malformed flag.
 #include "core/flags.h"
 
+#include <cstdio>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -249,5 +251,16 @@ std::string FlagTable::source(const std::string& name) const {
 std::string FlagTable::help() const { return impl_->app.help(); }
 
 const std::string& FlagTable::program() const { return impl_->program; }
+
+int print_parse_result(const ParseResult& pr) {
+  std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n", pr.message.c_str());
+  return pr.exit_code;
+}
+
+int flag_error(const FlagTable& t, const Status& s) {
+  std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for the list of flags.\n", t.program().c_str(),
+               s.message().c_str(), t.program().c_str());
+  return 2;
+}
 
 }  // namespace ds4

@@ -19,6 +19,8 @@
 #include <optional>
 #include <string>
 
+#include "core/status.h"
+
 namespace ds4 {
 
 // Environment access: name -> value (nullopt when unset). Tests inject their own.
@@ -36,6 +38,15 @@ struct ParseResult {
   // True when the program should exit now with exit_code after printing message.
   bool should_exit() const { return kind != Kind::kOk; }
 };
+
+class FlagTable;
+
+// For a frontend's main() when parse() ends the program: prints pr.message (help on stdout,
+// an error on stderr) and returns the exit code to return.
+int print_parse_result(const ParseResult& pr);
+// A flag value rejected after parsing: "<program>: error: <message>" and the --help hint on
+// stderr; returns 2 (the exit code of a usage error).
+int flag_error(const FlagTable& t, const Status& s);
 
 class FlagTable {
  public:

@@ -135,18 +135,13 @@ int main_impl(int argc, char** argv) {
   FlagTable flags("ds4-server", "ds4-server — OpenAI/Anthropic-compatible HTTP server for DS4 models");
   declare(flags, f);
   ParseResult pr = flags.parse(argc, argv);
-  if (pr.should_exit()) {
-    std::fprintf(pr.kind == ParseResult::Kind::kHelp ? stdout : stderr, "%s\n", pr.message.c_str());
-    return pr.exit_code;
-  }
+  if (pr.should_exit()) return print_parse_result(pr);
   set_log_level(f.verbose ? LogLevel::kInfo : LogLevel::kWarn);
   EngineOptions eo;
   Status valid = validate(f);
   if (valid.ok()) valid = apply_backend_flags(f.backend, flags, &eo);
   if (Status s = valid; !s.ok()) {
-    std::fprintf(stderr, "ds4-server: error: %s\nRun 'ds4-server --help' for the list of flags.\n",
-                 s.message().c_str());
-    return 2;
+    return flag_error(flags, s);
   }
   std::error_code ec;
   if (f.model.empty()) f.model = std::string(DS4_MODELS_DIR) + "/ds4-tiny.gguf";

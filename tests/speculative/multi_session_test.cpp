@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,14 +41,16 @@ std::vector<int32_t> prompt_of(Engine& e, const char* text) {
   return p;
 }
 
-// A session of `engine` with its prompt prefilled; speculative when `policy` is non-null (the
-// decoder is made before the prefill, as it must be).
-Live start(Engine& engine, const std::vector<int32_t>& prompt, const char* policy) {
+// A session of `engine` with its prompt prefilled; speculative when `policy` is non-null. The
+// decoder is made after the first `cached` prompt tokens (0: before the prefill; > 0: a session
+// that already holds a prefix, as the server resuming a cached conversation).
+Live start(Engine& engine, const std::vector<int32_t>& prompt, const char* policy, size_t cached = 0) {
   Live r;
   auto s = engine.new_session(static_cast<int>(prompt.size()) + kGen + 16);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   if (!s.ok()) return r;
   r.session = std::move(s).value();
+  EXPECT_TRUE(r.session->prefill(std::span<const int32_t>(prompt).first(cached), nullptr).ok());
   if (policy != nullptr) {
     SpecOptions so;
     std::vector<float> grid;
@@ -61,7 +64,7 @@ Live start(Engine& engine, const std::vector<int32_t>& prompt, const char* polic
   } else {
     r.decoder = std::make_unique<PlainDecoder>();
   }
-  EXPECT_TRUE(r.session->prefill(prompt, nullptr).ok());
+  EXPECT_TRUE(r.session->prefill(std::span<const int32_t>(prompt).subspan(cached), nullptr).ok());
   return r;
 }
 
@@ -95,37 +98,52 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(SpeculativeSessions, TwoInterleavedOnOneEngineEqualPlainGreedy) {
-  if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
-  std::unique_ptr<Engine> opened = open_shipped();
-  ASSERT_TRUE(opened);
-  Engine& engine = *opened;
-  const int32_t eos = engine.eos_token();
-  SamplerParams sp;
-  sp.temperature = 0.0f;
-  Sampler sampler(sp, engine.info().n_vocab);
+// The shipped engine, a greedy sampler and the two prompts every test here runs.
+class SpeculativeSessions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
+    engine_ = open_shipped();
+    ASSERT_TRUE(engine_);
+    SamplerParams sp;
+    sp.temperature = 0.0f;
+    sampler_.emplace(sp, engine_->info().n_vocab);
+    eos_ = engine_->eos_token();
+    pa_ = prompt_of(*engine_, "{\"id\": 1, \"name\": \"alpha\", \"tags\": [\"a\", \"b\"]}\n"
+                              "{\"id\": 2, \"name\": \"beta\", \"tags\": [\"c\", \"d\"]}\n");
+    pb_ = prompt_of(*engine_, "The lighthouse keeper climbed the stairs every evening, "
+                              "and the lighthouse keeper wrote down the wind.");
+  }
+  // r stepped until it holds kGen tokens.
+  void finish(Live& r) {
+    while (step(r, *sampler_, eos_)) {
+    }
+  }
+  std::unique_ptr<Engine> engine_;
+  std::optional<Sampler> sampler_;
+  int32_t eos_ = -1;
+  std::vector<int32_t> pa_, pb_;
+};
 
-  const std::vector<int32_t> pa = prompt_of(engine, "{\"id\": 1, \"name\": \"alpha\", \"tags\": [\"a\", \"b\"]}\n"
-                                                    "{\"id\": 2, \"name\": \"beta\", \"tags\": [\"c\", \"d\"]}\n");
-  const std::vector<int32_t> pb = prompt_of(engine, "The lighthouse keeper climbed the stairs every evening, "
-                                                    "and the lighthouse keeper wrote down the wind.");
+TEST_F(SpeculativeSessions, TwoInterleavedOnOneEngineEqualPlainGreedy) {
+  Engine& engine = *engine_;
+  Sampler& sampler = *sampler_;
+  const int32_t eos = eos_;
+  const std::vector<int32_t>& pa = pa_;
+  const std::vector<int32_t>& pb = pb_;
 
   // References: each prompt alone, plain greedy.
   Live ra = start(engine, pa, nullptr), rb = start(engine, pb, nullptr);
-  while (step(ra, sampler, eos)) {
-  }
-  while (step(rb, sampler, eos)) {
-  }
+  finish(ra);
+  finish(rb);
   ASSERT_EQ(static_cast<int>(ra.tokens.size()), kGen);
   ASSERT_EQ(static_cast<int>(rb.tokens.size()), kGen);
 
   // Each speculative session alone: its decisions.
   Live sa = start(engine, pa, kDefaultDsparkPolicy), sb = start(engine, pb, "all");
   ASSERT_TRUE(sa.spec && sb.spec);
-  while (step(sa, sampler, eos)) {
-  }
-  while (step(sb, sampler, eos)) {
-  }
+  finish(sa);
+  finish(sb);
   ASSERT_EQ(sa.tokens, ra.tokens);
   ASSERT_EQ(sb.tokens, rb.tokens);
 
@@ -164,24 +182,15 @@ TEST(SpeculativeSessions, TwoInterleavedOnOneEngineEqualPlainGreedy) {
 // alternation with each plain decode on its own session (decode()). Same tokens as plain greedy,
 // same final logits, and the same DSpark decisions: decode_batch feeds each session's drafter
 // timeline (hidden capture) exactly as decode() does.
-TEST(SpeculativeSessions, BatchedPlainDecodesBetweenStepsFeedTheDrafterLikeDecode) {
-  if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
-  std::unique_ptr<Engine> opened = open_shipped();
-  ASSERT_TRUE(opened);
-  Engine& engine = *opened;
-  const int32_t eos = engine.eos_token();
-  SamplerParams sp;
-  sp.temperature = 0.0f;
-  Sampler sampler(sp, engine.info().n_vocab);
-  const std::vector<int32_t> pa = prompt_of(engine, "{\"id\": 1, \"name\": \"alpha\", \"tags\": [\"a\", \"b\"]}\n"
-                                                    "{\"id\": 2, \"name\": \"beta\", \"tags\": [\"c\", \"d\"]}\n");
-  const std::vector<int32_t> pb = prompt_of(engine, "The lighthouse keeper climbed the stairs every evening, "
-                                                    "and the lighthouse keeper wrote down the wind.");
+TEST_F(SpeculativeSessions, BatchedPlainDecodesBetweenStepsFeedTheDrafterLikeDecode) {
+  Engine& engine = *engine_;
+  Sampler& sampler = *sampler_;
+  const int32_t eos = eos_;
+  const std::vector<int32_t>& pa = pa_;
+  const std::vector<int32_t>& pb = pb_;
   Live ra = start(engine, pa, nullptr), rb = start(engine, pb, nullptr);
-  while (step(ra, sampler, eos)) {
-  }
-  while (step(rb, sampler, eos)) {
-  }
+  finish(ra);
+  finish(rb);
   // Rounds: two plain greedy tokens per session (batched or not), then one DSpark step each.
   constexpr size_t kGenZ = kGen;
   auto run = [&](Live& a, Live& b, bool batched) {
@@ -225,49 +234,20 @@ TEST(SpeculativeSessions, BatchedPlainDecodesBetweenStepsFeedTheDrafterLikeDecod
   }
 }
 
-}  // namespace
-}  // namespace ds4
-
-namespace ds4 {
-namespace {
-
 // A decoder made on a session that already holds a prefix (the server resuming a cached
 // conversation): the drafter starts from the hidden rows of the tokens appended after it. The
 // output is still plain greedy's, bit for bit, and speculation still engages.
-TEST(SpeculativeSessions, DecoderMadeAfterAPrefixStaysExact) {
-  if (!std::filesystem::exists(kTarget) || !std::filesystem::exists(kDrafter)) GTEST_SKIP() << "shipped models missing";
-  std::unique_ptr<Engine> opened = open_shipped();
-  ASSERT_TRUE(opened);
-  Engine& engine = *opened;
-  SamplerParams sp;
-  sp.temperature = 0.0f;
-  Sampler sampler(sp, engine.info().n_vocab);
-  const std::vector<int32_t> prompt = prompt_of(engine, "{\"id\": 1, \"name\": \"alpha\", \"tags\": [\"a\", \"b\"]}\n"
-                                                        "{\"id\": 2, \"name\": \"beta\", \"tags\": [\"c\", \"d\"]}\n"
-                                                        "{\"id\": 3, \"name\": \"gamma\", \"tags\": [\"e\", \"f\"]}\n");
-  Live plain = start(engine, prompt, nullptr);
-  while (step(plain, sampler, engine.eos_token())) {
-  }
+TEST_F(SpeculativeSessions, DecoderMadeAfterAPrefixStaysExact) {
+  const std::vector<int32_t> prompt = prompt_of(*engine_, "{\"id\": 1, \"name\": \"alpha\", \"tags\": [\"a\", \"b\"]}\n"
+                                                            "{\"id\": 2, \"name\": \"beta\", \"tags\": [\"c\", \"d\"]}\n"
+                                                            "{\"id\": 3, \"name\": \"gamma\", \"tags\": [\"e\", \"f\"]}\n");
+  Live plain = start(*engine_, prompt, nullptr);
+  finish(plain);
   ASSERT_EQ(static_cast<int>(plain.tokens.size()), kGen);
-
-  const size_t split = prompt.size() * 2 / 3;
-  for (size_t cached : {size_t{1}, split, prompt.size() - 1}) {
-    Live r;
-    auto s = engine.new_session(static_cast<int>(prompt.size()) + kGen + 16);
-    ASSERT_TRUE(s.ok());
-    r.session = std::move(s).value();
-    ASSERT_TRUE(r.session->prefill(std::span<const int32_t>(prompt).first(cached)).ok());
-    SpecOptions so;
-    std::vector<float> grid;
-    ASSERT_TRUE(parse_dspark_confidence_grid(kDefaultDsparkGrid, &grid).ok());
-    ASSERT_TRUE(apply_dspark_policy(kDefaultDsparkPolicy, grid, kDefaultDsparkMarginGate, &so).ok());
-    auto d = new_speculative_decoder(engine, *r.session, so);
-    ASSERT_TRUE(d.ok()) << d.status().to_string();
-    r.spec = d->get();
-    r.decoder = std::move(d).value();
-    ASSERT_TRUE(r.session->prefill(std::span<const int32_t>(prompt).subspan(cached)).ok());
-    while (step(r, sampler, engine.eos_token())) {
-    }
+  for (size_t cached : {size_t{1}, prompt.size() * 2 / 3, prompt.size() - 1}) {
+    Live r = start(*engine_, prompt, kDefaultDsparkPolicy, cached);
+    ASSERT_TRUE(r.spec);
+    finish(r);
     EXPECT_EQ(r.tokens, plain.tokens) << "prefix of " << cached << " tokens";
     EXPECT_TRUE(same_bits(r.session->logits(), plain.session->logits())) << "prefix of " << cached;
     EXPECT_GT(r.spec->summary().accepted, 0) << "prefix of " << cached;

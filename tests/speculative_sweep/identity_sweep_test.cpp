@@ -33,7 +33,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "core/flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/speculative.h"
@@ -181,8 +182,8 @@ void open_shipped(Engine** engine, std::string** error) {
   EngineOptions eo;
   eo.model_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf";
   eo.mtp_path = std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny-dspark.gguf";
-  const char* backend = std::getenv("DS4_TEST_BACKEND");
-  eo.backend = backend != nullptr && std::strcmp(backend, "cuda") == 0 ? BackendKind::kCuda : BackendKind::kCpu;
+  const std::optional<std::string> backend = process_env()("DS4_TEST_BACKEND");  // core's one getenv
+  eo.backend = backend == "cuda" ? BackendKind::kCuda : BackendKind::kCpu;
   eo.n_threads = 1;
   Expected<std::unique_ptr<Engine>> e = Engine::open(eo);
   if (e.ok()) {
