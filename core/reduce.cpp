@@ -9,6 +9,31 @@
 
 namespace ds4 {
 
+void top_k_row(std::span<const float> row, int k, int32_t excluded, int32_t* ids, float* values) {
+  const int32_t n = static_cast<int32_t>(row.size());
+  int count = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const float v = row[i];
+    if (i == excluded || std::isnan(v)) continue;
+    // Indices arrive ascending, so an equal value ranks after every kept one: it enters only
+    // when strictly larger than the last kept value (or while the list is short).
+    if (count == k && !(v > values[k - 1])) continue;
+    int pos = count < k ? count : k - 1;  // the slot that frees up
+    while (pos > 0 && v > values[pos - 1]) {
+      values[pos] = values[pos - 1];
+      ids[pos] = ids[pos - 1];
+      --pos;
+    }
+    values[pos] = v;
+    ids[pos] = i;
+    if (count < k) ++count;
+  }
+  for (int j = count; j < k; ++j) {
+    ids[j] = -1;
+    values[j] = -INFINITY;
+  }
+}
+
 TopTwo top_two_scalar(std::span<const float> row, int32_t excluded) {
   const int32_t n = static_cast<int32_t>(row.size());
   TopTwo r;

@@ -187,7 +187,41 @@ int32_t ModelSession::greedy_token(int32_t excluded) {
   return id;
 }
 
-Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_t> rows) {
+TopTwo ModelSession::top_two_token(int32_t excluded) {
+  TopTwo t;
+  if (!state_.has_logits()) return TopTwo{-1, 0.0f};
+  backend::ArgmaxParams ap;
+  ap.x = state_.logits().data();
+  ap.n = cfg_.n_vocab;
+  ap.stride = cfg_.n_vocab;
+  ap.out = s_->argmax.data();
+  ap.excluded = excluded;
+  ap.margin = s_->margin.data();
+  be_.argmax(ap);
+  be_.download(&t.id, s_->argmax.data(), sizeof(t.id));
+  be_.download(&t.margin, s_->margin.data(), sizeof(t.margin));
+  return t;
+}
+
+bool ModelSession::top_candidates(int k, int32_t excluded, int32_t* ids, float* values) {
+  DS4_CHECK_MSG(k >= 1 && k <= backend::kTopKMax, "top_candidates: k out of range");
+  if (!state_.has_logits()) return false;
+  backend::TopKParams tp;
+  tp.x = state_.logits().data();
+  tp.n = cfg_.n_vocab;
+  tp.stride = cfg_.n_vocab;
+  tp.k = k;
+  tp.excluded = excluded;
+  tp.ids = s_->topk_ids.data();
+  tp.values = s_->topk_values.data();
+  be_.top_k(tp);
+  be_.download(ids, s_->topk_ids.data(), sizeof(int32_t) * static_cast<size_t>(k));
+  be_.download(values, s_->topk_values.data(), sizeof(float) * static_cast<size_t>(k));
+  return true;
+}
+
+Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_t> rows, int32_t excluded,
+                                                          bool read_logits) {
   ++logits_epoch_;
   if (rows.empty() || rows.size() > static_cast<size_t>(kMaxBatchRows)) {
     return invalid_argument("verify takes 1..%d rows, got %zu", kMaxBatchRows, rows.size());
@@ -204,18 +238,30 @@ Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_
   ap.stride = V;
   ap.n_rows = n;
   ap.out = s_->argmax.data();
+  ap.excluded = excluded;
+  ap.margin = s_->margin.data();
   be_.argmax(ap);
   int32_t ids[kMaxBatchRows];
+  float margins[kMaxBatchRows];
   be_.download(ids, s_->argmax.data(), sizeof(int32_t) * n);
-  const std::span<const float> all = host_floats(s_->row_logits, row_logits_host_, 0, static_cast<size_t>(n) * V);
+  be_.download(margins, s_->margin.data(), sizeof(float) * n);
+  std::span<const float> all;
+  if (read_logits) all = host_floats(s_->row_logits, row_logits_host_, 0, static_cast<size_t>(n) * V);
   for (int i = 0; i < n; ++i) {
     row_results_[i].argmax = ids[i];
-    row_results_[i].logits = all.subspan(static_cast<size_t>(i) * V, V);
+    row_results_[i].margin = margins[i];
+    row_results_[i].logits = read_logits ? all.subspan(static_cast<size_t>(i) * V, V) : std::span<const float>();
     slots_[i].n_tokens = verify_base_ + i + 1;
   }
   be_.copy(state_.logits().data(), s_->row_logits.data() + (n - 1) * V, sizeof(float) * V);
   state_.set_has_logits(true);
   return std::span<const RowResult>(row_results_.data(), n);
+}
+
+std::span<const float> ModelSession::verify_row_logits(int i) const {
+  if (verify_base_ < 0 || i < 0 || i >= verify_rows_) return {};
+  const size_t V = static_cast<size_t>(cfg_.n_vocab);
+  return host_floats(s_->row_logits, row_logits_host_, static_cast<size_t>(i) * V, V);
 }
 
 void ModelSession::checkpoint() {
