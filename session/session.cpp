@@ -188,35 +188,41 @@ int32_t ModelSession::greedy_token(int32_t excluded) {
 }
 
 TopTwo ModelSession::top_two_token(int32_t excluded) {
-  TopTwo t;
   if (!state_.has_logits()) return TopTwo{-1, 0.0f};
+  int32_t* ro = s_->readout.data();
   backend::ArgmaxParams ap;
   ap.x = state_.logits().data();
   ap.n = cfg_.n_vocab;
   ap.stride = cfg_.n_vocab;
-  ap.out = s_->argmax.data();
+  ap.out = ro;
   ap.excluded = excluded;
-  ap.margin = s_->margin.data();
+  ap.margin = reinterpret_cast<float*>(ro + 1);
   be_.argmax(ap);
-  be_.download(&t.id, s_->argmax.data(), sizeof(t.id));
-  be_.download(&t.margin, s_->margin.data(), sizeof(t.margin));
+  uint32_t words[2];
+  be_.download(words, ro, sizeof words);
+  TopTwo t;
+  std::memcpy(&t.id, &words[0], 4);
+  std::memcpy(&t.margin, &words[1], 4);
   return t;
 }
 
 bool ModelSession::top_candidates(int k, int32_t excluded, int32_t* ids, float* values) {
   DS4_CHECK_MSG(k >= 1 && k <= backend::kTopKMax, "top_candidates: k out of range");
   if (!state_.has_logits()) return false;
+  int32_t* ro = s_->readout.data();
   backend::TopKParams tp;
   tp.x = state_.logits().data();
   tp.n = cfg_.n_vocab;
   tp.stride = cfg_.n_vocab;
   tp.k = k;
   tp.excluded = excluded;
-  tp.ids = s_->topk_ids.data();
-  tp.values = s_->topk_values.data();
+  tp.ids = ro;
+  tp.values = reinterpret_cast<float*>(ro + k);
   be_.top_k(tp);
-  be_.download(ids, s_->topk_ids.data(), sizeof(int32_t) * static_cast<size_t>(k));
-  be_.download(values, s_->topk_values.data(), sizeof(float) * static_cast<size_t>(k));
+  uint32_t words[2 * backend::kTopKMax];
+  be_.download(words, ro, sizeof(uint32_t) * 2 * static_cast<size_t>(k));
+  std::memcpy(ids, words, sizeof(int32_t) * static_cast<size_t>(k));
+  std::memcpy(values, words + k, sizeof(float) * static_cast<size_t>(k));
   return true;
 }
 
@@ -237,14 +243,16 @@ Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_
   ap.n = V;
   ap.stride = V;
   ap.n_rows = n;
-  ap.out = s_->argmax.data();
+  ap.out = s_->readout.data();
   ap.excluded = excluded;
-  ap.margin = s_->margin.data();
+  ap.margin = reinterpret_cast<float*>(s_->readout.data() + n);
   be_.argmax(ap);
+  uint32_t words[2 * kMaxBatchRows];  // n ids, then n margins: one download
+  be_.download(words, s_->readout.data(), sizeof(uint32_t) * 2 * static_cast<size_t>(n));
   int32_t ids[kMaxBatchRows];
   float margins[kMaxBatchRows];
-  be_.download(ids, s_->argmax.data(), sizeof(int32_t) * n);
-  be_.download(margins, s_->margin.data(), sizeof(float) * n);
+  std::memcpy(ids, words, sizeof(int32_t) * static_cast<size_t>(n));
+  std::memcpy(margins, words + n, sizeof(float) * static_cast<size_t>(n));
   std::span<const float> all;
   if (read_logits) all = host_floats(s_->row_logits, row_logits_host_, 0, static_cast<size_t>(n) * V);
   for (int i = 0; i < n; ++i) {

@@ -5,8 +5,8 @@
 // values; CudaBackend (cuda_backend.cpp) forwards each Backend call here. The kernels live
 // in the .cu files of this folder, grouped by the part of the forward pass they serve:
 // hc.cu (HC pre / post / collapse), elementwise.cu (embed, add, hc_mean, swiglu, get_rows,
-// argmax), reduce.cu (top_k), attention.cu (attention inputs, compressor step, indexer select, sink attention),
-// moe.cu (router, routed experts).
+// argmax), reduce.cu (top_k; argmax with a margin), attention.cu (attention inputs, compressor
+// step, indexer select, sink attention), moe.cu (router, routed experts).
 // Invariants (design.md §4; the CUDA backend issue, item 4):
 //  * Every output is BIT-IDENTICAL to the CPU backend's (backend/cpu, the oracle) for the same
 //    inputs: the same float operations in the same order per output element (the CPU's lanes
