@@ -36,8 +36,9 @@ TopTwo top_two_scalar(std::span<const float> row, int32_t excluded = -1);
 // The k largest values of `row` (NaN and `excluded` skipped) as (ids[j], values[j]), j < k,
 // ordered value descending, equal values (+0 == -0, compared as floats) to the smaller id;
 // when fewer than k values qualify the tail is id -1 / value -inf. One pass in index order
-// keeping a sorted list of at most k (an element enters only when it beats the list's last),
-// so it allocates nothing. k >= 1 (backend::kTopKMax bounds the backends' k).
+// over a heap of at most k kept in ids/values (an element enters only when it beats the worst
+// kept one; blocks that cannot are skipped with SSE2 compares), then a heapsort, so it
+// allocates nothing. k >= 1 (backend::kTopKMax bounds the backends' k).
 void top_k_row(std::span<const float> row, int k, int32_t excluded, int32_t* ids, float* values);
 
 }  // namespace ds4

@@ -9,6 +9,8 @@
 // (3) pool/round_trip: one ThreadPool job of trivial chunks, the fixed cost every parallel op
 // pays. (4) top_two (core/reduce.h) against its scalar definition on logits rows of the tiny (8192)
 // and Flash (129280) vocabularies: the greedy argmax + margin read after every forward.
+// (5) sample/*: temperature sampling at the Flash vocabulary, the whole-row sampler against
+// the top-256 read-out (core top_k_row, the CPU backend's top_k op) + sample_candidates.
 // Flags (before Google Benchmark's own): --isa=scalar|avx2|avx512, --threads=N (ratio table
 // pool size, default 1), --ratios_only, --no_ratios, --all_shapes (the ratio table also
 // covers the tiny shapes).
