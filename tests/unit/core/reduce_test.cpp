@@ -151,6 +151,29 @@ TEST(TopK, EqualsTheDefinitionOnHardRows) {
   }
 }
 
+TEST(TopK, FlashRowsWithTiesAndTheBlockSkip) {
+  // 129,280 logits: rounded (long runs of equal values around the cut), a rising row (every
+  // element enters), and a row whose maximum sits at the end; k = 1, 40, 256.
+  std::mt19937 rng(99);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  const int n = 129280;
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> row(n);
+    for (int i = 0; i < n; ++i) {
+      row[i] = kind == 0 ? std::round(g(rng)) : kind == 1 ? static_cast<float>(i / 3) : g(rng);
+    }
+    if (kind == 2) row[n - 1] = 100.0f, row[n - 2] = std::nanf("");
+    for (int k : {1, 40, 256}) {
+      std::vector<int32_t> want_ids, got_ids(k);
+      std::vector<float> want_vals, got_vals(k);
+      topk::reference(row, k, 7, want_ids, want_vals);
+      top_k_row(row, k, 7, got_ids.data(), got_vals.data());
+      ASSERT_EQ(want_ids, got_ids) << "kind " << kind << " k=" << k;
+      for (int j = 0; j < k; ++j) ASSERT_EQ(bits(want_vals[j]), bits(got_vals[j])) << "kind " << kind << " j=" << j;
+    }
+  }
+}
+
 TEST(TopK, SmallCases) {
   const float nan = std::nanf("");
   std::vector<float> a = {1.0f, 3.0f, -0.0f, 3.0f, 0.0f, nan, 2.0f};
