@@ -4,7 +4,8 @@
 // Role: matvec_q8_0 / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of cuda_kernels.h, and the
 // fused routed-expert FFN expert_gate_up / expert_down_sum (the expert id read from device
 // memory per pair; layout below, at its kernels).
-// Layout: one warp per output row, 8 rows per 256-thread block. A warp walks the row's
+// Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
+// rows: 4 warps per row, q8_0_split_kernel). A warp walks the row's
 // blocks in chunks (128 for Q8_0, 4 blocks per lane; 32 for the 256-element super-blocks,
 // which give 8 lanes per block, one 32-element group each, 4 blocks per step). Each weight block is
 // loaded and decoded once and dotted with all r activation rows.
@@ -14,6 +15,8 @@
 // the CPU writes it; the per-block terms of a chunk go to shared memory and lane k adds
 // them into row k's single accumulator in block order — the CPU's sequential sum, never a
 // tree. --fmad=false keeps every product and sum separately rounded.
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/row_math.h"
@@ -430,6 +433,48 @@ __global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
   quant_matvec_rows<F, R>(w, row_bytes, nb, n_out, x, xs, y, ys);
 }
 
+// Q8_0 matrices with few output rows (an attention projection: 1024 rows are 128 blocks of
+// quant_matvec_kernel, one per SM): kSplit warps share an output row, warp w of the group
+// computing the terms of blocks [32w, 32w + 32) of each 128-block chunk (one block per lane),
+// so 4x as many warps issue loads at once. The terms meet in shared memory and lane k of the
+// group's first warp adds them into row k's accumulator in block order: the same terms, the
+// same sequential sum, the same bits as quant_matvec_rows.
+constexpr int kSplit = 4;
+constexpr int64_t kSplitBelowRows = 4096;  // n_out below which matvec_q8_0 splits rows
+
+template <int R>
+__global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
+    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
+    int64_t xs, float* __restrict__ y, int64_t ys) {
+  constexpr int kRowsPerBlock = kWarps / kSplit;
+  constexpr int kChunk = Q8_0Fmt::kChunk;
+  static_assert(Q8_0Fmt::kLanesPerBlock == 1 && kChunk == 32 * kSplit, "one block per lane per warp");
+  __shared__ float ts[kRowsPerBlock][R][kChunk + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rg = warp / kSplit, part = warp % kSplit;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + rg;
+  const bool live = o < n_out;  // no early return: every warp takes part in the barriers
+  const uint8_t* row = w + (live ? o : 0) * row_bytes;
+  float acc = 0.0f;  // lane k < R of the group's warp 0: row k's accumulator
+  for (int c = 0; c < nb; c += kChunk) {
+    const int cnt = nb - c < kChunk ? nb - c : kChunk;
+    const int bi = 32 * part + lane;
+    const bool valid = live && bi < cnt;
+    float t[R];
+    Q8_0Fmt::terms<R>(row, c + bi, valid, 0, x, xs, t, nullptr, nullptr);
+    if (valid) {
+#pragma unroll
+      for (int k = 0; k < R; ++k) ts[rg][k][bi] = t[k];
+    }
+    __syncthreads();
+    if (live && part == 0 && lane < R) {
+      for (int j = 0; j < cnt; ++j) acc = acc + ts[rg][lane][j];
+    }
+    __syncthreads();
+  }
+  if (live && part == 0 && lane < R) y[lane * ys + o] = Q8_0Fmt::finish(acc);
+}
+
 Status upload_iq2_tables() {
   // Once per device (the symbols are per-device); a failure is reported, not cached.
   static bool done[64] = {};
@@ -466,7 +511,10 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     if (!s.ok()) return s;
   }
   if (w.n_out == 0 || r == 0) return Status();
-  const unsigned grid = static_cast<unsigned>((w.n_out + kWarps - 1) / kWarps);
+  bool split = false;
+  if constexpr (std::is_same_v<F, Q8_0Fmt>) split = w.n_out < kSplitBelowRows;
+  const int64_t rows_per_block = split ? kWarps / kSplit : kWarps;
+  const unsigned grid = static_cast<unsigned>((w.n_out + rows_per_block - 1) / rows_per_block);
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
   for (int k0 = 0; k0 < r; k0 += kMaxRows) {
     const int rr = r - k0 < kMaxRows ? r - k0 : kMaxRows;
@@ -474,10 +522,15 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     float* yk = y + k0 * ys;
     const int inb = static_cast<int>(nb);
     switch (rr) {
-#define DS4_CASE(R)                                                                                  \
-  case R:                                                                                            \
-    quant_matvec_kernel<F, R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, \
-                                                                 yk, ys);                           \
+#define DS4_CASE(R)                                                                                      \
+  case R:                                                                                                \
+    if constexpr (std::is_same_v<F, Q8_0Fmt>) {                                                          \
+      if (split) {                                                                                       \
+        q8_0_split_kernel<R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, yk, ys); \
+        break;                                                                                           \
+      }                                                                                                  \
+    }                                                                                                    \
+    quant_matvec_kernel<F, R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, yk, ys); \
     break;
       DS4_CASE(1) DS4_CASE(2) DS4_CASE(3) DS4_CASE(4) DS4_CASE(5) DS4_CASE(6) DS4_CASE(7) DS4_CASE(8)
 #undef DS4_CASE
