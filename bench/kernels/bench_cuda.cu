@@ -91,7 +91,8 @@ struct Matvec {
 // 4096] (1.8 GB at IQ2_XXS / Q2_K, 3.6 GB at Q4_K: far beyond the L2, so random routes read
 // DRAM). Every expert holds the same random blocks (copies of expert 0: the bytes read, not
 // their values, set the time). Per row count, 64 route sets of 6 distinct experts per row drawn
-// uniformly (rows may share experts, as real batches do); call i uses set i % 64.
+// uniformly (rows may share experts, as real batches do); call i uses set i % 64. Then the op's
+// two weight-reading launches (expert_gate_up, expert_down_sum) alone.
 void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
   constexpr int64_t kEmbd = 4096, kFf = 2048;
   constexpr int kExperts = 256, kUsed = 6, kSets = 64, kMaxRows = 32;
@@ -131,6 +132,18 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
   p.gate = ds4::backend::ExpertMatrix{gw, gate_up, kEmbd, kFf, kExperts, gu_rb};
   p.up = ds4::backend::ExpertMatrix{uw, gate_up, kEmbd, kFf, kExperts, gu_rb};
   p.down = ds4::backend::ExpertMatrix{dw, down, kFf, kEmbd, kExperts, d_rb};
+  auto fmt = [](GgmlType t) {
+    return t == GgmlType::kIQ2_XXS ? cuda::ExpertFormat::kIQ2_XXS
+                                   : t == GgmlType::kQ2_K ? cuda::ExpertFormat::kQ2_K : cuda::ExpertFormat::kQ4_K;
+  };
+  const cuda::ExpertFormat f_gu = fmt(gate_up), f_down = fmt(down);
+  const cuda::ExpertWeights gate_w{gw, gu_rb, gu_eb, kEmbd, kFf, kExperts}, up_w{uw, gu_rb, gu_eb, kEmbd, kFf, kExperts};
+  const cuda::ExpertWeights down_w{dw, d_rb, d_eb, kFf, kEmbd, kExperts};
+  quant::BlockQ8K *xq = nullptr, *midq = nullptr;
+  float* mid = nullptr;
+  CK(cudaMalloc(&xq, sizeof(quant::BlockQ8K) * kMaxRows * (kEmbd / 256)));
+  CK(cudaMalloc(&mid, sizeof(float) * kMaxRows * kUsed * kFf));
+  CK(cudaMalloc(&midq, sizeof(quant::BlockQ8K) * kMaxRows * kUsed * (kFf / 256)));
   for (int r : {1, 2, 4, 6, 8, 32}) {
     std::vector<int32_t> sel(static_cast<size_t>(kSets * r * kUsed));
     double distinct = 0;
@@ -158,7 +171,29 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
         kSets);
     const double bytes = distinct * static_cast<double>(2 * gu_eb + d_eb);
     std::printf("%-28s %6d %10.2f %10.0f %10.1f\n", name, r, t * 1e6, bytes / t / 1e9, distinct);
+    // Its two weight-reading launches alone (GB/s of their distinct expert bytes).
+    const int pairs = r * kUsed;
+    ok(cuda::quantize_q8_k_act(dx, kEmbd, r, kEmbd, xq, kEmbd / 256));
+    ok(cuda::expert_gate_up(f_gu, gate_w, up_w, dsel, dwt, r, kUsed, xq, 10.0f, mid));
+    ok(cuda::quantize_q8_k_act(mid, kFf, pairs, kFf, midq, kFf / 256));
+    const double t_gu = time_per_call(
+        [&](int i) {
+          ok(cuda::expert_gate_up(f_gu, gate_w, up_w, dsel + static_cast<size_t>(i % kSets) * r * kUsed, dwt, r,
+                                  kUsed, xq, 10.0f, mid));
+        },
+        kSets);
+    const double t_down = time_per_call(
+        [&](int i) {
+          ok(cuda::expert_down_sum(f_down, down_w, dsel + static_cast<size_t>(i % kSets) * r * kUsed, r, kUsed,
+                                   midq, dout));
+        },
+        kSets);
+    std::printf("%-28s %6d %10.2f %10.0f\n", "  expert_gate_up", r, t_gu * 1e6, distinct * 2 * gu_eb / t_gu / 1e9);
+    std::printf("%-28s %6d %10.2f %10.0f\n", "  expert_down_sum", r, t_down * 1e6, distinct * d_eb / t_down / 1e9);
   }
+  CK(cudaFree(xq));
+  CK(cudaFree(mid));
+  CK(cudaFree(midq));
   CK(cudaFree(gw));
   CK(cudaFree(uw));
   CK(cudaFree(dw));
