@@ -462,8 +462,8 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       {512, 256, 16, 8, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, few_rows},
       {4096, 2048, 256, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, flash_rows},
       {4096, 2048, 256, 6, GgmlType::kQ4_K, GgmlType::kQ4_K, flash_rows},
-      {10240, 3072, 8, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, few_rows},
-      {10240, 3072, 8, 3, GgmlType::kQ4_K, GgmlType::kQ4_K, few_rows},
+      {10240, 3072, 4, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, few_rows},
+      {10240, 3072, 4, 3, GgmlType::kQ4_K, GgmlType::kQ4_K, few_rows},
   };
   for (const MoeCase& mc : cases) {
     const int64_t E = mc.n_embd, F = mc.n_ff;
