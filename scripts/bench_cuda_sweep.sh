@@ -17,14 +17,14 @@
 #  4. the verify(r) sweep: `bench_verify --backend=cuda`, decode(1) and verify(1..8) from a
 #     VERIFY_CTX-token frontier, best / median of ROUNDS, bytes per call by the op costs ->
 #     verify.csv;
-#  5. the op profiles (DS4_CUDA_GAP_PROFILE=1): one ds4-bench decode at a 1K frontier (real
-#     greedy loop: argmax + token read-back per token) -> profile_decode.log; bench_verify
-#     decode(1) and verify(6), PROFILE_CALLS calls each -> profile_verify.log;
+#  5. the op profiles (DS4_CUDA_GAP_PROFILE=1) -> profiles.log: one ds4-bench decode at a 1K
+#     frontier (the real greedy loop: argmax + token read-back per token; its prefill too),
+#     then bench_verify's decode(1) and verify(6), PROFILE_CALLS calls each;
 #  6. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
 #     session's context; the weights' size is in sweep.log ("weights on cuda").
-# sweep.log holds every step's command, output tail, exit code and time. At most 8 files land
-# in OUT (the device tool's limit); the PNGs and the summary come from tools/bench_plots.py OUT
-# (matplotlib), run here when it is importable, else wherever the folder is copied.
+# sweep.log holds every step's command, output tail, exit code and time. Six files land in OUT,
+# eight with the two PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
+# importable, else wherever the folder is copied (a GPU machine without network).
 set -uo pipefail
 OUT=${1:?usage: scripts/bench_cuda_sweep.sh OUT [BUILD]}
 BUILD=${2:-build-cuda}
@@ -120,10 +120,18 @@ step verify_sweep "$VERIFY_CTX" 240 "$TMPD/verify.log" "$VERIFY" --backend=cuda 
   --ctx="$VERIFY_CTX" --rounds="$ROUNDS" --csv_out="$OUT/verify.csv"
 
 # 5. Op profiles (the 1K frontier's memory peak, events included).
-step profile_decode 1024 240 "$OUT/profile_decode.log" env DS4_CUDA_GAP_PROFILE=1 "$BENCH" --cuda -m "$MODEL" \
+step profile_decode 1024 240 "$TMPD/profile_decode.log" env DS4_CUDA_GAP_PROFILE=1 "$BENCH" --cuda -m "$MODEL" \
   --prompt-file "$PROMPT" --ctx-start 1024 --ctx-max 1024 --gen-tokens "$GEN" --csv "$TMPD/profile_decode.csv"
-step profile_verify "$VERIFY_CTX" 240 "$OUT/profile_verify.log" "$VERIFY" --backend=cuda --cuda_profile \
+step profile_verify "$VERIFY_CTX" 240 "$TMPD/profile_verify.log" "$VERIFY" --backend=cuda --cuda_profile \
   --model="$MODEL" --ctx="$VERIFY_CTX" --only_r=0,6 --only_calls="$PROFILE_CALLS"
+{
+  echo "##### ds4-bench --cuda, DS4_CUDA_GAP_PROFILE=1: frontier 1024, $GEN greedy tokens (model $MODEL)"
+  cat "$TMPD/profile_decode.log"
+  echo
+  echo "##### bench_verify --backend=cuda --cuda_profile: decode(1) then verify(6), $PROFILE_CALLS calls each," \
+    "from a $VERIFY_CTX-token frontier (each call followed by a sync and a rollback)"
+  cat "$TMPD/profile_verify.log"
+} >"$OUT/profiles.log"
 
 # 6. Plots and the summary, where matplotlib is installed.
 if python3 -c "import matplotlib" 2>/dev/null; then
