@@ -121,9 +121,21 @@ def summary(out, decode, verify, roof, memory):
     log = os.path.join(out, "sweep.log")
     if os.path.exists(log):
         with open(log, errors="replace") as f:
-            m = re.findall(r"weights on cuda:\d+: ([0-9.]+) GB", f.read())
+            text = f.read()
+        m = re.findall(r"weights on cuda:\d+: ([0-9.]+) GB", text)
         if m:
             lines.append("weights: %s GB on the device" % m[-1])
+        # bench_verify's "memory:" lines (the session's own formulas), once per context.
+        seen = set()
+        for ctx, state, per_tok, scratch, sess in re.findall(
+                r"memory: ctx=(\d+) state_bytes=(\d+) state_bytes_per_token=(\d+) scratch_bytes=(\d+) "
+                r"session_bytes=(\d+)", text):
+            if ctx in seen:
+                continue
+            seen.add(ctx)
+            lines.append("session at %8s tokens: state %9.1f MiB (%s bytes/token), scratch + frontier copies "
+                         "%8.1f MiB, session %9.1f MiB" % (ctx, int(state) / 2**20, per_tok, int(scratch) / 2**20,
+                                               int(sess) / 2**20))
     for r in memory:
         if r["step"] in ("decode_sweep", "profile_decode", "verify_sweep", "profile_verify"):
             lines.append("peak device memory, %-15s (context %6s tokens): %s MiB (idle %s MiB)"

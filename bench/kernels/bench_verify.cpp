@@ -43,6 +43,7 @@
 #include "model/model.h"
 #include "model/profiles.h"
 #include "session/session.h"
+#include "session/state.h"
 #include "speculative/drafter.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
@@ -312,6 +313,24 @@ int main(int argc, char** argv) {
   CountingBackend cbe(*cpu_be);
 
   const int64_t n_ctx = ctx + 2 * session::kMaxBatchRows + 8;
+  // Memory by the session's own formulas (what the engine checks free memory against): the
+  // state (KV caches, compressor states), the rest of the session (the forward's scratch, the
+  // frontier copies of verify rows and the checkpoint, the logits) and the whole, for a few
+  // contexts; the weights are the file's bytes (holes of a sparse file included: the device
+  // copy holds them as zeros).
+  std::printf("memory: weights_bytes=%llu\n", static_cast<unsigned long long>(model.file().file_size()));
+  std::vector<int64_t> mem_ctx = {1024, n_ctx, 8192, 65536, static_cast<int64_t>(cfg.context_length)};
+  std::sort(mem_ctx.begin(), mem_ctx.end());
+  mem_ctx.erase(std::unique(mem_ctx.begin(), mem_ctx.end()), mem_ctx.end());
+  for (int64_t c : mem_ctx) {
+    const uint64_t state = session::State::estimate_bytes(cfg, c);
+    const uint64_t all = session::ModelSession::estimate_bytes(cfg, c);
+    std::printf("memory: ctx=%lld state_bytes=%llu state_bytes_per_token=%.0f scratch_bytes=%llu session_bytes=%llu"
+                "\n",
+                static_cast<long long>(c), static_cast<unsigned long long>(state),
+                static_cast<double>(state) / static_cast<double>(c),
+                static_cast<unsigned long long>(all - state), static_cast<unsigned long long>(all));
+  }
   auto s_or = session::ModelSession::create(model, cbe, n_ctx, uint64_t{1} << 34);
   if (!s_or.ok()) return die("session", s_or.status());
   auto& s = *s_or.value();

@@ -39,6 +39,8 @@ def main():
         f.write("decode_sweep,1024,70000,500,60.0,0\nprofile_decode,1024,65000,500,40.0,0\n")
     with open(os.path.join(work, "sweep.log"), "w") as f:
         f.write("weights: ds4: weights on cuda:0: 61.02 GB in 23.7 s (2.57 GB/s)\n")
+        f.write("memory: ctx=1024 state_bytes=2097152 state_bytes_per_token=2048 scratch_bytes=1048576 "
+                "session_bytes=4194304\n")
     p = subprocess.run([sys.executable, script, work], capture_output=True, text=True)
     print(p.stdout, p.stderr)
     if p.returncode != 0:
@@ -55,6 +57,9 @@ def main():
     expect = ["verify(1)      45.000     46.000      12000.0        4.800      10.7%",
               "KV per token: 3000 bytes",
               "weights: 61.02 GB on the device",
+              "session at     1024 tokens: state       2.0 MiB (2048 bytes/token), scratch + frontier copies "
+              "     1.0 MiB, "
+              "session       4.0 MiB",
               "peak device memory, decode_sweep    (context   1024 tokens): 70000 MiB (idle 500 MiB)",
               "roofline: Fake GPU: read 2500 GB/s"]
     for e in expect:
