@@ -235,7 +235,8 @@ std::string ProfileStats::report(std::string_view title) const {
     appendf(&s,
             "   %" PRId64 " forwards, %" PRId64 " tokens; %.1f ops per forward, %.1f per token "
             "(Backend ops; an op is one or more kernels)\n",
-            p.forwards, p.tokens, p.ops / fw, static_cast<double>(p.ops) / static_cast<double>(std::max<int64_t>(p.tokens, 1)));
+            p.forwards, p.tokens, static_cast<double>(p.ops) / fw,
+            static_cast<double>(p.ops) / static_cast<double>(std::max<int64_t>(p.tokens, 1)));
     appendf(&s,
             "   per forward: %.3f ms on the device timeline = ops %.3f ms (%.1f%%) + gaps between ops %.3f ms "
             "(%.1f%%) + host round trip %.3f ms (%.1f%%)\n",
@@ -269,7 +270,8 @@ std::string ProfileStats::report(std::string_view title) const {
               cls[c].bound ? "<=" : "", cls[c].bytes / fw / 1e6, gbps(cls[c].bytes, cls[c].us),
               cls[c].us / fw / 1e3, 100.0 * cls[c].us / total);
     }
-    appendf(&s, "   %-18s %12s %9s %11.4f %6.1f%%\n", "(gaps between ops)", "", "", gaps / fw / 1e3, 100.0 * gaps / total);
+    appendf(&s, "   %-18s %12s %9s %11.4f %6.1f%%\n", "(gaps between ops)", "", "", gaps / fw / 1e3,
+            100.0 * gaps / total);
     appendf(&s, "   %-18s %12s %9s %11.4f %6.1f%%\n", "(host round trip)", "", "", (round - p.host_wait_us) / fw / 1e3,
             100.0 * (round - p.host_wait_us) / total);
     // By op.
@@ -379,7 +381,9 @@ class ProfilingBackend final : public ForwardingBackend {
     inner_.matmul_grouped(p, n);
     end(s);
   }
-  void rms_norm(const RmsNormParams& p) override { timed(key("rms_norm %lld", ll(p.n)), op_cost(p), [&] { inner_.rms_norm(p); }); }
+  void rms_norm(const RmsNormParams& p) override {
+    timed(key("rms_norm %lld", ll(p.n)), op_cost(p), [&] { inner_.rms_norm(p); });
+  }
   void hc_pre(const HcPreParams& p) override { timed("hc_pre", op_cost(p), [&] { inner_.hc_pre(p); }); }
   void hc_post(const HcPostParams& p) override { timed("hc_post", op_cost(p), [&] { inner_.hc_post(p); }); }
   void attention_inputs(const AttentionInputsParams& p) override {
