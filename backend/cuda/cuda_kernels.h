@@ -68,10 +68,13 @@ Status copy_async(void* dst, const void* src, size_t bytes, Stream stream);
 Status memset_async(void* dst, int value, size_t bytes, Stream stream);
 Status host_alloc_pinned(void** ptr, size_t bytes);
 void host_free_pinned(void* ptr);
-Status event_create(Event* event);
+Status event_create(Event* event);  // without timing (ordering only)
+Status event_create_timed(Event* event);  // with timing, for event_elapsed_ms
 void event_destroy(Event event);
 Status event_record(Event event, Stream stream);
 Status event_sync(Event event);
+// Milliseconds between two completed timed events (resolution about 0.5 us).
+Status event_elapsed_ms(Event from, Event to, float* ms);
 // Free and total bytes of the current device's memory.
 Status mem_info(size_t* free_bytes, size_t* total_bytes);
 // The pending launch error, if any, as a Status naming `what`.

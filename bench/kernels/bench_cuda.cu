@@ -7,7 +7,10 @@
 // 1..32 rows, as µs per call and GB/s of the DISTINCT expert bytes the call reads. Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
-// Usage: bench_cuda [--quick]   (--quick: fewer batches)
+// Usage: bench_cuda [--quick] [--roofline] [--csv FILE]
+//   --quick: fewer batches; --roofline: the two ceilings only (the roofline probe of
+//   scripts/bench_cuda_sweep.sh); --csv FILE: also write the ceilings as one CSV row
+//   (device,read_gbps,copy_gbps,buffer_bytes,l2_bytes).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -207,8 +210,21 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--quick") == 0) g_batches = 5;
+  bool roofline_only = false;
+  const char* csv_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      g_batches = 5;
+    } else if (std::strcmp(argv[i], "--roofline") == 0) {
+      roofline_only = true;
+    } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
+      csv_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "bench_cuda: unknown argument %s (usage: bench_cuda [--quick] [--roofline] [--csv FILE])\n",
+                   argv[i]);
+      return 2;
+    }
+  }
   cuda::DeviceInfo info;
   const ds4::Status ps = cuda::probe_device(0, &info);
   if (!ps.ok()) {
@@ -219,7 +235,8 @@ int main(int argc, char** argv) {
               info.cc_minor, info.sm_count, info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0);
 
   // ---- Ceilings -------------------------------------------------------------------------------
-  const size_t big = size_t{1} << 30;
+  // At least 1 GiB and 4x the L2, so both kernels stream DRAM.
+  const size_t big = std::max(size_t{1} << 30, (4 * info.l2_bytes + 15) / 16 * 16);
   void *src = nullptr, *dst = nullptr;
   unsigned* sink = nullptr;
   CK(cudaMalloc(&src, big));
@@ -231,9 +248,24 @@ int main(int argc, char** argv) {
   const double t_read = time_per_call(
       [&](int) { read_kernel<<<info.sm_count * 8, 512>>>(static_cast<const uint4*>(src), big / 16, sink); }, 4);
   const double read_gbs = big / t_read / 1e9;
-  std::printf("copy D2D 1 GiB: %.0f GB/s (read + write)   plain read kernel 1 GiB: %.0f GB/s\n", copy_gbs,
-              read_gbs);
+  std::printf("copy D2D %.2f GiB: %.0f GB/s (read + write)   plain read kernel (16-byte loads): %.0f GB/s\n",
+              big / 1073741824.0, copy_gbs, read_gbs);
   CK(cudaFree(dst));
+  if (csv_path != nullptr) {
+    FILE* f = std::fopen(csv_path, "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "bench_cuda: cannot write %s\n", csv_path);
+      return 1;
+    }
+    std::fprintf(f, "device,read_gbps,copy_gbps,buffer_bytes,l2_bytes\n\"%s\",%.1f,%.1f,%zu,%zu\n", info.name.c_str(),
+                 read_gbs, copy_gbs, big, info.l2_bytes);
+    std::fclose(f);
+  }
+  if (roofline_only) {
+    CK(cudaFree(src));
+    CK(cudaFree(sink));
+    return 0;
+  }
 
   // ---- Matvecs --------------------------------------------------------------------------------
   const Matvec cases[] = {
