@@ -1,17 +1,19 @@
 # ds4cpp — the two set-up commands (see README.md):
 #   make run    installs what is missing, builds, runs the ds4 CLI on the bundled model
 #   make test   installs what is missing, builds, runs the whole CPU test suite
-# Other targets: build, serve, bench, bench-spec, fuzz, test-cuda, bench-cuda, clean.
+# Other targets: build, serve, bench, bench-spec, fuzz, test-cuda, bench-cuda, bench-flash, clean.
 # test-cuda / bench-cuda need a GPU machine (sm_90: H100/H200): the cuda-labelled tests (the
 # CUDA backend against the CPU oracle, bit for bit, then the DSpark identity sweep on CUDA)
-# and the CUDA kernels' GB/s.
+# and the CUDA kernels' GB/s. bench-flash OUT=DIR (GPU machine): the full-shape Flash sweep
+# (scripts/bench_cuda_sweep.sh: roofline probe, decode and verify(r) sweeps, op profiles,
+# memory) into DIR; tools/bench_plots.py DIR draws its figures.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PROMPT ?=
 N ?= 134
 
-.PHONY: all setup configure build run serve test bench bench-spec fuzz test-cuda bench-cuda clean
+.PHONY: all setup configure build run serve test bench bench-spec fuzz test-cuda bench-cuda bench-flash clean
 
 all: build
 
@@ -59,6 +61,12 @@ test-cuda: setup build-cuda/build.ninja
 bench-cuda: setup build-cuda/build.ninja
 	cmake --build build-cuda -j $(JOBS) --target bench_cuda
 	./build-cuda/bench/kernels/bench_cuda
+
+# No `setup` here: the GPU machine may have no network; the sweep needs only the build.
+OUT ?= bench-flash-out
+bench-flash: build-cuda/build.ninja
+	cmake --build build-cuda -j $(JOBS) --target ds4-gguf ds4-bench bench_verify bench_cuda
+	bash scripts/bench_cuda_sweep.sh $(OUT) build-cuda
 
 clean:
 	rm -rf $(BUILD) build-cuda

@@ -26,6 +26,10 @@ struct BackendOptions {
   // CUDA: wait for every op to finish, so a device fault is reported by the op that caused it
   // (with its shapes) instead of at the next synchronization. Slow; for debugging.
   bool cuda_sync = false;
+  // CUDA: the op-timeline profiler (backend/op_profile.h): per op its device time, bytes and
+  // GB/s, and the gaps between ops and at host round trips; the report goes to stderr when the
+  // backend is destroyed. Ignored by the CPU backend.
+  bool cuda_profile = false;
 };
 
 // Names make_backend() accepts, in preference order ("cpu" first).

@@ -46,7 +46,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .flag("--cuda-sync", &f->cuda_sync,
             "CUDA: wait for every op to finish, so a device fault names the op (and shapes) that caused "
             "it (slow; for debugging)",
-            "DS4_CUDA_SYNC");
+            "DS4_CUDA_SYNC")
+      .flag("--cuda-profile", &f->cuda_profile,
+            "CUDA: time every op on the device (events) and print, at exit, per op and op class the "
+            "time, bytes and GB/s, the ops per token and the gaps between ops and at token boundaries",
+            "DS4_CUDA_GAP_PROFILE");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -88,6 +92,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cpu_isa = f.isa;
   options->f32_activations = f.f32_activations;
   options->cuda_sync = f.cuda_sync;
+  options->cuda_profile = f.cuda_profile;
   return Status();
 }
 

@@ -1,7 +1,8 @@
 // engine/backend_flags.h — the backend flags, declared once for every frontend that opens an
 // Engine (`ds4`, `ds4-bench`, `ds4-bench-spec`, `ds4-bench-batch`, `ds4-server`): where the
 // model runs (--backend, --device, the --cpu / --cuda shorthands), the CPU's kernel path and
-// thread count (--isa, -t/--threads) and the reference numerics (--f32-activations), with their
+// thread count (--isa, -t/--threads), the reference numerics (--f32-activations) and the CUDA
+// debugging / measuring switches (--cuda-sync, --cuda-profile = DS4_CUDA_GAP_PROFILE), with their
 // DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
 // EngineOptions.
 //
@@ -34,6 +35,7 @@ struct BackendFlags {
   int threads = 0;               // -t/--threads: 0 = all cores
   bool f32_activations = false;  // --f32-activations
   bool cuda_sync = false;        // --cuda-sync: wait after every CUDA op (debugging)
+  bool cuda_profile = false;     // --cuda-profile (DS4_CUDA_GAP_PROFILE): the op-timeline profiler
 };
 
 // Registers the backend flags on `t`, bound to *f (whose current values are the defaults).

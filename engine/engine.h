@@ -35,6 +35,7 @@ struct EngineOptions {
   BackendKind backend = BackendKind::kCpu;
   int device = 0;                // GPU index (CUDA backend)
   bool cuda_sync = false;        // CUDA: wait after every op (a fault names its op; slow)
+  bool cuda_profile = false;     // CUDA: op-timeline profiler, report on stderr at exit
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_profile.h"
 #include "backend/cuda/ops.h"
 #include "core/log.h"
 
@@ -329,12 +330,19 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op) {
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile) {
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
-  return std::unique_ptr<Backend>(new CudaBackend(info, stream, sync_each_op));
+  std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op));
+  if (!profile) return be;
+  // 2 events per op, 32K ops between read-backs (a Flash decode token issues ~1-2K ops).
+  auto clock = make_cuda_event_clock(stream, 65536);
+  if (!clock.ok()) return clock.status();
+  char title[160];
+  std::snprintf(title, sizeof title, "cuda:%d %s", device, info.name.c_str());
+  return make_profiling_backend(std::move(be), std::move(clock).value(), title);
 }
 
 }  // namespace ds4::backend

@@ -17,6 +17,8 @@ namespace ds4::backend {
 
 // The CUDA backend on device `device` (kUnsupported without a usable Hopper GPU, saying why).
 // sync_each_op: wait for every op, so a device fault names the op that caused it (debugging).
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false);
+// profile: wrap it in the op-timeline profiler (backend/op_profile.h; report on stderr when the
+// backend is destroyed). Off, the ops run with no profiling code at all.
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false);
 
 }  // namespace ds4::backend

@@ -2,7 +2,7 @@
 //
 // Role: host launchers over raw DEVICE pointers for the decode hot path: activation
 // quantization (Q8_0, Q8_K), matvecs for r = 1..8 activation rows that read each weight once
-// (Q8_0, F16, F32; IQ2_XXS, Q2_K, Q4_K expert rows), RMS norm and the greedy read-out
+// (Q8_0, F16, F32; IQ2_XXS, Q2_K, Q4_K expert rows), the fused routed-expert FFN, RMS norm and the greedy read-out
 // (top_two), and the small runtime wrapper CudaBackend uses (streams, events, pinned memory,
 // copies). The Backend ops are built on them in ops.h.
 // Invariants (design.md §4, ds4-architecture.md §3):
@@ -68,10 +68,13 @@ Status copy_async(void* dst, const void* src, size_t bytes, Stream stream);
 Status memset_async(void* dst, int value, size_t bytes, Stream stream);
 Status host_alloc_pinned(void** ptr, size_t bytes);
 void host_free_pinned(void* ptr);
-Status event_create(Event* event);
+Status event_create(Event* event);  // without timing (ordering only)
+Status event_create_timed(Event* event);  // with timing, for event_elapsed_ms
 void event_destroy(Event event);
 Status event_record(Event event, Stream stream);
 Status event_sync(Event event);
+// Milliseconds between two completed timed events (resolution about 0.5 us).
+Status event_elapsed_ms(Event from, Event to, float* ms);
 // Free and total bytes of the current device's memory.
 Status mem_info(size_t* free_bytes, size_t* total_bytes);
 // The pending launch error, if any, as a Status naming `what`.
@@ -112,8 +115,8 @@ Status matvec_q2_k(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride,
 Status matvec_q4_k(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,
                    float* y, int64_t y_stride, Stream stream = nullptr);
 
-// Routed experts with the expert id in DEVICE memory: n_expert matrices of n_out rows × n_in
-// stored back to back, expert e at data + e·expert_bytes.
+// Routed experts: n_expert matrices of n_out rows × n_in stored back to back, expert e at
+// data + e·expert_bytes.
 struct ExpertWeights {
   const void* data = nullptr;
   size_t row_bytes = 0;
@@ -122,15 +125,21 @@ struct ExpertWeights {
   int64_t n_out = 0;
   int64_t n_expert = 0;
 };
-// For each pair q < n_pairs: e = sel[q] (device), y[q·y_stride + o] = dot(expert e
-// row o, x row q / x_div), x rows x_stride blocks apart (0 = n_in/256) — the same dot, bit for
-// bit, as the r = 1 matvec above on that expert's rows. An id outside [0, n_expert) writes NaN.
-Status matvec_iq2_xxs_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const quant::BlockQ8K* x,
-                          int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream = nullptr);
-Status matvec_q2_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const quant::BlockQ8K* x,
-                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream = nullptr);
-Status matvec_q4_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const quant::BlockQ8K* x,
-                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream = nullptr);
+// The routed-expert FFN of n_rows rows × n_used slots in two launches (moe.cu: quantize x,
+// expert_gate_up, quantize mid, expert_down_sum). Pair q = i·n_used + s uses expert e = sel[q]
+// (device memory); an id outside [0, n_expert) gives NaN outputs instead of a wild read. The
+// dots are quant/dot.h's (the r = 1 matvecs' bits), the rest is the CPU's MoE op.
+enum class ExpertFormat { kIQ2_XXS, kQ2_K, kQ4_K };
+// mid[q·n_ff + o] = rowmath::moe_mid_value(dot(gate_e row o, x row i), dot(up_e row o, x row
+// i), clamp, wt[q]) for q < n_rows·n_used, o < n_ff = gate.n_out; x rows n_embd/256 blocks
+// apart. gate and up share the format and shape.
+Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel,
+                      const float* wt, int n_rows, int n_used, const quant::BlockQ8K* x, float clamp, float* mid,
+                      Stream stream = nullptr);
+// out[i·n_embd + o] = ((0 + d(i, 0)) + d(i, 1)) + ... + d(i, n_used - 1), the slot order, where
+// d(i, s) = dot(down_e row o, midq row q) (midq rows n_ff/256 blocks apart).
+Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
+                       const quant::BlockQ8K* midq, float* out, Stream stream = nullptr);
 
 // ---- Norm and read-out ----------------------------------------------------------------------
 // out row k = rms_norm_row(x row k) (· weight when not null): Σ (double)x² in index order from

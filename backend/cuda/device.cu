@@ -129,6 +129,18 @@ Status event_create(Event* event) {
   return e == cudaSuccess ? Status() : cuda_error("cudaEventCreate", e);
 }
 
+Status event_create_timed(Event* event) {
+  cudaEvent_t ev = nullptr;
+  const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDefault);
+  *event = ev;
+  return e == cudaSuccess ? Status() : cuda_error("cudaEventCreate", e);
+}
+
+Status event_elapsed_ms(Event from, Event to, float* ms) {
+  const cudaError_t e = cudaEventElapsedTime(ms, from, to);
+  return e == cudaSuccess ? Status() : cuda_error("cudaEventElapsedTime", e);
+}
+
 void event_destroy(Event event) {
   if (event != nullptr) cudaEventDestroy(event);
 }

@@ -2,8 +2,10 @@
 // routed-expert rows IQ2_XXS / Q2_K / Q4_K × Q8_K activations, r = 1..8 rows per launch.
 //
 // Role: matvec_q8_0 / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of cuda_kernels.h, and the
-// expert-selected forms matvec_*_sel (the expert id read from device memory per pair).
-// Layout: one warp per output row, 8 rows per 256-thread block. A warp walks the row's
+// fused routed-expert FFN expert_gate_up / expert_down_sum (the expert id read from device
+// memory per pair; layout below, at its kernels).
+// Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
+// rows: 4 warps per row, q8_0_split_kernel). A warp walks the row's
 // blocks in chunks (128 for Q8_0, 4 blocks per lane; 32 for the 256-element super-blocks,
 // which give 8 lanes per block, one 32-element group each, 4 blocks per step). Each weight block is
 // loaded and decoded once and dotted with all r activation rows.
@@ -13,8 +15,11 @@
 // the CPU writes it; the per-block terms of a chunk go to shared memory and lane k adds
 // them into row k's single accumulator in block order — the CPU's sequential sum, never a
 // tree. --fmad=false keeps every product and sum separately rounded.
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/row_math.h"
 #include "quant/iq2_tables.h"
 
 namespace ds4::cuda {
@@ -127,6 +132,45 @@ struct Iq2XxsFmt {
     }
   }
   static __device__ __forceinline__ float finish(float acc) { return 0.125f * acc; }
+
+  // The fused expert kernels' form (expert_dots below): block p staged in SHARED memory
+  // (2-byte aligned), activation block a in global memory, one pair (r = 1); the same integer
+  // and float operations as terms<1>.
+  static constexpr int kAlignBlocks = 8;    // 8 blocks = 528 bytes, a multiple of 16
+  static constexpr int kStageBytes = 4224;  // per warp: gate + up of 32 blocks
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
+                                                      int sub, const uint64_t* grid, const uint8_t* signs) {
+    int32_t part = 0;
+    float wd = 0.0f;
+    if (valid) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+      wd = f16_to_f32(h[0]);
+      const uint16_t* qh = h + 1 + 4 * sub;
+      const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
+      const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
+      const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
+      const int* aq = reinterpret_cast<const int*>(a->qs + 32 * sub);
+      int sumi = 0;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
+        const uint32_t sg = signs[(aux1 >> (7 * c)) & 127u];
+        const uint32_t lo = static_cast<uint32_t>(g), hi = static_cast<uint32_t>(g >> 32);
+        const uint32_t mlo = detail::sign_mask4(sg), mhi = detail::sign_mask4(sg >> 4);
+        sumi = __dp4a(static_cast<int>((lo & ~mlo) | (__vneg4(lo) & mlo)), __ldg(aq + 2 * c), sumi);
+        sumi = __dp4a(static_cast<int>((hi & ~mhi) | (__vneg4(hi) & mhi)), __ldg(aq + 2 * c + 1), sumi);
+      }
+      part = sumi * ls;
+    }
+#pragma unroll
+    for (int s = 1; s < 8; s *= 2) part += __shfl_xor_sync(kFullMask, part, s);
+    float t = 0.0f;
+    if (valid && sub == 0) {
+      const float d = wd * __ldg(&a->d);
+      t = d * static_cast<float>(part);
+    }
+    return t;
+  }
 };
 
 struct Q2KFmt {
@@ -184,6 +228,47 @@ struct Q2KFmt {
     }
   }
   static __device__ __forceinline__ float finish(float acc) { return acc; }
+
+  // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 4-byte aligned.
+  static constexpr int kAlignBlocks = 4;    // 4 blocks = 336 bytes
+  static constexpr int kStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
+                                                      int sub, const uint64_t*, const uint8_t*) {
+    int32_t isum = 0, summs = 0;
+    const int n = sub >> 2, j = sub & 3;
+    const int sb = 8 * n + 2 * j;
+    if (valid) {
+      const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);
+      const int32_t sc0 = p[sb], sc1 = p[sb + 1];
+      const int* aq = reinterpret_cast<const int*>(a->qs + 128 * n + 32 * j);
+      int s0 = 0, s1 = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s0 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), __ldg(aq + i), s0);
+#pragma unroll
+      for (int i = 4; i < 8; ++i) s1 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), __ldg(aq + i), s1);
+      isum = (sc0 & 15) * s0 + (sc1 & 15) * s1;
+      summs = static_cast<int32_t>(__ldg(&a->bsums[sb])) * (sc0 >> 4) +
+              static_cast<int32_t>(__ldg(&a->bsums[sb + 1])) * (sc1 >> 4);
+    }
+#pragma unroll
+    for (int s = 1; s < 8; s *= 2) {
+      isum += __shfl_xor_sync(kFullMask, isum, s);
+      summs += __shfl_xor_sync(kFullMask, summs, s);
+    }
+    float t = 0.0f;
+    if (valid && sub == 0) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+      const float wd = f16_to_f32(h[40]);
+      const float wm = f16_to_f32(h[41]);
+      const float yd = __ldg(&a->d);
+      const float dall = yd * wd;
+      const float dmin = yd * wm;
+      const float av = dall * static_cast<float>(isum);
+      const float c = dmin * static_cast<float>(summs);
+      t = av - c;
+    }
+    return t;
+  }
 };
 
 struct Q4KFmt {
@@ -246,6 +331,54 @@ struct Q4KFmt {
     }
   }
   static __device__ __forceinline__ float finish(float acc) { return acc; }
+
+  // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 16-byte aligned.
+  static constexpr int kAlignBlocks = 1;    // 144 bytes
+  static constexpr int kStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
+                                                      int sub, const uint64_t*, const uint8_t*) {
+    int32_t isum = 0, summs = 0;
+    const int j = sub;
+    if (valid) {
+      const uint8_t* scales = p + 4;
+      int32_t sc, m;  // quant::q4_k_scale_min
+      if (j < 4) {
+        sc = scales[j] & 63;
+        m = scales[j + 4] & 63;
+      } else {
+        sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
+        m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+      }
+      const uint4* qw = reinterpret_cast<const uint4*>(p + 16 + 32 * (j >> 1));
+      const uint4 w0 = qw[0], w1 = qw[1];
+      const uint32_t wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      const int shift = 4 * (j & 1);
+      const int* aq = reinterpret_cast<const int*>(a->qs + 32 * j);
+      int s = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((wv[i] >> shift) & 0x0f0f0f0fu), __ldg(aq + i), s);
+      isum = sc * s;
+      summs = m * (static_cast<int32_t>(__ldg(&a->bsums[2 * j])) + __ldg(&a->bsums[2 * j + 1]));
+    }
+#pragma unroll
+    for (int s = 1; s < 8; s *= 2) {
+      isum += __shfl_xor_sync(kFullMask, isum, s);
+      summs += __shfl_xor_sync(kFullMask, summs, s);
+    }
+    float t = 0.0f;
+    if (valid && sub == 0) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+      const float wd = f16_to_f32(h[0]);
+      const float wm = f16_to_f32(h[1]);
+      const float yd = __ldg(&a->d);
+      const float d = yd * wd;
+      const float dmin = yd * wm;
+      const float av = d * static_cast<float>(isum);
+      const float c = dmin * static_cast<float>(summs);
+      t = av - c;
+    }
+    return t;
+  }
 };
 
 // The body of both kernels below: output rows [8·blockIdx.x, +8) of the weight rows at w.
@@ -300,25 +433,46 @@ __global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
   quant_matvec_rows<F, R>(w, row_bytes, nb, n_out, x, xs, y, ys);
 }
 
-// Expert-selected form: pair q = blockIdx.y uses expert e = sel[q] (device memory), weight
-// rows at w + e·expert_bytes, activation row x + (q / x_div)·xs, output row y + q·ys. One
-// activation row per pair (r = 1): the same per-row dot sequence as quant_matvec_kernel<F, 1>.
-// An expert id outside [0, n_expert) gives NaN outputs instead of a wild read.
-template <class F>
-__global__ void __launch_bounds__(32 * kWarps) quant_matvec_sel_kernel(
-    const uint8_t* __restrict__ w, size_t row_bytes, size_t expert_bytes, int64_t n_expert, int nb,
-    int64_t n_out, const int32_t* __restrict__ sel, const typename F::Act* __restrict__ x, int64_t xs,
-    int x_div, float* __restrict__ y, int64_t ys) {
-  const int64_t q = blockIdx.y;
-  const int32_t e = sel[q];
-  float* yq = y + q * ys;
-  if (e < 0 || e >= n_expert) {
-    const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-    if ((threadIdx.x & 31) == 0 && o < n_out) yq[o] = __int_as_float(0x7fffffff);
-    return;
+// Q8_0 matrices with few output rows (an attention projection: 1024 rows are 128 blocks of
+// quant_matvec_kernel, one per SM): kSplit warps share an output row, warp w of the group
+// computing the terms of blocks [32w, 32w + 32) of each 128-block chunk (one block per lane),
+// so 4x as many warps issue loads at once. The terms meet in shared memory and lane k of the
+// group's first warp adds them into row k's accumulator in block order: the same terms, the
+// same sequential sum, the same bits as quant_matvec_rows.
+constexpr int kSplit = 4;
+constexpr int64_t kSplitBelowRows = 4096;  // n_out below which matvec_q8_0 splits rows
+
+template <int R>
+__global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
+    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
+    int64_t xs, float* __restrict__ y, int64_t ys) {
+  constexpr int kRowsPerBlock = kWarps / kSplit;
+  constexpr int kChunk = Q8_0Fmt::kChunk;
+  static_assert(Q8_0Fmt::kLanesPerBlock == 1 && kChunk == 32 * kSplit, "one block per lane per warp");
+  __shared__ float ts[kRowsPerBlock][R][kChunk + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rg = warp / kSplit, part = warp % kSplit;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + rg;
+  const bool live = o < n_out;  // no early return: every warp takes part in the barriers
+  const uint8_t* row = w + (live ? o : 0) * row_bytes;
+  float acc = 0.0f;  // lane k < R of the group's warp 0: row k's accumulator
+  for (int c = 0; c < nb; c += kChunk) {
+    const int cnt = nb - c < kChunk ? nb - c : kChunk;
+    const int bi = 32 * part + lane;
+    const bool valid = live && bi < cnt;
+    float t[R];
+    Q8_0Fmt::terms<R>(row, c + bi, valid, 0, x, xs, t, nullptr, nullptr);
+    if (valid) {
+#pragma unroll
+      for (int k = 0; k < R; ++k) ts[rg][k][bi] = t[k];
+    }
+    __syncthreads();
+    if (live && part == 0 && lane < R) {
+      for (int j = 0; j < cnt; ++j) acc = acc + ts[rg][lane][j];
+    }
+    __syncthreads();
   }
-  quant_matvec_rows<F, 1>(w + static_cast<size_t>(e) * expert_bytes, row_bytes, nb, n_out, x + (q / x_div) * xs,
-                          xs, yq, ys);
+  if (live && part == 0 && lane < R) y[lane * ys + o] = Q8_0Fmt::finish(acc);
 }
 
 Status upload_iq2_tables() {
@@ -357,7 +511,10 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     if (!s.ok()) return s;
   }
   if (w.n_out == 0 || r == 0) return Status();
-  const unsigned grid = static_cast<unsigned>((w.n_out + kWarps - 1) / kWarps);
+  bool split = false;
+  if constexpr (std::is_same_v<F, Q8_0Fmt>) split = w.n_out < kSplitBelowRows;
+  const int64_t rows_per_block = split ? kWarps / kSplit : kWarps;
+  const unsigned grid = static_cast<unsigned>((w.n_out + rows_per_block - 1) / rows_per_block);
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
   for (int k0 = 0; k0 < r; k0 += kMaxRows) {
     const int rr = r - k0 < kMaxRows ? r - k0 : kMaxRows;
@@ -365,10 +522,15 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     float* yk = y + k0 * ys;
     const int inb = static_cast<int>(nb);
     switch (rr) {
-#define DS4_CASE(R)                                                                                  \
-  case R:                                                                                            \
-    quant_matvec_kernel<F, R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, \
-                                                                 yk, ys);                           \
+#define DS4_CASE(R)                                                                                      \
+  case R:                                                                                                \
+    if constexpr (std::is_same_v<F, Q8_0Fmt>) {                                                          \
+      if (split) {                                                                                       \
+        q8_0_split_kernel<R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, yk, ys); \
+        break;                                                                                           \
+      }                                                                                                  \
+    }                                                                                                    \
+    quant_matvec_kernel<F, R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, yk, ys); \
     break;
       DS4_CASE(1) DS4_CASE(2) DS4_CASE(3) DS4_CASE(4) DS4_CASE(5) DS4_CASE(6) DS4_CASE(7) DS4_CASE(8)
 #undef DS4_CASE
@@ -379,57 +541,235 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
   return Status();
 }
 
+
+// ---- Fused routed experts (expert_gate_up / expert_down_sum) ---------------------------------
+// One warp per (pair or row, output row); kExpertWarps output rows per block. A warp copies
+// the weight bytes of all the rows it dots (gate and up, or the down rows of up to
+// kDownSlots slots) into its shared-memory stage with 16-byte cp.async (every load in flight
+// at once: a single expert row is too short to cover DRAM latency otherwise), then decodes
+// the staged blocks 4 at a time (8 lanes per block) and adds each row's terms into that
+// row's one accumulator in block order, like quant_matvec_rows.
+
+constexpr int kExpertWarps = 4;
+constexpr int kDownSlots = 6;  // down rows a warp dots at once (Flash: all n_used = 6 slots)
+
+// Blocks per row in one stage when a warp dots M rows of format F: the stage's share, rounded
+// down to whole kAlignBlocks so that every chunk starts 16-byte aligned in the row.
+template <class F, int M>
+__host__ __device__ constexpr int stage_blocks() {
+  const int b = F::kStageBytes / (M * F::kBlockBytes);
+  return b / F::kAlignBlocks * F::kAlignBlocks;
+}
+constexpr int kMaxStageTerms = 72;  // >= M · stage_blocks<F, M>() of every instance below
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Dots of m_cnt <= M weight rows (row m at rows[m], nb blocks) with activation rows
+// a0 + m·a_stride; lane m < m_cnt returns row m's sequential block sum (before F::finish).
+// vec16: every row and every chunk of it is 16-byte aligned with a multiple of 16 bytes
+// (else 2-byte copies: shapes no model uses, kept correct for the tests' small widths).
+// All 32 lanes call it.
+template <class F, int M>
+__device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const BlockQ8K* __restrict__ a0,
+                                             int64_t a_stride, int m_cnt, int nb, bool vec16, uint8_t* stage,
+                                             float* ts, const uint64_t* grid, const uint8_t* signs) {
+  constexpr int kStage = stage_blocks<F, M>();
+  constexpr int kBB = F::kBlockBytes;
+  static_assert(kStage >= 1 && M * kStage <= kMaxStageTerms, "stage too small or term buffer too short");
+  const int lane = threadIdx.x & 31;
+  const int sub = lane % 8, slot = lane / 8;
+  float acc = 0.0f;
+  for (int c0 = 0; c0 < nb; c0 += kStage) {
+    const int cnt = nb - c0 < kStage ? nb - c0 : kStage;
+    const int bytes = cnt * kBB;
+    if (vec16) {
+      const int n4 = bytes / 16;
+      for (int idx = lane; idx < m_cnt * n4; idx += 32) {
+        const int m = idx / n4, i = idx - m * n4;
+        cp_async16(stage + m * kStage * kBB + 16 * i, rows[m] + static_cast<size_t>(c0) * kBB + 16 * i);
+      }
+      cp_async_wait_all();
+    } else {
+      const int n2 = bytes / 2;
+      for (int idx = lane; idx < m_cnt * n2; idx += 32) {
+        const int m = idx / n2, i = idx - m * n2;
+        reinterpret_cast<uint16_t*>(stage + m * kStage * kBB)[i] =
+            load_u16(rows[m] + static_cast<size_t>(c0) * kBB + 2 * i);
+      }
+    }
+    __syncwarp();
+    const int total = m_cnt * cnt;
+    for (int j0 = 0; j0 < total; j0 += 4) {  // warp-uniform bound: every lane shuffles
+      const int j = j0 + slot;
+      const bool valid = j < total;
+      const int m = valid ? j / cnt : 0;
+      const int b = valid ? j - m * cnt : 0;
+      const float t = F::staged_term(stage + (m * kStage + b) * kBB, a0 + m * a_stride + c0 + b, valid, sub,
+                                     grid, signs);
+      if (valid && sub == 0) ts[j] = t;
+    }
+    __syncwarp();
+    if (lane < m_cnt) {
+      for (int b = 0; b < cnt; ++b) acc = acc + ts[lane * cnt + b];
+    }
+    __syncwarp();
+  }
+  return acc;
+}
+
+struct ExpertArgs {
+  const uint8_t* data;
+  size_t row_bytes, expert_bytes;
+};
+
+// The IQ2_XXS tables into shared memory (all threads; a no-op for the other formats).
 template <class F>
-Status launch_sel(const char* op, const ExpertWeights& w, const int32_t* sel, int n_pairs,
-                  const typename F::Act* x, int64_t xs, int x_div, float* y, int64_t ys, Stream stream) {
+__device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint8_t* signs_s) {
+  if constexpr (F::kTables) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) grid_s[i] = g_iq2_grid[i];
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) signs_s[i] = g_iq2_signs[i];
+    __syncthreads();
+  }
+}
+
+// grid (pairs, n_ff / kExpertWarps): pair q = blockIdx.x (row q / n_used), output row o.
+// mid[q][o] = moe_mid_value(gate dot, up dot, clamp, wt[q]); an expert id outside
+// [0, n_expert) gives NaN.
+template <class F>
+__global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
+    ExpertArgs gate, ExpertArgs up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
+    const float* __restrict__ wt, int n_used, const BlockQ8K* __restrict__ x, float clamp, bool vec16,
+    float* __restrict__ mid) {
+  __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
+  __shared__ float ts[kExpertWarps][kMaxStageTerms];
+  __shared__ const uint8_t* rows[kExpertWarps][2];
+  __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
+  __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
+  stage_tables<F>(grid_s, signs_s);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t q = blockIdx.x;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
+  if (o >= n_ff) return;  // warp-uniform
+  const int32_t e = sel[q];
+  float* mq = mid + q * n_ff;
+  if (e < 0 || e >= n_expert) {
+    if (lane == 0) mq[o] = __int_as_float(0x7fffffff);
+    return;
+  }
+  if (lane == 0) {
+    rows[warp][0] = gate.data + static_cast<size_t>(e) * gate.expert_bytes + static_cast<size_t>(o) * gate.row_bytes;
+    rows[warp][1] = up.data + static_cast<size_t>(e) * up.expert_bytes + static_cast<size_t>(o) * up.row_bytes;
+  }
+  __syncwarp();
+  const float acc = expert_dots<F, 2>(rows[warp], x + (q / n_used) * nb, 0, 2, nb, vec16, stage[warp], ts[warp],
+                                      grid_s, signs_s);
+  const float v = F::finish(acc);           // lane 0: gate, lane 1: up
+  const float u = __shfl_sync(kFullMask, v, 1);
+  if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
+}
+
+// grid (n_rows, n_embd / kExpertWarps): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
+// slot order, down(s) = dot(expert sel[i][s] row o, midq pair i·n_used + s); NaN for an id
+// outside [0, n_expert).
+template <class F>
+__global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
+    ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
+    const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
+  __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
+  __shared__ float ts[kExpertWarps][kMaxStageTerms];
+  __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
+  __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
+  __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
+  stage_tables<F>(grid_s, signs_s);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t i = blockIdx.x;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
+  if (o >= n_embd) return;  // warp-uniform
+  float sum = 0.0f;
+  for (int g0 = 0; g0 < n_used; g0 += kDownSlots) {
+    const int m_cnt = n_used - g0 < kDownSlots ? n_used - g0 : kDownSlots;
+    bool bad = false;
+    if (lane < m_cnt) {
+      const int32_t e = sel[i * n_used + g0 + lane];
+      bad = e < 0 || e >= n_expert;
+      rows[warp][lane] = down.data + static_cast<size_t>(bad ? 0 : e) * down.expert_bytes +
+                         static_cast<size_t>(o) * down.row_bytes;
+    }
+    __syncwarp();
+    const float acc = expert_dots<F, kDownSlots>(rows[warp], midq + (i * n_used + g0) * nb, nb, m_cnt, nb, vec16,
+                                                 stage[warp], ts[warp], grid_s, signs_s);
+    const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
+    for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
+    __syncwarp();
+  }
+  if (lane == 0) out[i * n_embd + o] = sum;
+}
+
+// Shape checks shared by both launchers; *vec16 = the 16-byte staging applies.
+template <class F>
+Status check_experts(const char* op, const ExpertWeights& w, int64_t n_in, int64_t n_out, bool* vec16) {
   const int64_t nb = w.n_in / F::kBlockElems;
   const uintptr_t base = reinterpret_cast<uintptr_t>(w.data);
-  const size_t align = F::kBlockBytes % 4 == 0 ? 4 : 2;
-  if (w.n_in <= 0 || w.n_in % F::kBlockElems != 0 || w.n_out < 0 || w.n_expert <= 0 || n_pairs < 0 ||
-      x_div < 1 || w.row_bytes < static_cast<size_t>(nb) * F::kBlockBytes || w.row_bytes % align != 0 ||
-      w.expert_bytes < w.row_bytes * static_cast<size_t>(w.n_out) || w.expert_bytes % 4 != 0 || base % 4 != 0 ||
-      nb > (1 << 30) || x_div > 65535)
-    return invalid_argument("cuda: %s: bad shape (n_in %lld a multiple of %d, n_out %lld, %lld experts of %zu "
-                            "bytes (a multiple of 4), row_bytes %zu >= %lld and a multiple of %zu, weights "
-                            "4-byte aligned, %d pairs, 1 <= x_div %d <= 65535)", op,
-                            static_cast<long long>(w.n_in), F::kBlockElems, static_cast<long long>(w.n_out),
+  if (w.n_in != n_in || w.n_out != n_out || n_in <= 0 || n_in % F::kBlockElems != 0 || n_out <= 0 ||
+      w.n_expert <= 0 || nb > (1 << 30) || w.row_bytes < static_cast<size_t>(nb) * F::kBlockBytes ||
+      w.row_bytes % 2 != 0 || w.expert_bytes < w.row_bytes * static_cast<size_t>(n_out) ||
+      w.expert_bytes % 2 != 0 || base % 4 != 0)
+    return invalid_argument("cuda: %s: bad shape (weights [%lld -> %lld] for [%lld -> %lld], n_in a multiple of "
+                            "%d, %lld experts of %zu bytes, row_bytes %zu >= %lld, both even, weights 4-byte "
+                            "aligned)", op, static_cast<long long>(w.n_in), static_cast<long long>(w.n_out),
+                            static_cast<long long>(n_in), static_cast<long long>(n_out), F::kBlockElems,
                             static_cast<long long>(w.n_expert), w.expert_bytes, w.row_bytes,
-                            static_cast<long long>(nb * F::kBlockBytes), align, n_pairs, x_div);
-  if (xs == 0) xs = nb;
-  if (ys == 0) ys = w.n_out;
-  if constexpr (F::kTables) {
-    Status s = upload_iq2_tables();
-    if (!s.ok()) return s;
-  }
-  if (w.n_out == 0 || n_pairs == 0) return Status();
-  // Pairs beyond the grid's y limit run as further launches of whole x rows.
-  const int max_pairs = 65535 - 65535 % x_div;
-  for (int q0 = 0; q0 < n_pairs; q0 += max_pairs) {
-    const int cnt = n_pairs - q0 < max_pairs ? n_pairs - q0 : max_pairs;
-    const dim3 grid(static_cast<unsigned>((w.n_out + kWarps - 1) / kWarps), static_cast<unsigned>(cnt));
-    quant_matvec_sel_kernel<F><<<grid, 32 * kWarps, 0, stream>>>(
-        static_cast<const uint8_t*>(w.data), w.row_bytes, w.expert_bytes, w.n_expert, static_cast<int>(nb),
-        w.n_out, sel + q0, x + (q0 / x_div) * xs, xs, x_div, y + q0 * ys, ys);
-    Status s = launch_status(op, w.n_in, w.n_out, cnt);
-    if (!s.ok()) return s;
-  }
+                            static_cast<long long>(nb * F::kBlockBytes));
+  *vec16 = base % 16 == 0 && w.row_bytes % 16 == 0 && w.expert_bytes % 16 == 0 &&
+           (static_cast<size_t>(nb) * F::kBlockBytes) % 16 == 0;
+  if constexpr (F::kTables) return upload_iq2_tables();
   return Status();
 }
 
-}  // namespace
+template <class F>
+Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
+                      int n_rows, int n_used, const BlockQ8K* x, float clamp, float* mid, Stream stream) {
+  bool v_gate = false, v_up = false;
+  if (Status s = check_experts<F>("expert_gate_up", gate, gate.n_in, gate.n_out, &v_gate); !s.ok()) return s;
+  if (Status s = check_experts<F>("expert_gate_up", up, gate.n_in, gate.n_out, &v_up); !s.ok()) return s;
+  if (up.n_expert != gate.n_expert || n_rows < 0 || n_used < 1 ||
+      static_cast<int64_t>(n_rows) * n_used > INT32_MAX || (gate.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
+    return invalid_argument("cuda: expert_gate_up: bad shape (%lld / %lld experts, %d rows x %d used, n_ff %lld)",
+                            static_cast<long long>(gate.n_expert), static_cast<long long>(up.n_expert), n_rows,
+                            n_used, static_cast<long long>(gate.n_out));
+  if (n_rows == 0) return Status();
+  const dim3 grid(static_cast<unsigned>(n_rows * n_used),
+                  static_cast<unsigned>((gate.n_out + kExpertWarps - 1) / kExpertWarps));
+  expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, 0, stream>>>(
+      ExpertArgs{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
+      ExpertArgs{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert,
+      static_cast<int>(gate.n_in / F::kBlockElems), gate.n_out, sel, wt, n_used, x, clamp, v_gate && v_up, mid);
+  return launch_status("expert_gate_up", gate.n_in, gate.n_out, n_rows * n_used);
+}
 
-Status matvec_iq2_xxs_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const BlockQ8K* x,
-                          int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream) {
-  return launch_sel<Iq2XxsFmt>("matvec_iq2_xxs_sel", w, sel, n_pairs, x, x_stride, x_div, y, y_stride, stream);
+template <class F>
+Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
+                       const BlockQ8K* midq, float* out, Stream stream) {
+  bool vec16 = false;
+  if (Status s = check_experts<F>("expert_down_sum", down, down.n_in, down.n_out, &vec16); !s.ok()) return s;
+  if (n_rows < 0 || n_rows > 0x7fffffff || n_used < 1 || static_cast<int64_t>(n_rows) * n_used > INT32_MAX ||
+      (down.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
+    return invalid_argument("cuda: expert_down_sum: bad shape (%d rows x %d used, n_embd %lld)", n_rows, n_used,
+                            static_cast<long long>(down.n_out));
+  if (n_rows == 0) return Status();
+  const dim3 grid(static_cast<unsigned>(n_rows),
+                  static_cast<unsigned>((down.n_out + kExpertWarps - 1) / kExpertWarps));
+  expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, 0, stream>>>(
+      ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert,
+      static_cast<int>(down.n_in / F::kBlockElems), down.n_out, sel, n_used, midq, vec16, out);
+  return launch_status("expert_down_sum", down.n_in, down.n_out, n_rows);
 }
-Status matvec_q2_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const BlockQ8K* x,
-                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream) {
-  return launch_sel<Q2KFmt>("matvec_q2_k_sel", w, sel, n_pairs, x, x_stride, x_div, y, y_stride, stream);
-}
-Status matvec_q4_k_sel(const ExpertWeights& w, const int32_t* sel, int n_pairs, const BlockQ8K* x,
-                       int64_t x_stride, int x_div, float* y, int64_t y_stride, Stream stream) {
-  return launch_sel<Q4KFmt>("matvec_q4_k_sel", w, sel, n_pairs, x, x_stride, x_div, y, y_stride, stream);
-}
+
+}  // namespace
 
 Status matvec_q8_0(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                    int64_t y_stride, Stream stream) {
@@ -446,6 +786,34 @@ Status matvec_q2_k(const Weights& w, const BlockQ8K* x, int64_t x_stride, int r,
 Status matvec_q4_k(const Weights& w, const BlockQ8K* x, int64_t x_stride, int r, float* y,
                    int64_t y_stride, Stream stream) {
   return launch<Q4KFmt>("matvec_q4_k", w, x, x_stride, r, y, y_stride, stream);
+}
+
+
+Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel,
+                      const float* wt, int n_rows, int n_used, const BlockQ8K* x, float clamp, float* mid,
+                      Stream stream) {
+  switch (f) {
+    case ExpertFormat::kIQ2_XXS:
+      return launch_gate_up<Iq2XxsFmt>(gate, up, sel, wt, n_rows, n_used, x, clamp, mid, stream);
+    case ExpertFormat::kQ2_K:
+      return launch_gate_up<Q2KFmt>(gate, up, sel, wt, n_rows, n_used, x, clamp, mid, stream);
+    case ExpertFormat::kQ4_K:
+      return launch_gate_up<Q4KFmt>(gate, up, sel, wt, n_rows, n_used, x, clamp, mid, stream);
+  }
+  return invalid_argument("cuda: expert_gate_up: unknown expert format %d", static_cast<int>(f));
+}
+
+Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
+                       const BlockQ8K* midq, float* out, Stream stream) {
+  switch (f) {
+    case ExpertFormat::kIQ2_XXS:
+      return launch_down_sum<Iq2XxsFmt>(down, sel, n_rows, n_used, midq, out, stream);
+    case ExpertFormat::kQ2_K:
+      return launch_down_sum<Q2KFmt>(down, sel, n_rows, n_used, midq, out, stream);
+    case ExpertFormat::kQ4_K:
+      return launch_down_sum<Q4KFmt>(down, sel, n_rows, n_used, midq, out, stream);
+  }
+  return invalid_argument("cuda: expert_down_sum: unknown expert format %d", static_cast<int>(f));
 }
 
 }  // namespace ds4::cuda

@@ -3,10 +3,15 @@
 // Role: the device's two ceilings first (a device-to-device copy, counting bytes read plus
 // written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
 // matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows;
-// per small op its time in microseconds (the read-outs top_k and argmax+margin included). Weights are random valid blocks
+// per small op its time in microseconds (the read-outs top_k and argmax+margin included); the
+// routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
+// DISTINCT expert bytes the call reads. Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
-// Usage: bench_cuda [--quick]   (--quick: fewer batches)
+// Usage: bench_cuda [--quick] [--roofline] [--csv FILE]
+//   --quick: fewer batches; --roofline: the two ceilings only (the roofline probe of
+//   scripts/bench_cuda_sweep.sh); --csv FILE: also write the ceilings as one CSV row
+//   (device,read_gbps,copy_gbps,buffer_bytes,l2_bytes).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +20,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -85,11 +91,141 @@ struct Matvec {
   int64_t n_in, n_out;
 };
 
+// One layer of Flash routed experts: 256 experts of gate / up [4096 -> 2048] and down [2048 ->
+// 4096] (1.8 GB at IQ2_XXS / Q2_K, 3.6 GB at Q4_K: far beyond the L2, so random routes read
+// DRAM). Every expert holds the same random blocks (copies of expert 0: the bytes read, not
+// their values, set the time). Per row count, 64 route sets of 6 distinct experts per row drawn
+// uniformly (rows may share experts, as real batches do); call i uses set i % 64. Then the op's
+// two weight-reading launches (expert_gate_up, expert_down_sum) alone.
+void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
+  constexpr int64_t kEmbd = 4096, kFf = 2048;
+  constexpr int kExperts = 256, kUsed = 6, kSets = 64, kMaxRows = 32;
+  const size_t gu_rb = quant::row_bytes(gate_up, kEmbd), d_rb = quant::row_bytes(down, kFf);
+  const size_t gu_eb = gu_rb * kFf, d_eb = d_rb * kEmbd;
+  uint8_t *gw = nullptr, *uw = nullptr, *dw = nullptr;
+  CK(cudaMalloc(&gw, gu_eb * kExperts));
+  CK(cudaMalloc(&uw, gu_eb * kExperts));
+  CK(cudaMalloc(&dw, d_eb * kExperts));
+  for (auto [ptr, t, n_in, n_out, eb] : {std::tuple{gw, gate_up, kEmbd, kFf, gu_eb},
+                                         std::tuple{uw, gate_up, kEmbd, kFf, gu_eb},
+                                         std::tuple{dw, down, kFf, kEmbd, d_eb}}) {
+    std::vector<uint8_t> host(eb);
+    quant::fill_random_blocks(t, host.data(), n_in * n_out, 0.05f, 11);
+    CK(cudaMemcpy(ptr, host.data(), eb, cudaMemcpyHostToDevice));
+    for (int e = 1; e < kExperts; ++e) CK(cudaMemcpy(ptr + eb * e, ptr, eb, cudaMemcpyDeviceToDevice));
+  }
+  std::mt19937 rng(5);
+  std::vector<float> xf(static_cast<size_t>(kMaxRows * kEmbd));
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto& f : xf) f = g(rng);
+  std::vector<float> wv(static_cast<size_t>(kMaxRows * kUsed));
+  std::uniform_real_distribution<float> uni(0.05f, 0.6f);
+  for (auto& f : wv) f = uni(rng);
+  float *dx = nullptr, *dwt = nullptr, *dout = nullptr;
+  int32_t* dsel = nullptr;
+  void* scratch = nullptr;
+  CK(cudaMalloc(&dx, xf.size() * sizeof(float)));
+  CK(cudaMemcpy(dx, xf.data(), xf.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&dwt, wv.size() * sizeof(float)));
+  CK(cudaMemcpy(dwt, wv.data(), wv.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&dout, sizeof(float) * kMaxRows * kEmbd));
+  CK(cudaMalloc(&dsel, sizeof(int32_t) * kSets * kMaxRows * kUsed));
+  CK(cudaMalloc(&scratch, cuda::moe_device_scratch_bytes(kEmbd, kFf, kUsed, kMaxRows)));
+  ds4::backend::MoeParams p;
+  p.x = dx, p.wt = dwt, p.out = dout, p.scratch = scratch, p.n_used = kUsed, p.clamp = 10.0f;
+  p.gate = ds4::backend::ExpertMatrix{gw, gate_up, kEmbd, kFf, kExperts, gu_rb};
+  p.up = ds4::backend::ExpertMatrix{uw, gate_up, kEmbd, kFf, kExperts, gu_rb};
+  p.down = ds4::backend::ExpertMatrix{dw, down, kFf, kEmbd, kExperts, d_rb};
+  auto fmt = [](GgmlType t) {
+    return t == GgmlType::kIQ2_XXS ? cuda::ExpertFormat::kIQ2_XXS
+                                   : t == GgmlType::kQ2_K ? cuda::ExpertFormat::kQ2_K : cuda::ExpertFormat::kQ4_K;
+  };
+  const cuda::ExpertFormat f_gu = fmt(gate_up), f_down = fmt(down);
+  const cuda::ExpertWeights gate_w{gw, gu_rb, gu_eb, kEmbd, kFf, kExperts}, up_w{uw, gu_rb, gu_eb, kEmbd, kFf, kExperts};
+  const cuda::ExpertWeights down_w{dw, d_rb, d_eb, kFf, kEmbd, kExperts};
+  quant::BlockQ8K *xq = nullptr, *midq = nullptr;
+  float* mid = nullptr;
+  CK(cudaMalloc(&xq, sizeof(quant::BlockQ8K) * kMaxRows * (kEmbd / 256)));
+  CK(cudaMalloc(&mid, sizeof(float) * kMaxRows * kUsed * kFf));
+  CK(cudaMalloc(&midq, sizeof(quant::BlockQ8K) * kMaxRows * kUsed * (kFf / 256)));
+  for (int r : {1, 2, 4, 6, 8, 32}) {
+    std::vector<int32_t> sel(static_cast<size_t>(kSets * r * kUsed));
+    double distinct = 0;
+    for (int s = 0; s < kSets; ++s) {
+      std::vector<bool> used(kExperts, false);
+      for (int i = 0; i < r; ++i) {
+        std::vector<int32_t> ids(kExperts);
+        for (int e = 0; e < kExperts; ++e) ids[e] = e;
+        std::shuffle(ids.begin(), ids.end(), rng);
+        for (int j = 0; j < kUsed; ++j) {
+          sel[(static_cast<size_t>(s) * r + i) * kUsed + j] = ids[j];
+          used[ids[j]] = true;
+        }
+      }
+      distinct += static_cast<double>(std::count(used.begin(), used.end(), true)) / kSets;
+    }
+    CK(cudaMemcpy(dsel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    p.n_rows = r;
+    const double t = time_per_call(
+        [&](int i) {
+          ds4::backend::MoeParams q = p;
+          q.sel = dsel + static_cast<size_t>(i % kSets) * r * kUsed;
+          ok(cuda::moe(q, nullptr));
+        },
+        kSets);
+    const double bytes = distinct * static_cast<double>(2 * gu_eb + d_eb);
+    std::printf("%-28s %6d %10.2f %10.0f %10.1f\n", name, r, t * 1e6, bytes / t / 1e9, distinct);
+    // Its two weight-reading launches alone (GB/s of their distinct expert bytes).
+    const int pairs = r * kUsed;
+    ok(cuda::quantize_q8_k_act(dx, kEmbd, r, kEmbd, xq, kEmbd / 256));
+    ok(cuda::expert_gate_up(f_gu, gate_w, up_w, dsel, dwt, r, kUsed, xq, 10.0f, mid));
+    ok(cuda::quantize_q8_k_act(mid, kFf, pairs, kFf, midq, kFf / 256));
+    const double t_gu = time_per_call(
+        [&](int i) {
+          ok(cuda::expert_gate_up(f_gu, gate_w, up_w, dsel + static_cast<size_t>(i % kSets) * r * kUsed, dwt, r,
+                                  kUsed, xq, 10.0f, mid));
+        },
+        kSets);
+    const double t_down = time_per_call(
+        [&](int i) {
+          ok(cuda::expert_down_sum(f_down, down_w, dsel + static_cast<size_t>(i % kSets) * r * kUsed, r, kUsed,
+                                   midq, dout));
+        },
+        kSets);
+    std::printf("%-28s %6d %10.2f %10.0f\n", "  expert_gate_up", r, t_gu * 1e6, distinct * 2 * gu_eb / t_gu / 1e9);
+    std::printf("%-28s %6d %10.2f %10.0f\n", "  expert_down_sum", r, t_down * 1e6, distinct * d_eb / t_down / 1e9);
+  }
+  CK(cudaFree(xq));
+  CK(cudaFree(mid));
+  CK(cudaFree(midq));
+  CK(cudaFree(gw));
+  CK(cudaFree(uw));
+  CK(cudaFree(dw));
+  CK(cudaFree(dx));
+  CK(cudaFree(dwt));
+  CK(cudaFree(dout));
+  CK(cudaFree(dsel));
+  CK(cudaFree(scratch));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--quick") == 0) g_batches = 5;
+  bool roofline_only = false;
+  const char* csv_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      g_batches = 5;
+    } else if (std::strcmp(argv[i], "--roofline") == 0) {
+      roofline_only = true;
+    } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
+      csv_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "bench_cuda: unknown argument %s (usage: bench_cuda [--quick] [--roofline] [--csv FILE])\n",
+                   argv[i]);
+      return 2;
+    }
+  }
   cuda::DeviceInfo info;
   const ds4::Status ps = cuda::probe_device(0, &info);
   if (!ps.ok()) {
@@ -100,7 +236,8 @@ int main(int argc, char** argv) {
               info.cc_minor, info.sm_count, info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0);
 
   // ---- Ceilings -------------------------------------------------------------------------------
-  const size_t big = size_t{1} << 30;
+  // At least 1 GiB and 4x the L2, so both kernels stream DRAM.
+  const size_t big = std::max(size_t{1} << 30, (4 * info.l2_bytes + 15) / 16 * 16);
   void *src = nullptr, *dst = nullptr;
   unsigned* sink = nullptr;
   CK(cudaMalloc(&src, big));
@@ -112,9 +249,24 @@ int main(int argc, char** argv) {
   const double t_read = time_per_call(
       [&](int) { read_kernel<<<info.sm_count * 8, 512>>>(static_cast<const uint4*>(src), big / 16, sink); }, 4);
   const double read_gbs = big / t_read / 1e9;
-  std::printf("copy D2D 1 GiB: %.0f GB/s (read + write)   plain read kernel 1 GiB: %.0f GB/s\n", copy_gbs,
-              read_gbs);
+  std::printf("copy D2D %.2f GiB: %.0f GB/s (read + write)   plain read kernel (16-byte loads): %.0f GB/s\n",
+              big / 1073741824.0, copy_gbs, read_gbs);
   CK(cudaFree(dst));
+  if (csv_path != nullptr) {
+    FILE* f = std::fopen(csv_path, "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "bench_cuda: cannot write %s\n", csv_path);
+      return 1;
+    }
+    std::fprintf(f, "device,read_gbps,copy_gbps,buffer_bytes,l2_bytes\n\"%s\",%.1f,%.1f,%zu,%zu\n", info.name.c_str(),
+                 read_gbs, copy_gbs, big, info.l2_bytes);
+    std::fclose(f);
+  }
+  if (roofline_only) {
+    CK(cudaFree(src));
+    CK(cudaFree(sink));
+    return 0;
+  }
 
   // ---- Matvecs --------------------------------------------------------------------------------
   const Matvec cases[] = {
@@ -196,6 +348,11 @@ int main(int argc, char** argv) {
     CK(cudaFree(dy));
     CK(cudaFree(dq));
   }
+
+  // ---- Routed experts (the whole moe op: quantize, gate/up, SwiGLU, down, slot sum) ----------
+  std::printf("\n%-28s %6s %10s %10s %10s\n", "moe (Flash, 6 of 256)", "rows", "us/call", "GB/s", "experts");
+  bench_moe("moe_iq2_xxs_q2_k", GgmlType::kIQ2_XXS, GgmlType::kQ2_K);
+  bench_moe("moe_q4_k", GgmlType::kQ4_K, GgmlType::kQ4_K);
 
   // ---- Small ops ------------------------------------------------------------------------------
   std::printf("\n%-40s %10s\n", "op", "us/call");

@@ -14,7 +14,12 @@
 // --model) adds a full proposal (block_size drafts, no confidence stop, the ring filled with
 // fixed pseudo-random hidden rows) to the timing table and, with --profile, its per-op split. Timing is wall time (best of the rounds is
 // the figure least disturbed by a shared machine); with --threads=1 it is this thread's CPU
-// time. Nothing here is a test.
+// time. --backend=cuda [--device=N] runs on the GPU (wall time; every timed call ends with a
+// backend sync), e.g. on a full-shape Flash file (--model); --cuda_profile turns on the op
+// profiler there (backend/op_profile.h; report on stderr at exit). --csv_out=FILE writes
+// r,call,best_ms,median_ms,bytes (r = 0: decode(1)), bytes = what one call reads and writes by
+// backend/op_profile.h's op costs, counted in one untimed pass (routed experts: the distinct
+// experts of the call, read back). --only_r takes a list (--only_r=0,6). Nothing here is a test.
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +34,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/op_profile.h"
+#include "backend/registry.h"
 #include "core/threadpool.h"
 #include "core/timer.h"
 #include "backend/cpu/kernels.h"
@@ -36,6 +43,7 @@
 #include "model/model.h"
 #include "model/profiles.h"
 #include "session/session.h"
+#include "session/state.h"
 #include "speculative/drafter.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
@@ -125,6 +133,57 @@ class TimingBackend final : public backend::ForwardingBackend {
   std::map<std::string, uint64_t> jobs_;
 };
 
+// Bytes moved by the ops while `on` (backend/op_profile.h op costs), routed experts counted
+// by their distinct ids (read back: a sync per moe, so only for an untimed pass).
+class CountingBackend final : public backend::ForwardingBackend {
+ public:
+  explicit CountingBackend(backend::Backend& inner) : ForwardingBackend(inner) {}
+  bool on = false;
+  double bytes = 0;
+
+  void matmul(const backend::MatmulParams& p) override { count(backend::op_cost(p)); inner_.matmul(p); }
+  void matmul_grouped(const backend::MatmulParams* p, int n) override {
+    count(backend::op_cost(p, n)); inner_.matmul_grouped(p, n);
+  }
+  void rms_norm(const backend::RmsNormParams& p) override { count(backend::op_cost(p)); inner_.rms_norm(p); }
+  void hc_pre(const backend::HcPreParams& p) override { count(backend::op_cost(p)); inner_.hc_pre(p); }
+  void hc_post(const backend::HcPostParams& p) override { count(backend::op_cost(p)); inner_.hc_post(p); }
+  void attention_inputs(const backend::AttentionInputsParams& p) override {
+    count(backend::op_cost(p)); inner_.attention_inputs(p);
+  }
+  void compressor_step(const backend::CompressorStepParams& p) override {
+    count(backend::op_cost(p)); inner_.compressor_step(p);
+  }
+  void indexer_select(const backend::IndexerSelectParams* p, int n) override {
+    count(backend::op_cost(p, n)); inner_.indexer_select(p, n);
+  }
+  void sink_attention(const backend::SinkAttentionParams* p, int n) override {
+    count(backend::op_cost(p, n)); inner_.sink_attention(p, n);
+  }
+  void swiglu(const backend::SwigluParams& p) override { count(backend::op_cost(p)); inner_.swiglu(p); }
+  void route(const backend::RouteParams& p) override { count(backend::op_cost(p)); inner_.route(p); }
+  void moe(const backend::MoeParams& p) override {
+    if (on) {
+      std::vector<int32_t> sel(static_cast<size_t>(p.n_rows) * p.n_used);
+      inner_.download(sel.data(), p.sel, sel.size() * sizeof(int32_t));
+      std::sort(sel.begin(), sel.end());
+      count(backend::op_cost(p, static_cast<int>(std::unique(sel.begin(), sel.end()) - sel.begin())));
+    }
+    inner_.moe(p);
+  }
+  void hc_collapse(const backend::HcCollapseParams& p) override { count(backend::op_cost(p)); inner_.hc_collapse(p); }
+  void embed(const backend::EmbedParams& p) override { count(backend::op_cost(p)); inner_.embed(p); }
+  void add(const backend::AddParams& p) override { count(backend::op_cost(p)); inner_.add(p); }
+  void hc_mean(const backend::HcMeanParams& p) override { count(backend::op_cost(p)); inner_.hc_mean(p); }
+  void argmax(const backend::ArgmaxParams& p) override { count(backend::op_cost(p)); inner_.argmax(p); }
+  void get_rows(const backend::GetRowsParams& p) override { count(backend::op_cost(p)); inner_.get_rows(p); }
+
+ private:
+  void count(backend::OpCost c) {
+    if (on) bytes += static_cast<double>(c.bytes);
+  }
+};
+
 std::vector<int32_t> tokens(int n, uint32_t n_vocab, uint64_t seed) {
   std::vector<int32_t> t(n);
   uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -142,23 +201,30 @@ int die(const char* what, const Status& st) {
   return 1;
 }
 
-// One timed call from the checkpointed frontier: r == 0 is decode(1), else verify(r).
-double timed_call(session::ModelSession& s, int r, const std::vector<int32_t>& rows) {
+// One timed call from the checkpointed frontier: r == 0 is decode(1), else verify(r). The
+// backend sync ends the timed span on a device backend (decode reads nothing back) and keeps
+// the rollback's copies out of the next call's time.
+double timed_call(session::ModelSession& s, backend::Backend& be, int r, const std::vector<int32_t>& rows) {
   const double t0 = now_s();
   if (r == 0) {
     (void)s.decode(rows[0]);
   } else {
     (void)s.verify(std::span<const int32_t>(rows.data(), r));
   }
+  be.sync();
   const double t = now_s() - t0;
   s.rollback();
+  be.sync();
   return t;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, drafter_path;
+  std::string model_path, drafter_path, backend_name = "cpu", csv_out;
+  int device = 0;
+  bool cuda_profile = false;
+  std::vector<int> only_list;
   model::ExpertQuant quant = model::ExpertQuant::kQ2;
   int threads = 2, ctx = 96, rounds = 15, profile_r = 6, only_r = -1, only_calls = 200;
   bool profile = false, csv = false;
@@ -185,7 +251,21 @@ int main(int argc, char** argv) {
     } else if (a == "--profile") {
       profile = true;
     } else if (a.rfind("--only_r=", 0) == 0) {
-      only_r = std::clamp(std::atoi(val("--only_r=").c_str()), 0, session::kMaxBatchRows);
+      const std::string list = val("--only_r=");
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        only_list.push_back(std::clamp(std::atoi(list.substr(at, comma - at).c_str()), 0, session::kMaxBatchRows));
+        at = comma + 1;
+      }
+      only_r = only_list.front();
+    } else if (a.rfind("--backend=", 0) == 0) {
+      backend_name = val("--backend=");
+    } else if (a.rfind("--device=", 0) == 0) {
+      device = std::atoi(val("--device=").c_str());
+    } else if (a == "--cuda_profile") {
+      cuda_profile = true;
+    } else if (a.rfind("--csv_out=", 0) == 0) {
+      csv_out = val("--csv_out=");
     } else if (a.rfind("--only_calls=", 0) == 0) {
       only_calls = std::max(1, std::atoi(val("--only_calls=").c_str()));
     } else if (a == "--csv") {
@@ -201,7 +281,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  g_cpu_clock = threads == 1;
+  const bool on_cpu = backend_name == "cpu";
+  if (!on_cpu && profile) {
+    std::fprintf(stderr, "bench_verify: --profile times ops on the host (CPU backend); on %s use --cuda_profile\n",
+                 backend_name.c_str());
+    return 2;
+  }
+  g_cpu_clock = threads == 1 && on_cpu;
   if (model_path.empty()) {
     model_path = "/tmp/ds4_bench_verify_tiny_" + std::string(model::expert_quant_name(quant)) + "_" +
                  std::to_string(::getpid()) + ".gguf";
@@ -216,11 +302,36 @@ int main(int argc, char** argv) {
   if (!m.ok()) return die("open model", m.status());
   const auto& model = *m.value();
   const auto& cfg = model.config();
-  auto cpu_be = backend::make_cpu_backend(threads);
+  backend::BackendOptions bo;
+  bo.n_threads = threads;
+  bo.device = device;
+  bo.cuda_profile = cuda_profile;
+  auto be_or = backend::make_backend(backend_name, bo);
+  if (!be_or.ok()) return die("backend", be_or.status());
+  std::unique_ptr<backend::Backend> cpu_be = std::move(be_or).value();  // the CPU unless --backend
   TimingBackend tbe(*cpu_be);
+  CountingBackend cbe(*cpu_be);
 
   const int64_t n_ctx = ctx + 2 * session::kMaxBatchRows + 8;
-  auto s_or = session::ModelSession::create(model, *cpu_be, n_ctx, uint64_t{1} << 34);
+  // Memory by the session's own formulas (what the engine checks free memory against): the
+  // state (KV caches, compressor states), the rest of the session (the forward's scratch, the
+  // frontier copies of verify rows and the checkpoint, the logits) and the whole, for a few
+  // contexts; the weights are the file's bytes (holes of a sparse file included: the device
+  // copy holds them as zeros).
+  std::printf("memory: weights_bytes=%llu\n", static_cast<unsigned long long>(model.file().file_size()));
+  std::vector<int64_t> mem_ctx = {1024, n_ctx, 8192, 65536, static_cast<int64_t>(cfg.context_length)};
+  std::sort(mem_ctx.begin(), mem_ctx.end());
+  mem_ctx.erase(std::unique(mem_ctx.begin(), mem_ctx.end()), mem_ctx.end());
+  for (int64_t c : mem_ctx) {
+    const uint64_t state = session::State::estimate_bytes(cfg, c);
+    const uint64_t all = session::ModelSession::estimate_bytes(cfg, c);
+    std::printf("memory: ctx=%lld state_bytes=%llu state_bytes_per_token=%.0f scratch_bytes=%llu session_bytes=%llu"
+                "\n",
+                static_cast<long long>(c), static_cast<unsigned long long>(state),
+                static_cast<double>(state) / static_cast<double>(c),
+                static_cast<unsigned long long>(all - state), static_cast<unsigned long long>(all));
+  }
+  auto s_or = session::ModelSession::create(model, cbe, n_ctx, uint64_t{1} << 34);
   if (!s_or.ok()) return die("session", s_or.status());
   auto& s = *s_or.value();
   const auto prompt = tokens(ctx, cfg.n_vocab, 99);
@@ -229,30 +340,33 @@ int main(int argc, char** argv) {
   const auto rows = tokens(session::kMaxBatchRows, cfg.n_vocab, 7);
 
   if (only_r >= 0) {
-    // Only one call kind, repeated (for an external profiler such as perf).
-    std::vector<double> tt;
-    for (int i = 0; i < only_calls; ++i) tt.push_back(timed_call(s, only_r, rows));
-    std::printf("only %s: best %.3f ms, median %.3f ms (%d calls)\n",
-                only_r == 0 ? "decode(1)" : ("verify(" + std::to_string(only_r) + ")").c_str(),
-                *std::min_element(tt.begin(), tt.end()) * 1e3, median_of(tt) * 1e3, only_calls);
+    // Only these call kinds, each repeated (for an external profiler such as perf, or
+    // --cuda_profile, whose report separates decode from verify(r) by the rows per forward).
+    for (int r_only : only_list) {
+      std::vector<double> tt;
+      for (int i = 0; i < only_calls; ++i) tt.push_back(timed_call(s, cbe, r_only, rows));
+      std::printf("only %s: best %.3f ms, median %.3f ms (%d calls)\n",
+                  r_only == 0 ? "decode(1)" : ("verify(" + std::to_string(r_only) + ")").c_str(),
+                  *std::min_element(tt.begin(), tt.end()) * 1e3, median_of(tt) * 1e3, only_calls);
+    }
     if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());
     return 0;
   }
 
   constexpr int kR = session::kMaxBatchRows;
   std::vector<std::vector<double>> t(kR + 1);
-  for (int r = 0; r <= kR; ++r) timed_call(s, r, rows);  // warm-up
+  for (int r = 0; r <= kR; ++r) timed_call(s, cbe, r, rows);  // warm-up
   // Interleaved rounds; the starting r rotates so every r follows every other equally often
   // (the previous call's cache footprint would otherwise favour some r).
   for (int round = 0; round < rounds; ++round)
     for (int j = 0; j <= kR; ++j) {
       const int r = (round + j) % (kR + 1);
-      t[r].push_back(timed_call(s, r, rows));
+      t[r].push_back(timed_call(s, cbe, r, rows));
     }
 
-  std::printf("bench_verify: model %s (%s), isa=%s, threads=%d (%s), ctx=%d, rounds=%d\n", model_path.c_str(),
-              cfg.name.c_str(), cpu::isa_name(cpu::active_isa()), threads,
-              g_cpu_clock ? "thread CPU time" : "wall time", ctx, rounds);
+  std::printf("bench_verify: model %s (%s), backend %s, isa=%s, threads=%d (%s), ctx=%d, rounds=%d\n",
+              model_path.c_str(), cfg.name.c_str(), cpu_be->description().c_str(), cpu::isa_name(cpu::active_isa()),
+              threads, g_cpu_clock ? "thread CPU time" : "wall time", ctx, rounds);
   const double d_best = *std::min_element(t[0].begin(), t[0].end());
   const double d_med = median_of(t[0]);
   std::printf("decode(1): best %.3f ms (%.1f tok/s), median %.3f ms (%.1f tok/s)\n", d_best * 1e3, 1.0 / d_best,
@@ -267,6 +381,27 @@ int main(int argc, char** argv) {
     line += "," + std::to_string(b / d_best);
   }
   if (csv) std::printf("csv: isa,threads,decode1_ms,ratio_r1..r8\n%s\n", line.c_str());
+  if (!csv_out.empty()) {
+    // Bytes per call: one untimed, counted call of each kind.
+    std::vector<double> bytes(kR + 1);
+    cbe.on = true;
+    for (int r = 0; r <= kR; ++r) {
+      cbe.bytes = 0;
+      timed_call(s, cbe, r, rows);
+      bytes[r] = cbe.bytes;
+    }
+    cbe.on = false;
+    FILE* f = std::fopen(csv_out.c_str(), "w");
+    if (f == nullptr) return die("csv", resource_error("cannot write %s", csv_out.c_str()));
+    std::fprintf(f, "r,call,best_ms,median_ms,bytes\n");
+    for (int r = 0; r <= kR; ++r) {
+      std::fprintf(f, "%d,%s,%.4f,%.4f,%.0f\n", r, r == 0 ? "decode" : "verify",
+                   *std::min_element(t[r].begin(), t[r].end()) * 1e3, median_of(t[r]) * 1e3, bytes[r]);
+    }
+    std::fclose(f);
+    std::printf("bytes per call: decode(1) %.1f MB, verify(%d) %.1f MB (%s)\n", bytes[0] / 1e6, kR, bytes[kR] / 1e6,
+                csv_out.c_str());
+  }
 
   // Per-op split of `reps` calls of f through the timing backend.
   auto print_profile = [&](const std::string& what, int reps, const std::function<double()>& f) {
@@ -301,7 +436,7 @@ int main(int argc, char** argv) {
     ps.checkpoint();
     for (int r : {0, profile_r}) {
       print_profile(r == 0 ? "decode(1)" : "verify(" + std::to_string(r) + ")", reps,
-                    [&] { return timed_call(ps, r, rows); });
+                    [&] { return timed_call(ps, tbe, r, rows); });
     }
   }
 

@@ -170,7 +170,10 @@ void check_matvec(GgmlType t, const Shape& s, const std::vector<Act>& x_host, in
 constexpr int kMaxTestRows = 11;
 
 TEST_F(CudaKernels, MatvecQ8_0BitsEqualCpuForR1To8) {
-  for (Shape s : {Shape{96, 13}, Shape{256, 256}, Shape{4096, 1024}, Shape{1056, 37}}) {
+  // Below 4096 rows the split kernel (4 warps per row), from 4096 the one-warp-per-row kernel;
+  // 8224 inputs are 257 blocks: three chunks, the last of one block.
+  for (Shape s : {Shape{96, 13}, Shape{256, 256}, Shape{4096, 1024}, Shape{1056, 37}, Shape{8224, 11},
+                  Shape{512, 4100}}) {
     const int64_t nb = s.n_in / 32;
     const auto x = gaussian(static_cast<size_t>(kMaxTestRows * s.n_in), 3);
     std::vector<quant::BlockQ8_0Act> xq(kMaxTestRows * nb);

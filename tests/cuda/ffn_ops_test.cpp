@@ -423,6 +423,7 @@ struct MoeCase {
   int64_t n_embd, n_ff;
   int n_expert, n_used;
   GgmlType gate_up, down;
+  std::vector<int> rows;  // row counts to run
 };
 
 // Expert weights [n_expert × n_out rows × n_in]: the n_live experts listed in `live` hold
@@ -432,19 +433,37 @@ std::vector<uint8_t> expert_weights(GgmlType t, int64_t n_in, int64_t n_out, int
                                     const std::vector<int32_t>& live, uint64_t seed) {
   const size_t eb = quant::row_bytes(t, n_in) * static_cast<size_t>(n_out);
   std::vector<uint8_t> w(eb * static_cast<size_t>(n_expert), 0);
-  for (int32_t e : live) quant::fill_random_blocks(t, w.data() + eb * static_cast<size_t>(e), n_in * n_out, 0.05f, seed + e);
+  const size_t rb = quant::row_bytes(t, n_in), bb = rb / static_cast<size_t>(n_in / quant::kQKK);
+  for (int32_t e : live) {
+    uint8_t* ew = w.data() + eb * static_cast<size_t>(e);
+    quant::fill_random_blocks(t, ew, n_in * n_out, 0.05f, seed + e);
+    // Holes: every 7th block of a live expert is zero bytes (scale 0, quants 0), as pruned or
+    // padded weights are.
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t b = (o + e) % 7; b < n_in / quant::kQKK; b += 7) std::memset(ew + o * rb + b * bb, 0, bb);
+  }
   return w;
 }
 
 // Flash-like cases have 256 experts of which 12 are live, spread over the id range (0 and 255
 // included, so the largest expert offsets are exercised); each row picks n_used distinct live
-// experts and rows share experts.
+// experts and rows share experts (40 rows: every live expert serves many rows). The small
+// widths take the kernels' 2-byte staging path (rows not a multiple of 16 bytes), the Flash
+// widths the 16-byte one; 10240 -> 3072 splits every row into several stages; 8 of 16 used runs
+// the down sum over two slot groups.
 TEST_F(FfnOps, MoeBitsEqualCpu) {
+  const std::vector<int> all_rows(std::begin(kRowCounts), std::end(kRowCounts));
+  std::vector<int> flash_rows = all_rows;
+  flash_rows.push_back(40);
+  const std::vector<int> few_rows = {1, 3, 8};
   const MoeCase cases[] = {
-      {512, 256, 8, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K},
-      {512, 256, 8, 3, GgmlType::kQ4_K, GgmlType::kQ4_K},
-      {4096, 2048, 256, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K},
-      {4096, 2048, 256, 6, GgmlType::kQ4_K, GgmlType::kQ4_K},
+      {512, 256, 8, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, all_rows},
+      {512, 256, 8, 3, GgmlType::kQ4_K, GgmlType::kQ4_K, all_rows},
+      {512, 256, 16, 8, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, few_rows},
+      {4096, 2048, 256, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, flash_rows},
+      {4096, 2048, 256, 6, GgmlType::kQ4_K, GgmlType::kQ4_K, flash_rows},
+      {10240, 3072, 4, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, few_rows},
+      {10240, 3072, 4, 3, GgmlType::kQ4_K, GgmlType::kQ4_K, few_rows},
   };
   for (const MoeCase& mc : cases) {
     const int64_t E = mc.n_embd, F = mc.n_ff;
@@ -462,7 +481,7 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       return backend::ExpertMatrix{dev ? w.dp() : w.h.data(), t, n_in, n_out, mc.n_expert, quant::row_bytes(t, n_in)};
     };
     std::mt19937 rng(static_cast<uint32_t>(seed));
-    for (int rows : kRowCounts) {
+    for (int rows : mc.rows) {
       std::vector<int32_t> sv;
       for (int i = 0; i < rows; ++i) {
         std::vector<int32_t> ids = live;
@@ -492,7 +511,8 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       expect_ok(moe(g, nullptr));
       sync();
       same(out, std::string("moe ") + gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) +
-                    " n_embd=" + std::to_string(E) + " n_ff=" + std::to_string(F) + " rows=" + std::to_string(rows));
+                    " n_embd=" + std::to_string(E) + " n_ff=" + std::to_string(F) + " used=" +
+                    std::to_string(mc.n_used) + " rows=" + std::to_string(rows));
     }
   }
 }

@@ -32,3 +32,13 @@ if(TARGET ds4-greedy-gen)
     set_tests_properties(tools.greedy_gen PROPERTIES TIMEOUT 120 LABELS tools)
   endif()
 endif()
+
+# tools/bench_plots.py (the CUDA sweep's figures and summary, docs/CUDA.md "Measuring") on a
+# synthetic sweep folder; skipped (exit 77) where matplotlib is not installed.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME tools.bench_plots
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_bench_plots.py
+                   ${CMAKE_SOURCE_DIR}/tools/bench_plots.py ${CMAKE_BINARY_DIR}/tests/tools/bench_plots)
+  set_tests_properties(tools.bench_plots PROPERTIES TIMEOUT 120 LABELS tools SKIP_RETURN_CODE 77)
+endif()

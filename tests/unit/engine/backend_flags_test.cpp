@@ -54,6 +54,17 @@ TEST(BackendFlags, CudaSyncFromTheFlagAndItsMirror) {
   EXPECT_FALSE(eo.cuda_sync);
 }
 
+TEST(BackendFlags, CudaProfileFromTheFlagAndItsMirror) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_profile);
+  ASSERT_TRUE(apply({"--cuda-profile"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_profile);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_GAP_PROFILE", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_profile);
+  EXPECT_FALSE(eo.cuda_sync);
+}
+
 TEST(BackendFlags, BackendFromTheCommandLineAndTheEnvironment) {
   EngineOptions eo;
   ASSERT_TRUE(apply({"--backend", "cpu"}, &eo).ok());

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# scripts/bench_cuda_sweep.sh OUT [BUILD] — what `make bench-flash OUT=DIR` executes on a GPU
+# machine: every figure of the full-shape Flash measurements (docs/CUDA.md "Measuring"), into
+# one folder, with each step time-boxed (the whole sweep is ~6-8 minutes on an H100 with the
+# 30-layer file, most of it the five weight uploads).
+#
+# Steps (BUILD holds the CUDA build: ds4-gguf, ds4-bench, bench_verify, bench_cuda):
+#  1. the model: the full-shape Flash q2 file, `ds4-gguf generate --profile flash --quant q2
+#     --sparse-experts 8 --route-all --layers N` (routed-expert holes read as zeros; routing
+#     spreads over all 256 experts), reused when present. N = LAYERS, or by the device's free
+#     memory: 43 (~81 GB of weights) from 120 GiB free (H200), else 30 (61 GB, what fits an H100
+#     beside a session);
+#  2. the roofline probe: `bench_cuda --roofline` (plain 16-byte-load read and D2D copy over
+#     >= 4x L2) -> roofline.csv;
+#  3. the decode frontier sweep: `ds4-bench --cuda`, frontiers CTX_START x2 .. CTX_MAX, GEN
+#     greedy tokens each -> decode.csv;
+#  4. the verify(r) sweep: `bench_verify --backend=cuda`, decode(1) and verify(1..8) from a
+#     VERIFY_CTX-token frontier, best / median of ROUNDS, bytes per call by the op costs ->
+#     verify.csv;
+#  5. the op profiles (DS4_CUDA_GAP_PROFILE=1) -> profiles.log: one ds4-bench decode at a 1K
+#     frontier (the real greedy loop: argmax + token read-back per token; its prefill too),
+#     then bench_verify's decode(1) and verify(6), PROFILE_CALLS calls each;
+#  6. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
+#     session's context; the weights' size is in sweep.log ("weights on cuda").
+# sweep.log holds every step's command, output tail, exit code and time. Six files land in OUT,
+# eight with the two PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
+# importable, else wherever the folder is copied (a GPU machine without network).
+set -uo pipefail
+OUT=${1:?usage: scripts/bench_cuda_sweep.sh OUT [BUILD]}
+BUILD=${2:-build-cuda}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LAYERS=${LAYERS:-auto}
+MODEL_DIR=${MODEL_DIR:-$BUILD/models}
+CTX_START=${CTX_START:-128}
+CTX_MAX=${CTX_MAX:-8192}
+GEN=${GEN:-32}
+VERIFY_CTX=${VERIFY_CTX:-1024}
+ROUNDS=${ROUNDS:-5}
+PROFILE_CALLS=${PROFILE_CALLS:-16}
+PROMPT=${PROMPT:-$ROOT/data/promessi_sposi.txt}
+
+mkdir -p "$OUT" "$MODEL_DIR"
+OUT=$(cd "$OUT" && pwd)
+LOG="$OUT/sweep.log"
+TMPD=$(mktemp -d)
+trap 'rm -rf "$TMPD"' EXIT
+: >"$LOG"
+echo "step,context_tokens,peak_used_mib,idle_used_mib,seconds,exit" >"$OUT/memory.csv"
+
+log() { echo "$*" | tee -a "$LOG" >&2; }
+
+bin() {
+  for p in "$BUILD/bin/$1" "$BUILD/bench/$1" "$BUILD/bench/kernels/$1" "$BUILD/tools/ds4-gguf/$1"; do
+    if [ -x "$p" ]; then echo "$p"; return 0; fi
+  done
+  log "bench_cuda_sweep: '$1' not found under $BUILD (make bench-flash builds it)"
+  exit 1
+}
+GGUF=$(bin ds4-gguf); BENCH=$(bin ds4-bench); VERIFY=$(bin bench_verify); PROBE=$(bin bench_cuda)
+
+have_smi=0
+command -v nvidia-smi >/dev/null && have_smi=1
+mem_used() { [ $have_smi = 1 ] && nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1 || echo 0; }
+
+# step NAME CONTEXT LIMIT_S OUTFILE CMD...: runs CMD under `timeout`, its stdout+stderr to
+# OUTFILE (also appended to sweep.log), sampling the device memory meanwhile.
+step() {
+  local name=$1 ctx=$2 limit=$3 outfile=$4
+  shift 4
+  local idle; idle=$(mem_used)
+  local mpid=""
+  if [ $have_smi = 1 ]; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$TMPD/mem_$name" 2>/dev/null &
+    mpid=$!
+  fi
+  log ""
+  log "=== $name (limit ${limit}s): $*"
+  local t0; t0=$(date +%s.%N)
+  timeout "$limit" "$@" >"$outfile" 2>&1
+  local rc=$?
+  local t1; t1=$(date +%s.%N)
+  [ -n "$mpid" ] && { kill "$mpid" 2>/dev/null; wait "$mpid" 2>/dev/null; }
+  local peak=0
+  [ -s "$TMPD/mem_$name" ] && peak=$(sort -n "$TMPD/mem_$name" | tail -1)
+  local secs; secs=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
+  tail -n 60 "$outfile" >>"$LOG"
+  log "=== $name: exit $rc after ${secs}s, peak device memory ${peak} MiB (idle ${idle} MiB)"
+  [ $rc = 124 ] && log "=== $name: TIMED OUT (raise the limit or shrink the step)"
+  echo "$name,$ctx,$peak,$idle,$secs,$rc" >>"$OUT/memory.csv"
+  return $rc
+}
+
+log "bench_cuda_sweep: $(date -u +%FT%TZ), git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+[ $have_smi = 1 ] && nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv | tee -a "$LOG" >&2
+
+# 1. The model.
+if [ "$LAYERS" = auto ]; then
+  free_mib=$([ $have_smi = 1 ] && nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | head -1 || echo 0)
+  if [ "${free_mib:-0}" -ge 122880 ]; then LAYERS=43; else LAYERS=30; fi
+  log "layers: $LAYERS (device free memory ${free_mib} MiB)"
+fi
+MODEL="$MODEL_DIR/flash-q2-route-all-L$LAYERS.gguf"
+if [ ! -f "$MODEL" ]; then
+  step generate 0 600 "$TMPD/generate.log" "$GGUF" generate --profile flash --quant q2 --sparse-experts 8 \
+    --route-all --layers "$LAYERS" -q -o "$MODEL.tmp" && mv "$MODEL.tmp" "$MODEL"
+  [ -f "$MODEL" ] || { log "bench_cuda_sweep: generating the model failed"; exit 1; }
+fi
+log "model: $MODEL ($(du -h --apparent-size "$MODEL" | cut -f1) apparent, $(du -h "$MODEL" | cut -f1) on disk)"
+
+# 2. The roofline probe.
+step roofline 0 120 "$TMPD/roofline.log" "$PROBE" --roofline --csv "$OUT/roofline.csv"
+
+# 3. Decode frontier sweep (the longest context's memory peak).
+step decode_sweep "$CTX_MAX" 300 "$TMPD/decode.log" "$BENCH" --cuda -v -m "$MODEL" --prompt-file "$PROMPT" \
+  --ctx-start "$CTX_START" --ctx-max "$CTX_MAX" --step-mul 2 --gen-tokens "$GEN" --csv "$OUT/decode.csv"
+grep -h "weights on cuda" "$TMPD/decode.log" | tail -1 | sed 's/^/weights: /' | tee -a "$LOG" >&2
+
+# 4. verify(r) sweep.
+step verify_sweep "$VERIFY_CTX" 240 "$TMPD/verify.log" "$VERIFY" --backend=cuda --model="$MODEL" \
+  --ctx="$VERIFY_CTX" --rounds="$ROUNDS" --csv_out="$OUT/verify.csv"
+
+# 5. Op profiles (the 1K frontier's memory peak, events included).
+step profile_decode 1024 240 "$TMPD/profile_decode.log" env DS4_CUDA_GAP_PROFILE=1 "$BENCH" --cuda -m "$MODEL" \
+  --prompt-file "$PROMPT" --ctx-start 1024 --ctx-max 1024 --gen-tokens "$GEN" --csv "$TMPD/profile_decode.csv"
+step profile_verify "$VERIFY_CTX" 240 "$TMPD/profile_verify.log" "$VERIFY" --backend=cuda --cuda_profile \
+  --model="$MODEL" --ctx="$VERIFY_CTX" --only_r=0,6 --only_calls="$PROFILE_CALLS"
+{
+  echo "##### ds4-bench --cuda, DS4_CUDA_GAP_PROFILE=1: frontier 1024, $GEN greedy tokens (model $MODEL)"
+  cat "$TMPD/profile_decode.log"
+  echo
+  echo "##### bench_verify --backend=cuda --cuda_profile: decode(1) then verify(6), $PROFILE_CALLS calls each," \
+    "from a $VERIFY_CTX-token frontier (each call followed by a sync and a rollback)"
+  cat "$TMPD/profile_verify.log"
+} >"$OUT/profiles.log"
+
+# 6. Plots and the summary, where matplotlib is installed.
+if python3 -c "import matplotlib" 2>/dev/null; then
+  python3 "$ROOT/tools/bench_plots.py" "$OUT" 2>&1 | tee -a "$LOG" >&2
+else
+  log "plots: matplotlib is not installed here; run: python3 tools/bench_plots.py $OUT"
+fi
+log "bench_cuda_sweep: done: $OUT ($(ls "$OUT" | tr '\n' ' '))"
