@@ -353,6 +353,8 @@ struct HcMeanParams {
 
 // Greedy argmax of each row (core/reduce.h top_two: ties -> the smallest id, NaN never wins,
 // id `excluded` never chosen).
+// With `margin` given, also top_two's margin of each row (top1 - top2 over the same values,
+// ties counted, +0 for a tie): DSpark's verify rows read id + margin, not the row.
 struct ArgmaxParams {
   const float* x = nullptr;  // [n_rows, stride], first n of each row read
   int64_t n = 0;
@@ -360,6 +362,25 @@ struct ArgmaxParams {
   int n_rows = 1;
   int32_t* out = nullptr;    // [n_rows]
   int32_t excluded = -1;     // an id never chosen (a banned token), -1: none
+  float* margin = nullptr;   // [n_rows] or nullptr
+};
+
+// The sampling read-out: for each row, the k largest logits as (id, value) pairs in one fixed
+// order — value descending, equal values (+0 == -0) to the smaller id — among the values that
+// are not NaN and not `excluded`. A row with fewer than k such values pads its tail with
+// id -1 / value -inf. Values are the row's own floats (bits unchanged). The sampler draws from
+// these alone when it can prove the rest of the row cannot matter (sample/sampler.h), so a
+// device backend reads back 8·k bytes per row instead of the row.
+inline constexpr int kTopKMax = 256;
+struct TopKParams {
+  const float* x = nullptr;   // [n_rows, stride], first n of each row read
+  int64_t n = 0;
+  int64_t stride = 0;
+  int n_rows = 1;
+  int k = 1;                  // 1..kTopKMax
+  int32_t excluded = -1;      // an id never returned, -1: none
+  int32_t* ids = nullptr;     // [n_rows, k]
+  float* values = nullptr;    // [n_rows, k]
 };
 
 // Row gather of a weight matrix: out row i = the f32 values of w row ids[i] (quant::dequantize_row
@@ -459,6 +480,7 @@ class Backend {
   virtual void add(const AddParams& p) = 0;
   virtual void hc_mean(const HcMeanParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
+  virtual void top_k(const TopKParams& p) = 0;
   virtual void get_rows(const GetRowsParams& p) = 0;
 
  protected:
@@ -507,6 +529,7 @@ class ForwardingBackend : public Backend {
   void add(const AddParams& p) override { inner_.add(p); }
   void hc_mean(const HcMeanParams& p) override { inner_.hc_mean(p); }
   void argmax(const ArgmaxParams& p) override { inner_.argmax(p); }
+  void top_k(const TopKParams& p) override { inner_.top_k(p); }
   void get_rows(const GetRowsParams& p) override { inner_.get_rows(p); }
 
  protected:

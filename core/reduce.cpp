@@ -2,12 +2,97 @@
 #include "core/reduce.h"
 
 #include <cmath>
+#include <utility>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 namespace ds4 {
+
+namespace {
+
+// top_k_row's working set: a binary heap over ids/values[0..count) whose root is the WORST kept
+// element (smallest value; among equal values the largest id), so the entry test is one
+// compare with the root and an entry costs O(log k).
+struct TopKHeap {
+  int32_t* ids;
+  float* values;
+  int k;
+  int count = 0;
+
+  bool worse(int a, int b) const {
+    return values[a] < values[b] || (values[a] == values[b] && ids[a] > ids[b]);
+  }
+  void swap(int a, int b) {
+    std::swap(values[a], values[b]);
+    std::swap(ids[a], ids[b]);
+  }
+  void sift_down(int p, int size) {
+    for (;;) {
+      const int l = 2 * p + 1;
+      if (l >= size) return;
+      const int c = (l + 1 < size && worse(l + 1, l)) ? l + 1 : l;
+      if (!worse(c, p)) return;
+      swap(p, c);
+      p = c;
+    }
+  }
+  // Indices arrive ascending, so an equal value ranks after every kept one: it enters only
+  // while the heap is short or when it beats the root strictly.
+  void consider(float v, int32_t i, int32_t excluded) {
+    if (i == excluded || std::isnan(v)) return;
+    if (count < k) {
+      int p = count++;
+      values[p] = v;
+      ids[p] = i;
+      while (p > 0 && worse(p, (p - 1) / 2)) {
+        swap(p, (p - 1) / 2);
+        p = (p - 1) / 2;
+      }
+    } else if (v > values[0]) {
+      values[0] = v;
+      ids[0] = i;
+      sift_down(0, k);
+    }
+  }
+  // Heapsort: the worst goes last each time, so the array ends best first (value descending,
+  // ties -> smaller id), the order top_k_row defines.
+  void sort() {
+    for (int size = count; size > 1; --size) {
+      swap(0, size - 1);
+      sift_down(0, size - 1);
+    }
+  }
+};
+
+}  // namespace
+
+void top_k_row(std::span<const float> row, int k, int32_t excluded, int32_t* ids, float* values) {
+  const int32_t n = static_cast<int32_t>(row.size());
+  const float* x = row.data();
+  TopKHeap h{ids, values, k};
+  int32_t i = 0;
+#if defined(__SSE2__)
+  // Once the heap is full, a block of 8 whose values are all <= the root's (or NaN: the
+  // compare is false) cannot enter: skip it. Otherwise its elements go one by one in index
+  // order, as in the scalar pass, so the result is the same.
+  for (; i < n && h.count < k; ++i) h.consider(x[i], i, excluded);
+  for (; i + 8 <= n; i += 8) {
+    const __m128 t = _mm_set1_ps(values[0]);
+    const int m = _mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(x + i), t)) |
+                  _mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(x + i + 4), t));
+    if (m == 0) continue;
+    for (int32_t j = i; j < i + 8; ++j) h.consider(x[j], j, excluded);
+  }
+#endif
+  for (; i < n; ++i) h.consider(x[i], i, excluded);
+  h.sort();
+  for (int j = h.count; j < k; ++j) {
+    ids[j] = -1;
+    values[j] = -INFINITY;
+  }
+}
 
 TopTwo top_two_scalar(std::span<const float> row, int32_t excluded) {
   const int32_t n = static_cast<int32_t>(row.size());

@@ -124,7 +124,8 @@ Expected<DsparkCostCalibration> calibrate_dspark_costs(Engine& engine, int reps,
       dr->propose(rows[0], L, B, thr_all, &p);
       s.checkpoint();
       Timer t;
-      auto res = s.verify(std::span<const int32_t>(rows.data(), static_cast<size_t>(n)));
+      // Ids + margins only, as the runtime's verify reads them (no logits rows).
+      auto res = s.verify(std::span<const int32_t>(rows.data(), static_cast<size_t>(n)), -1, /*read_logits=*/false);
       t_ver[static_cast<size_t>(n)].push_back(t.seconds());
       if (res.ok()) {
         for (int i = 0; i < n; ++i) {

@@ -52,6 +52,9 @@ class SessionImpl final : public Session {
   Status decode(int32_t token) override { return s_->decode(token); }
   std::span<const float> logits() const override { return s_->logits(); }
   int32_t greedy_next(int32_t banned) override { return s_->greedy_token(banned); }
+  bool top_candidates(int k, int32_t banned, int32_t* ids, float* values) override {
+    return s_->top_candidates(k, banned, ids, values);
+  }
   Expected<std::vector<VerifyRow>> verify(std::span<const int32_t> rows) override {
     auto r = s_->verify(rows);
     if (!r.ok()) return r.status();
@@ -271,6 +274,13 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
 int32_t Session::greedy_next(int32_t banned) {
   const std::span<const float> l = logits();
   return l.empty() ? -1 : top_two(l, banned).id;
+}
+
+bool Session::top_candidates(int k, int32_t banned, int32_t* ids, float* values) {
+  const std::span<const float> l = logits();
+  if (l.empty()) return false;
+  top_k_row(l, k, banned, ids, values);
+  return true;
 }
 
 Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {

@@ -146,6 +146,11 @@ class Session {
   // The greedy next token (ties -> smallest id, NaN never wins, `banned` never chosen; -1
   // without logits), chosen where the logits live: on a GPU only the id is read back.
   virtual int32_t greedy_next(int32_t banned = -1);
+  // The sampling read-out of the next-token logits: the k (1..256) largest as ids[j] /
+  // values[j], value descending, ties -> smaller id, NaN and `banned` left out, padded with
+  // id -1 / value -inf (core/reduce.h top_k_row). On a GPU only these 8·k bytes are read back
+  // (engine/generate.h sample_next draws from them). false without logits.
+  virtual bool top_candidates(int k, int32_t banned, int32_t* ids, float* values);
 
   // Runs rows (1..8) at consecutive positions and appends them. Row i's result equals
   // decoding rows[0..i] one by one. Follow with commit_prefix(k) to keep k rows, or

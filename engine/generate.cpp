@@ -19,14 +19,26 @@ const char* stop_reason_name(StopReason reason) {
   return "unknown";
 }
 
+int32_t sample_next(Session& session, Sampler& sampler, int32_t banned) {
+  if (sampler.greedy()) return session.greedy_next(banned);
+  int32_t ids[Sampler::kCandidates];
+  float values[Sampler::kCandidates];
+  const int k = sampler.candidates_wanted();
+  if (session.top_candidates(k, banned, ids, values)) {
+    const int32_t t = sampler.sample_candidates(std::span<const int32_t>(ids, static_cast<size_t>(k)),
+                                                std::span<const float>(values, static_cast<size_t>(k)));
+    if (t != Sampler::kNeedRow) return t;
+  }
+  return sampler.sample(session.logits(), banned);
+}
+
 Status PlainDecoder::step(Session& session, Sampler& sampler, const StepLimits& limits,
                           std::vector<int32_t>* out) {
   out->clear();
   if (session.n_tokens() >= session.n_ctx()) return Status();
-  // Greedy: the choice is made where the logits live (a GPU reads back the id alone); the same
-  // top_two definition the sampler's greedy path uses, so the token is the same.
-  const int32_t token = sampler.greedy() ? session.greedy_next(limits.banned_token)
-                                         : sampler.sample(session.logits(), limits.banned_token);
+  // The choice is made where the logits live: a GPU reads back the id (greedy) or the top
+  // candidates (sampling); the tokens are those of the sampler on the whole row.
+  const int32_t token = sample_next(session, sampler, limits.banned_token);
   out->push_back(token);
   if (token == limits.stop_token) return Status();
   return session.decode(token);

@@ -62,6 +62,14 @@ class Decoder {
                       std::vector<int32_t>* out) = 0;
 };
 
+// The next token from the session's logits by `sampler`, `banned` never chosen — the one
+// sampling path of the CLI, the bench and the server. Greedy: Session::greedy_next (the id is
+// chosen where the logits live). Temperature: the backend's top-K read-out
+// (Session::top_candidates, K = sampler.candidates_wanted()) through
+// Sampler::sample_candidates, which gives exactly Sampler::sample(row)'s token; only when the
+// candidates cannot decide (sampler.h) is the whole row read (Session::logits()).
+int32_t sample_next(Session& session, Sampler& sampler, int32_t banned);
+
 // Samples one token from the current logits and decode()s it.
 class PlainDecoder final : public Decoder {
  public:

@@ -11,12 +11,31 @@
 //   * The result depends only on (logits, params, seed, number of previous draws): the filter
 //     order is fixed (min-p, then top-k, then top-p), sums run in a fixed order in double, and
 //     the RNG is specified below — the same seed gives the same sequence on every machine.
+//   * Draw order (the order the mass is summed and the draw walks): the kept tokens by id,
+//     ascending; after top-p, most probable first (ties -> smaller id). Top-k picks a SET (the
+//     k most probable, ties -> smaller id) and keeps id order, so no std::nth_element
+//     permutation reaches the result.
+//   * Two read-outs, one result: sample(row) reads the whole logits row; sample_candidates()
+//     reads only the row's top-K (backend TopKParams / core top_k_row: value descending, ties
+//     -> smaller id) and either returns exactly the token sample(row) returns with the same
+//     RNG state, or kNeedRow without drawing (the caller then calls sample(row)). It decides
+//     only when it can prove that no token outside the K candidates can be kept (see below).
 //
 // Filters (all relative to the temperature-scaled softmax p_i ∝ exp((l_i - l_max) / T)):
 //   min-p: keep i with p_i >= min_p * p_max (p_max is the top token's probability);
 //   top-k: keep the k most probable (ties -> smaller id first); k <= 0 disables;
 //   top-p: keep the shortest most-probable prefix whose mass reaches top_p of the remaining
 //          mass (always at least one token); top_p >= 1 disables.
+//
+// Candidate exactness: p_i is a non-decreasing function of l_i (double subtraction and product
+// are correctly rounded, exp is assumed faithful: within 1 ulp, as glibc documents), so every
+// token outside the candidates has p <= bound = p_last·(1 + 2^-50) + denorm_min, p_last the
+// p of the K-th (smallest) candidate logit. The candidates decide when (a) fewer than K
+// tokens qualified (the candidates are every token), or (b) min_p > 0 and bound < min_p
+// (min-p drops every outside token), or (c) top_k > 0 and the top_k-th most probable kept
+// candidate has p > bound (top-k drops them). Otherwise, or when the top logit is not finite,
+// kNeedRow. With the default min_p = 0.05 and K = 256, (b) fails only when more than 256
+// tokens lie within T·ln(20) of the top logit.
 //
 // RNG: xorshift64* (Marsaglia/Vigna: x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
 // out = x * 0x2545F4914F6CDD1D), state seeded through one splitmix64 step of the user seed so
@@ -68,9 +87,22 @@ class Sampler {
   // logits.size() must equal the n_vocab given at construction.
   int32_t sample(std::span<const float> logits, int32_t excluded = -1);
 
+  // How many candidates sample_candidates() wants: min(kCandidates, n_vocab).
+  int candidates_wanted() const { return n_candidates_; }
+  static constexpr int kCandidates = 256;  // == backend::kTopKMax
+  static constexpr int32_t kNeedRow = -2;
+  // The same choice as sample(row, excluded) from the row's top-K read-out (ids[j], values[j],
+  // j < K = ids.size(), value descending, ties -> smaller id, `excluded` and NaN already left
+  // out, tail padded with id -1), or kNeedRow (no draw consumed) when they cannot decide it.
+  int32_t sample_candidates(std::span<const int32_t> ids, std::span<const float> values);
+
  private:
+  // Top-k, top-p and the draw over scratch_[0..n): the kept tokens in id order.
+  int32_t finish(size_t n);
+
   SamplerParams params_;
   Rng rng_;
+  int n_candidates_ = 0;
   std::vector<std::pair<double, int32_t>> scratch_;  // [n_vocab] (unnormalized prob, id)
 };
 

@@ -491,10 +491,10 @@ void Scheduler::run_round(std::vector<std::unique_ptr<Slot>>& slots) {
       emit_step(slot);
       continue;
     }
-    // Greedy without logprobs: chosen on the backend (a GPU reads back the id alone).
-    const bool on_backend = slot.sampler->greedy() && slot.job->params().top_logprobs < 0;
-    const int32_t token = on_backend ? slot.session->greedy_next(-1)
-                                     : slot.sampler->sample(slot.session->logits(), -1);
+    // Chosen on the backend (a GPU reads back the id, or the top candidates when sampling;
+    // engine/generate.h sample_next). With logprobs the row is on the host already.
+    const int32_t token = slot.job->params().top_logprobs < 0 ? sample_next(*slot.session, *slot.sampler, -1)
+                                                               : slot.sampler->sample(slot.session->logits(), -1);
     slot.step_out.push_back(token);
     if (token == eos) {  // written, not appended
       emit_step(slot);

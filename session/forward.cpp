@@ -57,7 +57,8 @@ uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx
   floats += n * c.o_low_dim() + 3 * n * E + 2 * n * c.n_expert + 2 * n * c.n_expert_used;
   floats += 2 * n * c.n_ff_exp + n * E;
   floats += std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + kMaxBatchRows * c.n_vocab;
-  floats += n + kMaxBatchRows;  // token ids and argmax (int32)
+  floats += n + kMaxBatchRows;       // token ids and argmax (int32)
+  floats += 2 * backend::kTopKMax;   // the read-out: ids (int32) + margins / candidate values
   const uint64_t attn = static_cast<uint64_t>(G * attn_row_bytes(c, max_comp, raw_cap)) +
                         G * (sizeof(backend::SinkAttentionParams) + sizeof(backend::IndexerSelectParams));
   return floats * 4 + attn + backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n);
@@ -114,6 +115,7 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
   row_logits = f32(kMaxBatchRows * c.n_vocab);
   tokens = i32(n);
   argmax = i32(kMaxBatchRows);
+  readout = i32(2 * backend::kTopKMax);
 }
 
 void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots,

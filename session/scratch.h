@@ -60,6 +60,9 @@ struct ModelSession::Scratch {
   backend::Array<float> row_logits;     // [kMaxBatchRows, V] logits of rows [first, n)
   backend::Array<int32_t> tokens;       // [n] the rows' token ids (embedding, hash routing)
   backend::Array<int32_t> argmax;       // [kMaxBatchRows] greedy argmax of the row logits
+  // [2 * backend::kTopKMax] a read-out, read back in ONE download: r ids (argmax / top_k) then
+  // r f32 words (margins / candidate logits) right after them.
+  backend::Array<int32_t> readout;
 
   Scratch(backend::Backend& be, const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
   // G: kMaxBatchRows, fewer when the per-row attention scratch would pass kAttnScratchBudget

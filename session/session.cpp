@@ -187,7 +187,47 @@ int32_t ModelSession::greedy_token(int32_t excluded) {
   return id;
 }
 
-Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_t> rows) {
+TopTwo ModelSession::top_two_token(int32_t excluded) {
+  if (!state_.has_logits()) return TopTwo{-1, 0.0f};
+  int32_t* ro = s_->readout.data();
+  backend::ArgmaxParams ap;
+  ap.x = state_.logits().data();
+  ap.n = cfg_.n_vocab;
+  ap.stride = cfg_.n_vocab;
+  ap.out = ro;
+  ap.excluded = excluded;
+  ap.margin = reinterpret_cast<float*>(ro + 1);
+  be_.argmax(ap);
+  uint32_t words[2];
+  be_.download(words, ro, sizeof words);
+  TopTwo t;
+  std::memcpy(&t.id, &words[0], 4);
+  std::memcpy(&t.margin, &words[1], 4);
+  return t;
+}
+
+bool ModelSession::top_candidates(int k, int32_t excluded, int32_t* ids, float* values) {
+  DS4_CHECK_MSG(k >= 1 && k <= backend::kTopKMax, "top_candidates: k out of range");
+  if (!state_.has_logits()) return false;
+  int32_t* ro = s_->readout.data();
+  backend::TopKParams tp;
+  tp.x = state_.logits().data();
+  tp.n = cfg_.n_vocab;
+  tp.stride = cfg_.n_vocab;
+  tp.k = k;
+  tp.excluded = excluded;
+  tp.ids = ro;
+  tp.values = reinterpret_cast<float*>(ro + k);
+  be_.top_k(tp);
+  uint32_t words[2 * backend::kTopKMax];
+  be_.download(words, ro, sizeof(uint32_t) * 2 * static_cast<size_t>(k));
+  std::memcpy(ids, words, sizeof(int32_t) * static_cast<size_t>(k));
+  std::memcpy(values, words + k, sizeof(float) * static_cast<size_t>(k));
+  return true;
+}
+
+Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_t> rows, int32_t excluded,
+                                                          bool read_logits) {
   ++logits_epoch_;
   if (rows.empty() || rows.size() > static_cast<size_t>(kMaxBatchRows)) {
     return invalid_argument("verify takes 1..%d rows, got %zu", kMaxBatchRows, rows.size());
@@ -203,19 +243,33 @@ Expected<std::span<const RowResult>> ModelSession::verify(std::span<const int32_
   ap.n = V;
   ap.stride = V;
   ap.n_rows = n;
-  ap.out = s_->argmax.data();
+  ap.out = s_->readout.data();
+  ap.excluded = excluded;
+  ap.margin = reinterpret_cast<float*>(s_->readout.data() + n);
   be_.argmax(ap);
+  uint32_t words[2 * kMaxBatchRows];  // n ids, then n margins: one download
+  be_.download(words, s_->readout.data(), sizeof(uint32_t) * 2 * static_cast<size_t>(n));
   int32_t ids[kMaxBatchRows];
-  be_.download(ids, s_->argmax.data(), sizeof(int32_t) * n);
-  const std::span<const float> all = host_floats(s_->row_logits, row_logits_host_, 0, static_cast<size_t>(n) * V);
+  float margins[kMaxBatchRows];
+  std::memcpy(ids, words, sizeof(int32_t) * static_cast<size_t>(n));
+  std::memcpy(margins, words + n, sizeof(float) * static_cast<size_t>(n));
+  std::span<const float> all;
+  if (read_logits) all = host_floats(s_->row_logits, row_logits_host_, 0, static_cast<size_t>(n) * V);
   for (int i = 0; i < n; ++i) {
     row_results_[i].argmax = ids[i];
-    row_results_[i].logits = all.subspan(static_cast<size_t>(i) * V, V);
+    row_results_[i].margin = margins[i];
+    row_results_[i].logits = read_logits ? all.subspan(static_cast<size_t>(i) * V, V) : std::span<const float>();
     slots_[i].n_tokens = verify_base_ + i + 1;
   }
   be_.copy(state_.logits().data(), s_->row_logits.data() + (n - 1) * V, sizeof(float) * V);
   state_.set_has_logits(true);
   return std::span<const RowResult>(row_results_.data(), n);
+}
+
+std::span<const float> ModelSession::verify_row_logits(int i) const {
+  if (verify_base_ < 0 || i < 0 || i >= verify_rows_) return {};
+  const size_t V = static_cast<size_t>(cfg_.n_vocab);
+  return host_floats(s_->row_logits, row_logits_host_, static_cast<size_t>(i) * V, V);
 }
 
 void ModelSession::checkpoint() {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/reduce.h"
 #include "core/status.h"
 #include "model/model.h"
 #include "session/binding.h"
@@ -31,11 +32,14 @@
 
 namespace ds4::session {
 
-// Per-row result of verify(): greedy argmax (core/reduce.h top_two: ties -> smallest id, NaN
-// never wins) and the row's logits.
+// Per-row result of verify(): greedy argmax and margin (core/reduce.h top_two: ties ->
+// smallest id, NaN never wins, the verify's `excluded` id never chosen), computed on the
+// backend, and the row's logits when the verify read them.
 struct RowResult {
   int32_t argmax = 0;
-  std::span<const float> logits;  // [n_vocab], valid until the next mutating call
+  float margin = 0.0f;            // top1 - top2 of the row (same values as argmax)
+  std::span<const float> logits;  // [n_vocab] or empty (verify without logits); valid until
+                                  // the next mutating call
 };
 
 class ModelSession {
@@ -78,12 +82,27 @@ class ModelSession {
   // top_two: ties -> smallest id, NaN never wins, `excluded` never chosen): only the id is read
   // back. -1 without logits.
   int32_t greedy_token(int32_t excluded = -1);
+  // greedy_token's id plus the top1 - top2 margin (one backend argmax with a margin: 8 bytes
+  // read back). {-1, 0} without logits.
+  TopTwo top_two_token(int32_t excluded = -1);
+  // The sampling read-out of the frontier logits: backend top_k (k in 1..backend::kTopKMax,
+  // `excluded` and NaN left out, value descending, ties -> smaller id, padded with -1 /
+  // -inf) into ids[0..k) / values[0..k). Only these 8·k bytes cross from a device. false
+  // without logits.
+  bool top_candidates(int k, int32_t excluded, int32_t* ids, float* values);
+  bool has_logits() const { return state_.has_logits(); }
   // Changes whenever logits() may have changed (every appending or restoring call, even a
   // failed one): callers key values derived from the logits on it (DSpark's top-2 cache).
   uint64_t logits_epoch() const { return logits_epoch_; }
 
-  // 1..kMaxBatchRows rows at consecutive positions, appended; per-row logits + argmax.
-  Expected<std::span<const RowResult>> verify(std::span<const int32_t> rows);
+  // 1..kMaxBatchRows rows at consecutive positions, appended; per-row argmax + margin
+  // (`excluded` never chosen) and, when read_logits, the rows' logits. Without read_logits
+  // only 8 bytes per row cross from a device; verify_row_logits(i) reads a row later.
+  Expected<std::span<const RowResult>> verify(std::span<const int32_t> rows, int32_t excluded = -1,
+                                              bool read_logits = true);
+  // Row i's logits of the last verify (read back on first use on a device backend). Valid
+  // until the next mutating call; empty when no verify is pending or i is out of range.
+  std::span<const float> verify_row_logits(int i) const;
   void checkpoint();
   // Back to the last checkpoint (or the empty timeline if none). At most kRollbackSlack
   // tokens may have been appended since the checkpoint (programmer invariant).

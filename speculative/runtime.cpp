@@ -56,25 +56,23 @@ void Runtime::reset_policy() {
   lookup_policy_.reset();
 }
 
-int32_t Runtime::choose(std::span<const float> logits) const {
-  return top_two(logits, banned_).id;
-}
-
 const TopTwo& Runtime::top() {
   if (top_epoch_ != s_.logits_epoch() || top_banned_ != banned_) {
-    top_ = top_two(s_.logits(), banned_);
+    top_ = s_.top_two_token(banned_);
     top_epoch_ = s_.logits_epoch();
     top_banned_ = banned_;
   }
   return top_;
 }
 
-int32_t Runtime::row_choice(const session::RowResult& r) const {
-  const int32_t a = r.argmax;
-  if (a < 0 || static_cast<size_t>(a) >= r.logits.size() || a == banned_ || std::isnan(r.logits[static_cast<size_t>(a)])) {
-    return choose(r.logits);
-  }
-  return a;
+void Runtime::seed_top(const session::RowResult& r) {
+  top_ = TopTwo{r.argmax, r.margin};
+  top_epoch_ = s_.logits_epoch();
+  top_banned_ = banned_;
+}
+
+Expected<std::span<const session::RowResult>> Runtime::verify_rows(int n) {
+  return s_.verify(std::span<const int32_t>(rows_, n), banned_, /*read_logits=*/false);
 }
 
 int Runtime::clean_drafts(Proposal& p) const {
@@ -183,7 +181,7 @@ Status Runtime::step(int max_new, int32_t stop_token, int32_t banned_token, std:
   out->clear();
   if (s_.n_tokens() >= s_.n_ctx()) return Status();
   if (max_new < 1) return invalid_argument("speculative step: token budget must be >= 1, got %d", max_new);
-  if (s_.logits().empty()) return invalid_argument("speculative step: no logits (prefill a prompt first)");
+  if (!s_.has_logits()) return invalid_argument("speculative step: no logits (prefill a prompt first)");
   stop_ = stop_token;
   banned_ = banned_token;
   Timer t;
@@ -377,16 +375,18 @@ Status Runtime::verify_after_hit(int n, int n_drafted, int n_allow, std::vector<
     for (int i = 0; i < n; ++i) rows_[i] = prop_.tokens[i];
     if (cfg_.replay) s_.checkpoint();  // commit(): only replay rolls back
     Timer t;
-    auto rows = s_.verify(std::span<const int32_t>(rows_, n));
+    auto rows = verify_rows(n);
     if (!rows.ok()) return rows.status();
     stats_.t_verify += t.seconds();
     ++stats_.verify_calls;
     stats_.verify_rows += n;
     for (int i = 1; i < n; ++i) {
-      if (row_choice((*rows)[i - 1]) != rows_[i]) break;
+      if ((*rows)[i - 1].argmax != rows_[i]) break;
       ++accepted;
     }
+    const session::RowResult last = (*rows)[accepted - 1];
     DS4_RETURN_IF_ERROR(commit(accepted, n, rows_));
+    seed_top(last);
   }
   if (from_lookup) {
     lookup_policy_.note(1, n, accepted);
@@ -508,20 +508,23 @@ Status Runtime::fold_verify(int32_t seed, int n, int n_drafted, int n_allow, std
   for (int i = 0; i < n; ++i) rows_[i + 1] = prop_.tokens[i];
   if (cfg_.replay) s_.checkpoint();  // commit(): only replay rolls back
   int accepted = 0;
+  session::RowResult last;
   {
     Timer t;
-    auto rows = s_.verify(std::span<const int32_t>(rows_, n + 1));
+    auto rows = verify_rows(n + 1);
     if (!rows.ok()) return rows.status();
     stats_.t_verify += t.seconds();
     ++stats_.verify_calls;
     stats_.verify_rows += n + 1;
     for (int i = 0; i < n; ++i) {
-      if (row_choice((*rows)[i]) != rows_[i + 1]) break;
+      if ((*rows)[i].argmax != rows_[i + 1]) break;
       ++accepted;
     }
+    last = (*rows)[accepted];
   }
   fold_.note_d0(accepted > 0);
   DS4_RETURN_IF_ERROR(commit(1 + accepted, n + 1, rows_));
+  seed_top(last);
   if (from_lookup) {
     lookup_policy_.note(0, n, accepted);
   } else {

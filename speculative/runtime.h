@@ -84,15 +84,17 @@ class Runtime {
   static int margin_bucket(float margin) { return MarginGate::bucket(margin); }
 
  private:
-  int32_t choose(std::span<const float> logits) const;
-  // Greedy id and top1 - top2 margin of the session's current logits (banned id excluded), one
-  // fused pass (core/reduce.h) cached per ModelSession::logits_epoch(): the seed's choice, the
-  // margin gate, the cost gate's bucket and the free d_0 check all read this one result.
+  // Greedy id and top1 - top2 margin of the session's current logits (banned id excluded),
+  // computed on the backend (ModelSession::top_two_token: 8 bytes read back) and cached per
+  // ModelSession::logits_epoch(): the seed's choice, the margin gate, the cost gate's bucket
+  // and the free d_0 check all read this one result.
   const TopTwo& top();
-  // choose() for a verify row, reusing the argmax the session already took (first maximum):
-  // the same token unless that is the banned id or NaN (the session's scan does not skip NaN),
-  // which take the full pass. Saves one pass over n_vocab logits per checked row.
-  int32_t row_choice(const session::RowResult& r) const;
+  // After a verify's commit: the committed frontier row's id + margin (the verify computed
+  // them with the banned id excluded, the same definition as top()) fill top()'s cache.
+  void seed_top(const session::RowResult& r);
+  // verify of rows_[0..n) reading back ids + margins only (banned id never chosen): a row's
+  // argmax is then exactly top_two(row, banned).id, the greedy choice.
+  Expected<std::span<const session::RowResult>> verify_rows(int n);
   // have_proposal: prop_ already holds the (cleaned) proposal of this seed (fold fallback).
   Status standalone(int32_t seed, int max_new, std::vector<int32_t>* out, bool have_proposal = false);
   Status fold_cycle(int32_t seed, int max_new, std::vector<int32_t>* out, bool* handled);

@@ -386,7 +386,17 @@ class CpuBackend final : public Backend {
 
   void argmax(const ArgmaxParams& p) override {
     for (int i = 0; i < p.n_rows; ++i) {
-      p.out[i] = top_two(std::span<const float>(p.x + static_cast<int64_t>(i) * p.stride, p.n), p.excluded).id;
+      const TopTwo t = top_two(std::span<const float>(p.x + static_cast<int64_t>(i) * p.stride, p.n), p.excluded);
+      p.out[i] = t.id;
+      if (p.margin != nullptr) p.margin[i] = t.margin;
+    }
+  }
+
+  void top_k(const TopKParams& p) override {
+    DS4_CHECK_MSG(p.k >= 1 && p.k <= kTopKMax, "top_k: k out of range");
+    for (int i = 0; i < p.n_rows; ++i) {
+      top_k_row(std::span<const float>(p.x + static_cast<int64_t>(i) * p.stride, p.n), p.k, p.excluded,
+                p.ids + static_cast<int64_t>(i) * p.k, p.values + static_cast<int64_t>(i) * p.k);
     }
   }
 

@@ -262,6 +262,9 @@ class CudaBackend final : public Backend {
   void argmax(const ArgmaxParams& p) override {
     op(cuda::argmax(p, stream_), "argmax", "%d rows of %lld", p.n_rows, ll(p.n));
   }
+  void top_k(const TopKParams& p) override {
+    op(cuda::top_k(p, stream_), "top_k", "%d rows of %lld, k %d", p.n_rows, ll(p.n), p.k);
+  }
   void get_rows(const GetRowsParams& p) override {
     op(cuda::get_rows(p, stream_), "get_rows", "%d rows of %s [%lld]", p.n_rows, gguf::type_name(p.w.type),
        ll(p.w.n_in));

@@ -156,5 +156,9 @@ struct TopTwoResult {
 };
 Status top_two(const float* logits, int64_t n, int32_t excluded, TopTwoResult* out,
                Stream stream = nullptr);
+// The same for n_rows rows (row r at logits + r·stride): ids[r] and, when margins is not
+// null, margins[r]. The argmax op with a margin (backend ArgmaxParams::margin).
+Status top_two_rows(const float* logits, int64_t n, int64_t stride, int n_rows, int32_t excluded,
+                    int32_t* ids, float* margins, Stream stream = nullptr);
 
 }  // namespace ds4::cuda

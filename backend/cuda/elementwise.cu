@@ -295,6 +295,9 @@ Status argmax(const backend::ArgmaxParams& p, Stream stream) {
     return invalid_argument("cuda: argmax: bad shape (n %lld, stride %lld, rows %d)",
                             static_cast<long long>(p.n), static_cast<long long>(p.stride), p.n_rows);
   if (p.n_rows == 0) return Status();
+  if (p.margin != nullptr) {
+    return top_two_rows(p.x, p.n, stride, p.n_rows, p.excluded, p.out, p.margin, stream);
+  }
   argmax_kernel<<<static_cast<unsigned>(p.n_rows), kArgmaxThreads, 0, stream>>>(p.x, p.n, stride, p.excluded,
                                                                                 p.out);
   return launch_status("argmax", p.n, 1, p.n_rows);

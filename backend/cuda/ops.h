@@ -5,8 +5,8 @@
 // values; CudaBackend (cuda_backend.cpp) forwards each Backend call here. The kernels live
 // in the .cu files of this folder, grouped by the part of the forward pass they serve:
 // hc.cu (HC pre / post / collapse), elementwise.cu (embed, add, hc_mean, swiglu, get_rows,
-// argmax), attention.cu (attention inputs, compressor step, indexer select, sink attention),
-// moe.cu (router, routed experts).
+// argmax), reduce.cu (top_k; argmax with a margin), attention.cu (attention inputs, compressor
+// step, indexer select, sink attention), moe.cu (router, routed experts).
 // Invariants (design.md §4; the CUDA backend issue, item 4):
 //  * Every output is BIT-IDENTICAL to the CPU backend's (backend/cpu, the oracle) for the same
 //    inputs: the same float operations in the same order per output element (the CPU's lanes
@@ -53,8 +53,11 @@ Status add(const backend::AddParams& p, Stream stream);
 Status hc_mean(const backend::HcMeanParams& p, Stream stream);
 Status swiglu(const backend::SwigluParams& p, Stream stream);
 Status get_rows(const backend::GetRowsParams& p, Stream stream);
-Status argmax(const backend::ArgmaxParams& p, Stream stream);
+Status argmax(const backend::ArgmaxParams& p, Stream stream);  // with a margin: reduce.cu
 Status fill_f32(float* dst, size_t n, float value, Stream stream);
+
+// ---- reduce.cu -----------------------------------------------------------------------------
+Status top_k(const backend::TopKParams& p, Stream stream);
 
 // ---- attention.cu --------------------------------------------------------------------------
 Status attention_inputs(const backend::AttentionInputsParams& p, Stream stream);

@@ -1,6 +1,7 @@
-// backend/cuda/reduce.cu — RMS norm and the greedy read-out (top_two) on the device.
+// backend/cuda/reduce.cu — RMS norm and the read-outs (top_two, top_k) on the device.
 //
-// Role: rms_norm / top_two of cuda_kernels.h.
+// Role: rms_norm / top_two / top_two_rows of cuda_kernels.h, and the top_k op (ops.h); the
+// argmax op with a margin (elementwise.cu) runs top_two_rows.
 // rms_norm: bit-identical to backend/cpu's rms_norm_row. Its statistic is a SEQUENTIAL double
 // sum in index order, which no tree reproduces, so one lane per row runs that chain (the
 // warp stages the row through shared memory in coalesced chunks so the chain waits on shared
@@ -14,6 +15,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/ops.h"
 
 namespace ds4::cuda {
 
@@ -113,9 +115,15 @@ __device__ __forceinline__ void consider(Top& t, int64_t i, float v, int64_t exc
   }
 }
 
-__global__ void __launch_bounds__(kTopThreads) top_two_kernel(const float* __restrict__ x, int64_t n,
-                                                              int64_t excluded, TopTwoResult* out) {
+// One block per row (row blockIdx.x at x + row·stride): ids[row] / margins[row] when given,
+// and *out (row 0 only, the single-row form) when given.
+__global__ void __launch_bounds__(kTopThreads) top_two_kernel(const float* __restrict__ x_all, int64_t n,
+                                                              int64_t stride, int64_t excluded,
+                                                              int32_t* __restrict__ ids,
+                                                              float* __restrict__ margins,
+                                                              TopTwoResult* out) {
   __shared__ Top part[kTopThreads / 32];
+  const float* x = x_all + static_cast<int64_t>(blockIdx.x) * stride;
   Top t{-INFINITY, -INFINITY, 0.0f, -1};
   int64_t scalar_from = 0;
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
@@ -155,8 +163,163 @@ __global__ void __launch_bounds__(kTopThreads) top_two_kernel(const float* __res
   }
   float margin = t.t1 - t.t2;
   if (margin == 0.0f) margin = 0.0f;
-  out->id = static_cast<int32_t>(id);
-  out->margin = margin;
+  if (ids != nullptr) ids[blockIdx.x] = static_cast<int32_t>(id);
+  if (margins != nullptr) margins[blockIdx.x] = margin;
+  if (out != nullptr) {
+    out->id = static_cast<int32_t>(id);
+    out->margin = margin;
+  }
+}
+
+// ---- top_k ----------------------------------------------------------------------------------
+// The set is fixed by the definition (backend.h TopKParams), so any exact selection gives the
+// CPU's output: an order-preserving 32-bit key per value (+0 and -0 share one key, so they tie
+// by id as float compares do; NaN and the excluded id are no candidates), a radix select of
+// the k-th largest key (four 8-bit digits, most significant first; lanes with equal digits
+// add once per warp), then one pass in index order that takes every key above the threshold
+// and the lowest-id keys equal to it (an ordered compaction, tile by tile), and a rank sort
+// of the <= k survivors by (key desc, id asc). Values are copied from the row, bits intact.
+constexpr int kSelThreads = 1024;
+constexpr int kSelWarps = kSelThreads / 32;
+
+__device__ __forceinline__ uint32_t order_key(float v) {
+  uint32_t u = __float_as_uint(v);
+  if (v == 0.0f) u = 0u;  // -0 -> +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ bool is_candidate(float v, int64_t i, int64_t excluded) {
+  return i != excluded && !isnan(v);
+}
+
+__global__ void __launch_bounds__(kSelThreads) top_k_kernel(const float* __restrict__ x_all, int64_t n,
+                                                            int64_t stride, int k, int64_t excluded,
+                                                            int32_t* __restrict__ ids_all,
+                                                            float* __restrict__ values_all) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t sel_key[backend::kTopKMax];
+  __shared__ int32_t sel_id[backend::kTopKMax];
+  __shared__ uint32_t warp_count[kSelWarps];
+  __shared__ uint32_t s_prefix, s_mask, s_remaining, s_above_count, s_ties_taken, s_all;
+  const float* x = x_all + static_cast<int64_t>(blockIdx.x) * stride;
+  int32_t* ids = ids_all + static_cast<int64_t>(blockIdx.x) * k;
+  float* values = values_all + static_cast<int64_t>(blockIdx.x) * k;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    s_prefix = 0;
+    s_mask = 0;
+    s_remaining = static_cast<uint32_t>(k);
+    s_above_count = 0;
+    s_ties_taken = 0;
+    s_all = 0;
+  }
+  // 1. Radix select: after the digits, s_prefix is the k-th largest key and s_remaining how
+  // many keys equal to it belong to the top k.
+  for (int digit = 3; digit >= 0; --digit) {
+    for (int b = tid; b < 256; b += kSelThreads) hist[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = s_prefix, mask = s_mask;
+    const int shift = 8 * digit;
+    for (int64_t base = 0; base < n; base += kSelThreads) {
+      const int64_t i = base + tid;
+      bool take = false;
+      uint32_t bin = 0;
+      if (i < n) {
+        const float v = __ldg(x + i);
+        if (is_candidate(v, i, excluded)) {
+          const uint32_t key = order_key(v);
+          take = (key & mask) == prefix;
+          bin = (key >> shift) & 255u;
+        }
+      }
+      const unsigned active = __ballot_sync(detail::kFullMask, take);
+      if (take) {
+        const unsigned peers = __match_any_sync(active, bin);
+        if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+      }
+    }
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t remaining = s_remaining;
+      if (digit == 3) {
+        uint32_t total = 0;
+        for (int b = 0; b < 256; ++b) total += hist[b];
+        if (total <= remaining) s_all = 1;  // every candidate is in the top k
+      }
+      uint32_t above = 0;
+      int b = 255;
+      for (; b > 0; --b) {
+        if (above + hist[b] >= remaining) break;
+        above += hist[b];
+      }
+      s_remaining = remaining - above;
+      s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
+      s_mask = mask | (255u << shift);
+    }
+    __syncthreads();
+    if (s_all) break;
+  }
+  const bool all = s_all != 0;
+  const uint32_t thr = all ? 0u : s_prefix;  // every candidate key is > 0 (-inf's key is 0x007fffff)
+  const uint32_t need_ties = all ? 0u : s_remaining;
+  // 2. Collect keys above the threshold (any order) and the first need_ties keys equal to it.
+  for (int64_t base = 0; base < n; base += kSelThreads) {
+    const int64_t i = base + tid;
+    bool tie = false;
+    if (i < n) {
+      const float v = __ldg(x + i);
+      if (is_candidate(v, i, excluded)) {
+        const uint32_t key = order_key(v);
+        if (key > thr) {
+          const uint32_t slot = atomicAdd(&s_above_count, 1u);
+          sel_key[slot] = key;
+          sel_id[slot] = static_cast<int32_t>(i);
+        } else if (key == thr) {
+          tie = need_ties > 0;
+        }
+      }
+    }
+    if (need_ties == 0) continue;  // block-uniform
+    const unsigned tb = __ballot_sync(detail::kFullMask, tie);
+    if (lane == 0) warp_count[warp] = static_cast<uint32_t>(__popc(tb));
+    __syncthreads();
+    const uint32_t taken = s_ties_taken;
+    uint32_t before = 0, tile = 0;
+    for (int w = 0; w < kSelWarps; ++w) {
+      if (w < warp) before += warp_count[w];
+      tile += warp_count[w];
+    }
+    if (tie) {
+      const uint32_t rank = taken + before + static_cast<uint32_t>(__popc(tb & ((1u << lane) - 1u)));
+      if (rank < need_ties) {
+        const uint32_t slot = static_cast<uint32_t>(k) - need_ties + rank;
+        sel_key[slot] = thr;
+        sel_id[slot] = static_cast<int32_t>(i);
+      }
+    }
+    __syncthreads();
+    if (tid == 0) s_ties_taken = taken + tile;
+    __syncthreads();
+  }
+  __syncthreads();
+  // 3. Rank sort of the m survivors (key desc, id asc) and the padding.
+  const int m = all ? static_cast<int>(s_above_count) : k;
+  for (int t = tid; t < k; t += kSelThreads) {
+    if (t >= m) {
+      ids[t] = -1;
+      values[t] = -INFINITY;
+      continue;
+    }
+    const uint32_t key = sel_key[t];
+    const int32_t id = sel_id[t];
+    int rank = 0;
+    for (int j = 0; j < m; ++j) {
+      const uint32_t kj = sel_key[j];
+      rank += (kj > key || (kj == key && sel_id[j] < id)) ? 1 : 0;
+    }
+    ids[rank] = id;
+    values[rank] = x[id];
+  }
 }
 
 }  // namespace
@@ -175,8 +338,30 @@ Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int6
 
 Status top_two(const float* logits, int64_t n, int32_t excluded, TopTwoResult* out, Stream stream) {
   if (n < 0 || n > INT32_MAX) return invalid_argument("cuda: top_two: bad row length %lld", static_cast<long long>(n));
-  top_two_kernel<<<1, kTopThreads, 0, stream>>>(logits, n, excluded, out);
+  top_two_kernel<<<1, kTopThreads, 0, stream>>>(logits, n, n, excluded, nullptr, nullptr, out);
   return launch_status("top_two", n, 1, 1);
+}
+
+Status top_two_rows(const float* logits, int64_t n, int64_t stride, int n_rows, int32_t excluded, int32_t* ids,
+                    float* margins, Stream stream) {
+  if (n < 0 || n > INT32_MAX || stride < 0 || n_rows < 0)
+    return invalid_argument("cuda: top_two_rows: bad shape (n %lld, stride %lld, rows %d)", static_cast<long long>(n),
+                            static_cast<long long>(stride), n_rows);
+  if (n_rows == 0) return Status();
+  top_two_kernel<<<static_cast<unsigned>(n_rows), kTopThreads, 0, stream>>>(logits, n, stride, excluded, ids,
+                                                                           margins, nullptr);
+  return launch_status("top_two_rows", n, 2, n_rows);
+}
+
+Status top_k(const backend::TopKParams& p, Stream stream) {
+  if (p.n < 0 || p.n > INT32_MAX || p.stride < 0 || p.n_rows < 0 || p.k < 1 || p.k > backend::kTopKMax)
+    return invalid_argument("cuda: top_k: bad shape (n %lld, stride %lld, rows %d, k %d in 1..%d)",
+                            static_cast<long long>(p.n), static_cast<long long>(p.stride), p.n_rows, p.k,
+                            backend::kTopKMax);
+  if (p.n_rows == 0) return Status();
+  top_k_kernel<<<static_cast<unsigned>(p.n_rows), kSelThreads, 0, stream>>>(p.x, p.n, p.stride, p.k, p.excluded,
+                                                                           p.ids, p.values);
+  return launch_status("top_k", p.n, p.k, p.n_rows);
 }
 
 }  // namespace ds4::cuda

@@ -3,8 +3,9 @@
 // Role: the device's two ceilings first (a device-to-device copy, counting bytes read plus
 // written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
 // matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows;
-// per small op its time in microseconds; the routed-expert op (ops.h moe) at Flash widths for
-// 1..32 rows, as µs per call and GB/s of the DISTINCT expert bytes the call reads. Weights are random valid blocks
+// per small op its time in microseconds (the read-outs top_k and argmax+margin included); the
+// routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
+// DISTINCT expert bytes the call reads. Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
 // Usage: bench_cuda [--quick] [--roofline] [--csv FILE]
@@ -383,6 +384,38 @@ int main(int argc, char** argv) {
   small("top_two 8192 (tiny vocab)", [&](int) {
     ok(cuda::top_two(x, 8192, -1, reinterpret_cast<cuda::TopTwoResult*>(sink)));
   });
+  // The read-outs: sampling (top_k) and DSpark's verify rows (argmax with a margin) on
+  // Gaussian logits rows; top_k also on the all-equal scratch (every value ties: its worst case).
+  {
+    const int64_t V = 129280;
+    std::vector<float> lg(static_cast<size_t>(8 * V));
+    std::mt19937 rng(5);
+    std::normal_distribution<float> g(0.0f, 3.0f);
+    for (auto& f : lg) f = g(rng);
+    float* dl = nullptr;
+    int32_t* di = nullptr;
+    float* dv = nullptr;
+    CK(cudaMalloc(&dl, lg.size() * sizeof(float)));
+    CK(cudaMemcpy(dl, lg.data(), lg.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&di, sizeof(int32_t) * 8 * ds4::backend::kTopKMax));
+    CK(cudaMalloc(&dv, sizeof(float) * 8 * ds4::backend::kTopKMax));
+    auto topk = [&](const float* rows, int64_t n, int r, int k) {
+      ok(cuda::top_k(ds4::backend::TopKParams{rows, n, n, r, k, -1, di, dv}, nullptr));
+    };
+    small("top_k 129280 k=256 x1 (sampling)", [&](int) { topk(dl, V, 1, 256); });
+    small("top_k 129280 k=40 x1", [&](int) { topk(dl, V, 1, 40); });
+    small("top_k 8192 k=256 x1 (tiny vocab)", [&](int) { topk(dl, 8192, 1, 256); });
+    small("top_k 129280 k=256 x1 (all values equal)", [&](int) { topk(x, V, 1, 256); });
+    small("argmax 129280 x8", [&](int) {
+      ok(cuda::argmax(ds4::backend::ArgmaxParams{dl, V, V, 8, di, -1, nullptr}, nullptr));
+    });
+    small("argmax+margin 129280 x8 (verify rows)", [&](int) {
+      ok(cuda::argmax(ds4::backend::ArgmaxParams{dl, V, V, 8, di, -1, dv}, nullptr));
+    });
+    CK(cudaFree(dl));
+    CK(cudaFree(di));
+    CK(cudaFree(dv));
+  }
   CK(cudaDeviceSynchronize());
   CK(cudaFree(q));
   CK(cudaFree(src));

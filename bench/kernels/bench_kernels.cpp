@@ -9,6 +9,8 @@
 // (3) pool/round_trip: one ThreadPool job of trivial chunks, the fixed cost every parallel op
 // pays. (4) top_two (core/reduce.h) against its scalar definition on logits rows of the tiny (8192)
 // and Flash (129280) vocabularies: the greedy argmax + margin read after every forward.
+// (5) sample/*: temperature sampling at the Flash vocabulary, the whole-row sampler against
+// the top-256 read-out (core top_k_row, the CPU backend's top_k op) + sample_candidates.
 // Flags (before Google Benchmark's own): --isa=scalar|avx2|avx512, --threads=N (ratio table
 // pool size, default 1), --ratios_only, --no_ratios, --all_shapes (the ratio table also
 // covers the tiny shapes).
@@ -29,6 +31,7 @@
 #include "core/reduce.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
+#include "sample/sampler.h"
 
 namespace {
 
@@ -132,6 +135,33 @@ void bm_top_two(benchmark::State& state, bool fast) {
   for (float& v : row) v = nd(rng);
   for (auto _ : state) {
     const ds4::TopTwo t = fast ? ds4::top_two(row, 2) : ds4::top_two_scalar(row, 2);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
+}
+
+// The sampling read-out at the Flash vocabulary, default settings (T = 1, min-p 0.05) on a
+// peaked row (40 plausible tokens over a broad tail): the whole-row sampler against the
+// top-256 read-out (core top_k_row, the CPU backend's top_k op) plus sample_candidates, and
+// the read-out alone (what a GPU runs instead of sending the row over PCIe).
+void bm_sample(benchmark::State& state, int mode) {
+  const int64_t n = 129280;
+  std::vector<float> row(static_cast<size_t>(n));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (float& v : row) v = nd(rng);
+  for (int i = 0; i < 40; ++i) row[static_cast<size_t>(i) * 3001 + 17] += 10.0f;
+  ds4::Sampler sampler(ds4::SamplerParams{}, static_cast<int>(n));
+  int32_t ids[ds4::Sampler::kCandidates];
+  float vals[ds4::Sampler::kCandidates];
+  for (auto _ : state) {
+    int32_t t = 0;
+    if (mode == 0) {
+      t = sampler.sample(row);
+    } else {
+      ds4::top_k_row(row, ds4::Sampler::kCandidates, -1, ids, vals);
+      if (mode == 1) t = sampler.sample_candidates(ids, vals);
+    }
     benchmark::DoNotOptimize(t);
   }
   state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
@@ -284,6 +314,9 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(fast ? "top_two/sse2" : "top_two/scalar", bm_top_two, fast)->Arg(v)->ArgName("n_vocab");
     }
   }
+  benchmark::RegisterBenchmark("sample/row", bm_sample, 0);
+  benchmark::RegisterBenchmark("sample/top256+candidates", bm_sample, 1);
+  benchmark::RegisterBenchmark("sample/top256_readout", bm_sample, 2);
   benchmark::Initialize(&n, rest.data());
   std::printf("isa=%s\n", cpu::isa_name(cpu::active_isa()));
   if (!ratios_only) benchmark::RunSpecifiedBenchmarks();

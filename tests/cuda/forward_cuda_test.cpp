@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "tests/model/invariance_checks.h"
 #include "tests/model/sha256.h"
 
@@ -169,6 +170,35 @@ TEST_F(CudaEngine, ShippedModelGreedyEqualsCpu) {
   EXPECT_EQ(first_difference(lg, lc), "");
   std::printf("[cuda] shipped model, 200 greedy tokens: final logits hash cpu %s cuda %s\n", sha256_hex(lc).c_str(),
               sha256_hex(lg).c_str());
+}
+
+// Temperature sampling through the device read-out (top_k, 2 KiB per token) gives the CPU
+// engine's tokens seed for seed (the CPU runs the same op on the host), for several settings.
+TEST_F(CudaEngine, SampledTokensEqualCpu) {
+  std::string why;
+  auto gpu = open(BackendKind::kCuda, &why);
+  if (gpu == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
+  auto cpu = open(BackendKind::kCpu, &why);
+  ASSERT_NE(cpu, nullptr) << why;
+  const std::vector<ChatMessage> chat = {{"user", "Tell me about the sea."}};
+  const auto prompt = cpu->tokenize_rendered(cpu->render_chat(chat, ThinkMode::kNoThink));
+  const SamplerParams settings[] = {{1.0f, 0, 1.0f, 0.05f, 11}, {0.8f, 40, 0.95f, 0.0f, 12}, {1.5f, 0, 0.9f, 0.0f, 13}};
+  for (const SamplerParams& sp : settings) {
+    std::vector<int32_t> out[2];
+    for (int side = 0; side < 2; ++side) {
+      Engine& e = side == 0 ? *cpu : *gpu;
+      auto s = e.new_session(512);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE((*s)->prefill(prompt).ok());
+      Sampler sampler(sp, e.info().n_vocab);
+      for (int i = 0; i < 64; ++i) {
+        const int32_t t = sample_next(**s, sampler, e.eos_token());
+        out[side].push_back(t);
+        ASSERT_TRUE((*s)->decode(t).ok());
+      }
+    }
+    EXPECT_EQ(out[1], out[0]) << "T=" << sp.temperature << " top_k=" << sp.top_k << " top_p=" << sp.top_p;
+  }
 }
 
 TEST_F(CudaEngine, DecodeBatchEqualsAloneOnDevice) {

@@ -3,9 +3,13 @@
 // (context too small, decode past n_ctx, token id out of range, absurd n_ctx, CUDA request).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "core/reduce.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
+#include "engine/generate.h"
+#include "session/session.h"
 #include "tests/model/tiny_model.h"
 
 namespace ds4 {
@@ -153,6 +157,71 @@ TEST(EngineApi, BadInputGivesClearErrors) {
   EngineOptions missing;
   missing.model_path = "/nonexistent/model.gguf";
   EXPECT_FALSE(Engine::open(missing).ok());
+}
+
+// The one sampling path (engine/generate.h sample_next: the backend's top-256 read-out, the
+// row only when it cannot decide) gives the tokens the whole-row sampler gives, seed for seed,
+// for several settings and a banned id.
+TEST(EngineApi, SampleNextEqualsTheRowSampler) {
+  auto e = open_engine(model::ExpertQuant::kQ2);
+  ASSERT_TRUE(e);
+  const auto toks = testing_tiny::prompt_tokens(60, 8192, 17);
+  const SamplerParams settings[] = {
+      {1.0f, 0, 1.0f, 0.05f, 1}, {0.7f, 40, 1.0f, 0.0f, 2}, {1.2f, 0, 0.9f, 0.05f, 3},
+      {0.9f, 20, 0.8f, 0.1f, 4}, {1.0f, 0, 0.95f, 0.0f, 5}, {0.0f, 0, 1.0f, 0.05f, 6},
+  };
+  int decided = 0;
+  for (const SamplerParams& sp : settings) {
+    auto a = e->new_session(256);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE((*a)->prefill(toks).ok());
+    Sampler via_backend(sp, 8192), via_row(sp, 8192);
+    const int32_t banned = static_cast<int32_t>(sp.seed * 7);
+    for (int i = 0; i < 24; ++i) {
+      {  // would the candidates decide this step? (a copy: the RNG of via_backend is untouched)
+        Sampler probe = via_backend;
+        int32_t ids[Sampler::kCandidates];
+        float vals[Sampler::kCandidates];
+        ASSERT_TRUE((*a)->top_candidates(Sampler::kCandidates, banned, ids, vals));
+        decided += probe.sample_candidates(ids, vals) != Sampler::kNeedRow ? 1 : 0;
+      }
+      const int32_t want = via_row.sample((*a)->logits(), banned);
+      const int32_t got = sample_next(**a, via_backend, banned);
+      ASSERT_EQ(want, got) << "T=" << sp.temperature << " step " << i;
+      ASSERT_TRUE((*a)->decode(got).ok());
+    }
+  }
+  std::printf("[sample_next] the candidates decided %d of %d steps\n", decided, 24 * 6);
+  EXPECT_GT(decided, 24);  // not only the greedy setting
+}
+
+// verify without logits reads ids + margins that equal top_two of the rows it skipped.
+TEST(EngineApi, VerifyIdsAndMarginsWithoutLogits) {
+  auto e = open_engine(model::ExpertQuant::kQ2);
+  ASSERT_TRUE(e);
+  const auto toks = testing_tiny::prompt_tokens(140, 8192, 61);
+  auto a = e->new_session(256);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->prefill(std::span<const int32_t>(toks).first(130)).ok());
+  session::ModelSession* ms = model_session(**a);
+  ASSERT_NE(ms, nullptr);
+  ms->checkpoint();
+  for (int32_t excluded : {-1, 5}) {
+    auto rows = ms->verify(std::span<const int32_t>(toks).subspan(130, 5), excluded, /*read_logits=*/false);
+    ASSERT_TRUE(rows.ok());
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_TRUE((*rows)[i].logits.empty());
+      const std::span<const float> row = ms->verify_row_logits(i);
+      ASSERT_EQ(row.size(), 8192u);
+      const TopTwo t = top_two(row, excluded);
+      EXPECT_EQ(t.id, (*rows)[i].argmax) << i;
+      EXPECT_EQ(t.margin, (*rows)[i].margin) << i;
+    }
+    const TopTwo last = ms->top_two_token(excluded);  // the frontier is the last row
+    EXPECT_EQ(last.id, (*rows)[4].argmax);
+    EXPECT_EQ(last.margin, (*rows)[4].margin);
+    ms->rollback();
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/reduce.h"
 #include "quant/quant.h"
 
 namespace ds4::backend {
@@ -348,6 +349,36 @@ TEST(CpuBackend, SwigluClampsGateAboveAndUpBothSides) {
   EXPECT_EQ(out[0], cpu::silu(10.0f) * 10.0f);
   EXPECT_EQ(out[1], cpu::silu(-3.0f) * -10.0f);
   EXPECT_EQ(out[2], cpu::silu(1.0f) * 0.5f);
+}
+
+TEST(CpuBackend, ReadoutOpsAreTheCoreDefinitionsPerRow) {
+  // top_k of r rows (strided) == core top_k_row per row; argmax with a margin == top_two.
+  auto be = backend::make_cpu_backend(2);
+  const int rows = 5, k = 9;
+  const int64_t n = 333, stride = 337;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * stride));
+  for (auto& v : x) v = std::round(g(rng) * 3.0f);  // ties
+  x[5] = std::nanf("");
+  std::vector<int32_t> ids(rows * k), am(rows);
+  std::vector<float> vals(rows * k), mg(rows);
+  be->top_k(backend::TopKParams{x.data(), n, stride, rows, k, 4, ids.data(), vals.data()});
+  be->argmax(backend::ArgmaxParams{x.data(), n, stride, rows, am.data(), 4, mg.data()});
+  for (int r = 0; r < rows; ++r) {
+    const std::span<const float> row(x.data() + r * stride, static_cast<size_t>(n));
+    std::vector<int32_t> wi(k);
+    std::vector<float> wv(k);
+    top_k_row(row, k, 4, wi.data(), wv.data());
+    for (int j = 0; j < k; ++j) {
+      EXPECT_EQ(wi[j], ids[r * k + j]) << r << "," << j;
+      EXPECT_EQ(wv[j], vals[r * k + j]) << r << "," << j;
+    }
+    const TopTwo t = top_two(row, 4);
+    EXPECT_EQ(t.id, am[r]);
+    EXPECT_EQ(t.margin, mg[r]);
+    EXPECT_EQ(t.id, ids[r * k]);  // the first candidate is the greedy token
+  }
 }
 
 }  // namespace

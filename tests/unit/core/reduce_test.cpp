@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -97,6 +98,95 @@ TEST(TopTwo, RowsWithoutACandidateAboveMinusInfinity) {
     expect_same(all_nan, -1);
     EXPECT_EQ(top_two(all_nan).id, n - 1);
   }
+}
+
+
+// ---- top_k_row ---------------------------------------------------------------------------------
+
+namespace topk {
+
+// The definition spelled out: every qualifying (value, id), sorted value descending with equal
+// values (+0 == -0) to the smaller id, the first k, padded with -1 / -inf.
+void reference(std::span<const float> row, int k, int32_t excluded, std::vector<int32_t>& ids,
+               std::vector<float>& values) {
+  std::vector<std::pair<float, int32_t>> all;
+  for (int32_t i = 0; i < static_cast<int32_t>(row.size()); ++i) {
+    if (i != excluded && !std::isnan(row[i])) all.push_back({row[i], i});
+  }
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  ids.assign(k, -1);
+  values.assign(k, -INFINITY);
+  for (int j = 0; j < k && j < static_cast<int>(all.size()); ++j) {
+    ids[j] = all[j].second;
+    values[j] = all[j].first;
+  }
+}
+
+}  // namespace topk
+
+TEST(TopK, EqualsTheDefinitionOnHardRows) {
+  std::mt19937 rng(2024);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 700);
+    std::vector<float> row(n);
+    const int kind = trial % 6;
+    for (int i = 0; i < n; ++i) {
+      float v = g(rng);
+      if (kind == 1) v = std::round(v);                                      // many ties
+      if (kind == 2 && rng() % 4 == 0) v = (rng() & 1) ? 0.0f : -0.0f;        // signed zeros
+      if (kind == 3 && rng() % 5 == 0) v = std::nanf("");
+      if (kind == 4 && rng() % 7 == 0) v = (rng() & 1) ? INFINITY : -INFINITY;
+      if (kind == 5) v = (rng() % 40 == 0) ? v : std::nanf("");              // few candidates
+      row[i] = v;
+    }
+    const int k = 1 + static_cast<int>(rng() % 300);
+    const int32_t excluded = (trial % 3 == 0) ? -1 : static_cast<int32_t>(rng() % n);
+    std::vector<int32_t> want_ids, got_ids(k);
+    std::vector<float> want_vals, got_vals(k);
+    topk::reference(row, k, excluded, want_ids, want_vals);
+    top_k_row(row, k, excluded, got_ids.data(), got_vals.data());
+    ASSERT_EQ(want_ids, got_ids) << "trial " << trial << " n=" << n << " k=" << k;
+    for (int j = 0; j < k; ++j) ASSERT_EQ(bits(want_vals[j]), bits(got_vals[j])) << "trial " << trial << " j=" << j;
+  }
+}
+
+TEST(TopK, FlashRowsWithTiesAndTheBlockSkip) {
+  // 129,280 logits: rounded (long runs of equal values around the cut), a rising row (every
+  // element enters), and a row whose maximum sits at the end; k = 1, 40, 256.
+  std::mt19937 rng(99);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  const int n = 129280;
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> row(n);
+    for (int i = 0; i < n; ++i) {
+      row[i] = kind == 0 ? std::round(g(rng)) : kind == 1 ? static_cast<float>(i / 3) : g(rng);
+    }
+    if (kind == 2) row[n - 1] = 100.0f, row[n - 2] = std::nanf("");
+    for (int k : {1, 40, 256}) {
+      std::vector<int32_t> want_ids, got_ids(k);
+      std::vector<float> want_vals, got_vals(k);
+      topk::reference(row, k, 7, want_ids, want_vals);
+      top_k_row(row, k, 7, got_ids.data(), got_vals.data());
+      ASSERT_EQ(want_ids, got_ids) << "kind " << kind << " k=" << k;
+      for (int j = 0; j < k; ++j) ASSERT_EQ(bits(want_vals[j]), bits(got_vals[j])) << "kind " << kind << " j=" << j;
+    }
+  }
+}
+
+TEST(TopK, SmallCases) {
+  const float nan = std::nanf("");
+  std::vector<float> a = {1.0f, 3.0f, -0.0f, 3.0f, 0.0f, nan, 2.0f};
+  int32_t ids[8];
+  float vals[8];
+  top_k_row(a, 8, -1, ids, vals);
+  const int32_t want[8] = {1, 3, 6, 0, 2, 4, -1, -1};  // -0 (id 2) ties +0 (id 4): smaller id first
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(want[j], ids[j]) << j;
+  EXPECT_TRUE(std::signbit(vals[4]));   // the row's own -0 bits
+  EXPECT_EQ(-INFINITY, vals[7]);
+  top_k_row(a, 2, 1, ids, vals);        // excluded id 1
+  EXPECT_EQ(3, ids[0]);
+  EXPECT_EQ(6, ids[1]);
 }
 
 }  // namespace
