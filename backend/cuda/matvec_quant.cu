@@ -5,7 +5,8 @@
 // fused routed-expert FFN expert_gate_up / expert_down_sum (the expert id read from device
 // memory per pair; layout below, at its kernels).
 // Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
-// rows: 4 warps per row, q8_0_split_kernel). A warp walks the row's
+// rows: 4 warps per row, q8_0_split_kernel; Q8_0 with at least 4096 rows and r = 2..8: the
+// tensor-core kernel q8_0_mma_kernel, laid out at its definition). A warp walks the row's
 // blocks in chunks (128 for Q8_0, 4 blocks per lane; 32 for the 256-element super-blocks,
 // which give 8 lanes per block, one 32-element group each, 4 blocks per step). Each weight block is
 // loaded and decoded once and dotted with all r activation rows.
@@ -475,6 +476,223 @@ __global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
   if (live && part == 0 && lane < R) y[lane * ys + o] = Q8_0Fmt::finish(acc);
 }
 
+// ---- Q8_0 × r = 2..8 rows on the tensor cores (q8_0_mma_kernel) ----------------------------
+// Why: the one-warp-per-row kernel above loads each row's activation block with 9 scalar
+// loads per weight block through L1 (72 at r = 8), which bounds r = 8 at ~730 GB/s. Here one
+// integer mma.m16n8k32 (s8 x s8 -> s32, exact) computes the isums of one 32-element block for
+// 16 weight rows x 8 activation rows at once, so the activations are read once per 16 rows.
+// Layout: a CTA of kMmaWarps warps copies the r activation rows into shared memory once
+// (persistent grid: each warp then walks tiles of 16 output rows, tile += all warps); a warp
+// streams its tile's weight rows through a kMmaStages-deep cp.async pipeline of chunks of
+// kMmaChunk blocks (16 rows x 272 bytes). Lane (g = lane / 4, t = lane % 4) feeds the mma
+// with weight rows g, g+8 (quant words t, t+4 of the block) and activation row g (words t,
+// t+4); it receives the isums of (row g, act 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) and owns
+// those four accumulators for the whole row: per block it computes the CPU's float term
+// s = f16(w.d) · x.d, t = s · (float)isum and adds it in block order — quant::dot_q8_0's
+// sequence, no exchange between lanes. Activation rows >= r feed stale values into mma
+// columns that are never stored (row k's bits do not depend on r).
+// Shared-memory banks: a stage row is 272 bytes (17 × 16, word stride ≡ 4 mod 32) and an
+// activation row's stride is padded to ≡ 4 words mod 32, so lanes (g, t) hit 32 banks.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaTileRows = 16;   // the mma's M
+constexpr int kMmaChunk = 8;       // blocks per stage row: 8 × 34 = 272 bytes, 16-byte aligned
+constexpr int kMmaRowBytes = kMmaChunk * 34;
+constexpr int kMmaStageBytes = kMmaTileRows * kMmaRowBytes;  // 4352
+constexpr int kMmaStages = 4;      // chunks per warp in flight: 3 while one is decoded
+constexpr int64_t kMmaMinOut = 4096;  // below: too few tiles to fill the GPU (split kernel)
+static_assert(kMmaRowBytes % 16 == 0 && (kMmaRowBytes / 16) % 2 == 1, "stage rows: odd count of 16 bytes");
+
+// Words per staged activation row: nb blocks of 9 words, padded to ≡ 4 mod 32.
+__host__ __device__ constexpr int mma_act_words(int nb) { return nb * 9 + ((4 - nb * 9) % 32 + 32) % 32; }
+size_t mma_smem_bytes(int nb, int r) {
+  return static_cast<size_t>(r) * mma_act_words(nb) * 4 + static_cast<size_t>(kMmaWarps) * kMmaStages * kMmaStageBytes;
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async16_cg(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// c[0..3] = exact isums: A = 16 rows x 32 s8 (row-major), B = 32 x 8 s8 (column per act row).
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+// Copies chunk `c` (cnt blocks) of the tile's rows into `stage`: 16-byte cp.async for a full
+// chunk of a 16-byte-aligned matrix, else 2-byte loads (tails, shapes no model uses).
+__device__ __forceinline__ void mma_issue(uint8_t* stage, const uint8_t* __restrict__ w, size_t row_bytes,
+                                          int64_t o0, int64_t n_out, int c, int cnt, bool vec16, int lane) {
+  const size_t off = static_cast<size_t>(c) * kMmaRowBytes;
+  if (vec16 && cnt == kMmaChunk) {
+    constexpr int kPer = kMmaRowBytes / 16;  // 17 pieces per row
+    for (int idx = lane; idx < kMmaTileRows * kPer; idx += 32) {
+      const int m = idx / kPer, i = idx - m * kPer;
+      if (o0 + m < n_out) cp_async16_cg(stage + m * kMmaRowBytes + 16 * i, w + (o0 + m) * row_bytes + off + 16 * i);
+    }
+  } else {
+    const int per = cnt * 17;  // 2-byte pieces per row
+    for (int idx = lane; idx < kMmaTileRows * per; idx += 32) {
+      const int m = idx / per, i = idx - m * per;
+      if (o0 + m < n_out)
+        reinterpret_cast<uint16_t*>(stage + m * kMmaRowBytes)[i] = load_u16(w + (o0 + m) * row_bytes + off + 2 * i);
+    }
+  }
+}
+
+// One block j of the staged chunk: the mma and the four float terms (see the layout note).
+__device__ __forceinline__ void mma_block(const uint32_t* sg, const uint32_t* sg8, const uint32_t* act_g,
+                                          const uint32_t* act_2t, const uint32_t* act_2t1, int j, int b, int t,
+                                          float (&acc)[4]) {
+  const int wi = 17 * (j >> 1);  // the word where the block pair (j & ~1, j | 1) starts
+  uint32_t q0, q4, p0, p4, dg, dg8;
+  if ((j & 1) == 0) {  // d at bytes 0-1 of word wi, quants from byte 2: realigned
+    q0 = __funnelshift_r(sg[wi + t], sg[wi + t + 1], 16);
+    q4 = __funnelshift_r(sg[wi + t + 4], sg[wi + t + 5], 16);
+    p0 = __funnelshift_r(sg8[wi + t], sg8[wi + t + 1], 16);
+    p4 = __funnelshift_r(sg8[wi + t + 4], sg8[wi + t + 5], 16);
+    dg = sg[wi] & 0xffffu;
+    dg8 = sg8[wi] & 0xffffu;
+  } else {  // d at bytes 2-3 of word wi + 8, quants word-aligned from word wi + 9
+    q0 = sg[wi + 9 + t];
+    q4 = sg[wi + 13 + t];
+    p0 = sg8[wi + 9 + t];
+    p4 = sg8[wi + 13 + t];
+    dg = sg[wi + 8] >> 16;
+    dg8 = sg8[wi + 8] >> 16;
+  }
+  const uint32_t* ab = act_g + 9 * b;  // activation block: word 0 = d, words 1..8 = quants
+  int c[4];
+  mma_s8(c, q0, p0, q4, p4, ab[1 + t], ab[5 + t]);
+  const float ad0 = __uint_as_float(act_2t[9 * b]), ad1 = __uint_as_float(act_2t1[9 * b]);
+  const float wg = f16_to_f32(static_cast<uint16_t>(dg)), wg8 = f16_to_f32(static_cast<uint16_t>(dg8));
+  const float s0 = wg * ad0, s1 = wg * ad1, s2 = wg8 * ad0, s3 = wg8 * ad1;
+  const float t0 = s0 * static_cast<float>(c[0]), t1 = s1 * static_cast<float>(c[1]);
+  const float t2 = s2 * static_cast<float>(c[2]), t3 = s3 * static_cast<float>(c[3]);
+  acc[0] = acc[0] + t0;
+  acc[1] = acc[1] + t1;
+  acc[2] = acc[2] + t2;
+  acc[3] = acc[3] + t3;
+}
+
+__global__ void __launch_bounds__(32 * kMmaWarps) q8_0_mma_kernel(
+    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
+    int64_t xs, int r, float* __restrict__ y, int64_t ys, bool vec16) {
+  extern __shared__ __align__(16) uint8_t mma_smem[];
+  const int aw = mma_act_words(nb);
+  uint32_t* act = reinterpret_cast<uint32_t*>(mma_smem);  // [r][aw] words: row k's blocks, 9 words each
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint8_t* stages = mma_smem + static_cast<size_t>(r) * aw * 4 + warp * (kMmaStages * kMmaStageBytes);
+  // The activation rows, 4 bytes at a time (block fields are 4-byte aligned).
+  for (int k = 0; k < r; ++k) {
+    const uint32_t* xk = reinterpret_cast<const uint32_t*>(x + k * xs);
+    for (int i = threadIdx.x; i < nb * 9; i += blockDim.x) cp_async4(act + k * aw + i, xk + i);
+  }
+  cp_async_commit();
+  const int64_t n_tiles = (n_out + kMmaTileRows - 1) / kMmaTileRows;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kMmaWarps + warp;
+  const int64_t tile_step = static_cast<int64_t>(gridDim.x) * kMmaWarps;
+  const int n_chunks = (nb + kMmaChunk - 1) / kMmaChunk;
+  const int64_t my_tiles = tile0 < n_tiles ? (n_tiles - tile0 + tile_step - 1) / tile_step : 0;
+  const int64_t n_jobs = my_tiles * n_chunks;  // job J: tile tile0 + (J / n_chunks)·step, chunk J % n_chunks
+  auto issue = [&](int64_t J) {
+    const int64_t tile = tile0 + (J / n_chunks) * tile_step;
+    const int c = static_cast<int>(J % n_chunks);
+    const int cnt = nb - c * kMmaChunk < kMmaChunk ? nb - c * kMmaChunk : kMmaChunk;
+    mma_issue(stages + (J % kMmaStages) * kMmaStageBytes, w, row_bytes, tile * kMmaTileRows, n_out, c, cnt,
+              vec16, lane);
+  };
+#pragma unroll
+  for (int s = 0; s < kMmaStages - 1; ++s) {
+    if (s < n_jobs) issue(s);
+    cp_async_commit();
+  }
+  cp_async_wait_group<kMmaStages - 1>();  // the activation group (the oldest) has landed
+  __syncthreads();                        // ... for every warp's copies
+  const int g = lane >> 2, t = lane & 3;
+  // Activation rows >= r are never stored; read row 0 for them (it is in bounds).
+  const uint32_t* act_g = act + (g < r ? g : 0) * aw;
+  const uint32_t* act_2t = act + (2 * t < r ? 2 * t : 0) * aw;
+  const uint32_t* act_2t1 = act + (2 * t + 1 < r ? 2 * t + 1 : 0) * aw;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t J = 0; J < n_jobs; ++J) {
+    if (J + kMmaStages - 1 < n_jobs) issue(J + kMmaStages - 1);  // into the stage freed by job J - 1
+    cp_async_commit();
+    cp_async_wait_group<kMmaStages - 1>();  // job J's group is complete
+    __syncwarp();
+    const int64_t tile = tile0 + (J / n_chunks) * tile_step;
+    const int c = static_cast<int>(J % n_chunks);
+    const int cnt = nb - c * kMmaChunk < kMmaChunk ? nb - c * kMmaChunk : kMmaChunk;
+    const uint32_t* st = reinterpret_cast<const uint32_t*>(stages + (J % kMmaStages) * kMmaStageBytes);
+    const uint32_t* sg = st + g * (kMmaRowBytes / 4);
+    const uint32_t* sg8 = st + (g + 8) * (kMmaRowBytes / 4);
+    const int b0 = c * kMmaChunk;
+    if (c == 0) acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    if (cnt == kMmaChunk) {
+#pragma unroll
+      for (int j = 0; j < kMmaChunk; ++j) mma_block(sg, sg8, act_g, act_2t, act_2t1, j, b0 + j, t, acc);
+    } else {
+      for (int j = 0; j < cnt; ++j) mma_block(sg, sg8, act_g, act_2t, act_2t1, j, b0 + j, t, acc);
+    }
+    if (c == n_chunks - 1) {
+      const int64_t o = tile * kMmaTileRows + g;
+      if (o < n_out) {
+        if (2 * t < r) y[(2 * t) * ys + o] = acc[0];
+        if (2 * t + 1 < r) y[(2 * t + 1) * ys + o] = acc[1];
+      }
+      if (o + 8 < n_out) {
+        if (2 * t < r) y[(2 * t) * ys + o + 8] = acc[2];
+        if (2 * t + 1 < r) y[(2 * t + 1) * ys + o + 8] = acc[3];
+      }
+    }
+    __syncwarp();  // every lane is done with this stage before it is refilled
+  }
+}
+
+// Grid size and shared-memory opt-in of q8_0_mma_kernel on the current device (once per
+// device); false when `smem` does not fit.
+bool mma_launch_shape(size_t smem, int64_t n_tiles, unsigned* grid) {
+  struct Dev {
+    bool done = false;
+    int sms = 0, smem_sm = 0, smem_optin = 0;
+  };
+  static Dev devs[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  Dev& d = devs[dev];
+  if (!d.done) {
+    if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaFuncSetAttribute(q8_0_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin) !=
+            cudaSuccess) {
+      cudaGetLastError();  // not this call's launch error: the caller falls back to the warp kernel
+      return false;
+    }
+    d.done = true;
+  }
+  if (smem > static_cast<size_t>(d.smem_optin)) return false;
+  int per_sm = static_cast<int>(d.smem_sm / (smem + 1024));  // 1 KiB: the per-CTA reservation
+  per_sm = per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm;
+  const int64_t want = (n_tiles + kMmaWarps - 1) / kMmaWarps;
+  const int64_t cap = static_cast<int64_t>(per_sm) * d.sms;
+  *grid = static_cast<unsigned>(want < cap ? want : cap);
+  return true;
+}
+
 Status upload_iq2_tables() {
   // Once per device (the symbols are per-device); a failure is reported, not cached.
   static bool done[64] = {};
@@ -521,6 +739,19 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     const typename F::Act* xk = x + k0 * xs;
     float* yk = y + k0 * ys;
     const int inb = static_cast<int>(nb);
+    if constexpr (std::is_same_v<F, Q8_0Fmt>) {
+      unsigned mgrid = 0;
+      const size_t smem = mma_smem_bytes(inb, rr);
+      if (rr >= 2 && w.n_out >= kMmaMinOut &&
+          mma_launch_shape(smem, (w.n_out + kMmaTileRows - 1) / kMmaTileRows, &mgrid)) {
+        const bool vec16 = base % 16 == 0 && w.row_bytes % 16 == 0;
+        q8_0_mma_kernel<<<mgrid, 32 * kMmaWarps, smem, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, rr, yk,
+                                                                 ys, vec16);
+        Status s = launch_status(op, w.n_in, w.n_out, rr);
+        if (!s.ok()) return s;
+        continue;
+      }
+    }
     switch (rr) {
 #define DS4_CASE(R)                                                                                      \
   case R:                                                                                                \
