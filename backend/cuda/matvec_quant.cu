@@ -48,6 +48,22 @@ __device__ __forceinline__ void reduce8(int32_t (&v)[R]) {
   }
 }
 
+// A Q8_K activation block as the fused expert kernels stage it in shared memory (stage_act):
+// the quants of 32-element group G at bytes 16G (elements 0..15) and 128 + 16G (16..31), so
+// the 8 lanes of a block read 8 consecutive 16-byte pieces (no bank conflict); bsums at 256,
+// d at 288; 304 bytes, a multiple of 16.
+constexpr int kActBlockBytes = 304;
+__device__ __forceinline__ void act_q32(const uint8_t* ab, int grp, int (&q)[8]) {
+  const int4 lo = *reinterpret_cast<const int4*>(ab + 16 * grp);
+  const int4 hi = *reinterpret_cast<const int4*>(ab + 128 + 16 * grp);
+  q[0] = lo.x, q[1] = lo.y, q[2] = lo.z, q[3] = lo.w;
+  q[4] = hi.x, q[5] = hi.y, q[6] = hi.z, q[7] = hi.w;
+}
+__device__ __forceinline__ int32_t act_bsum(const uint8_t* ab, int i) {
+  return reinterpret_cast<const int16_t*>(ab + 256)[i];
+}
+__device__ __forceinline__ float act_d(const uint8_t* ab) { return *reinterpret_cast<const float*>(ab + 288); }
+
 // ---- Formats: terms() computes, for the lane's block b, t[k] = the float term the CPU adds
 // to row k's accumulator for block b (valid only on lanes with sub == 0 and valid == true);
 // every lane of the warp must call it (the 8-lane formats shuffle inside).
@@ -135,12 +151,12 @@ struct Iq2XxsFmt {
   static __device__ __forceinline__ float finish(float acc) { return 0.125f * acc; }
 
   // The fused expert kernels' form (expert_dots below): block p staged in SHARED memory
-  // (2-byte aligned), activation block a in global memory, one pair (r = 1); the same integer
-  // and float operations as terms<1>.
+  // (2-byte aligned), activation block a in shared memory too (kActBlockBytes layout), one
+  // pair (r = 1); the same integer and float operations as terms<1>.
   static constexpr int kAlignBlocks = 8;    // 8 blocks = 528 bytes, a multiple of 16
   static constexpr int kStageBytes = 4224;  // per warp: gate + up of 32 blocks
-  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
-                                                      int sub, const uint64_t* grid, const uint8_t* signs) {
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
+                                                      const uint64_t* grid, const uint8_t* signs) {
     int32_t part = 0;
     float wd = 0.0f;
     if (valid) {
@@ -150,7 +166,8 @@ struct Iq2XxsFmt {
       const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
       const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
       const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
-      const int* aq = reinterpret_cast<const int*>(a->qs + 32 * sub);
+      int aq[8];
+      act_q32(a, sub, aq);
       int sumi = 0;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
@@ -158,8 +175,8 @@ struct Iq2XxsFmt {
         const uint32_t sg = signs[(aux1 >> (7 * c)) & 127u];
         const uint32_t lo = static_cast<uint32_t>(g), hi = static_cast<uint32_t>(g >> 32);
         const uint32_t mlo = detail::sign_mask4(sg), mhi = detail::sign_mask4(sg >> 4);
-        sumi = __dp4a(static_cast<int>((lo & ~mlo) | (__vneg4(lo) & mlo)), __ldg(aq + 2 * c), sumi);
-        sumi = __dp4a(static_cast<int>((hi & ~mhi) | (__vneg4(hi) & mhi)), __ldg(aq + 2 * c + 1), sumi);
+        sumi = __dp4a(static_cast<int>((lo & ~mlo) | (__vneg4(lo) & mlo)), aq[2 * c], sumi);
+        sumi = __dp4a(static_cast<int>((hi & ~mhi) | (__vneg4(hi) & mhi)), aq[2 * c + 1], sumi);
       }
       part = sumi * ls;
     }
@@ -167,7 +184,7 @@ struct Iq2XxsFmt {
     for (int s = 1; s < 8; s *= 2) part += __shfl_xor_sync(kFullMask, part, s);
     float t = 0.0f;
     if (valid && sub == 0) {
-      const float d = wd * __ldg(&a->d);
+      const float d = wd * act_d(a);
       t = d * static_cast<float>(part);
     }
     return t;
@@ -233,23 +250,23 @@ struct Q2KFmt {
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 4-byte aligned.
   static constexpr int kAlignBlocks = 4;    // 4 blocks = 336 bytes
   static constexpr int kStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
-  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
-                                                      int sub, const uint64_t*, const uint8_t*) {
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
+                                                      const uint64_t*, const uint8_t*) {
     int32_t isum = 0, summs = 0;
     const int n = sub >> 2, j = sub & 3;
     const int sb = 8 * n + 2 * j;
     if (valid) {
       const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);
       const int32_t sc0 = p[sb], sc1 = p[sb + 1];
-      const int* aq = reinterpret_cast<const int*>(a->qs + 128 * n + 32 * j);
+      int aq[8];
+      act_q32(a, 4 * n + j, aq);  // quants 128n + 32j .. + 31
       int s0 = 0, s1 = 0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s0 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), __ldg(aq + i), s0);
+      for (int i = 0; i < 4; ++i) s0 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s0);
 #pragma unroll
-      for (int i = 4; i < 8; ++i) s1 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), __ldg(aq + i), s1);
+      for (int i = 4; i < 8; ++i) s1 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s1);
       isum = (sc0 & 15) * s0 + (sc1 & 15) * s1;
-      summs = static_cast<int32_t>(__ldg(&a->bsums[sb])) * (sc0 >> 4) +
-              static_cast<int32_t>(__ldg(&a->bsums[sb + 1])) * (sc1 >> 4);
+      summs = act_bsum(a, sb) * (sc0 >> 4) + act_bsum(a, sb + 1) * (sc1 >> 4);
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) {
@@ -261,7 +278,7 @@ struct Q2KFmt {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       const float wd = f16_to_f32(h[40]);
       const float wm = f16_to_f32(h[41]);
-      const float yd = __ldg(&a->d);
+      const float yd = act_d(a);
       const float dall = yd * wd;
       const float dmin = yd * wm;
       const float av = dall * static_cast<float>(isum);
@@ -336,8 +353,8 @@ struct Q4KFmt {
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 16-byte aligned.
   static constexpr int kAlignBlocks = 1;    // 144 bytes
   static constexpr int kStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
-  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
-                                                      int sub, const uint64_t*, const uint8_t*) {
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
+                                                      const uint64_t*, const uint8_t*) {
     int32_t isum = 0, summs = 0;
     const int j = sub;
     if (valid) {
@@ -354,12 +371,13 @@ struct Q4KFmt {
       const uint4 w0 = qw[0], w1 = qw[1];
       const uint32_t wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
       const int shift = 4 * (j & 1);
-      const int* aq = reinterpret_cast<const int*>(a->qs + 32 * j);
+      int aq[8];
+      act_q32(a, j, aq);
       int s = 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((wv[i] >> shift) & 0x0f0f0f0fu), __ldg(aq + i), s);
+      for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((wv[i] >> shift) & 0x0f0f0f0fu), aq[i], s);
       isum = sc * s;
-      summs = m * (static_cast<int32_t>(__ldg(&a->bsums[2 * j])) + __ldg(&a->bsums[2 * j + 1]));
+      summs = m * (act_bsum(a, 2 * j) + act_bsum(a, 2 * j + 1));
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) {
@@ -371,7 +389,7 @@ struct Q4KFmt {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       const float wd = f16_to_f32(h[0]);
       const float wm = f16_to_f32(h[1]);
-      const float yd = __ldg(&a->d);
+      const float yd = act_d(a);
       const float d = yd * wd;
       const float dmin = yd * wm;
       const float av = d * static_cast<float>(isum);
@@ -778,6 +796,7 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 // the weight bytes of all the rows it dots (gate and up, or the down rows of up to
 // kDownSlots slots) into its shared-memory stage with 16-byte cp.async (every load in flight
 // at once: a single expert row is too short to cover DRAM latency otherwise), then decodes
+// (the CTA's activation rows staged once in shared memory too: stage_act)
 // the staged blocks 4 at a time (8 lanes per block) and adds each row's terms into that
 // row's one accumulator in block order, like quant_matvec_rows.
 
@@ -799,14 +818,15 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// Dots of m_cnt <= M weight rows (row m at rows[m], nb blocks) with activation rows
-// a0 + m·a_stride; lane m < m_cnt returns row m's sequential block sum (before F::finish).
+// Dots of m_cnt <= M weight rows (row m at rows[m], nb blocks) with the staged activation rows
+// (row m's block b at act_s + (m·a_stride + b)·kActBlockBytes); lane m < m_cnt returns row
+// m's sequential block sum (before F::finish).
 // vec16: every row and every chunk of it is 16-byte aligned with a multiple of 16 bytes
 // (else 2-byte copies: shapes no model uses, kept correct for the tests' small widths).
 // All 32 lanes call it.
 template <class F, int M>
-__device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const BlockQ8K* __restrict__ a0,
-                                             int64_t a_stride, int m_cnt, int nb, bool vec16, uint8_t* stage,
+__device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const uint8_t* act_s, int a_stride,
+                                             int m_cnt, int nb, bool vec16, uint8_t* stage,
                                              float* ts, const uint64_t* grid, const uint8_t* signs) {
   constexpr int kStage = stage_blocks<F, M>();
   constexpr int kBB = F::kBlockBytes;
@@ -839,8 +859,8 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const B
       const bool valid = j < total;
       const int m = valid ? j / cnt : 0;
       const int b = valid ? j - m * cnt : 0;
-      const float t = F::staged_term(stage + (m * kStage + b) * kBB, a0 + m * a_stride + c0 + b, valid, sub,
-                                     grid, signs);
+      const float t = F::staged_term(stage + (m * kStage + b) * kBB,
+                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid, signs);
       if (valid && sub == 0) ts[j] = t;
     }
     __syncwarp();
@@ -867,6 +887,32 @@ __device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint8_t* signs_s)
   }
 }
 
+// Copies n_blocks Q8_K blocks (global, 4-byte aligned: 73 words each) into shared memory in
+// the kActBlockBytes layout, 4 bytes per cp.async; all threads of the CTA take part. Why: read
+// from global memory, the 8 lanes of a block load its 32 quants with 8 scalar loads that each
+// touch 8 cache lines per warp (~64 L1 wavefronts per 4 blocks of weights, more than the
+// weights' own), which bounded the fused kernels at ~600-800 GB/s.
+__device__ __forceinline__ void stage_act(uint8_t* dst, const BlockQ8K* __restrict__ src, int n_blocks) {
+  const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+  for (int i = threadIdx.x; i < n_blocks * 73; i += blockDim.x) {
+    const int b = i / 73, wd = i - b * 73;  // word 0: d, 1..64: quants, 65..72: bsums
+    int to;
+    if (wd == 0) {
+      to = 72;
+    } else if (wd <= 64) {
+      const int q = wd - 1;  // quant word q: group q / 8, half (q / 4) % 2, word q % 4
+      to = ((q >> 2) & 1) * 32 + (q >> 3) * 4 + (q & 3);
+    } else {
+      to = 64 + (wd - 65);
+    }
+    cp_async4(dst + b * kActBlockBytes + 4 * to, s + i);
+  }
+}
+
+// Dynamic shared memory the fused kernels may take for staged activations (opted in once
+// per kernel and device).
+constexpr int kExpertActMax = 96 * 1024;
+
 // grid (pairs, n_ff / kExpertWarps): pair q = blockIdx.x (row q / n_used), output row o.
 // mid[q][o] = moe_mid_value(gate dot, up dot, clamp, wt[q]); an expert id outside
 // [0, n_expert) gives NaN.
@@ -880,11 +926,15 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   __shared__ const uint8_t* rows[kExpertWarps][2];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
-  stage_tables<F>(grid_s, signs_s);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
   const int64_t q = blockIdx.x;
+  stage_act(act_s, x + (q / n_used) * nb, nb);
+  stage_tables<F>(grid_s, signs_s);
+  cp_async_wait_all();
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (o >= n_ff) return;  // warp-uniform
+  if (o >= n_ff) return;  // warp-uniform; no barrier follows
   const int32_t e = sel[q];
   float* mq = mid + q * n_ff;
   if (e < 0 || e >= n_expert) {
@@ -896,8 +946,7 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
     rows[warp][1] = up.data + static_cast<size_t>(e) * up.expert_bytes + static_cast<size_t>(o) * up.row_bytes;
   }
   __syncwarp();
-  const float acc = expert_dots<F, 2>(rows[warp], x + (q / n_used) * nb, 0, 2, nb, vec16, stage[warp], ts[warp],
-                                      grid_s, signs_s);
+  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, signs_s);
   const float v = F::finish(acc);           // lane 0: gate, lane 1: up
   const float u = __shfl_sync(kFullMask, v, 1);
   if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
@@ -905,39 +954,45 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
 
 // grid (n_rows, n_embd / kExpertWarps): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
 // slot order, down(s) = dot(expert sel[i][s] row o, midq pair i·n_used + s); NaN for an id
-// outside [0, n_expert).
+// outside [0, n_expert). Slots go in groups of `group` <= kDownSlots (their midq rows staged
+// in shared memory together).
 template <class F>
 __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
     ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
-    const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
+    int group, const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
   __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
   __shared__ float ts[kExpertWarps][kMaxStageTerms];
   __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
+  extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
   stage_tables<F>(grid_s, signs_s);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i = blockIdx.x;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (o >= n_embd) return;  // warp-uniform
+  const bool live = o < n_embd;  // warp-uniform; every warp takes part in the barriers
   float sum = 0.0f;
-  for (int g0 = 0; g0 < n_used; g0 += kDownSlots) {
-    const int m_cnt = n_used - g0 < kDownSlots ? n_used - g0 : kDownSlots;
+  for (int g0 = 0; g0 < n_used; g0 += group) {
+    const int m_cnt = n_used - g0 < group ? n_used - g0 : group;
+    __syncthreads();  // the previous group's activations are no longer read
+    stage_act(act_s, midq + (i * n_used + g0) * nb, m_cnt * nb);
     bool bad = false;
-    if (lane < m_cnt) {
+    if (live && lane < m_cnt) {
       const int32_t e = sel[i * n_used + g0 + lane];
       bad = e < 0 || e >= n_expert;
       rows[warp][lane] = down.data + static_cast<size_t>(bad ? 0 : e) * down.expert_bytes +
                          static_cast<size_t>(o) * down.row_bytes;
     }
-    __syncwarp();
-    const float acc = expert_dots<F, kDownSlots>(rows[warp], midq + (i * n_used + g0) * nb, nb, m_cnt, nb, vec16,
-                                                 stage[warp], ts[warp], grid_s, signs_s);
-    const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
-    for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
-    __syncwarp();
+    cp_async_wait_all();
+    __syncthreads();
+    if (live) {
+      const float acc = expert_dots<F, kDownSlots>(rows[warp], act_s, nb, m_cnt, nb, vec16, stage[warp], ts[warp],
+                                                   grid_s, signs_s);
+      const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
+      for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
+    }
   }
-  if (lane == 0) out[i * n_embd + o] = sum;
+  if (live && lane == 0) out[i * n_embd + o] = sum;
 }
 
 // Shape checks shared by both launchers; *vec16 = the 16-byte staging applies.
@@ -961,6 +1016,28 @@ Status check_experts(const char* op, const ExpertWeights& w, int64_t n_in, int64
   return Status();
 }
 
+// Lets expert_down_sum_kernel<F> (kDown) or expert_gate_up_kernel<F> take kExpertActMax bytes
+// of dynamic shared memory (once per kernel and device; a failure is reported, not cached).
+template <class F, bool kDown>
+Status expert_smem_optin(const char* op) {
+  static bool done[64] = {};  // one table per kernel
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+    return resource_error("cuda: %s: no current device", op);
+  if (done[dev]) return Status();
+  cudaError_t e = cudaSuccess;
+  if constexpr (kDown) {
+    e = cudaFuncSetAttribute(expert_down_sum_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, kExpertActMax);
+  } else {
+    e = cudaFuncSetAttribute(expert_gate_up_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, kExpertActMax);
+  }
+  if (e != cudaSuccess)
+    return resource_error("cuda: %s: cannot opt in to %d bytes of shared memory: %s", op, kExpertActMax,
+                          cudaGetErrorString(cudaGetLastError()));
+  done[dev] = true;
+  return Status();
+}
+
 template <class F>
 Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                       int n_rows, int n_used, const BlockQ8K* x, float clamp, float* mid, Stream stream) {
@@ -972,10 +1049,16 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
     return invalid_argument("cuda: expert_gate_up: bad shape (%lld / %lld experts, %d rows x %d used, n_ff %lld)",
                             static_cast<long long>(gate.n_expert), static_cast<long long>(up.n_expert), n_rows,
                             n_used, static_cast<long long>(gate.n_out));
+  const int nb = static_cast<int>(gate.n_in / F::kBlockElems);
+  const size_t act_bytes = static_cast<size_t>(nb) * kActBlockBytes;
+  if (act_bytes > kExpertActMax)
+    return invalid_argument("cuda: expert_gate_up: n_embd %lld too wide (its Q8_K row takes %zu bytes of shared "
+                            "memory, at most %d)", static_cast<long long>(gate.n_in), act_bytes, kExpertActMax);
+  if (Status s = expert_smem_optin<F, false>("expert_gate_up"); !s.ok()) return s;
   if (n_rows == 0) return Status();
   const dim3 grid(static_cast<unsigned>(n_rows * n_used),
                   static_cast<unsigned>((gate.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, 0, stream>>>(
+  expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, act_bytes, stream>>>(
       ExpertArgs{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
       ExpertArgs{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert,
       static_cast<int>(gate.n_in / F::kBlockElems), gate.n_out, sel, wt, n_used, x, clamp, v_gate && v_up, mid);
@@ -991,12 +1074,20 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
       (down.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
     return invalid_argument("cuda: expert_down_sum: bad shape (%d rows x %d used, n_embd %lld)", n_rows, n_used,
                             static_cast<long long>(down.n_out));
+  const int nb = static_cast<int>(down.n_in / F::kBlockElems);
+  const size_t row_act = static_cast<size_t>(nb) * kActBlockBytes;  // one slot's staged midq row
+  int group = static_cast<int>(kExpertActMax / row_act);
+  group = group > kDownSlots ? kDownSlots : group > n_used ? n_used : group;
+  if (group < 1)
+    return invalid_argument("cuda: expert_down_sum: n_ff %lld too wide (its Q8_K row takes %zu bytes of shared "
+                            "memory, at most %d)", static_cast<long long>(down.n_in), row_act, kExpertActMax);
+  if (Status s = expert_smem_optin<F, true>("expert_down_sum"); !s.ok()) return s;
   if (n_rows == 0) return Status();
   const dim3 grid(static_cast<unsigned>(n_rows),
                   static_cast<unsigned>((down.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, 0, stream>>>(
-      ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert,
-      static_cast<int>(down.n_in / F::kBlockElems), down.n_out, sel, n_used, midq, vec16, out);
+  expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, static_cast<size_t>(group) * row_act, stream>>>(
+      ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
+      down.n_out, sel, n_used, group, midq, vec16, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, n_rows);
 }
 
