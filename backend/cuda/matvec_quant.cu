@@ -38,6 +38,7 @@ constexpr int kWarps = 8;  // output rows per block
 
 __device__ uint64_t g_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
 __device__ uint8_t g_iq2_signs[128];  // quant::kIq2Signs
+__device__ uint64_t g_iq2_smask[128];  // byte b of entry i = 0xff when bit b of kIq2Signs[i] is set
 
 template <int R>
 __device__ __forceinline__ void reduce8(int32_t (&v)[R]) {
@@ -155,8 +156,11 @@ struct Iq2XxsFmt {
   // pair (r = 1); the same integer and float operations as terms<1>.
   static constexpr int kAlignBlocks = 8;    // 8 blocks = 528 bytes, a multiple of 16
   static constexpr int kStageBytes = 4224;  // per warp: gate + up of 32 blocks
+  // Signs by masks: with m = 0xff (-1) where the sign bit is set, s·g·a = g·(a ^ m) - g·m per
+  // byte, so the signed dot is dp4a(g, a ^ m) - dp4a(g, m): exact integers, 3 operations per
+  // word instead of expanding the sign bits and negating bytes.
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t* grid, const uint8_t* signs) {
+                                                      const uint64_t* grid, const uint64_t* smask) {
     int32_t part = 0;
     float wd = 0.0f;
     if (valid) {
@@ -168,16 +172,19 @@ struct Iq2XxsFmt {
       const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
       int aq[8];
       act_q32(a, sub, aq);
-      int sumi = 0;
+      int sumi = 0, corr = 0;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-        const uint32_t sg = signs[(aux1 >> (7 * c)) & 127u];
-        const uint32_t lo = static_cast<uint32_t>(g), hi = static_cast<uint32_t>(g >> 32);
-        const uint32_t mlo = detail::sign_mask4(sg), mhi = detail::sign_mask4(sg >> 4);
-        sumi = __dp4a(static_cast<int>((lo & ~mlo) | (__vneg4(lo) & mlo)), aq[2 * c], sumi);
-        sumi = __dp4a(static_cast<int>((hi & ~mhi) | (__vneg4(hi) & mhi)), aq[2 * c + 1], sumi);
+        const uint64_t m = smask[(aux1 >> (7 * c)) & 127u];
+        const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
+        const int mlo = static_cast<int>(static_cast<uint32_t>(m)), mhi = static_cast<int>(static_cast<uint32_t>(m >> 32));
+        sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
+        sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
+        corr = __dp4a(glo, mlo, corr);
+        corr = __dp4a(ghi, mhi, corr);
       }
+      sumi = sumi - corr;
       part = sumi * ls;
     }
 #pragma unroll
@@ -251,7 +258,7 @@ struct Q2KFmt {
   static constexpr int kAlignBlocks = 4;    // 4 blocks = 336 bytes
   static constexpr int kStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t*, const uint8_t*) {
+                                                      const uint64_t*, const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int n = sub >> 2, j = sub & 3;
     const int sb = 8 * n + 2 * j;
@@ -354,7 +361,7 @@ struct Q4KFmt {
   static constexpr int kAlignBlocks = 1;    // 144 bytes
   static constexpr int kStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t*, const uint8_t*) {
+                                                      const uint64_t*, const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int j = sub;
     if (valid) {
@@ -718,8 +725,15 @@ Status upload_iq2_tables() {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
     return resource_error("cuda: matvec_iq2_xxs: no current device");
   if (done[dev]) return Status();
+  uint64_t smask[128];
+  for (int i = 0; i < 128; ++i) {
+    smask[i] = 0;
+    for (int b = 0; b < 8; ++b)
+      if ((quant::kIq2Signs[i] >> b) & 1u) smask[i] |= uint64_t{0xff} << (8 * b);
+  }
   if (cudaMemcpyToSymbol(g_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess ||
-      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess) {
+      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess ||
+      cudaMemcpyToSymbol(g_iq2_smask, smask, sizeof smask) != cudaSuccess) {
     return resource_error("cuda: matvec_iq2_xxs: cannot upload the IQ2_XXS tables: %s",
                           cudaGetErrorString(cudaGetLastError()));
   }
@@ -827,7 +841,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <class F, int M>
 __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const uint8_t* act_s, int a_stride,
                                              int m_cnt, int nb, bool vec16, uint8_t* stage,
-                                             float* ts, const uint64_t* grid, const uint8_t* signs) {
+                                             float* ts, const uint64_t* grid, const uint64_t* smask) {
   constexpr int kStage = stage_blocks<F, M>();
   constexpr int kBB = F::kBlockBytes;
   static_assert(kStage >= 1 && M * kStage <= kMaxStageTerms, "stage too small or term buffer too short");
@@ -860,7 +874,7 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const u
       const int m = valid ? j / cnt : 0;
       const int b = valid ? j - m * cnt : 0;
       const float t = F::staged_term(stage + (m * kStage + b) * kBB,
-                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid, signs);
+                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid, smask);
       if (valid && sub == 0) ts[j] = t;
     }
     __syncwarp();
@@ -879,10 +893,10 @@ struct ExpertArgs {
 
 // The IQ2_XXS tables into shared memory (all threads; a no-op for the other formats).
 template <class F>
-__device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint8_t* signs_s) {
+__device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint64_t* smask_s) {
   if constexpr (F::kTables) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) grid_s[i] = g_iq2_grid[i];
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) signs_s[i] = g_iq2_signs[i];
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) smask_s[i] = g_iq2_smask[i];
     __syncthreads();
   }
 }
@@ -925,11 +939,11 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   __shared__ float ts[kExpertWarps][kMaxStageTerms];
   __shared__ const uint8_t* rows[kExpertWarps][2];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
+  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
   const int64_t q = blockIdx.x;
   stage_act(act_s, x + (q / n_used) * nb, nb);
-  stage_tables<F>(grid_s, signs_s);
+  stage_tables<F>(grid_s, smask_s);
   cp_async_wait_all();
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -946,7 +960,7 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
     rows[warp][1] = up.data + static_cast<size_t>(e) * up.expert_bytes + static_cast<size_t>(o) * up.row_bytes;
   }
   __syncwarp();
-  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, signs_s);
+  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, smask_s);
   const float v = F::finish(acc);           // lane 0: gate, lane 1: up
   const float u = __shfl_sync(kFullMask, v, 1);
   if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
@@ -964,9 +978,9 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
   __shared__ float ts[kExpertWarps][kMaxStageTerms];
   __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
+  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
-  stage_tables<F>(grid_s, signs_s);
+  stage_tables<F>(grid_s, smask_s);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i = blockIdx.x;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
@@ -987,7 +1001,7 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
     __syncthreads();
     if (live) {
       const float acc = expert_dots<F, kDownSlots>(rows[warp], act_s, nb, m_cnt, nb, vec16, stage[warp], ts[warp],
-                                                   grid_s, signs_s);
+                                                   grid_s, smask_s);
       const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
       for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
     }
