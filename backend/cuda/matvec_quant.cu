@@ -832,16 +832,41 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
+// Copies the weight bytes of the stage that starts at block c0 of the m_cnt rows into `stage`:
+// 16-byte cp.async when vec16 (every row and every chunk of it is 16-byte aligned with a
+// multiple of 16 bytes; complete after cp_async_wait_all), else 2-byte loads (shapes no model
+// uses, kept correct for the tests' small widths). All 32 lanes call it.
+template <class F, int M>
+__device__ __forceinline__ void expert_issue(const uint8_t* const* rows, int m_cnt, int nb, int c0, bool vec16,
+                                             uint8_t* stage) {
+  constexpr int kStage = stage_blocks<F, M>();
+  constexpr int kBB = F::kBlockBytes;
+  const int lane = threadIdx.x & 31;
+  const int cnt = nb - c0 < kStage ? nb - c0 : kStage;
+  const int bytes = cnt * kBB;
+  if (vec16) {
+    const int n4 = bytes / 16;
+    for (int idx = lane; idx < m_cnt * n4; idx += 32) {
+      const int m = idx / n4, i = idx - m * n4;
+      cp_async16(stage + m * kStage * kBB + 16 * i, rows[m] + static_cast<size_t>(c0) * kBB + 16 * i);
+    }
+  } else {
+    const int n2 = bytes / 2;
+    for (int idx = lane; idx < m_cnt * n2; idx += 32) {
+      const int m = idx / n2, i = idx - m * n2;
+      reinterpret_cast<uint16_t*>(stage + m * kStage * kBB)[i] = load_u16(rows[m] + static_cast<size_t>(c0) * kBB + 2 * i);
+    }
+  }
+}
+
 // Dots of m_cnt <= M weight rows (row m at rows[m], nb blocks) with the staged activation rows
 // (row m's block b at act_s + (m·a_stride + b)·kActBlockBytes); lane m < m_cnt returns row
-// m's sequential block sum (before F::finish).
-// vec16: every row and every chunk of it is 16-byte aligned with a multiple of 16 bytes
-// (else 2-byte copies: shapes no model uses, kept correct for the tests' small widths).
-// All 32 lanes call it.
+// m's sequential block sum (before F::finish). first_issued: the caller already issued (and
+// waited for) the first stage's copies with expert_issue. All 32 lanes call it.
 template <class F, int M>
 __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const uint8_t* act_s, int a_stride,
-                                             int m_cnt, int nb, bool vec16, uint8_t* stage,
-                                             float* ts, const uint64_t* grid, const uint64_t* smask) {
+                                             int m_cnt, int nb, bool vec16, uint8_t* stage, float* ts,
+                                             const uint64_t* grid, const uint64_t* smask, bool first_issued) {
   constexpr int kStage = stage_blocks<F, M>();
   constexpr int kBB = F::kBlockBytes;
   static_assert(kStage >= 1 && M * kStage <= kMaxStageTerms, "stage too small or term buffer too short");
@@ -850,21 +875,9 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const u
   float acc = 0.0f;
   for (int c0 = 0; c0 < nb; c0 += kStage) {
     const int cnt = nb - c0 < kStage ? nb - c0 : kStage;
-    const int bytes = cnt * kBB;
-    if (vec16) {
-      const int n4 = bytes / 16;
-      for (int idx = lane; idx < m_cnt * n4; idx += 32) {
-        const int m = idx / n4, i = idx - m * n4;
-        cp_async16(stage + m * kStage * kBB + 16 * i, rows[m] + static_cast<size_t>(c0) * kBB + 16 * i);
-      }
+    if (c0 != 0 || !first_issued) {
+      expert_issue<F, M>(rows, m_cnt, nb, c0, vec16, stage);
       cp_async_wait_all();
-    } else {
-      const int n2 = bytes / 2;
-      for (int idx = lane; idx < m_cnt * n2; idx += 32) {
-        const int m = idx / n2, i = idx - m * n2;
-        reinterpret_cast<uint16_t*>(stage + m * kStage * kBB)[i] =
-            load_u16(rows[m] + static_cast<size_t>(c0) * kBB + 2 * i);
-      }
     }
     __syncwarp();
     const int total = m_cnt * cnt;
@@ -941,26 +954,31 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
-  const int64_t q = blockIdx.x;
-  stage_act(act_s, x + (q / n_used) * nb, nb);
-  stage_tables<F>(grid_s, smask_s);
-  cp_async_wait_all();
-  __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t q = blockIdx.x;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (o >= n_ff) return;  // warp-uniform; no barrier follows
-  const int32_t e = sel[q];
-  float* mq = mid + q * n_ff;
-  if (e < 0 || e >= n_expert) {
-    if (lane == 0) mq[o] = __int_as_float(0x7fffffff);
-    return;
-  }
-  if (lane == 0) {
+  const bool live = o < n_ff;  // warp-uniform
+  const int32_t e = live ? sel[q] : -1;
+  const bool ok = live && e >= 0 && e < n_expert;
+  if (ok && lane == 0) {
     rows[warp][0] = gate.data + static_cast<size_t>(e) * gate.expert_bytes + static_cast<size_t>(o) * gate.row_bytes;
     rows[warp][1] = up.data + static_cast<size_t>(e) * up.expert_bytes + static_cast<size_t>(o) * up.row_bytes;
   }
   __syncwarp();
-  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, smask_s);
+  // The first stage's weights are in flight while the activations and tables are staged.
+  if (ok) expert_issue<F, 2>(rows[warp], 2, nb, 0, vec16, stage[warp]);
+  stage_act(act_s, x + (q / n_used) * nb, nb);
+  stage_tables<F>(grid_s, smask_s);
+  cp_async_wait_all();
+  __syncthreads();
+  if (!live) return;  // no barrier follows
+  float* mq = mid + q * n_ff;
+  if (!ok) {
+    if (lane == 0) mq[o] = __int_as_float(0x7fffffff);
+    return;
+  }
+  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, smask_s,
+                                      true);
   const float v = F::finish(acc);           // lane 0: gate, lane 1: up
   const float u = __shfl_sync(kFullMask, v, 1);
   if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
@@ -980,7 +998,6 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
-  stage_tables<F>(grid_s, smask_s);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i = blockIdx.x;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
@@ -989,7 +1006,6 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
   for (int g0 = 0; g0 < n_used; g0 += group) {
     const int m_cnt = n_used - g0 < group ? n_used - g0 : group;
     __syncthreads();  // the previous group's activations are no longer read
-    stage_act(act_s, midq + (i * n_used + g0) * nb, m_cnt * nb);
     bool bad = false;
     if (live && lane < m_cnt) {
       const int32_t e = sel[i * n_used + g0 + lane];
@@ -997,11 +1013,16 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
       rows[warp][lane] = down.data + static_cast<size_t>(bad ? 0 : e) * down.expert_bytes +
                          static_cast<size_t>(o) * down.row_bytes;
     }
+    __syncwarp();
+    // The first stage's weights are in flight while the activations (and tables) are staged.
+    if (live) expert_issue<F, kDownSlots>(rows[warp], m_cnt, nb, 0, vec16, stage[warp]);
+    stage_act(act_s, midq + (i * n_used + g0) * nb, m_cnt * nb);
+    if (g0 == 0) stage_tables<F>(grid_s, smask_s);
     cp_async_wait_all();
     __syncthreads();
     if (live) {
       const float acc = expert_dots<F, kDownSlots>(rows[warp], act_s, nb, m_cnt, nb, vec16, stage[warp], ts[warp],
-                                                   grid_s, smask_s);
+                                                   grid_s, smask_s, true);
       const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
       for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
     }
