@@ -632,17 +632,23 @@ __global__ void __launch_bounds__(32 * kMmaWarps) q8_0_mma_kernel(
   const int64_t tile_step = static_cast<int64_t>(gridDim.x) * kMmaWarps;
   const int n_chunks = (nb + kMmaChunk - 1) / kMmaChunk;
   const int64_t my_tiles = tile0 < n_tiles ? (n_tiles - tile0 + tile_step - 1) / tile_step : 0;
-  const int64_t n_jobs = my_tiles * n_chunks;  // job J: tile tile0 + (J / n_chunks)·step, chunk J % n_chunks
-  auto issue = [&](int64_t J) {
-    const int64_t tile = tile0 + (J / n_chunks) * tile_step;
-    const int c = static_cast<int>(J % n_chunks);
-    const int cnt = nb - c * kMmaChunk < kMmaChunk ? nb - c * kMmaChunk : kMmaChunk;
-    mma_issue(stages + (J % kMmaStages) * kMmaStageBytes, w, row_bytes, tile * kMmaTileRows, n_out, c, cnt,
-              vec16, lane);
+  // Job J = chunk J % n_chunks of tile tile0 + (J / n_chunks)·tile_step, in stage J % kMmaStages;
+  // two cursors (the next job to copy, the job to decode) step through them without divisions.
+  const int64_t n_jobs = my_tiles * n_chunks;
+  int64_t i_tile = tile0;
+  int i_c = 0, i_slot = 0;
+  auto issue_next = [&]() {
+    const int cnt = nb - i_c * kMmaChunk < kMmaChunk ? nb - i_c * kMmaChunk : kMmaChunk;
+    mma_issue(stages + i_slot * kMmaStageBytes, w, row_bytes, i_tile * kMmaTileRows, n_out, i_c, cnt, vec16, lane);
+    if (++i_c == n_chunks) {
+      i_c = 0;
+      i_tile += tile_step;
+    }
+    i_slot = i_slot + 1 == kMmaStages ? 0 : i_slot + 1;
   };
 #pragma unroll
   for (int s = 0; s < kMmaStages - 1; ++s) {
-    if (s < n_jobs) issue(s);
+    if (s < n_jobs) issue_next();
     cp_async_commit();
   }
   cp_async_wait_group<kMmaStages - 1>();  // the activation group (the oldest) has landed
@@ -653,15 +659,15 @@ __global__ void __launch_bounds__(32 * kMmaWarps) q8_0_mma_kernel(
   const uint32_t* act_2t = act + (2 * t < r ? 2 * t : 0) * aw;
   const uint32_t* act_2t1 = act + (2 * t + 1 < r ? 2 * t + 1 : 0) * aw;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t tile = tile0;
+  int c = 0, slot = 0;
   for (int64_t J = 0; J < n_jobs; ++J) {
-    if (J + kMmaStages - 1 < n_jobs) issue(J + kMmaStages - 1);  // into the stage freed by job J - 1
+    if (J + kMmaStages - 1 < n_jobs) issue_next();  // job J + 3, into the stage freed by job J - 1
     cp_async_commit();
     cp_async_wait_group<kMmaStages - 1>();  // job J's group is complete
     __syncwarp();
-    const int64_t tile = tile0 + (J / n_chunks) * tile_step;
-    const int c = static_cast<int>(J % n_chunks);
     const int cnt = nb - c * kMmaChunk < kMmaChunk ? nb - c * kMmaChunk : kMmaChunk;
-    const uint32_t* st = reinterpret_cast<const uint32_t*>(stages + (J % kMmaStages) * kMmaStageBytes);
+    const uint32_t* st = reinterpret_cast<const uint32_t*>(stages + slot * kMmaStageBytes);
     const uint32_t* sg = st + g * (kMmaRowBytes / 4);
     const uint32_t* sg8 = st + (g + 8) * (kMmaRowBytes / 4);
     const int b0 = c * kMmaChunk;
@@ -683,6 +689,11 @@ __global__ void __launch_bounds__(32 * kMmaWarps) q8_0_mma_kernel(
         if (2 * t + 1 < r) y[(2 * t + 1) * ys + o + 8] = acc[3];
       }
     }
+    if (++c == n_chunks) {
+      c = 0;
+      tile += tile_step;
+    }
+    slot = slot + 1 == kMmaStages ? 0 : slot + 1;
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
 }
