@@ -525,6 +525,7 @@ constexpr int kMmaRowBytes = kMmaChunk * 34;
 constexpr int kMmaStageBytes = kMmaTileRows * kMmaRowBytes;  // 4352
 constexpr int kMmaStages = 4;      // chunks per warp in flight: 3 while one is decoded
 constexpr int64_t kMmaMinOut = 4096;  // below: too few tiles to fill the GPU (split kernel)
+constexpr int kMmaMinRows = 2;        // r = 1 keeps the warp kernel (90% of the read ceiling on the head)
 static_assert(kMmaRowBytes % 16 == 0 && (kMmaRowBytes / 16) % 2 == 1, "stage rows: odd count of 16 bytes");
 
 // Words per staged activation row: nb blocks of 9 words, padded to ≡ 4 mod 32.
@@ -785,7 +786,7 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     if constexpr (std::is_same_v<F, Q8_0Fmt>) {
       unsigned mgrid = 0;
       const size_t smem = mma_smem_bytes(inb, rr);
-      if (rr >= 2 && w.n_out >= kMmaMinOut &&
+      if (rr >= kMmaMinRows && w.n_out >= kMmaMinOut &&
           mma_launch_shape(smem, (w.n_out + kMmaTileRows - 1) / kMmaTileRows, &mgrid)) {
         const bool vec16 = base % 16 == 0 && w.row_bytes % 16 == 0;
         q8_0_mma_kernel<<<mgrid, 32 * kMmaWarps, smem, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, rr, yk,
