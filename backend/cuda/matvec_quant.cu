@@ -753,9 +753,10 @@ Status upload_iq2_tables() {
   return Status();
 }
 
+// force_mma (Q8_0 only): the tensor-core kernel whatever r and n_out, an error when it cannot run.
 template <class F>
 Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_t xs, int r, float* y,
-              int64_t ys, Stream stream) {
+              int64_t ys, Stream stream, bool force_mma = false) {
   const int64_t nb = w.n_in / F::kBlockElems;
   const uintptr_t base = reinterpret_cast<uintptr_t>(w.data);
   const size_t align = F::kBlockBytes % 4 == 0 ? 4 : 2;
@@ -786,8 +787,8 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     if constexpr (std::is_same_v<F, Q8_0Fmt>) {
       unsigned mgrid = 0;
       const size_t smem = mma_smem_bytes(inb, rr);
-      if (rr >= kMmaMinRows && w.n_out >= kMmaMinOut &&
-          mma_launch_shape(smem, (w.n_out + kMmaTileRows - 1) / kMmaTileRows, &mgrid)) {
+      const bool want = force_mma || (rr >= kMmaMinRows && w.n_out >= kMmaMinOut);
+      if (want && mma_launch_shape(smem, (w.n_out + kMmaTileRows - 1) / kMmaTileRows, &mgrid)) {
         const bool vec16 = base % 16 == 0 && w.row_bytes % 16 == 0;
         q8_0_mma_kernel<<<mgrid, 32 * kMmaWarps, smem, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, rr, yk,
                                                                  ys, vec16);
@@ -795,6 +796,9 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
         if (!s.ok()) return s;
         continue;
       }
+      if (force_mma)
+        return unsupported("cuda: %s: the tensor-core kernel cannot run %d rows of %lld inputs (%zu bytes of "
+                           "shared memory)", op, rr, static_cast<long long>(w.n_in), smem);
     }
     switch (rr) {
 #define DS4_CASE(R)                                                                                      \
@@ -1143,6 +1147,10 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
 Status matvec_q8_0(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                    int64_t y_stride, Stream stream) {
   return launch<Q8_0Fmt>("matvec_q8_0", w, x, x_stride, r, y, y_stride, stream);
+}
+Status matvec_q8_0_mma(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
+                       int64_t y_stride, Stream stream) {
+  return launch<Q8_0Fmt>("matvec_q8_0_mma", w, x, x_stride, r, y, y_stride, stream, true);
 }
 Status matvec_iq2_xxs(const Weights& w, const BlockQ8K* x, int64_t x_stride, int r, float* y,
                       int64_t y_stride, Stream stream) {

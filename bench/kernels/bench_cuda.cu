@@ -2,7 +2,8 @@
 //
 // Role: the device's two ceilings first (a device-to-device copy, counting bytes read plus
 // written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
-// matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows;
+// matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows
+// (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
 // DISTINCT expert bytes the call reads. Weights are random valid blocks
@@ -335,13 +336,17 @@ int main(int argc, char** argv) {
     } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
       ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
     }
+    // Q8_0 twice: matvec_q8_0 as dispatched, then the tensor-core kernel forced (" mma").
+    const int variants = c.type == GgmlType::kQ8_0 ? 2 : 1;
+    for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
       if (!rows_selected(r)) continue;
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
         switch (c.type) {
           case GgmlType::kQ8_0:
-            ok(cuda::matvec_q8_0(wv, static_cast<const quant::BlockQ8_0Act*>(dq), nb32, r, dy, c.n_out));
+            ok((v == 0 ? cuda::matvec_q8_0 : cuda::matvec_q8_0_mma)(
+                wv, static_cast<const quant::BlockQ8_0Act*>(dq), nb32, r, dy, c.n_out, nullptr));
             break;
           case GgmlType::kF16: ok(cuda::matvec_f16(wv, dx, c.n_in, r, dy, c.n_out)); break;
           case GgmlType::kF32: ok(cuda::matvec_f32(wv, dx, c.n_in, r, dy, c.n_out)); break;
@@ -359,7 +364,8 @@ int main(int argc, char** argv) {
       };
       const double t = time_per_call(fn, std::max(copies, 8));
       const double gbs = bytes / t / 1e9;
-      std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", c.name, r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
+      const std::string label = std::string(c.name) + (v == 1 ? " mma" : "");
+      std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }
     for (void* p : w) CK(cudaFree(p));
     CK(cudaFree(dx));

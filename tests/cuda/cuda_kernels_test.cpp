@@ -171,20 +171,21 @@ void check_matvec(GgmlType t, const Shape& s, const std::vector<Act>& x_host, in
 
 constexpr int kMaxTestRows = 11;
 
-void q8_0_case(const Shape& s, std::initializer_list<int> rs = {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
+// mma: matvec_q8_0_mma (the tensor-core kernel whatever the shape) instead of matvec_q8_0.
+void q8_0_case(const Shape& s, std::initializer_list<int> rs = {1, 2, 3, 4, 5, 6, 7, 8, 11}, bool mma = false) {
   const int64_t nb = s.n_in / 32;
   const auto x = gaussian(static_cast<size_t>(kMaxTestRows * s.n_in), 3);
   std::vector<quant::BlockQ8_0Act> xq(kMaxTestRows * nb);
   for (int k = 0; k < kMaxTestRows; ++k) quant::quantize_q8_0_act(x.data() + k * s.n_in, xq.data() + k * nb, s.n_in);
   check_matvec<quant::BlockQ8_0Act>(
       GgmlType::kQ8_0, s, xq, nb,
-      [](const Weights& w, const quant::BlockQ8_0Act* xd, int64_t xs, int r, float* y, int64_t ys) {
-        return matvec_q8_0(w, xd, xs, r, y, ys);
+      [mma](const Weights& w, const quant::BlockQ8_0Act* xd, int64_t xs, int r, float* y, int64_t ys) {
+        return mma ? matvec_q8_0_mma(w, xd, xs, r, y, ys) : matvec_q8_0(w, xd, xs, r, y, ys);
       },
       [](const uint8_t* row, const quant::BlockQ8_0Act* xr, int64_t n) {
         return quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(row), xr, n / 32);
       },
-      "q8_0", rs);
+      mma ? "q8_0 mma" : "q8_0", rs);
 }
 
 TEST_F(CudaKernels, MatvecQ8_0BitsEqualCpuForR1To8) {
@@ -207,6 +208,12 @@ TEST_F(CudaKernels, MatvecQ8_0MmaBitsEqualCpu) {
   q8_0_case(Shape{8224, 4099}, {2, 5, 8});
   q8_0_case(Shape{1024, 32768}, {2, 3, 8});
   q8_0_case(Shape{4096, 129280}, {8});
+  // The kernel forced onto every shape and r = 1..8, 11: fewer rows than one tile (13, 11),
+  // a single block per row (32 inputs), odd block counts (3, 33, 257), partial tiles.
+  for (Shape s : {Shape{96, 13}, Shape{32, 40}, Shape{256, 256}, Shape{1056, 37}, Shape{8224, 11},
+                  Shape{4096, 1024}, Shape{512, 4100}}) {
+    q8_0_case(s, {1, 2, 3, 4, 5, 6, 7, 8, 11}, /*mma=*/true);
+  }
 }
 
 template <bool kF16>
