@@ -1105,8 +1105,8 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
   if (act_bytes > kExpertActMax)
     return invalid_argument("cuda: expert_gate_up: n_embd %lld too wide (its Q8_K row takes %zu bytes of shared "
                             "memory, at most %d)", static_cast<long long>(gate.n_in), act_bytes, kExpertActMax);
-  if (Status s = expert_smem_optin<F, false>("expert_gate_up"); !s.ok()) return s;
   if (n_rows == 0) return Status();
+  if (Status s = expert_smem_optin<F, false>("expert_gate_up"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows * n_used),
                   static_cast<unsigned>((gate.n_out + kExpertWarps - 1) / kExpertWarps));
   expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, act_bytes, stream>>>(
@@ -1132,8 +1132,8 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
   if (group < 1)
     return invalid_argument("cuda: expert_down_sum: n_ff %lld too wide (its Q8_K row takes %zu bytes of shared "
                             "memory, at most %d)", static_cast<long long>(down.n_in), row_act, kExpertActMax);
-  if (Status s = expert_smem_optin<F, true>("expert_down_sum"); !s.ok()) return s;
   if (n_rows == 0) return Status();
+  if (Status s = expert_smem_optin<F, true>("expert_down_sum"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows),
                   static_cast<unsigned>((down.n_out + kExpertWarps - 1) / kExpertWarps));
   expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, static_cast<size_t>(group) * row_act, stream>>>(
