@@ -1,9 +1,9 @@
 // backend/cuda/matvec_quant.cu — block-quantized matvecs: Q8_0 × Q8_0 activations and the
 // routed-expert rows IQ2_XXS / Q2_K / Q4_K × Q8_K activations, r = 1..8 rows per launch.
 //
-// Role: matvec_q8_0 / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of cuda_kernels.h, and the
-// fused routed-expert FFN expert_gate_up / expert_down_sum (the expert id read from device
-// memory per pair; layout below, at its kernels).
+// Role: matvec_q8_0 (and matvec_q8_0_mma) / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of
+// cuda_kernels.h, and the fused routed-expert FFN expert_gate_up / expert_down_sum (the expert
+// id read from device memory per pair; layout below, at its kernels).
 // Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
 // rows: 4 warps per row, q8_0_split_kernel; Q8_0 with at least 4096 rows and r = 2..8: the
 // tensor-core kernel q8_0_mma_kernel, laid out at its definition). A warp walks the row's
@@ -15,7 +15,8 @@
 // block (scale products, int->float, the K-quant a - c) is computed by one lane exactly as
 // the CPU writes it; the per-block terms of a chunk go to shared memory and lane k adds
 // them into row k's single accumulator in block order — the CPU's sequential sum, never a
-// tree. --fmad=false keeps every product and sum separately rounded.
+// tree (the tensor-core kernel: the lane that receives a block's isum owns that row's
+// accumulator). --fmad=false keeps every product and sum separately rounded.
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
