@@ -100,6 +100,11 @@ struct Weights {
 // Q8_0 weights × Q8_0 activations (x row k at x + k·x_stride blocks): quant::dot_q8_0.
 Status matvec_q8_0(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r,
                    float* y, int64_t y_stride, Stream stream = nullptr);
+// The same result from the tensor-core kernel alone, whatever r and n_out (matvec_q8_0 takes
+// it for r >= 2 on >= 4096 rows): for its parity tests and to benchmark it against the warp
+// kernels. Unsupported when the r activation rows do not fit its shared memory.
+Status matvec_q8_0_mma(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r,
+                       float* y, int64_t y_stride, Stream stream = nullptr);
 // F16 / F32 weights × f32 activations (x row k at x + k·x_stride floats): quant::dot_f16 /
 // dot_f32, the canonical 16-lane order.
 Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, float* y,

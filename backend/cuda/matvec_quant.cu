@@ -1,11 +1,12 @@
 // backend/cuda/matvec_quant.cu — block-quantized matvecs: Q8_0 × Q8_0 activations and the
 // routed-expert rows IQ2_XXS / Q2_K / Q4_K × Q8_K activations, r = 1..8 rows per launch.
 //
-// Role: matvec_q8_0 / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of cuda_kernels.h, and the
-// fused routed-expert FFN expert_gate_up / expert_down_sum (the expert id read from device
-// memory per pair; layout below, at its kernels).
+// Role: matvec_q8_0 (and matvec_q8_0_mma) / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of
+// cuda_kernels.h, and the fused routed-expert FFN expert_gate_up / expert_down_sum (the expert
+// id read from device memory per pair; layout below, at its kernels).
 // Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
-// rows: 4 warps per row, q8_0_split_kernel). A warp walks the row's
+// rows: 4 warps per row, q8_0_split_kernel; Q8_0 with at least 4096 rows and r = 2..8: the
+// tensor-core kernel q8_0_mma_kernel, laid out at its definition). A warp walks the row's
 // blocks in chunks (128 for Q8_0, 4 blocks per lane; 32 for the 256-element super-blocks,
 // which give 8 lanes per block, one 32-element group each, 4 blocks per step). Each weight block is
 // loaded and decoded once and dotted with all r activation rows.
@@ -14,7 +15,8 @@
 // block (scale products, int->float, the K-quant a - c) is computed by one lane exactly as
 // the CPU writes it; the per-block terms of a chunk go to shared memory and lane k adds
 // them into row k's single accumulator in block order — the CPU's sequential sum, never a
-// tree. --fmad=false keeps every product and sum separately rounded.
+// tree (the tensor-core kernel: the lane that receives a block's isum owns that row's
+// accumulator). --fmad=false keeps every product and sum separately rounded.
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
@@ -37,6 +39,7 @@ constexpr int kWarps = 8;  // output rows per block
 
 __device__ uint64_t g_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
 __device__ uint8_t g_iq2_signs[128];  // quant::kIq2Signs
+__device__ uint64_t g_iq2_smask[128];  // byte b of entry i = 0xff when bit b of kIq2Signs[i] is set
 
 template <int R>
 __device__ __forceinline__ void reduce8(int32_t (&v)[R]) {
@@ -46,6 +49,22 @@ __device__ __forceinline__ void reduce8(int32_t (&v)[R]) {
     for (int s = 1; s < 8; s *= 2) v[k] += __shfl_xor_sync(kFullMask, v[k], s);
   }
 }
+
+// A Q8_K activation block as the fused expert kernels stage it in shared memory (stage_act):
+// the quants of 32-element group G at bytes 16G (elements 0..15) and 128 + 16G (16..31), so
+// the 8 lanes of a block read 8 consecutive 16-byte pieces (no bank conflict); bsums at 256,
+// d at 288; 304 bytes, a multiple of 16.
+constexpr int kActBlockBytes = 304;
+__device__ __forceinline__ void act_q32(const uint8_t* ab, int grp, int (&q)[8]) {
+  const int4 lo = *reinterpret_cast<const int4*>(ab + 16 * grp);
+  const int4 hi = *reinterpret_cast<const int4*>(ab + 128 + 16 * grp);
+  q[0] = lo.x, q[1] = lo.y, q[2] = lo.z, q[3] = lo.w;
+  q[4] = hi.x, q[5] = hi.y, q[6] = hi.z, q[7] = hi.w;
+}
+__device__ __forceinline__ int32_t act_bsum(const uint8_t* ab, int i) {
+  return reinterpret_cast<const int16_t*>(ab + 256)[i];
+}
+__device__ __forceinline__ float act_d(const uint8_t* ab) { return *reinterpret_cast<const float*>(ab + 288); }
 
 // ---- Formats: terms() computes, for the lane's block b, t[k] = the float term the CPU adds
 // to row k's accumulator for block b (valid only on lanes with sub == 0 and valid == true);
@@ -134,12 +153,15 @@ struct Iq2XxsFmt {
   static __device__ __forceinline__ float finish(float acc) { return 0.125f * acc; }
 
   // The fused expert kernels' form (expert_dots below): block p staged in SHARED memory
-  // (2-byte aligned), activation block a in global memory, one pair (r = 1); the same integer
-  // and float operations as terms<1>.
+  // (2-byte aligned), activation block a in shared memory too (kActBlockBytes layout), one
+  // pair (r = 1); the same integer and float operations as terms<1>.
   static constexpr int kAlignBlocks = 8;    // 8 blocks = 528 bytes, a multiple of 16
   static constexpr int kStageBytes = 4224;  // per warp: gate + up of 32 blocks
-  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
-                                                      int sub, const uint64_t* grid, const uint8_t* signs) {
+  // Signs by masks: with m = 0xff (-1) where the sign bit is set, s·g·a = g·(a ^ m) - g·m per
+  // byte, so the signed dot is dp4a(g, a ^ m) - dp4a(g, m): exact integers, 3 operations per
+  // word instead of expanding the sign bits and negating bytes.
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
+                                                      const uint64_t* grid, const uint64_t* smask) {
     int32_t part = 0;
     float wd = 0.0f;
     if (valid) {
@@ -149,24 +171,28 @@ struct Iq2XxsFmt {
       const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
       const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
       const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
-      const int* aq = reinterpret_cast<const int*>(a->qs + 32 * sub);
-      int sumi = 0;
+      int aq[8];
+      act_q32(a, sub, aq);
+      int sumi = 0, corr = 0;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-        const uint32_t sg = signs[(aux1 >> (7 * c)) & 127u];
-        const uint32_t lo = static_cast<uint32_t>(g), hi = static_cast<uint32_t>(g >> 32);
-        const uint32_t mlo = detail::sign_mask4(sg), mhi = detail::sign_mask4(sg >> 4);
-        sumi = __dp4a(static_cast<int>((lo & ~mlo) | (__vneg4(lo) & mlo)), __ldg(aq + 2 * c), sumi);
-        sumi = __dp4a(static_cast<int>((hi & ~mhi) | (__vneg4(hi) & mhi)), __ldg(aq + 2 * c + 1), sumi);
+        const uint64_t m = smask[(aux1 >> (7 * c)) & 127u];
+        const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
+        const int mlo = static_cast<int>(static_cast<uint32_t>(m)), mhi = static_cast<int>(static_cast<uint32_t>(m >> 32));
+        sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
+        sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
+        corr = __dp4a(glo, mlo, corr);
+        corr = __dp4a(ghi, mhi, corr);
       }
+      sumi = sumi - corr;
       part = sumi * ls;
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) part += __shfl_xor_sync(kFullMask, part, s);
     float t = 0.0f;
     if (valid && sub == 0) {
-      const float d = wd * __ldg(&a->d);
+      const float d = wd * act_d(a);
       t = d * static_cast<float>(part);
     }
     return t;
@@ -232,23 +258,23 @@ struct Q2KFmt {
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 4-byte aligned.
   static constexpr int kAlignBlocks = 4;    // 4 blocks = 336 bytes
   static constexpr int kStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
-  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
-                                                      int sub, const uint64_t*, const uint8_t*) {
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
+                                                      const uint64_t*, const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int n = sub >> 2, j = sub & 3;
     const int sb = 8 * n + 2 * j;
     if (valid) {
       const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);
       const int32_t sc0 = p[sb], sc1 = p[sb + 1];
-      const int* aq = reinterpret_cast<const int*>(a->qs + 128 * n + 32 * j);
+      int aq[8];
+      act_q32(a, 4 * n + j, aq);  // quants 128n + 32j .. + 31
       int s0 = 0, s1 = 0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s0 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), __ldg(aq + i), s0);
+      for (int i = 0; i < 4; ++i) s0 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s0);
 #pragma unroll
-      for (int i = 4; i < 8; ++i) s1 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), __ldg(aq + i), s1);
+      for (int i = 4; i < 8; ++i) s1 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s1);
       isum = (sc0 & 15) * s0 + (sc1 & 15) * s1;
-      summs = static_cast<int32_t>(__ldg(&a->bsums[sb])) * (sc0 >> 4) +
-              static_cast<int32_t>(__ldg(&a->bsums[sb + 1])) * (sc1 >> 4);
+      summs = act_bsum(a, sb) * (sc0 >> 4) + act_bsum(a, sb + 1) * (sc1 >> 4);
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) {
@@ -260,7 +286,7 @@ struct Q2KFmt {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       const float wd = f16_to_f32(h[40]);
       const float wm = f16_to_f32(h[41]);
-      const float yd = __ldg(&a->d);
+      const float yd = act_d(a);
       const float dall = yd * wd;
       const float dmin = yd * wm;
       const float av = dall * static_cast<float>(isum);
@@ -335,8 +361,8 @@ struct Q4KFmt {
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 16-byte aligned.
   static constexpr int kAlignBlocks = 1;    // 144 bytes
   static constexpr int kStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
-  static __device__ __forceinline__ float staged_term(const uint8_t* p, const Act* __restrict__ a, bool valid,
-                                                      int sub, const uint64_t*, const uint8_t*) {
+  static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
+                                                      const uint64_t*, const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int j = sub;
     if (valid) {
@@ -353,12 +379,13 @@ struct Q4KFmt {
       const uint4 w0 = qw[0], w1 = qw[1];
       const uint32_t wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
       const int shift = 4 * (j & 1);
-      const int* aq = reinterpret_cast<const int*>(a->qs + 32 * j);
+      int aq[8];
+      act_q32(a, j, aq);
       int s = 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((wv[i] >> shift) & 0x0f0f0f0fu), __ldg(aq + i), s);
+      for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((wv[i] >> shift) & 0x0f0f0f0fu), aq[i], s);
       isum = sc * s;
-      summs = m * (static_cast<int32_t>(__ldg(&a->bsums[2 * j])) + __ldg(&a->bsums[2 * j + 1]));
+      summs = m * (act_bsum(a, 2 * j) + act_bsum(a, 2 * j + 1));
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) {
@@ -370,7 +397,7 @@ struct Q4KFmt {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       const float wd = f16_to_f32(h[0]);
       const float wm = f16_to_f32(h[1]);
-      const float yd = __ldg(&a->d);
+      const float yd = act_d(a);
       const float d = yd * wd;
       const float dmin = yd * wm;
       const float av = d * static_cast<float>(isum);
@@ -475,6 +502,235 @@ __global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
   if (live && part == 0 && lane < R) y[lane * ys + o] = Q8_0Fmt::finish(acc);
 }
 
+// ---- Q8_0 × r = 2..8 rows on the tensor cores (q8_0_mma_kernel) ----------------------------
+// Why: the one-warp-per-row kernel above loads each row's activation block with 9 scalar
+// loads per weight block through L1 (72 at r = 8), which bounds r = 8 at ~730 GB/s. Here one
+// integer mma.m16n8k32 (s8 x s8 -> s32, exact) computes the isums of one 32-element block for
+// 16 weight rows x 8 activation rows at once, so the activations are read once per 16 rows.
+// Layout: a CTA of kMmaWarps warps copies the r activation rows into shared memory once
+// (persistent grid: each warp then walks tiles of 16 output rows, tile += all warps); a warp
+// streams its tile's weight rows through a kMmaStages-deep cp.async pipeline of chunks of
+// kMmaChunk blocks (16 rows x 272 bytes). Lane (g = lane / 4, t = lane % 4) feeds the mma
+// with weight rows g, g+8 (quant words t, t+4 of the block) and activation row g (words t,
+// t+4); it receives the isums of (row g, act 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) and owns
+// those four accumulators for the whole row: per block it computes the CPU's float term
+// s = f16(w.d) · x.d, t = s · (float)isum and adds it in block order — quant::dot_q8_0's
+// sequence, no exchange between lanes. Activation rows >= r feed stale values into mma
+// columns that are never stored (row k's bits do not depend on r).
+// Shared-memory banks: a stage row is 272 bytes (17 × 16, word stride ≡ 4 mod 32) and an
+// activation row's stride is padded to ≡ 4 words mod 32, so lanes (g, t) hit 32 banks.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaTileRows = 16;   // the mma's M
+constexpr int kMmaChunk = 8;       // blocks per stage row: 8 × 34 = 272 bytes, 16-byte aligned
+constexpr int kMmaRowBytes = kMmaChunk * 34;
+constexpr int kMmaStageBytes = kMmaTileRows * kMmaRowBytes;  // 4352
+constexpr int kMmaStages = 4;      // chunks per warp in flight: 3 while one is decoded
+constexpr int64_t kMmaMinOut = 4096;  // below: too few tiles to fill the GPU (split kernel)
+constexpr int kMmaMinRows = 2;        // r = 1 keeps the warp kernel (90% of the read ceiling on the head)
+static_assert(kMmaRowBytes % 16 == 0 && (kMmaRowBytes / 16) % 2 == 1, "stage rows: odd count of 16 bytes");
+
+// Words per staged activation row: nb blocks of 9 words, padded to ≡ 4 mod 32.
+__host__ __device__ constexpr int mma_act_words(int nb) { return nb * 9 + ((4 - nb * 9) % 32 + 32) % 32; }
+size_t mma_smem_bytes(int nb, int r) {
+  return static_cast<size_t>(r) * mma_act_words(nb) * 4 + static_cast<size_t>(kMmaWarps) * kMmaStages * kMmaStageBytes;
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async16_cg(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// c[0..3] = exact isums: A = 16 rows x 32 s8 (row-major), B = 32 x 8 s8 (column per act row).
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+// Copies chunk `c` (cnt blocks) of the tile's rows into `stage`: 16-byte cp.async for a full
+// chunk of a 16-byte-aligned matrix, else 2-byte loads (tails, shapes no model uses).
+__device__ __forceinline__ void mma_issue(uint8_t* stage, const uint8_t* __restrict__ w, size_t row_bytes,
+                                          int64_t o0, int64_t n_out, int c, int cnt, bool vec16, int lane) {
+  const size_t off = static_cast<size_t>(c) * kMmaRowBytes;
+  if (vec16 && cnt == kMmaChunk) {
+    constexpr int kPer = kMmaRowBytes / 16;  // 17 pieces per row
+    for (int idx = lane; idx < kMmaTileRows * kPer; idx += 32) {
+      const int m = idx / kPer, i = idx - m * kPer;
+      if (o0 + m < n_out) cp_async16_cg(stage + m * kMmaRowBytes + 16 * i, w + (o0 + m) * row_bytes + off + 16 * i);
+    }
+  } else {
+    const int per = cnt * 17;  // 2-byte pieces per row
+    for (int idx = lane; idx < kMmaTileRows * per; idx += 32) {
+      const int m = idx / per, i = idx - m * per;
+      if (o0 + m < n_out)
+        reinterpret_cast<uint16_t*>(stage + m * kMmaRowBytes)[i] = load_u16(w + (o0 + m) * row_bytes + off + 2 * i);
+    }
+  }
+}
+
+// One block j of the staged chunk: the mma and the four float terms (see the layout note).
+__device__ __forceinline__ void mma_block(const uint32_t* sg, const uint32_t* sg8, const uint32_t* act_g,
+                                          const uint32_t* act_2t, const uint32_t* act_2t1, int j, int b, int t,
+                                          float (&acc)[4]) {
+  const int wi = 17 * (j >> 1);  // the word where the block pair (j & ~1, j | 1) starts
+  uint32_t q0, q4, p0, p4, dg, dg8;
+  if ((j & 1) == 0) {  // d at bytes 0-1 of word wi, quants from byte 2: realigned
+    q0 = __funnelshift_r(sg[wi + t], sg[wi + t + 1], 16);
+    q4 = __funnelshift_r(sg[wi + t + 4], sg[wi + t + 5], 16);
+    p0 = __funnelshift_r(sg8[wi + t], sg8[wi + t + 1], 16);
+    p4 = __funnelshift_r(sg8[wi + t + 4], sg8[wi + t + 5], 16);
+    dg = sg[wi] & 0xffffu;
+    dg8 = sg8[wi] & 0xffffu;
+  } else {  // d at bytes 2-3 of word wi + 8, quants word-aligned from word wi + 9
+    q0 = sg[wi + 9 + t];
+    q4 = sg[wi + 13 + t];
+    p0 = sg8[wi + 9 + t];
+    p4 = sg8[wi + 13 + t];
+    dg = sg[wi + 8] >> 16;
+    dg8 = sg8[wi + 8] >> 16;
+  }
+  const uint32_t* ab = act_g + 9 * b;  // activation block: word 0 = d, words 1..8 = quants
+  int c[4];
+  mma_s8(c, q0, p0, q4, p4, ab[1 + t], ab[5 + t]);
+  const float ad0 = __uint_as_float(act_2t[9 * b]), ad1 = __uint_as_float(act_2t1[9 * b]);
+  const float wg = f16_to_f32(static_cast<uint16_t>(dg)), wg8 = f16_to_f32(static_cast<uint16_t>(dg8));
+  const float s0 = wg * ad0, s1 = wg * ad1, s2 = wg8 * ad0, s3 = wg8 * ad1;
+  const float t0 = s0 * static_cast<float>(c[0]), t1 = s1 * static_cast<float>(c[1]);
+  const float t2 = s2 * static_cast<float>(c[2]), t3 = s3 * static_cast<float>(c[3]);
+  acc[0] = acc[0] + t0;
+  acc[1] = acc[1] + t1;
+  acc[2] = acc[2] + t2;
+  acc[3] = acc[3] + t3;
+}
+
+__global__ void __launch_bounds__(32 * kMmaWarps) q8_0_mma_kernel(
+    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
+    int64_t xs, int r, float* __restrict__ y, int64_t ys, bool vec16) {
+  extern __shared__ __align__(16) uint8_t mma_smem[];
+  const int aw = mma_act_words(nb);
+  uint32_t* act = reinterpret_cast<uint32_t*>(mma_smem);  // [r][aw] words: row k's blocks, 9 words each
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint8_t* stages = mma_smem + static_cast<size_t>(r) * aw * 4 + warp * (kMmaStages * kMmaStageBytes);
+  // The activation rows, 4 bytes at a time (block fields are 4-byte aligned).
+  for (int k = 0; k < r; ++k) {
+    const uint32_t* xk = reinterpret_cast<const uint32_t*>(x + k * xs);
+    for (int i = threadIdx.x; i < nb * 9; i += blockDim.x) cp_async4(act + k * aw + i, xk + i);
+  }
+  cp_async_commit();
+  const int64_t n_tiles = (n_out + kMmaTileRows - 1) / kMmaTileRows;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kMmaWarps + warp;
+  const int64_t tile_step = static_cast<int64_t>(gridDim.x) * kMmaWarps;
+  const int n_chunks = (nb + kMmaChunk - 1) / kMmaChunk;
+  const int64_t my_tiles = tile0 < n_tiles ? (n_tiles - tile0 + tile_step - 1) / tile_step : 0;
+  // Job J = chunk J % n_chunks of tile tile0 + (J / n_chunks)·tile_step, in stage J % kMmaStages;
+  // two cursors (the next job to copy, the job to decode) step through them without divisions.
+  const int64_t n_jobs = my_tiles * n_chunks;
+  int64_t i_tile = tile0;
+  int i_c = 0, i_slot = 0;
+  auto issue_next = [&]() {
+    const int cnt = nb - i_c * kMmaChunk < kMmaChunk ? nb - i_c * kMmaChunk : kMmaChunk;
+    mma_issue(stages + i_slot * kMmaStageBytes, w, row_bytes, i_tile * kMmaTileRows, n_out, i_c, cnt, vec16, lane);
+    if (++i_c == n_chunks) {
+      i_c = 0;
+      i_tile += tile_step;
+    }
+    i_slot = i_slot + 1 == kMmaStages ? 0 : i_slot + 1;
+  };
+#pragma unroll
+  for (int s = 0; s < kMmaStages - 1; ++s) {
+    if (s < n_jobs) issue_next();
+    cp_async_commit();
+  }
+  cp_async_wait_group<kMmaStages - 1>();  // the activation group (the oldest) has landed
+  __syncthreads();                        // ... for every warp's copies
+  const int g = lane >> 2, t = lane & 3;
+  // Activation rows >= r are never stored; read row 0 for them (it is in bounds).
+  const uint32_t* act_g = act + (g < r ? g : 0) * aw;
+  const uint32_t* act_2t = act + (2 * t < r ? 2 * t : 0) * aw;
+  const uint32_t* act_2t1 = act + (2 * t + 1 < r ? 2 * t + 1 : 0) * aw;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t tile = tile0;
+  int c = 0, slot = 0;
+  for (int64_t J = 0; J < n_jobs; ++J) {
+    if (J + kMmaStages - 1 < n_jobs) issue_next();  // job J + 3, into the stage freed by job J - 1
+    cp_async_commit();
+    cp_async_wait_group<kMmaStages - 1>();  // job J's group is complete
+    __syncwarp();
+    const int cnt = nb - c * kMmaChunk < kMmaChunk ? nb - c * kMmaChunk : kMmaChunk;
+    const uint32_t* st = reinterpret_cast<const uint32_t*>(stages + slot * kMmaStageBytes);
+    const uint32_t* sg = st + g * (kMmaRowBytes / 4);
+    const uint32_t* sg8 = st + (g + 8) * (kMmaRowBytes / 4);
+    const int b0 = c * kMmaChunk;
+    if (c == 0) acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    if (cnt == kMmaChunk) {
+#pragma unroll
+      for (int j = 0; j < kMmaChunk; ++j) mma_block(sg, sg8, act_g, act_2t, act_2t1, j, b0 + j, t, acc);
+    } else {
+      for (int j = 0; j < cnt; ++j) mma_block(sg, sg8, act_g, act_2t, act_2t1, j, b0 + j, t, acc);
+    }
+    if (c == n_chunks - 1) {
+      const int64_t o = tile * kMmaTileRows + g;
+      if (o < n_out) {
+        if (2 * t < r) y[(2 * t) * ys + o] = acc[0];
+        if (2 * t + 1 < r) y[(2 * t + 1) * ys + o] = acc[1];
+      }
+      if (o + 8 < n_out) {
+        if (2 * t < r) y[(2 * t) * ys + o + 8] = acc[2];
+        if (2 * t + 1 < r) y[(2 * t + 1) * ys + o + 8] = acc[3];
+      }
+    }
+    if (++c == n_chunks) {
+      c = 0;
+      tile += tile_step;
+    }
+    slot = slot + 1 == kMmaStages ? 0 : slot + 1;
+    __syncwarp();  // every lane is done with this stage before it is refilled
+  }
+}
+
+// Grid size and shared-memory opt-in of q8_0_mma_kernel on the current device (once per
+// device); false when `smem` does not fit.
+bool mma_launch_shape(size_t smem, int64_t n_tiles, unsigned* grid) {
+  struct Dev {
+    bool done = false;
+    int sms = 0, smem_sm = 0, smem_optin = 0;
+  };
+  static Dev devs[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  Dev& d = devs[dev];
+  if (!d.done) {
+    if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaFuncSetAttribute(q8_0_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin) !=
+            cudaSuccess) {
+      cudaGetLastError();  // not this call's launch error: the caller falls back to the warp kernel
+      return false;
+    }
+    d.done = true;
+  }
+  if (smem > static_cast<size_t>(d.smem_optin)) return false;
+  int per_sm = static_cast<int>(d.smem_sm / (smem + 1024));  // 1 KiB: the per-CTA reservation
+  per_sm = per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm;
+  const int64_t want = (n_tiles + kMmaWarps - 1) / kMmaWarps;
+  const int64_t cap = static_cast<int64_t>(per_sm) * d.sms;
+  *grid = static_cast<unsigned>(want < cap ? want : cap);
+  return true;
+}
+
 Status upload_iq2_tables() {
   // Once per device (the symbols are per-device); a failure is reported, not cached.
   static bool done[64] = {};
@@ -482,8 +738,15 @@ Status upload_iq2_tables() {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
     return resource_error("cuda: matvec_iq2_xxs: no current device");
   if (done[dev]) return Status();
+  uint64_t smask[128];
+  for (int i = 0; i < 128; ++i) {
+    smask[i] = 0;
+    for (int b = 0; b < 8; ++b)
+      if ((quant::kIq2Signs[i] >> b) & 1u) smask[i] |= uint64_t{0xff} << (8 * b);
+  }
   if (cudaMemcpyToSymbol(g_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess ||
-      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess) {
+      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess ||
+      cudaMemcpyToSymbol(g_iq2_smask, smask, sizeof smask) != cudaSuccess) {
     return resource_error("cuda: matvec_iq2_xxs: cannot upload the IQ2_XXS tables: %s",
                           cudaGetErrorString(cudaGetLastError()));
   }
@@ -491,9 +754,10 @@ Status upload_iq2_tables() {
   return Status();
 }
 
+// force_mma (Q8_0 only): the tensor-core kernel whatever r and n_out, an error when it cannot run.
 template <class F>
 Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_t xs, int r, float* y,
-              int64_t ys, Stream stream) {
+              int64_t ys, Stream stream, bool force_mma = false) {
   const int64_t nb = w.n_in / F::kBlockElems;
   const uintptr_t base = reinterpret_cast<uintptr_t>(w.data);
   const size_t align = F::kBlockBytes % 4 == 0 ? 4 : 2;
@@ -521,6 +785,22 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     const typename F::Act* xk = x + k0 * xs;
     float* yk = y + k0 * ys;
     const int inb = static_cast<int>(nb);
+    if constexpr (std::is_same_v<F, Q8_0Fmt>) {
+      unsigned mgrid = 0;
+      const size_t smem = mma_smem_bytes(inb, rr);
+      const bool want = force_mma || (rr >= kMmaMinRows && w.n_out >= kMmaMinOut);
+      if (want && mma_launch_shape(smem, (w.n_out + kMmaTileRows - 1) / kMmaTileRows, &mgrid)) {
+        const bool vec16 = base % 16 == 0 && w.row_bytes % 16 == 0;
+        q8_0_mma_kernel<<<mgrid, 32 * kMmaWarps, smem, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, rr, yk,
+                                                                 ys, vec16);
+        Status s = launch_status(op, w.n_in, w.n_out, rr);
+        if (!s.ok()) return s;
+        continue;
+      }
+      if (force_mma)
+        return unsupported("cuda: %s: the tensor-core kernel cannot run %d rows of %lld inputs (%zu bytes of "
+                           "shared memory)", op, rr, static_cast<long long>(w.n_in), smem);
+    }
     switch (rr) {
 #define DS4_CASE(R)                                                                                      \
   case R:                                                                                                \
@@ -547,6 +827,7 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 // the weight bytes of all the rows it dots (gate and up, or the down rows of up to
 // kDownSlots slots) into its shared-memory stage with 16-byte cp.async (every load in flight
 // at once: a single expert row is too short to cover DRAM latency otherwise), then decodes
+// (the CTA's activation rows staged once in shared memory too: stage_act)
 // the staged blocks 4 at a time (8 lanes per block) and adds each row's terms into that
 // row's one accumulator in block order, like quant_matvec_rows.
 
@@ -568,15 +849,41 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// Dots of m_cnt <= M weight rows (row m at rows[m], nb blocks) with activation rows
-// a0 + m·a_stride; lane m < m_cnt returns row m's sequential block sum (before F::finish).
-// vec16: every row and every chunk of it is 16-byte aligned with a multiple of 16 bytes
-// (else 2-byte copies: shapes no model uses, kept correct for the tests' small widths).
-// All 32 lanes call it.
+// Copies the weight bytes of the stage that starts at block c0 of the m_cnt rows into `stage`:
+// 16-byte cp.async when vec16 (every row and every chunk of it is 16-byte aligned with a
+// multiple of 16 bytes; complete after cp_async_wait_all), else 2-byte loads (shapes no model
+// uses, kept correct for the tests' small widths). All 32 lanes call it.
 template <class F, int M>
-__device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const BlockQ8K* __restrict__ a0,
-                                             int64_t a_stride, int m_cnt, int nb, bool vec16, uint8_t* stage,
-                                             float* ts, const uint64_t* grid, const uint8_t* signs) {
+__device__ __forceinline__ void expert_issue(const uint8_t* const* rows, int m_cnt, int nb, int c0, bool vec16,
+                                             uint8_t* stage) {
+  constexpr int kStage = stage_blocks<F, M>();
+  constexpr int kBB = F::kBlockBytes;
+  const int lane = threadIdx.x & 31;
+  const int cnt = nb - c0 < kStage ? nb - c0 : kStage;
+  const int bytes = cnt * kBB;
+  if (vec16) {
+    const int n4 = bytes / 16;
+    for (int idx = lane; idx < m_cnt * n4; idx += 32) {
+      const int m = idx / n4, i = idx - m * n4;
+      cp_async16(stage + m * kStage * kBB + 16 * i, rows[m] + static_cast<size_t>(c0) * kBB + 16 * i);
+    }
+  } else {
+    const int n2 = bytes / 2;
+    for (int idx = lane; idx < m_cnt * n2; idx += 32) {
+      const int m = idx / n2, i = idx - m * n2;
+      reinterpret_cast<uint16_t*>(stage + m * kStage * kBB)[i] = load_u16(rows[m] + static_cast<size_t>(c0) * kBB + 2 * i);
+    }
+  }
+}
+
+// Dots of m_cnt <= M weight rows (row m at rows[m], nb blocks) with the staged activation rows
+// (row m's block b at act_s + (m·a_stride + b)·kActBlockBytes); lane m < m_cnt returns row
+// m's sequential block sum (before F::finish). first_issued: the caller already issued (and
+// waited for) the first stage's copies with expert_issue. All 32 lanes call it.
+template <class F, int M>
+__device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const uint8_t* act_s, int a_stride,
+                                             int m_cnt, int nb, bool vec16, uint8_t* stage, float* ts,
+                                             const uint64_t* grid, const uint64_t* smask, bool first_issued) {
   constexpr int kStage = stage_blocks<F, M>();
   constexpr int kBB = F::kBlockBytes;
   static_assert(kStage >= 1 && M * kStage <= kMaxStageTerms, "stage too small or term buffer too short");
@@ -585,21 +892,9 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const B
   float acc = 0.0f;
   for (int c0 = 0; c0 < nb; c0 += kStage) {
     const int cnt = nb - c0 < kStage ? nb - c0 : kStage;
-    const int bytes = cnt * kBB;
-    if (vec16) {
-      const int n4 = bytes / 16;
-      for (int idx = lane; idx < m_cnt * n4; idx += 32) {
-        const int m = idx / n4, i = idx - m * n4;
-        cp_async16(stage + m * kStage * kBB + 16 * i, rows[m] + static_cast<size_t>(c0) * kBB + 16 * i);
-      }
+    if (c0 != 0 || !first_issued) {
+      expert_issue<F, M>(rows, m_cnt, nb, c0, vec16, stage);
       cp_async_wait_all();
-    } else {
-      const int n2 = bytes / 2;
-      for (int idx = lane; idx < m_cnt * n2; idx += 32) {
-        const int m = idx / n2, i = idx - m * n2;
-        reinterpret_cast<uint16_t*>(stage + m * kStage * kBB)[i] =
-            load_u16(rows[m] + static_cast<size_t>(c0) * kBB + 2 * i);
-      }
     }
     __syncwarp();
     const int total = m_cnt * cnt;
@@ -608,8 +903,8 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const B
       const bool valid = j < total;
       const int m = valid ? j / cnt : 0;
       const int b = valid ? j - m * cnt : 0;
-      const float t = F::staged_term(stage + (m * kStage + b) * kBB, a0 + m * a_stride + c0 + b, valid, sub,
-                                     grid, signs);
+      const float t = F::staged_term(stage + (m * kStage + b) * kBB,
+                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid, smask);
       if (valid && sub == 0) ts[j] = t;
     }
     __syncwarp();
@@ -628,13 +923,39 @@ struct ExpertArgs {
 
 // The IQ2_XXS tables into shared memory (all threads; a no-op for the other formats).
 template <class F>
-__device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint8_t* signs_s) {
+__device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint64_t* smask_s) {
   if constexpr (F::kTables) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) grid_s[i] = g_iq2_grid[i];
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) signs_s[i] = g_iq2_signs[i];
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) smask_s[i] = g_iq2_smask[i];
     __syncthreads();
   }
 }
+
+// Copies n_blocks Q8_K blocks (global, 4-byte aligned: 73 words each) into shared memory in
+// the kActBlockBytes layout, 4 bytes per cp.async; all threads of the CTA take part. Why: read
+// from global memory, the 8 lanes of a block load its 32 quants with 8 scalar loads that each
+// touch 8 cache lines per warp (~64 L1 wavefronts per 4 blocks of weights, more than the
+// weights' own), which bounded the fused kernels at ~600-800 GB/s.
+__device__ __forceinline__ void stage_act(uint8_t* dst, const BlockQ8K* __restrict__ src, int n_blocks) {
+  const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+  for (int i = threadIdx.x; i < n_blocks * 73; i += blockDim.x) {
+    const int b = i / 73, wd = i - b * 73;  // word 0: d, 1..64: quants, 65..72: bsums
+    int to;
+    if (wd == 0) {
+      to = 72;
+    } else if (wd <= 64) {
+      const int q = wd - 1;  // quant word q: group q / 8, half (q / 4) % 2, word q % 4
+      to = ((q >> 2) & 1) * 32 + (q >> 3) * 4 + (q & 3);
+    } else {
+      to = 64 + (wd - 65);
+    }
+    cp_async4(dst + b * kActBlockBytes + 4 * to, s + i);
+  }
+}
+
+// Dynamic shared memory the fused kernels may take for staged activations (opted in once
+// per kernel and device).
+constexpr int kExpertActMax = 96 * 1024;
 
 // grid (pairs, n_ff / kExpertWarps): pair q = blockIdx.x (row q / n_used), output row o.
 // mid[q][o] = moe_mid_value(gate dot, up dot, clamp, wt[q]); an expert id outside
@@ -648,25 +969,33 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   __shared__ float ts[kExpertWarps][kMaxStageTerms];
   __shared__ const uint8_t* rows[kExpertWarps][2];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
-  stage_tables<F>(grid_s, signs_s);
+  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
+  extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t q = blockIdx.x;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (o >= n_ff) return;  // warp-uniform
-  const int32_t e = sel[q];
-  float* mq = mid + q * n_ff;
-  if (e < 0 || e >= n_expert) {
-    if (lane == 0) mq[o] = __int_as_float(0x7fffffff);
-    return;
-  }
-  if (lane == 0) {
+  const bool live = o < n_ff;  // warp-uniform
+  const int32_t e = live ? sel[q] : -1;
+  const bool ok = live && e >= 0 && e < n_expert;
+  if (ok && lane == 0) {
     rows[warp][0] = gate.data + static_cast<size_t>(e) * gate.expert_bytes + static_cast<size_t>(o) * gate.row_bytes;
     rows[warp][1] = up.data + static_cast<size_t>(e) * up.expert_bytes + static_cast<size_t>(o) * up.row_bytes;
   }
   __syncwarp();
-  const float acc = expert_dots<F, 2>(rows[warp], x + (q / n_used) * nb, 0, 2, nb, vec16, stage[warp], ts[warp],
-                                      grid_s, signs_s);
+  // The first stage's weights are in flight while the activations and tables are staged.
+  if (ok) expert_issue<F, 2>(rows[warp], 2, nb, 0, vec16, stage[warp]);
+  stage_act(act_s, x + (q / n_used) * nb, nb);
+  stage_tables<F>(grid_s, smask_s);
+  cp_async_wait_all();
+  __syncthreads();
+  if (!live) return;  // no barrier follows
+  float* mq = mid + q * n_ff;
+  if (!ok) {
+    if (lane == 0) mq[o] = __int_as_float(0x7fffffff);
+    return;
+  }
+  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, smask_s,
+                                      true);
   const float v = F::finish(acc);           // lane 0: gate, lane 1: up
   const float u = __shfl_sync(kFullMask, v, 1);
   if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
@@ -674,39 +1003,48 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
 
 // grid (n_rows, n_embd / kExpertWarps): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
 // slot order, down(s) = dot(expert sel[i][s] row o, midq pair i·n_used + s); NaN for an id
-// outside [0, n_expert).
+// outside [0, n_expert). Slots go in groups of `group` <= kDownSlots (their midq rows staged
+// in shared memory together).
 template <class F>
 __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
     ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
-    const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
+    int group, const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
   __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
   __shared__ float ts[kExpertWarps][kMaxStageTerms];
   __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint8_t signs_s[F::kTables ? 128 : 1];
-  stage_tables<F>(grid_s, signs_s);
+  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
+  extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i = blockIdx.x;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (o >= n_embd) return;  // warp-uniform
+  const bool live = o < n_embd;  // warp-uniform; every warp takes part in the barriers
   float sum = 0.0f;
-  for (int g0 = 0; g0 < n_used; g0 += kDownSlots) {
-    const int m_cnt = n_used - g0 < kDownSlots ? n_used - g0 : kDownSlots;
+  for (int g0 = 0; g0 < n_used; g0 += group) {
+    const int m_cnt = n_used - g0 < group ? n_used - g0 : group;
+    __syncthreads();  // the previous group's activations are no longer read
     bool bad = false;
-    if (lane < m_cnt) {
+    if (live && lane < m_cnt) {
       const int32_t e = sel[i * n_used + g0 + lane];
       bad = e < 0 || e >= n_expert;
       rows[warp][lane] = down.data + static_cast<size_t>(bad ? 0 : e) * down.expert_bytes +
                          static_cast<size_t>(o) * down.row_bytes;
     }
     __syncwarp();
-    const float acc = expert_dots<F, kDownSlots>(rows[warp], midq + (i * n_used + g0) * nb, nb, m_cnt, nb, vec16,
-                                                 stage[warp], ts[warp], grid_s, signs_s);
-    const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
-    for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
-    __syncwarp();
+    // The first stage's weights are in flight while the activations (and tables) are staged.
+    if (live) expert_issue<F, kDownSlots>(rows[warp], m_cnt, nb, 0, vec16, stage[warp]);
+    stage_act(act_s, midq + (i * n_used + g0) * nb, m_cnt * nb);
+    if (g0 == 0) stage_tables<F>(grid_s, smask_s);
+    cp_async_wait_all();
+    __syncthreads();
+    if (live) {
+      const float acc = expert_dots<F, kDownSlots>(rows[warp], act_s, nb, m_cnt, nb, vec16, stage[warp], ts[warp],
+                                                   grid_s, smask_s, true);
+      const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
+      for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
+    }
   }
-  if (lane == 0) out[i * n_embd + o] = sum;
+  if (live && lane == 0) out[i * n_embd + o] = sum;
 }
 
 // Shape checks shared by both launchers; *vec16 = the 16-byte staging applies.
@@ -730,6 +1068,28 @@ Status check_experts(const char* op, const ExpertWeights& w, int64_t n_in, int64
   return Status();
 }
 
+// Lets expert_down_sum_kernel<F> (kDown) or expert_gate_up_kernel<F> take kExpertActMax bytes
+// of dynamic shared memory (once per kernel and device; a failure is reported, not cached).
+template <class F, bool kDown>
+Status expert_smem_optin(const char* op) {
+  static bool done[64] = {};  // one table per kernel
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+    return resource_error("cuda: %s: no current device", op);
+  if (done[dev]) return Status();
+  cudaError_t e = cudaSuccess;
+  if constexpr (kDown) {
+    e = cudaFuncSetAttribute(expert_down_sum_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, kExpertActMax);
+  } else {
+    e = cudaFuncSetAttribute(expert_gate_up_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, kExpertActMax);
+  }
+  if (e != cudaSuccess)
+    return resource_error("cuda: %s: cannot opt in to %d bytes of shared memory: %s", op, kExpertActMax,
+                          cudaGetErrorString(cudaGetLastError()));
+  done[dev] = true;
+  return Status();
+}
+
 template <class F>
 Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                       int n_rows, int n_used, const BlockQ8K* x, float clamp, float* mid, Stream stream) {
@@ -741,10 +1101,16 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
     return invalid_argument("cuda: expert_gate_up: bad shape (%lld / %lld experts, %d rows x %d used, n_ff %lld)",
                             static_cast<long long>(gate.n_expert), static_cast<long long>(up.n_expert), n_rows,
                             n_used, static_cast<long long>(gate.n_out));
+  const int nb = static_cast<int>(gate.n_in / F::kBlockElems);
+  const size_t act_bytes = static_cast<size_t>(nb) * kActBlockBytes;
+  if (act_bytes > kExpertActMax)
+    return invalid_argument("cuda: expert_gate_up: n_embd %lld too wide (its Q8_K row takes %zu bytes of shared "
+                            "memory, at most %d)", static_cast<long long>(gate.n_in), act_bytes, kExpertActMax);
   if (n_rows == 0) return Status();
+  if (Status s = expert_smem_optin<F, false>("expert_gate_up"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows * n_used),
                   static_cast<unsigned>((gate.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, 0, stream>>>(
+  expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, act_bytes, stream>>>(
       ExpertArgs{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
       ExpertArgs{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert,
       static_cast<int>(gate.n_in / F::kBlockElems), gate.n_out, sel, wt, n_used, x, clamp, v_gate && v_up, mid);
@@ -760,12 +1126,20 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
       (down.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
     return invalid_argument("cuda: expert_down_sum: bad shape (%d rows x %d used, n_embd %lld)", n_rows, n_used,
                             static_cast<long long>(down.n_out));
+  const int nb = static_cast<int>(down.n_in / F::kBlockElems);
+  const size_t row_act = static_cast<size_t>(nb) * kActBlockBytes;  // one slot's staged midq row
+  int group = static_cast<int>(kExpertActMax / row_act);
+  group = group > kDownSlots ? kDownSlots : group > n_used ? n_used : group;
+  if (group < 1)
+    return invalid_argument("cuda: expert_down_sum: n_ff %lld too wide (its Q8_K row takes %zu bytes of shared "
+                            "memory, at most %d)", static_cast<long long>(down.n_in), row_act, kExpertActMax);
   if (n_rows == 0) return Status();
+  if (Status s = expert_smem_optin<F, true>("expert_down_sum"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows),
                   static_cast<unsigned>((down.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, 0, stream>>>(
-      ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert,
-      static_cast<int>(down.n_in / F::kBlockElems), down.n_out, sel, n_used, midq, vec16, out);
+  expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, static_cast<size_t>(group) * row_act, stream>>>(
+      ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
+      down.n_out, sel, n_used, group, midq, vec16, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, n_rows);
 }
 
@@ -774,6 +1148,10 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
 Status matvec_q8_0(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                    int64_t y_stride, Stream stream) {
   return launch<Q8_0Fmt>("matvec_q8_0", w, x, x_stride, r, y, y_stride, stream);
+}
+Status matvec_q8_0_mma(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
+                       int64_t y_stride, Stream stream) {
+  return launch<Q8_0Fmt>("matvec_q8_0_mma", w, x, x_stride, r, y, y_stride, stream, true);
 }
 Status matvec_iq2_xxs(const Weights& w, const BlockQ8K* x, int64_t x_stride, int r, float* y,
                       int64_t y_stride, Stream stream) {

@@ -2,20 +2,25 @@
 //
 // Role: the device's two ceilings first (a device-to-device copy, counting bytes read plus
 // written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
-// matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows;
+// matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows
+// (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
 // DISTINCT expert bytes the call reads. Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
-// Usage: bench_cuda [--quick] [--roofline] [--csv FILE]
+// Usage: bench_cuda [--quick] [--roofline] [--csv FILE] [--rows=N] [FILTER]
 //   --quick: fewer batches; --roofline: the two ceilings only (the roofline probe of
 //   scripts/bench_cuda_sweep.sh); --csv FILE: also write the ceilings as one CSV row
-//   (device,read_gbps,copy_gbps,buffer_bytes,l2_bytes).
+//   (device,read_gbps,copy_gbps,buffer_bytes,l2_bytes); --rows=N: only N activation rows
+//   (matvecs) / N token rows (moe); FILTER: only the matvecs, moe cases and small ops whose
+//   name contains it (the ceilings always run). One benchmark alone, e.g. for Nsight Compute:
+//   bench_cuda --rows=8 q8_0_head   or   bench_cuda --rows=1 moe_iq2_xxs
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -50,6 +55,11 @@ void ok(const ds4::Status& s) {
 }
 
 int g_batches = 15;
+int g_rows = 0;              // --rows=N: only this row count (0: all)
+const char* g_filter = "";   // only names containing it
+
+bool selected(const char* name) { return std::strstr(name, g_filter) != nullptr; }
+bool rows_selected(int r) { return g_rows == 0 || g_rows == r; }
 
 // Median over batches of (time of `calls` invocations of fn(i)) / calls, in seconds.
 double time_per_call(const std::function<void(int)>& fn, int calls) {
@@ -149,6 +159,7 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
   CK(cudaMalloc(&mid, sizeof(float) * kMaxRows * kUsed * kFf));
   CK(cudaMalloc(&midq, sizeof(quant::BlockQ8K) * kMaxRows * kUsed * (kFf / 256)));
   for (int r : {1, 2, 4, 6, 8, 32}) {
+    if (!rows_selected(r)) continue;
     std::vector<int32_t> sel(static_cast<size_t>(kSets * r * kUsed));
     double distinct = 0;
     for (int s = 0; s < kSets; ++s) {
@@ -220,8 +231,14 @@ int main(int argc, char** argv) {
       roofline_only = true;
     } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
       csv_path = argv[++i];
+    } else if (std::strncmp(argv[i], "--rows=", 7) == 0) {
+      g_rows = std::atoi(argv[i] + 7);
+    } else if (argv[i][0] != '-') {
+      g_filter = argv[i];
     } else {
-      std::fprintf(stderr, "bench_cuda: unknown argument %s (usage: bench_cuda [--quick] [--roofline] [--csv FILE])\n",
+      std::fprintf(stderr,
+                   "bench_cuda: unknown argument %s (usage: bench_cuda [--quick] [--roofline] [--csv FILE] "
+                   "[--rows=N] [FILTER])\n",
                    argv[i]);
       return 2;
     }
@@ -283,6 +300,7 @@ int main(int argc, char** argv) {
   std::printf("\n%-28s %6s %10s %10s %8s\n", "matvec", "rows", "us/call", "GB/s", "%read");
   const int kMaxR = 8;
   for (const Matvec& c : cases) {
+    if (!selected(c.name)) continue;
     const size_t rb = quant::row_bytes(c.type, c.n_in);
     const size_t bytes = rb * c.n_out;
     const int copies = static_cast<int>(std::max<size_t>(1, (4 * info.l2_bytes + bytes - 1) / bytes));
@@ -318,12 +336,17 @@ int main(int argc, char** argv) {
     } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
       ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
     }
+    // Q8_0 twice: matvec_q8_0 as dispatched, then the tensor-core kernel forced (" mma").
+    const int variants = c.type == GgmlType::kQ8_0 ? 2 : 1;
+    for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
+      if (!rows_selected(r)) continue;
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
         switch (c.type) {
           case GgmlType::kQ8_0:
-            ok(cuda::matvec_q8_0(wv, static_cast<const quant::BlockQ8_0Act*>(dq), nb32, r, dy, c.n_out));
+            ok((v == 0 ? cuda::matvec_q8_0 : cuda::matvec_q8_0_mma)(
+                wv, static_cast<const quant::BlockQ8_0Act*>(dq), nb32, r, dy, c.n_out, nullptr));
             break;
           case GgmlType::kF16: ok(cuda::matvec_f16(wv, dx, c.n_in, r, dy, c.n_out)); break;
           case GgmlType::kF32: ok(cuda::matvec_f32(wv, dx, c.n_in, r, dy, c.n_out)); break;
@@ -341,7 +364,8 @@ int main(int argc, char** argv) {
       };
       const double t = time_per_call(fn, std::max(copies, 8));
       const double gbs = bytes / t / 1e9;
-      std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", c.name, r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
+      const std::string label = std::string(c.name) + (v == 1 ? " mma" : "");
+      std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }
     for (void* p : w) CK(cudaFree(p));
     CK(cudaFree(dx));
@@ -351,8 +375,8 @@ int main(int argc, char** argv) {
 
   // ---- Routed experts (the whole moe op: quantize, gate/up, SwiGLU, down, slot sum) ----------
   std::printf("\n%-28s %6s %10s %10s %10s\n", "moe (Flash, 6 of 256)", "rows", "us/call", "GB/s", "experts");
-  bench_moe("moe_iq2_xxs_q2_k", GgmlType::kIQ2_XXS, GgmlType::kQ2_K);
-  bench_moe("moe_q4_k", GgmlType::kQ4_K, GgmlType::kQ4_K);
+  if (selected("moe_iq2_xxs_q2_k")) bench_moe("moe_iq2_xxs_q2_k", GgmlType::kIQ2_XXS, GgmlType::kQ2_K);
+  if (selected("moe_q4_k")) bench_moe("moe_q4_k", GgmlType::kQ4_K, GgmlType::kQ4_K);
 
   // ---- Small ops ------------------------------------------------------------------------------
   std::printf("\n%-40s %10s\n", "op", "us/call");
@@ -360,6 +384,7 @@ int main(int argc, char** argv) {
   void* q = nullptr;
   CK(cudaMalloc(&q, sizeof(quant::BlockQ8K) * 8 * 64));
   auto small = [&](const char* name, const std::function<void(int)>& fn) {
+    if (!selected(name)) return;
     std::printf("%-40s %10.2f\n", name, time_per_call(fn, 50) * 1e6);
   };
   small("quantize_q8_0_act 4096 x1", [&](int) {

@@ -134,15 +134,17 @@ std::vector<uint8_t> random_weights(GgmlType t, const Shape& s, uint64_t seed) {
   return w;
 }
 
-// Runs launcher `run` for r = 1..8 and 11 and compares with `ref(o, k)` for every output.
+// Runs launcher `run` for each r of `rs` (default 1..8 and 11) and compares with `ref(o, k)`
+// for every output.
 template <typename Act, typename Run, typename Ref>
 void check_matvec(GgmlType t, const Shape& s, const std::vector<Act>& x_host, int64_t x_stride, Run run,
-                  Ref ref, const std::string& name) {
+                  Ref ref, const std::string& name,
+                  std::initializer_list<int> rs = {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
   const auto w = random_weights(t, s, static_cast<uint64_t>(s.n_in * 131 + s.n_out));
   auto dw = to_device(w);
   auto dx = to_device(x_host);
   const Weights wv{dw->as<uint8_t>(), quant::row_bytes(t, s.n_in), s.n_in, s.n_out};
-  for (int r : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
+  for (int r : rs) {
     const int64_t y_stride = s.n_out + 3;
     DeviceBuf dy(sizeof(float) * y_stride * r);
     dy.poison();
@@ -169,24 +171,48 @@ void check_matvec(GgmlType t, const Shape& s, const std::vector<Act>& x_host, in
 
 constexpr int kMaxTestRows = 11;
 
+// mma: matvec_q8_0_mma (the tensor-core kernel whatever the shape) instead of matvec_q8_0.
+void q8_0_case(const Shape& s, std::initializer_list<int> rs = {1, 2, 3, 4, 5, 6, 7, 8, 11}, bool mma = false) {
+  const int64_t nb = s.n_in / 32;
+  const auto x = gaussian(static_cast<size_t>(kMaxTestRows * s.n_in), 3);
+  std::vector<quant::BlockQ8_0Act> xq(kMaxTestRows * nb);
+  for (int k = 0; k < kMaxTestRows; ++k) quant::quantize_q8_0_act(x.data() + k * s.n_in, xq.data() + k * nb, s.n_in);
+  check_matvec<quant::BlockQ8_0Act>(
+      GgmlType::kQ8_0, s, xq, nb,
+      [mma](const Weights& w, const quant::BlockQ8_0Act* xd, int64_t xs, int r, float* y, int64_t ys) {
+        return mma ? matvec_q8_0_mma(w, xd, xs, r, y, ys) : matvec_q8_0(w, xd, xs, r, y, ys);
+      },
+      [](const uint8_t* row, const quant::BlockQ8_0Act* xr, int64_t n) {
+        return quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(row), xr, n / 32);
+      },
+      mma ? "q8_0 mma" : "q8_0", rs);
+}
+
 TEST_F(CudaKernels, MatvecQ8_0BitsEqualCpuForR1To8) {
-  // Below 4096 rows the split kernel (4 warps per row), from 4096 the one-warp-per-row kernel;
-  // 8224 inputs are 257 blocks: three chunks, the last of one block.
+  // Below 4096 rows the split kernel (4 warps per row); from 4096 rows r = 1 takes the
+  // one-warp-per-row kernel and r = 2..8 the tensor-core kernel (tiles of 16 rows, chunks of 8
+  // blocks; r = 11 is a tile of 8 rows then one of 3). 8224 inputs are 257 blocks: three
+  // chunks of the warp kernel, the last of one block; for the mma kernel a one-block tail chunk
+  // and rows that are not 16-byte multiples (its 2-byte copy path).
   for (Shape s : {Shape{96, 13}, Shape{256, 256}, Shape{4096, 1024}, Shape{1056, 37}, Shape{8224, 11},
                   Shape{512, 4100}}) {
-    const int64_t nb = s.n_in / 32;
-    const auto x = gaussian(static_cast<size_t>(kMaxTestRows * s.n_in), 3);
-    std::vector<quant::BlockQ8_0Act> xq(kMaxTestRows * nb);
-    for (int k = 0; k < kMaxTestRows; ++k) quant::quantize_q8_0_act(x.data() + k * s.n_in, xq.data() + k * nb, s.n_in);
-    check_matvec<quant::BlockQ8_0Act>(
-        GgmlType::kQ8_0, s, xq, nb,
-        [](const Weights& w, const quant::BlockQ8_0Act* xd, int64_t xs, int r, float* y, int64_t ys) {
-          return matvec_q8_0(w, xd, xs, r, y, ys);
-        },
-        [](const uint8_t* row, const quant::BlockQ8_0Act* xr, int64_t n) {
-          return quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(row), xr, n / 32);
-        },
-        "q8_0");
+    q8_0_case(s);
+  }
+}
+
+TEST_F(CudaKernels, MatvecQ8_0MmaBitsEqualCpu) {
+  // The tensor-core kernel's shapes: a partial last tile (4113 = 257 tiles + 1 row), the
+  // 2-byte copy path with a one-block tail chunk and a partial tile (8224 x 4099), several tiles
+  // per warp of the persistent grid (1024 x 32768, attn_q_b), and the vocabulary head.
+  q8_0_case(Shape{4096, 4113});
+  q8_0_case(Shape{8224, 4099}, {2, 5, 8});
+  q8_0_case(Shape{1024, 32768}, {2, 3, 8});
+  q8_0_case(Shape{4096, 129280}, {8});
+  // The kernel forced onto every shape and r = 1..8, 11: fewer rows than one tile (13, 11),
+  // a single block per row (32 inputs), odd block counts (3, 33, 257), partial tiles.
+  for (Shape s : {Shape{96, 13}, Shape{32, 40}, Shape{256, 256}, Shape{1056, 37}, Shape{8224, 11},
+                  Shape{4096, 1024}, Shape{512, 4100}}) {
+    q8_0_case(s, {1, 2, 3, 4, 5, 6, 7, 8, 11}, /*mma=*/true);
   }
 }
 
