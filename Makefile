@@ -11,7 +11,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PROMPT ?=
-N ?= 134
+N ?= 131
 
 .PHONY: all setup configure build run serve test bench bench-spec fuzz test-cuda bench-cuda bench-flash clean
 
@@ -29,7 +29,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # run: a held-out prompt of the structured channel (scripts/run_default.sh says which), greedy,
-# 134 tokens (three whole records);
+# 131 tokens (three whole records);
 # PROMPT="..." continues that text instead, N sets the token count.
 run: build
 	@bash scripts/run_default.sh $(BUILD) "$(PROMPT)" $(N)

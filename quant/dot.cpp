@@ -14,39 +14,44 @@ namespace ds4::quant {
 namespace {
 
 template <typename Load>
-float dot_16lane(const Load& f, const float* x, int64_t n) {
-  float p[16];
-  for (int j = 0; j < 16; ++j) p[j] = 0.0f;
-  const int64_t m = n - n % 16;
-  for (int64_t i = 0; i < m; i += 16) {
-    for (int j = 0; j < 16; ++j) {
-      const float t = f(i + j) * x[i + j];
-      p[j] = p[j] + t;
-    }
-  }
-  for (int s = 8; s >= 1; s /= 2) {
-    for (int j = 0; j < s; ++j) p[j] = p[j] + p[j + s];
-  }
-  float r = p[0];
-  for (int64_t i = m; i < n; ++i) {
+float dot_64lane(const Load& f, const float* x, int64_t n) {
+  float p[kDotLanes];
+  for (int j = 0; j < kDotLanes; ++j) p[j] = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
     const float t = f(i) * x[i];
-    r = r + t;
+    p[i % kDotLanes] = p[i % kDotLanes] + t;
   }
-  return r;
+  for (int h = kDotLanes / 2; h >= 1; h /= 2) {
+    for (int j = 0; j < h; ++j) p[j] = p[j] + p[j + h];
+  }
+  return p[0];
 }
 
 }  // namespace
 
 float dot_f32(const float* w, const float* x, int64_t n) {
-  return dot_16lane([w](int64_t i) { return w[i]; }, x, n);
+  return dot_64lane([w](int64_t i) { return w[i]; }, x, n);
 }
 
 float dot_f16(const uint16_t* w, const float* x, int64_t n) {
-  return dot_16lane([w](int64_t i) { return f16_to_f32(w[i]); }, x, n);
+  return dot_64lane([w](int64_t i) { return f16_to_f32(w[i]); }, x, n);
 }
 
 float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
-  return dot_16lane([w](int64_t i) { return bf16_to_f32(w[i]); }, x, n);
+  return dot_64lane([w](int64_t i) { return bf16_to_f32(w[i]); }, x, n);
+}
+
+double sumsq_f64(const float* x, int64_t n) {
+  double p[kDotLanes];
+  for (int j = 0; j < kDotLanes; ++j) p[j] = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double q = static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    p[i % kDotLanes] = p[i % kDotLanes] + q;
+  }
+  for (int h = kDotLanes / 2; h >= 1; h /= 2) {
+    for (int j = 0; j < h; ++j) p[j] = p[j] + p[j + h];
+  }
+  return p[0];
 }
 
 int32_t q8_0_block_isum(const BlockQ8_0& w, const BlockQ8_0Act& x) {

@@ -17,25 +17,29 @@
 
 namespace ds4::quant {
 
-// ---- Dense: the CANONICAL 16-LANE ORDER -------------------------------------------------
+// ---- Dense: the CANONICAL 64-LANE ORDER -------------------------------------------------
 // dot_f32 (f(v) = v), dot_f16 (f(v) = f16_to_f32(v)), dot_bf16 (f(v) = bf16_to_f32(v)):
 //
-//   float p[16] = {0};                                 // 16 lane partial sums
-//   m = n - n % 16;
-//   for (i = 0; i < m; i += 16)
-//     for (j = 0; j < 16; ++j) { t = f(w[i+j]) * x[i+j];  p[j] = p[j] + t; }   // mul, then add
-//   for (s = 8; s >= 1; s /= 2)                        // fixed tree: 8, 4, 2, 1
-//     for (j = 0; j < s; ++j) p[j] = p[j] + p[j+s];
-//   r = p[0];
-//   for (i = m; i < n; ++i) { t = f(w[i]) * x[i];  r = r + t; }                // sequential tail
-//   return r;
+//   float p[64] = {0};                                 // 64 lane partial sums
+//   for (i = 0; i < n; ++i) {                          // element i belongs to lane i % 64,
+//     t = f(w[i]) * x[i];  p[i % 64] = p[i % 64] + t;  // in increasing i; mul, then add
+//   }                                                  // (the n % 64 tail included)
+//   for (h = 32; h >= 1; h /= 2)                       // fixed halving tree: 32,16,8,4,2,1
+//     for (j = 0; j < h; ++j) p[j] = p[j] + p[j+h];
+//   return p[0];
 //
-// SIMD twins: AVX-512 = one 16-lane vector (lane j = p[j]), _mm512_mul_ps then _mm512_add_ps;
-// AVX2 = two 8-lane vectors A (lanes p[0..7]) and B (p[8..15]), mul then add (NOT fmadd);
-// then the tree: step 8 is A = A + B; steps 4, 2, 1 are p[j] = p[j] + p[j+s] for j < s
-// within A (e.g. add the high 128-bit half to the low half, then 2 lanes, then 1 lane).
-// Lanes start at +0.0f (setzero), so an empty or all-(−0) row returns +0.0f on every path.
+// Why 64 lanes (it replaced a 16-lane order with a sequential n % 16 tail in one deliberate
+// change of the CPU's bits): the lanes are independent chains, so a GPU runs one row on 64
+// threads (lane j = thread j, coalesced loads, the tree by shuffles) instead of 16, and the
+// CPU keeps one accumulator vector per 8 (AVX2) or 16 (AVX-512) lanes, which also hides the
+// add latency. Lanes are independent, so a kernel may compute them in several passes (a
+// subset of lanes per pass) and finish the tail of each lane in any order relative to the
+// other lanes. SIMD twins: lane vector v holds p[8v..8v+7] (AVX2) or p[16v..16v+15]
+// (AVX-512); the tree's steps h >= 8 (AVX2) / h >= 16 (AVX-512) are whole-vector adds
+// (vector v + vector v + h/width), the rest in-register halvings (high half onto low half).
+// Lanes start at +0.0f, so an empty or all-(−0) row returns +0.0f on every path.
 // Multi-row kernels must run this exact per-row sequence for each row (batch invariance).
+inline constexpr int kDotLanes = 64;  // lanes of this order and of sumsq_f64's below
 float dot_f32(const float* w, const float* x, int64_t n);
 float dot_f16(const uint16_t* w, const float* x, int64_t n);
 float dot_bf16(const uint16_t* w, const float* x, int64_t n);
@@ -94,5 +98,14 @@ int32_t iq2_xxs_block_isum(const BlockIQ2XXS& w, const BlockQ8K& y);
 void q2_k_block_isums(const BlockQ2K& w, const BlockQ8K& y, int32_t* isum, int32_t* summs);
 void q4_k_block_isums(const BlockQ4K& w, const BlockQ8K& y, int32_t* isum, int32_t* summs);
 int32_t q8_0_block_isum(const BlockQ8_0& w, const BlockQ8_0Act& x);
+
+// ---- The RMSNorm statistic: Σ x² in double, the same 64-lane order ------------------------
+//   double p[64] = {0};
+//   for (i = 0; i < n; ++i) { q = (double)x[i] * (double)x[i];  p[i % 64] = p[i % 64] + q; }
+//   for (h = 32; h >= 1; h /= 2) for (j = 0; j < h; ++j) p[j] = p[j] + p[j+h];
+//   return p[0];
+// (q is exact: a float's 24-bit significand squared fits double's 53 bits; only the adds
+// round.) Backends feed it into rms = 1 / sqrtf((float)(ss / n) + eps) unchanged.
+double sumsq_f64(const float* x, int64_t n);
 
 }  // namespace ds4::quant

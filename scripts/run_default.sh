@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # scripts/run_default.sh BUILD [PROMPT] [N] — what `make run` executes.
 #
-# Without PROMPT it continues a held-out benchmark prompt: data/prompts/structured.jsonl id 14
+# Without PROMPT it continues a held-out benchmark prompt: data/prompts/structured.jsonl id 13
 # (the structured channel, ISO 639-3 language records from Debian's iso-codes package). Every
 # prompt in data/prompts/ is cut from the held-out split of tools/corpus/build_corpus.py, so the
 # bundled model never trained on this text; the structured channel is the one it models best
-# (held-out perplexity 3.15, models/README.md), and id 14 is the prompt of that channel whose
-# greedy continuation repeats no record. Greedy (--temp 0), so every run prints the same text.
-# With PROMPT, that text is continued instead (also greedy). N: tokens to generate (default 134).
+# (held-out perplexity 3.15, models/README.md), and id 13 is a prompt of that channel whose
+# greedy continuation repeats no record (id 14 was, until the 64-lane dot order of 2026-12-06
+# changed the bits). Greedy (--temp 0), so every run prints the same text.
+# With PROMPT, that text is continued instead (also greedy). N: tokens to generate (default 131).
 #
 # Model: the bundled trained models/ds4-tiny.gguf when present; otherwise a random tiny
 # DS4-layout model generated into BUILD/models/ (its text is noise).
@@ -15,10 +16,10 @@ set -euo pipefail
 BUILD=${1:-build}
 PROMPT=${2:-}
 N=${3:-}
-N=${N:-134}  # 134: the greedy continuation ends after its third whole record
+N=${N:-131}  # 131: the greedy continuation ends after its third whole record
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HELD_OUT_FILE="$ROOT/data/prompts/structured.jsonl"
-HELD_OUT_ID=14
+HELD_OUT_ID=13
 
 find_bin() {  # find_bin NAME: the built binary, wherever the target puts it
   for p in "$BUILD/bin/$1" "$BUILD/cli/$1" "$BUILD/bench/$1" "$BUILD/tools/$1/$1" \

@@ -13,8 +13,7 @@
 namespace ds4::backend::cpu {
 
 void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const double ss = ds4::quant::sumsq_f64(x, n);
   const float scale = 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(n)) + eps);
   if (w != nullptr) {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
@@ -25,8 +24,8 @@ void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float e
 
 namespace {
 
-// Rows [0, g) of the group (g <= 8): per row the same Σ (double)x·x in index order as
-// rms_norm_row, then out = x·scale (·w).
+// Rows [0, g) of the group (g <= 8): per row the same Σ (double)x·x (quant::sumsq_f64's
+// 64-lane order) as rms_norm_row, then out = x·scale (·w).
 void rms_group(const float* x, const float* w, float* out, int64_t n, int64_t stride, int g, float eps) {
   double ss[8];
   ds4::backend::cpu::sumsq_rows_f64(x, stride, g, n, ss);

@@ -20,11 +20,12 @@
 
 namespace ds4::backend::cpu {
 
-// out = x · (1/sqrtf((float)(Σ(double)x²/n) + eps)) (· w), left to right (§3.2).
+// out = x · (1/sqrtf((float)(Σ(double)x²/n) + eps)) (· w), left to right (§3.2); the sum is
+// quant::sumsq_f64 (64 double lane partials, then a halving tree).
 void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
 // rms_norm_row on n_rows rows (row i at x + i·stride, out + i·stride; in place ok), bit for
-// bit. The rows' sequential double sums run interleaved (up to 8 independent chains), so a
-// batch costs little more than one row's add-latency chain.
+// bit. Each row's statistic keeps its own 64 lane partials (the kernel table's
+// sumsq_rows_f64, up to 8 rows per call).
 void rms_norm_rows(const float* x, const float* w, float* out, int64_t n, int64_t stride, int n_rows,
                    float eps);
 

@@ -58,7 +58,7 @@ inline constexpr int kMaxTileRows = 8;
 // y = r output rows, row k at y + k·y_stride (0 = n_out); pool may be null (caller only).
 //
 // F32 / F16 / BF16 weights × f32 activations: quant::dot_f32 / dot_f16 / dot_bf16 (the
-// canonical 16-lane order).
+// canonical 64-lane order).
 void matmul_f32(const TensorRows& w, const float* x, int r, float* y, int64_t n_out,
                 ThreadPool* pool, int64_t x_stride = 0, int64_t y_stride = 0);
 void matmul_f16(const TensorRows& w, const float* x, int r, float* y, int64_t n_out,
@@ -81,14 +81,14 @@ void matmul_q4_k(const TensorRows& w, const quant::BlockQ8K* x, int r, float* y,
 // Each returns, on every ISA, exactly the bits of its scalar definition: per output element
 // the same operations in the same order (the multi-row forms only run independent rows side
 // by side in registers).
-// Bitwise equal to quant::dot_f32 (canonical 16-lane order); attention scores use it.
+// Bitwise equal to quant::dot_f32 (canonical 64-lane order); attention scores use it.
 float dot_f32(const float* a, const float* b, int64_t n);
 // y[i] = y[i] + a·x[i]   (a multiply then an add, never fused; elementwise).
 void axpy(float a, const float* x, float* y, int64_t n);
 // y[i] = y[i]·a.
 void scale(float a, float* y, int64_t n);
-// ss[k] = Σ_i (double)x[k·stride + i]² for k < g (1 <= g <= 8): each row's sum runs
-// sequentially in index order from 0.0 (the RMSNorm statistic), bitwise on every ISA.
+// ss[k] = quant::sumsq_f64(x + k·stride, n) for k < g (1 <= g <= 8): Σ (double)x² in the
+// canonical 64-lane order (the RMSNorm statistic), bitwise on every ISA.
 void sumsq_rows_f64(const float* x, int64_t stride, int g, int64_t n, double* ss);
 // out[i] = x[i]·a, then ·w[i] when w is not null (left to right), elementwise; out may be x.
 void scale_mul(const float* x, float a, const float* w, float* out, int64_t n);
@@ -99,7 +99,7 @@ void exp_sub_row(const float* x, float m, float* out, int64_t n);
 // (left to right), SiLU from core/detmath.h; elementwise, bitwise on every ISA; out may be g.
 void swiglu_row(const float* g, const float* u, float c, float w, bool weighted, float* out, int64_t n);
 // out[j] = dot_f32(a, b[j], n) for j < nb, bit for bit (several rows per pass share the loads
-// of a; each keeps its own canonical 16-lane order).
+// of a; each keeps its own canonical 64-lane order).
 void dot_f32_many(const float* a, const float* const* b, int nb, int64_t n, float* out);
 // y[i] = s[i]·a (0 when s is null), then y[i] = y[i] + w[j]·x[j][i] for j = 0..nx-1 in that
 // order: elementwise, so bitwise equal to a copy+scale (or zero fill) followed by nx axpy

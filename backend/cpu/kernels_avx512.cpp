@@ -1,8 +1,9 @@
 // backend/cpu/kernels_avx512.cpp — the Isa::kAvx512 KernelTable (F, BW, VL, DQ, VNNI; F16C).
 //
 // Role: the 256-bit templates of kernels_x86.h recompiled with AVX-512 flags (EVEX encodings,
-// 32 registers), plus 512-bit replacements where they pay: the dense dots use ONE 16-lane
-// accumulator (lane j = p[j] of the canonical order, mul then add, never FMA) and Q8_0 uses
+// 32 registers), plus 512-bit replacements where they pay: the dense dots keep the canonical
+// 64 lane partials in four 16-lane accumulators (vector v = p[16v..16v+15], mul then add,
+// never FMA), the RMSNorm statistic its 64 double partials in eight 8-lane vectors; Q8_0 uses
 // VNNI (vpdpbusd) in a form exact for every byte: Σ (x+128)·w − 128·Σ w.
 // Q8_0, IQ2_XXS and Q2_K use "outputs in lanes" kernels: a tile of 16 (8 for IQ2_XXS)
 // outputs' weight blocks is decoded once into int8 vectors whose int32 / int64 lanes are the
@@ -47,50 +48,90 @@ inline __m512 load16_512(const uint8_t* w, int64_t i) {
   }
 }
 
-// Step 8 of the tree is lo 8 lanes + hi 8 lanes; finish16 then does 4, 2, 1 and the tail.
-template <Dense T>
-inline float finish512(__m512 p, const uint8_t* w, const float* x, int64_t m, int64_t n) {
-  return finish16<T>(_mm512_castps512_ps256(p), _mm512_extractf32x8_ps(p, 1), w, x, m, n);
+// The tree over p[0..63] (64-byte aligned): h = 32, 16 as zmm adds, h = 8 as the low 8
+// lanes + the high 8, then halve8's 4, 2, 1.
+inline float tree64_512(const float* p) {
+  __m512 z0 = _mm512_add_ps(_mm512_load_ps(p), _mm512_load_ps(p + 32));        // h = 32
+  const __m512 z1 = _mm512_add_ps(_mm512_load_ps(p + 16), _mm512_load_ps(p + 48));
+  z0 = _mm512_add_ps(z0, z1);                                                    // h = 16
+  return halve8(_mm256_add_ps(_mm512_castps512_ps256(z0), _mm512_extractf32x8_ps(z0, 1)));  // h = 8
 }
 
-// Rows × outputs tile: R·OO 16-lane accumulators (32 zmm registers in all); each activation
-// load serves OO outputs, and OO independent chains per row hide the add latency.
-template <Dense T, int R, int OO>
-__attribute__((always_inline)) inline void dense512_tile(const RowsArgs& a, int64_t o0) {
-  const int64_t n = a.n_cols;
-  const int64_t m = n - n % 16;
-  const uint8_t* w[OO];
-#pragma GCC unroll 16
-  for (int j = 0; j < OO; ++j) w[j] = a.w + (o0 + j) * a.row_bytes;
-  const float* x[R];
-#pragma GCC unroll 16
-  for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const float*>(xrow(a, k));
-  // Fully unrolled over (j, k) so the accumulators live in registers (not on the stack).
-  __m512 p[OO][R];
+// One lane pass over the 64-chunks in columns [b0, b1) (kernels_x86.h's dense_pass with
+// 16-lane vectors): lanes [l0, l0 + 16·NV) of OO outputs × R rows, loaded from (+0 in the
+// first block) and stored back to p[(j·R + k)·64 + lane].
+template <Dense T, int R, int OO, int NV>
+__attribute__((always_inline)) inline void dense512_pass(const uint8_t* const* w, const float* const* x,
+                                                         int64_t b0, int64_t b1, int l0, float* p) {
+  // Fully unrolled over (j, k, v) so the accumulators live in registers (not on the stack).
+  __m512 acc[OO][R][NV];
 #pragma GCC unroll 16
   for (int j = 0; j < OO; ++j)
 #pragma GCC unroll 16
-    for (int k = 0; k < R; ++k) p[j][k] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < m; i += 16) {
-    __m512 xv[R];
+    for (int k = 0; k < R; ++k)
 #pragma GCC unroll 16
-    for (int k = 0; k < R; ++k) xv[k] = _mm512_loadu_ps(x[k] + i);
+      for (int v = 0; v < NV; ++v)
+        acc[j][k][v] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(p + (j * R + k) * kLanes + l0 + 16 * v);
+  for (int64_t i = b0 + l0; i < b1; i += kLanes) {
 #pragma GCC unroll 16
-    for (int j = 0; j < OO; ++j) {
-      const __m512 wv = load16_512<T>(w[j], i);
+    for (int v = 0; v < NV; ++v) {
+      __m512 xv[R];
 #pragma GCC unroll 16
-      for (int k = 0; k < R; ++k) p[j][k] = _mm512_add_ps(p[j][k], _mm512_mul_ps(wv, xv[k]));
+      for (int k = 0; k < R; ++k) xv[k] = _mm512_loadu_ps(x[k] + i + 16 * v);
+#pragma GCC unroll 16
+      for (int j = 0; j < OO; ++j) {
+        const __m512 wv = load16_512<T>(w[j], i + 16 * v);
+#pragma GCC unroll 16
+        for (int k = 0; k < R; ++k) acc[j][k][v] = _mm512_add_ps(acc[j][k][v], _mm512_mul_ps(wv, xv[k]));
+      }
     }
   }
 #pragma GCC unroll 16
   for (int j = 0; j < OO; ++j)
 #pragma GCC unroll 16
     for (int k = 0; k < R; ++k)
-      a.y[k * a.y_stride + o0 + j] = finish512<T>(p[j][k], w[j], x[k], m, n);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) _mm512_store_ps(p + (j * R + k) * kLanes + l0 + 16 * v, acc[j][k][v]);
 }
 
-// Outputs per tile by row count (chosen by measurement: docs/measurements/backend.md).
-constexpr int dense_outputs_512(int r) { return r <= 2 ? 8 : (r == 3 ? 5 : (r <= 6 ? 4 : 2)); }
+// kernels_x86.h's dense_lanes with 16-lane vectors (p 64-byte aligned).
+template <Dense T, int R, int OO, int NV>
+__attribute__((always_inline)) inline void dense512_lanes(const uint8_t* const* w, const float* const* x, int64_t n,
+                                                          float* p) {
+  const int64_t m = n - n % kLanes;
+  // The first block's passes start from +0 and store every lane; without a full chunk the
+  // tail starts from +0 lanes.
+  if (m == 0)
+    for (int q = 0; q < OO * R * kLanes; ++q) p[q] = 0.0f;
+  const int64_t blk = 16 * NV == kLanes ? m : kDenseBlock;
+  for (int64_t b0 = 0; b0 < m; b0 += blk) {
+    const int64_t b1 = m - b0 < blk ? m : b0 + blk;
+    for (int l0 = 0; l0 < kLanes; l0 += 16 * NV) dense512_pass<T, R, OO, NV>(w, x, b0, b1, l0, p);
+  }
+  dense_tail<T, R, OO>(w, x, m, n, p);
+}
+
+// Rows × outputs tile (one pass, or column blocks of 64 / (16·NV) passes); each activation
+// load serves OO outputs.
+template <Dense T, int R, int OO, int NV>
+__attribute__((always_inline)) inline void dense512_tile(const RowsArgs& a, int64_t o0) {
+  const uint8_t* w[OO];
+#pragma GCC unroll 16
+  for (int j = 0; j < OO; ++j) w[j] = a.w + (o0 + j) * a.row_bytes;
+  const float* x[R];
+#pragma GCC unroll 16
+  for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const float*>(xrow(a, k));
+  alignas(64) float p[OO * R * kLanes];
+  dense512_lanes<T, R, OO, NV>(w, x, a.n_cols, p);
+#pragma GCC unroll 16
+  for (int j = 0; j < OO; ++j)
+#pragma GCC unroll 16
+    for (int k = 0; k < R; ++k) a.y[k * a.y_stride + o0 + j] = tree64_512(p + (j * R + k) * kLanes);
+}
+
+// Tile shape by row count (32 zmm: R·OO·NV accumulators + R activations + a weight vector).
+constexpr int dense_outputs_512(int r) { return r == 1 ? 4 : (r <= 4 ? 2 : (r <= 6 ? 1 : 2)); }
+constexpr int dense_vectors_512(int r) { return r <= 3 ? 4 : (r == 4 ? 2 : (r <= 6 ? 4 : 1)); }
 
 template <Dense T>
 struct Dense512K {
@@ -98,12 +139,13 @@ struct Dense512K {
   struct K {
     static void run(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
       constexpr int OO = dense_outputs_512(R);
+      constexpr int NV = dense_vectors_512(R);
       int64_t o = o_begin;
       for (; o + OO <= o_end; o += OO) {
         if (o + 2 * OO <= o_end) prefetch_bytes(a.w + (o + OO) * a.row_bytes, OO * a.row_bytes);
-        dense512_tile<T, R, OO>(a, o);
+        dense512_tile<T, R, OO, NV>(a, o);
       }
-      for (; o < o_end; ++o) dense512_tile<T, R, 1>(a, o);
+      for (; o < o_end; ++o) dense512_tile<T, R, 1, NV>(a, o);
     }
   };
 };
@@ -114,37 +156,29 @@ void dense_rows_avx512(const RowsArgs& a, int64_t b, int64_t e) {
 }
 
 float dot_f32_avx512(const float* w, const float* x, int64_t n) {
-  const int64_t m = n - n % 16;
-  __m512 p = _mm512_setzero_ps();
-  for (int64_t i = 0; i < m; i += 16)
-    p = _mm512_add_ps(p, _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i)));
-  return finish512<Dense::kF32>(p, reinterpret_cast<const uint8_t*>(w), x, m, n);
+  const uint8_t* wb = reinterpret_cast<const uint8_t*>(w);
+  alignas(64) float p[kLanes];
+  dense512_lanes<Dense::kF32, 1, 1, 4>(&wb, &x, n, p);
+  return tree64_512(p);
 }
 
+// NB rows of b against a: NB "outputs" sharing the loads of a (4·NB accumulators).
 template <int NB>
 __attribute__((always_inline)) inline void dot_many_group_512(const float* a, const float* const* b,
                                                                int64_t n, float* out) {
-  const int64_t m = n - n % 16;
-  __m512 p[NB];
+  const uint8_t* w[NB];
 #pragma GCC unroll 16
-  for (int k = 0; k < NB; ++k) p[k] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < m; i += 16) {
-    const __m512 av = _mm512_loadu_ps(a + i);
+  for (int k = 0; k < NB; ++k) w[k] = reinterpret_cast<const uint8_t*>(b[k]);
+  alignas(64) float p[NB * kLanes];
+  dense512_lanes<Dense::kF32, 1, NB, 4>(w, &a, n, p);
 #pragma GCC unroll 16
-    for (int k = 0; k < NB; ++k) p[k] = _mm512_add_ps(p[k], _mm512_mul_ps(_mm512_loadu_ps(b[k] + i), av));
-  }
-#pragma GCC unroll 16
-  for (int k = 0; k < NB; ++k) out[k] = finish512<Dense::kF32>(p[k], reinterpret_cast<const uint8_t*>(b[k]), a, m, n);
+  for (int k = 0; k < NB; ++k) out[k] = tree64_512(p + k * kLanes);
 }
 
-// out[j] = dot_f32_avx512(b[j], a, n): up to 8 rows per pass share the loads of a.
+// out[j] = dot_f32_avx512(b[j], a, n): up to 4 rows per pass share the loads of a.
 void dot_f32_many_avx512(const float* a, const float* const* b, int nb, int64_t n, float* out) {
   int j = 0;
-  for (; j + 8 <= nb; j += 8) dot_many_group_512<8>(a, b + j, n, out + j);
-  if (nb - j >= 4) {
-    dot_many_group_512<4>(a, b + j, n, out + j);
-    j += 4;
-  }
+  for (; j + 4 <= nb; j += 4) dot_many_group_512<4>(a, b + j, n, out + j);
   for (; j < nb; ++j) out[j] = dot_f32_avx512(b[j], a, n);
 }
 
@@ -182,52 +216,42 @@ void weighted_sum_avx512(const float* s, float a, const float* w, const float* c
   }
 }
 
-// RMSNorm statistic of g <= 8 rows at once, one row per double lane: 8 columns of 8 rows are
-// transposed (lane k = row k), squared in double (exact conversion, one rounding as in the
-// scalar (double)v·v) and added in column order, so each lane is its row's sequential sum.
+// RMSNorm statistic (quant::sumsq_f64's 64-lane order), one row at a time: 8 zmm of 8 double
+// lanes (vector v = lanes 8v..8v+7), the squares exact in double, the tail per lane, then the
+// halving tree 32, 16, 8 as zmm adds and 4, 2, 1 within the last vector.
 void sumsq_rows_f64_avx512(const float* x, int64_t stride, int g, int64_t n, double* ss) {
-  if (g == 1) {  // one chain: latency-bound either way
-    sumsq_rows_f64_generic(x, stride, g, n, ss);
-    return;
-  }
-  __m512d acc = _mm512_setzero_pd();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 r[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) r[k] = k < g ? _mm256_loadu_ps(x + k * stride + i) : _mm256_setzero_ps();
-    __m256 t[8], u[8];
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      t[2 * q] = _mm256_unpacklo_ps(r[2 * q], r[2 * q + 1]);
-      t[2 * q + 1] = _mm256_unpackhi_ps(r[2 * q], r[2 * q + 1]);
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
-      u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);      // columns 0 | 4
-      u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);      // columns 1 | 5
-      u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);  // columns 2 | 6
-      u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);  // columns 3 | 7
-    }
-    __m256 c[8];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      c[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
-      c[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      const __m512d v = _mm512_cvtps_pd(c[j]);
-      acc = _mm512_add_pd(acc, _mm512_mul_pd(v, v));
-    }
-  }
-  alignas(64) double t[8];
-  _mm512_store_pd(t, acc);
+  const int64_t m = n - n % kLanes;
+  const int tail = static_cast<int>(n - m);
   for (int k = 0; k < g; ++k) {
-    double a = t[k];
     const float* xr = x + k * stride;
-    for (int64_t j = i; j < n; ++j) a += static_cast<double>(xr[j]) * xr[j];
-    ss[k] = a;
+    __m512d acc[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) acc[v] = _mm512_setzero_pd();
+    for (int64_t i = 0; i < m; i += kLanes) {
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(xr + i + 8 * v));
+        acc[v] = _mm512_add_pd(acc[v], _mm512_mul_pd(d, d));
+      }
+    }
+    alignas(64) double p[kLanes];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) _mm512_store_pd(p + 8 * v, acc[v]);
+    for (int l = 0; l < tail; ++l) {
+      const double d = static_cast<double>(xr[m + l]) * static_cast<double>(xr[m + l]);
+      p[l] = p[l] + d;
+    }
+    __m512d z[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v)  // h = 32
+      z[v] = _mm512_add_pd(_mm512_load_pd(p + 8 * v), _mm512_load_pd(p + 8 * v + 32));
+    z[0] = _mm512_add_pd(z[0], z[2]);  // h = 16
+    z[1] = _mm512_add_pd(z[1], z[3]);
+    z[0] = _mm512_add_pd(z[0], z[1]);  // h = 8
+    __m256d q = _mm256_add_pd(_mm512_castpd512_pd256(z[0]), _mm512_extractf64x4_pd(z[0], 1));  // h = 4
+    __m128d r = _mm_add_pd(_mm256_castpd256_pd128(q), _mm256_extractf128_pd(q, 1));          // h = 2
+    r = _mm_add_sd(r, _mm_unpackhi_pd(r, r));                                                   // h = 1
+    ss[k] = _mm_cvtsd_f64(r);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cpu/kernels.h"
+#include "quant/dot.h"
 
 namespace ds4::backend::cpu::detail {
 
@@ -55,12 +56,7 @@ struct KernelTable {
 
 // Portable forms of the RMSNorm helpers (the reference sequence; any table may use them).
 inline void sumsq_rows_f64_generic(const float* x, int64_t stride, int g, int64_t n, double* ss) {
-  for (int k = 0; k < g; ++k) {
-    double acc = 0.0;
-    const float* xr = x + k * stride;
-    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(xr[i]) * xr[i];
-    ss[k] = acc;
-  }
+  for (int k = 0; k < g; ++k) ss[k] = quant::sumsq_f64(x + k * stride, n);
 }
 inline void scale_mul_generic(const float* x, float a, const float* w, float* out, int64_t n) {
   if (w != nullptr) {

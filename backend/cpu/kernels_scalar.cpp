@@ -29,37 +29,32 @@ inline const uint8_t* xrow(const RowsArgs& a, int k) {
   return static_cast<const uint8_t*>(a.x) + k * a.x_stride_bytes;
 }
 
-// Canonical 16-lane order (quant/dot.h) for r rows at once; Conv maps a weight element to f32.
+// Canonical 64-lane order (quant/dot.h) for r rows at once; Conv maps a weight element to f32.
 template <typename W, float (*Conv)(W)>
 void dense_rows(const RowsArgs& a, int64_t o_begin, int64_t o_end) {
+  constexpr int L = quant::kDotLanes;
   const int r = a.r;
   const int64_t n = a.n_cols;
-  const int64_t m = n - n % 16;
   for (int64_t o = o_begin; o < o_end; ++o) {
     const W* w = reinterpret_cast<const W*>(a.w + o * a.row_bytes);
-    float p[kMaxTileRows][16];
+    float p[kMaxTileRows][L];
     for (int k = 0; k < r; ++k)
-      for (int j = 0; j < 16; ++j) p[k][j] = 0.0f;
-    for (int64_t i = 0; i < m; i += 16) {
-      for (int j = 0; j < 16; ++j) {
-        const float wf = Conv(w[i + j]);
+      for (int j = 0; j < L; ++j) p[k][j] = 0.0f;
+    for (int64_t i0 = 0; i0 < n; i0 += L) {
+      const int jn = n - i0 < L ? static_cast<int>(n - i0) : L;  // the last chunk may be short
+      for (int j = 0; j < jn; ++j) {
+        const float wf = Conv(w[i0 + j]);
         for (int k = 0; k < r; ++k) {
           const float* x = reinterpret_cast<const float*>(xrow(a, k));
-          const float t = wf * x[i + j];
+          const float t = wf * x[i0 + j];
           p[k][j] = p[k][j] + t;
         }
       }
     }
     for (int k = 0; k < r; ++k) {
-      for (int s = 8; s >= 1; s /= 2)
-        for (int j = 0; j < s; ++j) p[k][j] = p[k][j] + p[k][j + s];
-      float acc = p[k][0];
-      const float* x = reinterpret_cast<const float*>(xrow(a, k));
-      for (int64_t i = m; i < n; ++i) {
-        const float t = Conv(w[i]) * x[i];
-        acc = acc + t;
-      }
-      a.y[k * a.y_stride + o] = acc;
+      for (int h = L / 2; h >= 1; h /= 2)
+        for (int j = 0; j < h; ++j) p[k][j] = p[k][j] + p[k][j + h];
+      a.y[k * a.y_stride + o] = p[k][0];
     }
   }
 }

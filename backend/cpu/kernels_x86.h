@@ -12,8 +12,10 @@
 //   * float parts do, per (row, output), exactly the reference sequence; vectors only put
 //     independent (output, row) pairs side by side in lanes, never reassociate;
 //   * scales go into lanes through scalar loads, not hardware gathers (slow on many parts);
-//   * dense dots use two 8-lane accumulators A = p[0..7], B = p[8..15] with mul then add
-//     (never FMA), then the fixed tree 8, 4, 2, 1 and the sequential scalar tail.
+//   * dense dots keep quant/dot.h's 64 lane partials in 8-lane vectors (vector v = lanes
+//     8v..8v+7; mul then add, never FMA), in one or more lane passes, the n % 64 tail added
+//     per lane, then the halving tree 32, 16, 8 (vector adds), 4, 2, 1 (in-register);
+//   * the RMSNorm statistic keeps quant::sumsq_f64's 64 double partials the same way.
 #pragma once
 
 #include <immintrin.h>
@@ -107,22 +109,19 @@ inline void dispatch_r(const RowsArgs& a, int64_t b, int64_t e) {
 // ---- dense: F32 / F16 / BF16 ------------------------------------------------------------------
 enum class Dense { kF32, kF16, kBF16 };
 
+constexpr int kLanes = quant::kDotLanes;  // 64 lane partials per (row, output) pair
+
+// Weights i .. i+7 as f32 (exact conversions).
 template <Dense T>
-inline void load16(const uint8_t* w, int64_t i, __m256* lo, __m256* hi) {
+inline __m256 load8(const uint8_t* w, int64_t i) {
   if constexpr (T == Dense::kF32) {
-    const float* p = reinterpret_cast<const float*>(w) + i;
-    *lo = _mm256_loadu_ps(p);
-    *hi = _mm256_loadu_ps(p + 8);
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + i);
   } else {
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(w) + i;
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8));
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + i));
     if constexpr (T == Dense::kF16) {
-      *lo = _mm256_cvtph_ps(a);
-      *hi = _mm256_cvtph_ps(b);
+      return _mm256_cvtph_ps(h);
     } else {
-      *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
-      *hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
   }
 }
@@ -141,64 +140,82 @@ inline float conv1(const uint8_t* w, int64_t i) {
   }
 }
 
-// Tree 8,4,2,1 over p[0..7] = A + B lanes, then the sequential tail.
-template <Dense T>
-inline float finish16(__m256 A, __m256 B, const uint8_t* w, const float* x, int64_t m,
-                      int64_t n) {
-  const __m256 v = _mm256_add_ps(A, B);                                          // s = 8
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // s = 4
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));                                        // s = 2
-  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));                                    // s = 1
-  float r = _mm_cvtss_f32(q);
-  for (int64_t i = m; i < n; ++i) {
-    const float t = conv1<T>(w, i) * x[i];
-    r = r + t;
-  }
-  return r;
+// Tree steps h = 4, 2, 1 within one vector holding p[0..7] (high half onto low half).
+inline float halve8(__m256 v) {
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // h = 4
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));                                        // h = 2
+  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));                                    // h = 1
+  return _mm_cvtss_f32(q);
 }
 
-// Rows k0..k0+R-1 against outputs o0..o0+OO-1: 2·R·OO accumulators (lanes p[0..7] and
-// p[8..15] of each (output, row) pair); each activation load serves OO outputs.
+// The halving tree 32, 16, 8, 4, 2, 1 over p[0..63] (32-byte aligned); returns p[0].
+inline float tree64(const float* p) {
+  __m256 v[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) v[i] = _mm256_load_ps(p + 8 * i);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_add_ps(v[i], v[i + 4]);  // h = 32
+  v[0] = _mm256_add_ps(v[0], v[2]);                                   // h = 16
+  v[1] = _mm256_add_ps(v[1], v[3]);
+  return halve8(_mm256_add_ps(v[0], v[1]));                           // h = 8, then 4, 2, 1
+}
+
+// Columns per block when a tile needs several lane passes: the passes over one block re-read
+// its activations and weights from L1 (R·512 floats + OO weight rows' 512 elements), so
+// each reaches L2 / DRAM once per tile, as in a one-pass tile.
+constexpr int64_t kDenseBlock = 512;
+
+// p[(j·R + k)·64 + l] for the OO·R (output, row) pairs: lane partials between passes.
+// Adds the n % 64 tail (element m + l is lane l's last step) and zeroes nothing.
 template <Dense T, int R, int OO>
-__attribute__((always_inline)) inline void dense_tile(const RowsArgs& a, int k0, int64_t o0) {
-  const int64_t n = a.n_cols;
-  const int64_t m = n - n % 16;
-  const uint8_t* w[OO];
-#pragma GCC unroll 16
-  for (int j = 0; j < OO; ++j) w[j] = a.w + (o0 + j) * a.row_bytes;
-  const float* x[R];
-#pragma GCC unroll 16
-  for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const float*>(xrow(a, k0 + k));
-  __m256 A[OO][R], B[OO][R];
+inline void dense_tail(const uint8_t* const* w, const float* const* x, int64_t m, int64_t n, float* p) {
+  for (int j = 0; j < OO; ++j)
+    for (int k = 0; k < R; ++k) {
+      float* pp = p + (j * R + k) * kLanes;
+      for (int64_t i = m; i < n; ++i) {
+        const float t = conv1<T>(w[j], i) * x[k][i];
+        pp[i - m] = pp[i - m] + t;
+      }
+    }
+}
+
+// One lane pass over the 64-chunks in columns [b0, b1): lanes [l0, l0 + 8·NV) of OO outputs
+// (w[j]) × R rows (x[k]) in registers (vector v = lanes l0+8v .. l0+8v+7), loaded from and
+// stored back to p (the first block, b0 = 0, starts from +0 instead). Lanes are independent,
+// so passes and blocks may interleave freely as long as each lane sees its elements in
+// increasing order.
+template <Dense T, int R, int OO, int NV>
+__attribute__((always_inline)) inline void dense_pass(const uint8_t* const* w, const float* const* x,
+                                                      int64_t b0, int64_t b1, int l0, float* p) {
+  __m256 acc[OO][R][NV];
 #pragma GCC unroll 16
   for (int j = 0; j < OO; ++j)
 #pragma GCC unroll 16
-    for (int k = 0; k < R; ++k) A[j][k] = B[j][k] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < m; i += 16) {
+    for (int k = 0; k < R; ++k)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v)
+        acc[j][k][v] = b0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(p + (j * R + k) * kLanes + l0 + 8 * v);
+  for (int64_t i = b0 + l0; i < b1; i += kLanes) {
     if constexpr (OO == 1) {  // activations straight from memory: fewer live registers
-      __m256 wl, wh;
-      load16<T>(w[0], i, &wl, &wh);
 #pragma GCC unroll 16
-      for (int k = 0; k < R; ++k) {
-        A[0][k] = _mm256_add_ps(A[0][k], _mm256_mul_ps(wl, _mm256_loadu_ps(x[k] + i)));
-        B[0][k] = _mm256_add_ps(B[0][k], _mm256_mul_ps(wh, _mm256_loadu_ps(x[k] + i + 8)));
+      for (int v = 0; v < NV; ++v) {
+        const __m256 wv = load8<T>(w[0], i + 8 * v);
+#pragma GCC unroll 16
+        for (int k = 0; k < R; ++k)
+          acc[0][k][v] = _mm256_add_ps(acc[0][k][v], _mm256_mul_ps(wv, _mm256_loadu_ps(x[k] + i + 8 * v)));
       }
-      continue;
-    }
-    __m256 xl[R], xh[R];
+    } else {
 #pragma GCC unroll 16
-    for (int k = 0; k < R; ++k) {
-      xl[k] = _mm256_loadu_ps(x[k] + i);
-      xh[k] = _mm256_loadu_ps(x[k] + i + 8);
-    }
+      for (int v = 0; v < NV; ++v) {
+        __m256 xv[R];
 #pragma GCC unroll 16
-    for (int j = 0; j < OO; ++j) {
-      __m256 wl, wh;
-      load16<T>(w[j], i, &wl, &wh);
+        for (int k = 0; k < R; ++k) xv[k] = _mm256_loadu_ps(x[k] + i + 8 * v);
 #pragma GCC unroll 16
-      for (int k = 0; k < R; ++k) {
-        A[j][k] = _mm256_add_ps(A[j][k], _mm256_mul_ps(wl, xl[k]));
-        B[j][k] = _mm256_add_ps(B[j][k], _mm256_mul_ps(wh, xh[k]));
+        for (int j = 0; j < OO; ++j) {
+          const __m256 wv = load8<T>(w[j], i + 8 * v);
+#pragma GCC unroll 16
+          for (int k = 0; k < R; ++k) acc[j][k][v] = _mm256_add_ps(acc[j][k][v], _mm256_mul_ps(wv, xv[k]));
+        }
       }
     }
   }
@@ -206,18 +223,58 @@ __attribute__((always_inline)) inline void dense_tile(const RowsArgs& a, int k0,
   for (int j = 0; j < OO; ++j)
 #pragma GCC unroll 16
     for (int k = 0; k < R; ++k)
-      a.y[(k0 + k) * a.y_stride + o0 + j] = finish16<T>(A[j][k], B[j][k], w[j], x[k], m, n);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) _mm256_store_ps(p + (j * R + k) * kLanes + l0 + 8 * v, acc[j][k][v]);
 }
 
-// Outputs per tile (16 ymm registers: 2·R·OO accumulators + activations + weights).
-constexpr int dense_outputs_avx2(int r) { return r == 1 ? 4 : (r == 2 ? 2 : 1); }
+// All 64 lane partials of OO outputs × R rows into p (32-byte aligned): one pass over the
+// row when 8·NV = 64, else column blocks of kDenseBlock with 64 / (8·NV) passes each; then
+// the tail.
+template <Dense T, int R, int OO, int NV>
+__attribute__((always_inline)) inline void dense_lanes(const uint8_t* const* w, const float* const* x, int64_t n,
+                                                       float* p) {
+  const int64_t m = n - n % kLanes;
+  // The first block's passes start from +0 and store every lane; without a full chunk the
+  // tail starts from +0 lanes.
+  if (m == 0)
+    for (int q = 0; q < OO * R * kLanes; ++q) p[q] = 0.0f;
+  const int64_t blk = 8 * NV == kLanes ? m : kDenseBlock;
+  for (int64_t b0 = 0; b0 < m; b0 += blk) {
+    const int64_t b1 = m - b0 < blk ? m : b0 + blk;
+    for (int l0 = 0; l0 < kLanes; l0 += 8 * NV) dense_pass<T, R, OO, NV>(w, x, b0, b1, l0, p);
+  }
+  dense_tail<T, R, OO>(w, x, m, n, p);
+}
+
+// Rows k0..k0+R-1 against outputs o0..o0+OO-1 (R·OO·NV accumulators live per pass; each
+// activation load serves OO outputs).
+template <Dense T, int R, int OO, int NV>
+__attribute__((always_inline)) inline void dense_tile(const RowsArgs& a, int k0, int64_t o0) {
+  const uint8_t* w[OO];
+#pragma GCC unroll 16
+  for (int j = 0; j < OO; ++j) w[j] = a.w + (o0 + j) * a.row_bytes;
+  const float* x[R];
+#pragma GCC unroll 16
+  for (int k = 0; k < R; ++k) x[k] = reinterpret_cast<const float*>(xrow(a, k0 + k));
+  alignas(32) float p[OO * R * kLanes];
+  dense_lanes<T, R, OO, NV>(w, x, a.n_cols, p);
+#pragma GCC unroll 16
+  for (int j = 0; j < OO; ++j)
+#pragma GCC unroll 16
+    for (int k = 0; k < R; ++k) a.y[(k0 + k) * a.y_stride + o0 + j] = tree64(p + (j * R + k) * kLanes);
+}
+
+// Tile shape per row count (16 ymm registers: R·OO·NV accumulators + activations + weights).
+constexpr int dense_outputs_avx2(int r) { return r == 1 || r == 3 ? 1 : 2; }
+constexpr int dense_vectors_avx2(int r) { return r == 1 ? 8 : (r <= 3 ? 2 : 1); }
 
 template <Dense T, int R>
 inline void dense_rows_group(const RowsArgs& a, int k0, int64_t o_begin, int64_t o_end) {
   constexpr int OO = dense_outputs_avx2(R);
+  constexpr int NV = dense_vectors_avx2(R);
   int64_t o = o_begin;
-  for (; o + OO <= o_end; o += OO) dense_tile<T, R, OO>(a, k0, o);
-  for (; o < o_end; ++o) dense_tile<T, R, 1>(a, k0, o);
+  for (; o + OO <= o_end; o += OO) dense_tile<T, R, OO, NV>(a, k0, o);
+  for (; o < o_end; ++o) dense_tile<T, R, 1, NV>(a, k0, o);
 }
 
 template <Dense T>
@@ -242,40 +299,67 @@ void dense_rows_avx2(const RowsArgs& a, int64_t b, int64_t e) {
 }
 
 float dot_f32_avx2(const float* w, const float* x, int64_t n) {
-  const int64_t m = n - n % 16;
-  __m256 A = _mm256_setzero_ps(), B = _mm256_setzero_ps();
-  for (int64_t i = 0; i < m; i += 16) {
-    A = _mm256_add_ps(A, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i)));
-    B = _mm256_add_ps(B, _mm256_mul_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8)));
-  }
-  return finish16<Dense::kF32>(A, B, reinterpret_cast<const uint8_t*>(w), x, m, n);
+  const uint8_t* wb = reinterpret_cast<const uint8_t*>(w);
+  alignas(32) float p[kLanes];
+  dense_lanes<Dense::kF32, 1, 1, 8>(&wb, &x, n, p);
+  return tree64(p);
 }
 
-// NB rows of b against a, one pass: 2·NB accumulators, each row's canonical order unchanged.
+// NB rows of b against a: NB "outputs" sharing the loads of a, each row's canonical order
+// unchanged (two passes of 32 lanes: 4·NB accumulators).
 template <int NB>
 __attribute__((always_inline)) inline void dot_many_group_avx2(const float* a, const float* const* b,
                                                                 int64_t n, float* out) {
-  const int64_t m = n - n % 16;
-  __m256 A[NB], B[NB];
+  const uint8_t* w[NB];
 #pragma GCC unroll 16
-  for (int k = 0; k < NB; ++k) A[k] = B[k] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < m; i += 16) {
-    const __m256 al = _mm256_loadu_ps(a + i), ah = _mm256_loadu_ps(a + i + 8);
+  for (int k = 0; k < NB; ++k) w[k] = reinterpret_cast<const uint8_t*>(b[k]);
+  alignas(32) float p[NB * kLanes];
+  dense_lanes<Dense::kF32, 1, NB, 2>(w, &a, n, p);
 #pragma GCC unroll 16
-    for (int k = 0; k < NB; ++k) {
-      A[k] = _mm256_add_ps(A[k], _mm256_mul_ps(_mm256_loadu_ps(b[k] + i), al));
-      B[k] = _mm256_add_ps(B[k], _mm256_mul_ps(_mm256_loadu_ps(b[k] + i + 8), ah));
-    }
-  }
-#pragma GCC unroll 16
-  for (int k = 0; k < NB; ++k)
-    out[k] = finish16<Dense::kF32>(A[k], B[k], reinterpret_cast<const uint8_t*>(b[k]), a, m, n);
+  for (int k = 0; k < NB; ++k) out[k] = tree64(p + k * kLanes);
 }
 
 void dot_f32_many_avx2(const float* a, const float* const* b, int nb, int64_t n, float* out) {
   int j = 0;
   for (; j + 4 <= nb; j += 4) dot_many_group_avx2<4>(a, b + j, n, out + j);
   for (; j < nb; ++j) out[j] = dot_f32_avx2(b[j], a, n);
+}
+
+// RMSNorm statistic (quant::sumsq_f64's 64-lane order in double), one row at a time, in two
+// passes of 32 lanes (8 ymm accumulators of 4 doubles each; 16 would spill). The squares are
+// exact in double; the halving tree runs on the stored partials.
+inline double tree64_f64(double* p) {
+  for (int h = kLanes / 2; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) p[j] = p[j] + p[j + h];  // elementwise: vectorizing is exact
+  return p[0];
+}
+
+void sumsq_rows_f64_avx2(const float* x, int64_t stride, int g, int64_t n, double* ss) {
+  const int64_t m = n - n % kLanes;
+  const int tail = static_cast<int>(n - m);
+  for (int k = 0; k < g; ++k) {
+    const float* xr = x + k * stride;
+    alignas(32) double p[kLanes];
+    for (int l0 = 0; l0 < kLanes; l0 += 32) {
+      __m256d acc[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) acc[v] = _mm256_setzero_pd();
+      for (int64_t i = l0; i < m; i += kLanes) {
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) {
+          const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(xr + i + 4 * v));
+          acc[v] = _mm256_add_pd(acc[v], _mm256_mul_pd(d, d));
+        }
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) _mm256_store_pd(p + l0 + 4 * v, acc[v]);
+    }
+    for (int l = 0; l < tail; ++l) {
+      const double d = static_cast<double>(xr[m + l]) * static_cast<double>(xr[m + l]);
+      p[l] = p[l] + d;
+    }
+    ss[k] = tree64_f64(p);
+  }
 }
 
 // ---- Q8_0 -------------------------------------------------------------------------------------
@@ -1068,7 +1152,7 @@ inline KernelTable make_x86_table() {
   k.dot_f32 = dot_f32_avx2;
   k.axpy = axpy_avx2;
   k.scale = scale_avx2;
-  k.sumsq_rows_f64 = sumsq_rows_f64_generic;
+  k.sumsq_rows_f64 = sumsq_rows_f64_avx2;
   k.scale_mul = scale_mul_generic;
   k.dot_f32_many = dot_f32_many_avx2;
   k.weighted_sum = weighted_sum_avx2;

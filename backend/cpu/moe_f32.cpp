@@ -3,7 +3,7 @@
 //
 // Role: the dense Q8_0 matmul (Matmul::matmul under kF32) and the routed-expert MoE
 // (Backend::moe under kF32) without activation quantization: every output is
-//   y[k][o] = dot_f32(dequantize_row(W row o), x_k)     (quant::dot_f32 16-lane order)
+//   y[k][o] = dot_f32(dequantize_row(W row o), x_k)     (quant::dot_f32 64-lane order)
 // i.e. exactly the float32 math of a reference that dequantizes the weights, up to the
 // summation order. The production path (Q8_0 / Q8_K activations) is untouched.
 // Invariants:

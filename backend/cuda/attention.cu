@@ -6,13 +6,14 @@
 // sink_attention_heads and rope_tail_rows, cpu_backend.cpp's compressor_step / pool_columns),
 // bit for bit.
 // How each CPU order is kept (invariants):
-//  * Sink scores are quant/dot.h's canonical 16-lane order (attention_common.cuh's half_dot16:
-//    a half-warp per dot, lane j summing elements i ≡ j (mod 16) of the full 16-groups in
-//    order, the tree 8, 4, 2, 1 by shuffles (p[j] + p[j + s]), then the tail on lane 0).
+//  * Sink scores are quant/dot.h's canonical 64-lane order (attention_common.cuh's half_dot64:
+//    a half-warp per dot, lane hl running partials hl + 16·c (c < 4) over elements i ≡ hl + 16·c
+//    (mod 64) in order, tail included, then the halving tree 32, 16 in-thread and 8, 4, 2, 1
+//    by shuffles).
 //  * Sequential sums stay sequential: the softmax denominator (sink first, then every key in
 //    key order) runs on one thread; the weighted sum runs one thread per output element over
 //    the keys in order from y = 0; the compressor's per-column max / den / acc run one thread
-//    per column; RMS norm's double sum one thread.
+//    per column. RMS norm's double sum is quant::sumsq_f64's 64-lane order on one warp.
 //  * Maxima and block amaxes are order-free (non-NaN values; a ±0 tie cannot change a bit of
 //    what follows), so trees compute them.
 //  * RoPE angles come from core/rope.h (rope_angles on the host, rope_pair per pair on the
@@ -38,7 +39,7 @@ using backend::CompressorStepParams;
 using backend::SinkAttentionParams;
 using detail::kFullMask;
 using attn::block_scan_counts;
-using attn::half_dot16;
+using attn::half_dot64;
 using attn::kMaxBatch;
 using attn::launch_result;
 
@@ -163,8 +164,8 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
 // ---- compressor_step ----------------------------------------------------------------------------
 
 // One block: the state update (row R + pm for ratio 4, pm otherwise), and when the step emits,
-// the pooled columns (one thread per column, rows in the CPU's order), RMS norm (one thread's
-// double sum), RoPE at pos + 1 − R, FP8 or Hadamard + FP4, f16 round, and the ratio-4 lane shift.
+// the pooled columns (one thread per column, rows in the CPU's order), RMS norm (the 64-lane
+// double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4, f16 round, and the ratio-4 lane shift.
 __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
                                                                   const RopeAngles ang, bool emit) {
   __shared__ float s_scale;
@@ -230,13 +231,21 @@ __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_c
     p.pooled[j] = den > 0.0f ? acc / den : 0.0f;
   }
   __syncthreads();
-  if (tid == 0) {
-    double sum = 0.0;
-    for (int i = 0; i < D; ++i) {
-      const double v = static_cast<double>(p.pooled[i]);
-      sum += v * v;
+  if (warp == 0) {  // quant::sumsq_f64's 64-lane order: lane t runs partials t and t + 32
+    double q0 = 0.0, q1 = 0.0;
+    for (int i = 0; i < D; i += 64) {
+      if (i + lane < D) {
+        const double v = static_cast<double>(p.pooled[i + lane]);
+        q0 = __dadd_rn(q0, __dmul_rn(v, v));
+      }
+      if (i + lane + 32 < D) {
+        const double v = static_cast<double>(p.pooled[i + lane + 32]);
+        q1 = __dadd_rn(q1, __dmul_rn(v, v));
+      }
     }
-    s_scale = 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(D)) + p.eps);
+    q0 = __dadd_rn(q0, q1);  // h = 32, then 16, 8, 4, 2, 1 by shuffles
+    for (int h = 16; h >= 1; h /= 2) q0 = __dadd_rn(q0, __shfl_down_sync(kFullMask, q0, h));
+    if (lane == 0) s_scale = 1.0f / sqrtf(static_cast<float>(q0 / static_cast<double>(D)) + p.eps);
   }
   __syncthreads();
   const float scale = s_scale;
@@ -332,7 +341,7 @@ __global__ void __launch_bounds__(kAttnThreads) sink_attention_kernel(const __gr
       }
       const int pick = half == 0 ? b0 : b1;
       const int64_t slot = w0 + (pick >= 0 ? pick : b0);  // a lone slot: half 1 redoes it, unused
-      const float d = half_dot16(qs, slot_key(p, slot), D, hl);
+      const float d = half_dot64(qs, slot_key(p, slot), D, hl);
       if (pick >= 0 && hl == 0) {
         const float sc = d * sq.kq_scale;
         score[slot] = sc;

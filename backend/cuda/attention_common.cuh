@@ -1,9 +1,11 @@
 // backend/cuda/attention_common.cuh — device helpers shared by attention.cu and indexer.cu.
 //
-// Role: the canonical 16-lane dot on a half-warp, an ordered block prefix sum, the
+// Role: the canonical 64-lane dot on a half-warp, an ordered block prefix sum, the
 // launch-status check and the per-launch query count of the multi-query ops.
-// Invariants: half_dot16 is quant::dot_f32's operation sequence exactly (lane j sums elements
-// i ≡ j mod 16 of the full 16-groups in order, the tree 8, 4, 2, 1, then the tail in order);
+// Invariants: half_dot64 is quant::dot_f32's operation sequence exactly (half-warp lane hl
+// runs the partials p[hl], p[hl+16], p[hl+32], p[hl+48]: partial l sums elements i ≡ l mod 64
+// in increasing i, the n % 64 tail included; then the halving tree 32, 16 in-thread and
+// 8, 4, 2, 1 by shuffles within the 16 lanes);
 // block_scan_counts is exact integer arithmetic in thread order.
 #pragma once
 
@@ -27,26 +29,29 @@ inline Status launch_result(const char* op, const char* shapes) {
   return resource_error("cuda: %s (%s) failed to launch: %s", op, shapes, cudaGetErrorString(e));
 }
 
+// The halving tree of the 64 partials held 4 per half-warp lane (p[c] = partial hl + 16·c):
+// h = 32 and 16 in-thread, then 8, 4, 2, 1 by shuffles within the 16 lanes. Valid on hl == 0.
+__device__ __forceinline__ float tree64_half(float (&p)[4]) {
+  p[0] = __fadd_rn(p[0], p[2]);  // h = 32: p[hl] + p[hl+32], p[hl+16] + p[hl+48]
+  p[1] = __fadd_rn(p[1], p[3]);
+  float d = __fadd_rn(p[0], p[1]);  // h = 16
+#pragma unroll
+  for (int s = 8; s >= 1; s >>= 1) d = __fadd_rn(d, __shfl_down_sync(kFullMask, d, s, 16));
+  return d;
+}
+
 // quant::dot_f32(a, b, n) on a half-warp (hl = lane & 15; both halves of the warp call it
 // together). The result is valid on hl == 0.
-__device__ __forceinline__ float half_dot16(const float* a, const float* b, int n, int hl) {
-  float p = 0.0f;
-  const int m = n - n % 16;
-  for (int i = 0; i < m; i += 16) {
-    const float t = a[i + hl] * b[i + hl];
-    p = p + t;
-  }
-  for (int s = 8; s >= 1; s >>= 1) {
-    const float o = __shfl_down_sync(kFullMask, p, s, 16);
-    p = p + o;
-  }
-  if (hl == 0) {
-    for (int i = m; i < n; ++i) {
-      const float t = a[i] * b[i];
-      p = p + t;
+__device__ __forceinline__ float half_dot64(const float* a, const float* b, int n, int hl) {
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // p[c] = partial hl + 16·c
+  for (int i = 0; i < n; i += 64) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int e = i + 16 * c + hl;
+      if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(a[e], b[e]));
     }
   }
-  return p;
+  return tree64_half(p);
 }
 
 // Exclusive prefix sum of v >= 0 over the block in thread order; *total gets the sum.

@@ -7,10 +7,10 @@
 // copies). The Backend ops are built on them in ops.h.
 // Invariants (design.md §4, ds4-architecture.md §3):
 //   * Every result is BIT-IDENTICAL to the CPU oracle: quant/dot.h's dots (integer parts
-//     exact, float parts in the CPU's order: the 16-lane tree for dense rows, one sequential
+//     exact, float parts in the CPU's order: the 64-lane order for dense rows, one sequential
 //     accumulator over blocks for quantized rows), quant's activation quantizers (byte for
-//     byte, NaN/inf handled as x86 lrintf does), cpu_ops' rms_norm_row (sequential double
-//     sum) and core/reduce.h's top_two. The .cu files build with --fmad=false and IEEE
+//     byte, NaN/inf handled as x86 lrintf does), cpu_ops' rms_norm_row (quant::sumsq_f64's
+//     64-lane double sum) and core/reduce.h's top_two. The .cu files build with --fmad=false and IEEE
 //     division and square root, so no product is fused into an add.
 //   * Batch invariance: row k of an r-row call gets the bits it gets alone (each row keeps
 //     its own accumulator; weights are shared, reductions never are).
@@ -106,7 +106,7 @@ Status matvec_q8_0(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_str
 Status matvec_q8_0_mma(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r,
                        float* y, int64_t y_stride, Stream stream = nullptr);
 // F16 / F32 weights × f32 activations (x row k at x + k·x_stride floats): quant::dot_f16 /
-// dot_f32, the canonical 16-lane order.
+// dot_f32, the canonical 64-lane order.
 Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
                   int64_t y_stride, Stream stream = nullptr);
 Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
@@ -147,8 +147,8 @@ Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t*
                        const quant::BlockQ8K* midq, float* out, Stream stream = nullptr);
 
 // ---- Norm and read-out ----------------------------------------------------------------------
-// out row k = rms_norm_row(x row k) (· weight when not null): Σ (double)x² in index order from
-// 0.0, scale = 1/sqrtf((float)(ss/n) + eps), out = x·scale·w. Rows `stride` floats apart
+// out row k = rms_norm_row(x row k) (· weight when not null): ss = quant::sumsq_f64 (Σ (double)x²
+// in the 64-lane order), scale = 1/sqrtf((float)(ss/n) + eps), out = x·scale·w. Rows `stride` floats apart
 // (0 = n); out may equal x.
 Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int64_t stride,
                 int n_rows, float eps, Stream stream = nullptr);

@@ -4,7 +4,7 @@
 // Role: device twin of cpu_backend.cpp's indexer_select (scores) and top_k_mask, bit for bit.
 // Invariants:
 //  * Score of row c: sc = 0; for each head k in order: d = dot_f32(row, q_k) (the canonical
-//    16-lane order on a half-warp, attention_common.cuh), sc = sc + (d > 0 ? d : 0)·w[k] on
+//    64-lane order on a half-warp, attention_common.cuh), sc = sc + (d > 0 ? d : 0)·w[k] on
 //    lane 0 — the CPU's expression. No FMA (the folder builds with --fmad=false).
 //  * Top-k: exactly top_k rows by (score desc, index asc) — the set std::nth_element picks with
 //    the CPU's comparator — by a radix select on an order-preserving 32-bit key (−0 keyed as
@@ -24,7 +24,7 @@ namespace ds4::cuda {
 namespace {
 
 using attn::block_scan_counts;
-using attn::half_dot16;
+using attn::half_dot64;
 using attn::kMaxBatch;
 using attn::launch_result;
 using backend::IndexerSelectParams;
@@ -33,6 +33,7 @@ using detail::kFullMask;
 constexpr int kIdxThreads = 256;   // scores: a half-warp per row
 constexpr int kTopThreads = 1024;  // top-k: one block per query
 constexpr int kFastDim = 128;      // indexer head_dim whose rows are kept in registers
+static_assert(kFastDim % 64 == 0, "the register path has no 64-lane tail");
 
 struct IndexerBatch {
   IndexerSelectParams q[kMaxBatch];
@@ -59,29 +60,23 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
     float sc = 0.0f;
     if (p.head_dim == kFastDim) {
       // The row's lane elements stay in registers across the heads: the same products and
-      // adds as half_dot16 (lane hl sums elements g·16 + hl, g in order; then the tree).
+      // adds as half_dot64 (element g·16 + hl belongs to partial c = g % 4, g in order; then
+      // the tree). kFastDim is a multiple of 64: no tail.
       float r[kFastDim / 16];
 #pragma unroll
       for (int g = 0; g < kFastDim / 16; ++g) r[g] = row[g * 16 + hl];
       for (int k = 0; k < p.n_head; ++k) {
         const float* qk = smem + k * kFastDim;
-        float d = 0.0f;
+        float d4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int g = 0; g < kFastDim / 16; ++g) {
-          const float t = r[g] * qk[g * 16 + hl];
-          d = d + t;
-        }
-#pragma unroll
-        for (int s = 8; s >= 1; s >>= 1) {
-          const float o = __shfl_down_sync(kFullMask, d, s, 16);
-          d = d + o;
-        }
+        for (int g = 0; g < kFastDim / 16; ++g) d4[g % 4] = __fadd_rn(d4[g % 4], __fmul_rn(r[g], qk[g * 16 + hl]));
+        const float d = attn::tree64_half(d4);
         const float t = (d > 0.0f ? d : 0.0f) * w[k];
         sc = sc + t;
       }
     } else {
       for (int k = 0; k < p.n_head; ++k) {
-        const float d = half_dot16(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
+        const float d = half_dot64(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
         const float t = (d > 0.0f ? d : 0.0f) * w[k];
         sc = sc + t;
       }

@@ -1,13 +1,14 @@
-// backend/cuda/matvec_dense.cu — F16 and F32 matvecs in the canonical 16-lane order.
+// backend/cuda/matvec_dense.cu — F16 and F32 matvecs in the canonical 64-lane order.
 //
 // Role: matvec_f16 / matvec_f32 of cuda_kernels.h, bit-identical to quant::dot_f16 /
 // dot_f32 (quant/dot.h) for r = 1..8 rows per launch.
-// Layout: 16 threads per output row; thread j owns the CPU's lane partial p[j] of every
-// activation row and adds w[i+j]·x[i+j] for i = 0, 16, 32, ... in order: the same sequence of
-// separately rounded products and sums as the CPU's lane j. Each weight is read from DRAM
-// once per call (tiles staged in shared memory serve all r rows). Then the fixed tree
-// 8, 4, 2, 1 (p[j] + p[j+s] by shuffles within the 16 lanes), and lane 0 adds the n % 16
-// tail sequentially. --fmad=false keeps mul and add apart.
+// Layout: one warp per output row; lane t owns the CPU's lane partials p[t] and p[t+32] of
+// every activation row and adds w[i]·x[i] for i ≡ t (resp. t+32) mod 64 in increasing i,
+// the n % 64 tail included (each tail element is its lane's last step): the same sequence of
+// separately rounded products and sums as the CPU's lanes. Each weight is read from DRAM
+// once per call (tiles staged in shared memory by the whole CTA serve all r rows). Then the
+// halving tree: h = 32 inside the thread (p[t] + p[t+32]), h = 16, 8, 4, 2, 1 by shuffles
+// (lane t gets p[t+h]). --fmad=false keeps mul and add apart.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -51,40 +52,40 @@ __device__ __forceinline__ void load_chunk(const uint8_t* row, int64_t e, bool v
   for (int i = 0; i < (kF16 ? 8 : 4); ++i) v[i] = load_w1<kF16>(row, e + i);
 }
 
-// One CTA = kRpc output rows (16 compute threads each: thread j owns the CPU's lane partial
-// p[j] of every activation row). All 256 threads stream tiles of kT columns of the weights
-// and of the (up to 8) activation rows into shared memory, prefetching the next tile into
-// registers while the compute threads run the current one; so the sequential per-lane
-// chains wait on shared memory, never on DRAM.
-template <bool kF16, int kRpc>
+// One CTA = kRpc output rows (one compute warp each). All 256 threads stream tiles of kT
+// columns of the weights and of the activation rows into shared memory, prefetching the next
+// tile into registers while the compute warps run the current one; so the per-lane chains
+// wait on shared memory, never on DRAM. kXRows: activation rows the tiles hold (1 or 8).
+template <bool kF16, int kRpc, int kXRows>
 struct DenseCfg {
   static constexpr int kThreads = 256;
-  // Columns per tile: a multiple of 16 (and of 8 for the 16-byte loads), sized so the two
-  // buffers of weights and activations stay under the 48 KB of static shared memory.
-  static constexpr int kT = kRpc >= 16 ? 240 : 512;
+  // Columns per tile: a multiple of 64 (the lane chunk), sized so the two buffers of weights
+  // and activations stay under the 48 KB of static shared memory; a single-row, single-input
+  // CTA takes long tiles so that each thread keeps several 16-byte loads in flight.
+  static constexpr int kT = kRpc >= 8 ? 256 : (kXRows == 1 ? 2048 : 512);
   static constexpr int kCe = kF16 ? 8 : 4;            // weight elements per 16-byte chunk
   static constexpr int kWStride = kT + 16;            // padded: rows land in other banks
   static constexpr int kWChunks = (kRpc * kT / kCe + kThreads - 1) / kThreads;
-  static constexpr int kXChunks = (kMaxRows * kT / 4 + kThreads - 1) / kThreads;
+  static constexpr int kXChunks = (kXRows * kT / 4 + kThreads - 1) / kThreads;
 };
 
-template <bool kF16, int kRpc>
+template <bool kF16, int kRpc, int kXRows>
 __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                            int64_t n, int64_t n_out, const float* __restrict__ x,
                                                            int64_t xs, int r, float* __restrict__ y, int64_t ys,
                                                            bool w_vec, bool x_vec) {
-  using C = DenseCfg<kF16, kRpc>;
+  using C = DenseCfg<kF16, kRpc, kXRows>;
   constexpr int kT = C::kT, kCe = C::kCe;
   __shared__ __align__(16) float ws[2][kRpc * C::kWStride];
-  __shared__ __align__(16) float xsm[2][kMaxRows * kT];
+  __shared__ __align__(16) float xsm[2][kXRows * kT];
   const int tid = threadIdx.x;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRpc;
-  const int64_t m = n - n % 16;
+  const int64_t m = n - n % 64;  // staged columns; the tail is read from global memory
   const int64_t n_tiles = (m + kT - 1) / kT;
 
   float wreg[C::kWChunks][kCe];
   float xreg[C::kXChunks][4];
-  // Global -> registers for the tile starting at column t0 (len columns, a multiple of 16).
+  // Global -> registers for the tile starting at column t0 (len columns, a multiple of 64).
   auto fetch = [&](int64_t t0, int len) {
 #pragma unroll
     for (int c = 0; c < C::kWChunks; ++c) {
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
     for (int c = 0; c < C::kXChunks; ++c) {
       const int q = tid + c * C::kThreads;
       const int k = q / (kT / 4), col = (q % (kT / 4)) * 4;
-      if (q < kMaxRows * kT / 4 && k < r && col < len) {
+      if (q < kXRows * kT / 4 && k < r && col < len) {
         const float* xp = x + k * xs + t0 + col;
         if (x_vec) {
           const float4 a = __ldg(reinterpret_cast<const float4*>(xp));
@@ -127,18 +128,18 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
     for (int c = 0; c < C::kXChunks; ++c) {
       const int q = tid + c * C::kThreads;
       const int k = q / (kT / 4), col = (q % (kT / 4)) * 4;
-      if (q < kMaxRows * kT / 4 && k < r && col < len) {
+      if (q < kXRows * kT / 4 && k < r && col < len) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) xsm[buf][k * kT + col + e] = xreg[c][e];
       }
     }
   };
 
-  const bool computes = tid < 16 * kRpc;
-  const int rho = tid >> 4, j = tid & 15;
-  float p[kMaxRows];
+  const int rho = tid >> 5, t = tid & 31;
+  const bool computes = rho < kRpc;
+  float p0[kXRows], p1[kXRows];  // lane partials p[t] and p[t + 32] per activation row
 #pragma unroll
-  for (int k = 0; k < kMaxRows; ++k) p[k] = 0.0f;
+  for (int k = 0; k < kXRows; ++k) p0[k] = p1[k] = 0.0f;
 
   if (n_tiles > 0) {
     const int len0 = static_cast<int>(m < kT ? m : kT);
@@ -146,53 +147,63 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
     stash(0, len0);
     __syncthreads();
   }
-  for (int64_t t = 0; t < n_tiles; ++t) {
-    const int64_t t0 = t * kT;
+  for (int64_t tt = 0; tt < n_tiles; ++tt) {
+    const int64_t t0 = tt * kT;
     const int len = static_cast<int>(m - t0 < kT ? m - t0 : kT);
-    const bool more = t + 1 < n_tiles;
+    const bool more = tt + 1 < n_tiles;
     const int64_t t1 = t0 + kT;
     const int len1 = more ? static_cast<int>(m - t1 < kT ? m - t1 : kT) : 0;
     if (more) fetch(t1, len1);  // in flight while the chains below run
     if (computes) {
-      const float* wr = ws[t & 1] + rho * C::kWStride + j;
-      const float* xr = xsm[t & 1] + j;
-      for (int i = 0; i < len; i += 16) {
-        const float wv = wr[i];
+      const float* wr = ws[tt & 1] + rho * C::kWStride + t;
+      const float* xr = xsm[tt & 1] + t;
+      for (int i = 0; i < len; i += 64) {
+        const float w0 = wr[i], w1 = wr[i + 32];
 #pragma unroll
-        for (int k = 0; k < kMaxRows; ++k) {
+        for (int k = 0; k < kXRows; ++k) {
           if (k < r) {
-            const float tt = wv * xr[k * kT + i];
-            p[k] = p[k] + tt;
+            const float a0 = __fmul_rn(w0, xr[k * kT + i]);
+            const float a1 = __fmul_rn(w1, xr[k * kT + i + 32]);
+            p0[k] = __fadd_rn(p0[k], a0);
+            p1[k] = __fadd_rn(p1[k], a1);
           }
         }
       }
     }
-    if (more) stash((t + 1) & 1, len1);
+    if (more) stash((tt + 1) & 1, len1);
     __syncthreads();
   }
-  if (tid >= 16 * kRpc) return;  // whole half-warps: the shuffles below stay within 16 lanes
-  // Fixed tree 8, 4, 2, 1 within each 16-lane group: lane j gets p[j + s].
-  const unsigned mask = kRpc >= 2 ? kFullMask : 0x0000ffffu;
-#pragma unroll
-  for (int s = 8; s >= 1; s /= 2) {
-#pragma unroll
-    for (int k = 0; k < kMaxRows; ++k) {
-      const float hi = __shfl_down_sync(mask, p[k], s, 16);
-      p[k] = p[k] + hi;
-    }
-  }
+  if (!computes) return;  // whole warps: the shuffles below see all 32 lanes
   const int64_t o = row0 + rho;
-  if (j != 0 || o >= n_out) return;
-  const uint8_t* row = w + o * row_bytes;
-  for (int k = 0; k < r; ++k) {
-    float acc = p[k];
-    const float* xk = x + k * xs;
-    for (int64_t i = m; i < n; ++i) {
-      const float tt = load_w1<kF16>(row, i) * xk[i];
-      acc = acc + tt;
+  const int64_t oc = o < n_out ? o : n_out - 1;  // a padding warp computes a copy, stores nothing
+  const uint8_t* row = w + oc * row_bytes;
+  // The n % 64 tail: element m + l is the last step of lane l.
+  const bool h0 = m + t < n, h1 = m + t + 32 < n;
+  const float wt0 = h0 ? load_w1<kF16>(row, m + t) : 0.0f;
+  const float wt1 = h1 ? load_w1<kF16>(row, m + t + 32) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kXRows; ++k) {
+    if (k < r) {
+      const float* xk = x + k * xs;
+      if (h0) p0[k] = __fadd_rn(p0[k], __fmul_rn(wt0, xk[m + t]));
+      if (h1) p1[k] = __fadd_rn(p1[k], __fmul_rn(wt1, xk[m + t + 32]));
     }
-    y[k * ys + o] = acc;
   }
+  // The halving tree: h = 32 in-thread, then 16, 8, 4, 2, 1 by shuffles (lane t gets p[t + h]).
+#pragma unroll
+  for (int k = 0; k < kXRows; ++k) p0[k] = __fadd_rn(p0[k], p1[k]);
+#pragma unroll
+  for (int h = 16; h >= 1; h /= 2) {
+#pragma unroll
+    for (int k = 0; k < kXRows; ++k) {
+      const float hi = __shfl_down_sync(kFullMask, p0[k], h);
+      p0[k] = __fadd_rn(p0[k], hi);
+    }
+  }
+  if (t != 0 || o >= n_out) return;
+#pragma unroll
+  for (int k = 0; k < kXRows; ++k)
+    if (k < r) y[k * ys + o] = p0[k];
 }
 
 template <bool kF16>
@@ -209,20 +220,25 @@ Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int 
   const bool w_vec = reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_bytes % 16 == 0;
   const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && xs % 4 == 0;
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
-  // 16 rows per CTA when that still gives every SM a few CTAs; else one row per CTA.
+  // 8 rows per CTA when that still gives every SM a few CTAs; else one row per CTA (with
+  // long single-input tiles for one activation row, the decode case).
   const bool wide = w.n_out >= 4096;
   for (int k0 = 0; k0 < r; k0 += kMaxRows) {
     const int rr = r - k0 < kMaxRows ? r - k0 : kMaxRows;
     const float* xk = x + k0 * xs;
     float* yk = y + k0 * ys;
     if (wide) {
-      const unsigned grid = static_cast<unsigned>((w.n_out + 15) / 16);
-      dense_matvec_kernel<kF16, 16><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, rr, yk,
-                                                              ys, w_vec, x_vec);
+      const unsigned grid = static_cast<unsigned>((w.n_out + 7) / 8);
+      dense_matvec_kernel<kF16, 8, kMaxRows><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs,
+                                                                      rr, yk, ys, w_vec, x_vec);
+    } else if (rr == 1) {
+      const unsigned grid = static_cast<unsigned>(w.n_out);
+      dense_matvec_kernel<kF16, 1, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, rr, yk,
+                                                                ys, w_vec, x_vec);
     } else {
       const unsigned grid = static_cast<unsigned>(w.n_out);
-      dense_matvec_kernel<kF16, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, rr, yk,
-                                                             ys, w_vec, x_vec);
+      dense_matvec_kernel<kF16, 1, kMaxRows><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs,
+                                                                       rr, yk, ys, w_vec, x_vec);
     }
     Status s = launch_status(op, w.n_in, w.n_out, rr);
     if (!s.ok()) return s;

@@ -2,11 +2,13 @@
 //
 // Role: rms_norm / top_two / top_two_rows of cuda_kernels.h, and the top_k op (ops.h); the
 // argmax op with a margin (elementwise.cu) runs top_two_rows.
-// rms_norm: bit-identical to backend/cpu's rms_norm_row. Its statistic is a SEQUENTIAL double
-// sum in index order, which no tree reproduces, so one lane per row runs that chain (the
-// warp stages the row through shared memory in coalesced chunks so the chain waits on shared
-// memory, not DRAM); the scale and the elementwise products then run on all lanes. Rows are
-// independent (one warp each), so r rows cost about what one does.
+// rms_norm: bit-identical to backend/cpu's rms_norm_row. Its statistic is quant::sumsq_f64's
+// 64-lane order: 64 double partials (p[l] sums x[i]² for i ≡ l mod 64 in increasing i, the
+// n % 64 tail included), then the halving tree 32, 16, 8, 4, 2, 1. One CTA per row: all its
+// threads stage the row through shared memory in coalesced chunks (the next chunk in flight
+// while the current one is summed), warp 0's lane t runs partials t and t + 32 (h = 32 of the
+// tree in-thread, the rest by shuffles); the scale and the elementwise products then run on
+// every thread. Rows are independent, so r rows cost about what one does.
 // top_two: core/reduce.h's definition. The maximum, the second maximum (counting ties) and
 // the first index holding the maximum are order-free over non-NaN values, so a tree over
 // (top1, top2, first id) pairs gives the scalar loop's id and margin bit for bit (signed
@@ -23,47 +25,79 @@ namespace {
 
 using detail::kFullMask;
 
-constexpr int kNormWarps = 8;
-constexpr int kNormChunk = 512;
+constexpr int kNormThreads = 256;
+constexpr int kNormChunk = 2048;  // floats staged per step: a multiple of 64, 8 per thread
+constexpr int kNormPer = kNormChunk / kNormThreads;
 
-__global__ void __launch_bounds__(32 * kNormWarps) rms_norm_kernel(const float* x, const float* __restrict__ w,
-                                                                   float* out, int64_t n, int64_t stride,
-                                                                   int n_rows, float eps) {
-  // All lanes square a chunk (exact in double) into shared memory; lane 0 then runs the
-  // sequential chain of double adds, two terms per 16-byte load.
-  __shared__ __align__(16) double sq[kNormWarps][kNormChunk];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kNormWarps + warp;
-  if (row >= n_rows) return;  // warp-uniform
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* __restrict__ w,
+                                                                float* out, int64_t n, int64_t stride, float eps) {
+  __shared__ __align__(16) float xs[2][kNormChunk];
+  __shared__ float s_scale;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int64_t row = blockIdx.x;
   const float* xr = x + row * stride;
-  double ss = 0.0;  // lane 0's chain
-  for (int64_t c = 0; c < n; c += kNormChunk) {
-    const int cnt = n - c < kNormChunk ? static_cast<int>(n - c) : kNormChunk;
-    for (int i = lane; i < cnt; i += 32) {
-      const double v = static_cast<double>(xr[c + i]);
-      sq[warp][i] = v * v;
-    }
-    __syncwarp();
-    if (lane == 0) {
-      const double2* q = reinterpret_cast<const double2*>(sq[warp]);
-#pragma unroll 8
-      for (int i = 0; i < cnt / 2; ++i) {
-        const double2 a = q[i];
-        ss += a.x;
-        ss += a.y;
+  const bool vec = reinterpret_cast<uintptr_t>(xr) % 16 == 0;
+  float reg[kNormPer];
+  // Global -> registers for the chunk at column c (elements past n read as 0, never summed).
+  auto fetch = [&](int64_t c) {
+#pragma unroll
+    for (int q = 0; q < kNormPer / 4; ++q) {
+      const int e = (tid + q * kNormThreads) * 4;
+      if (vec && c + e + 4 <= n) {
+        const float4 a = *reinterpret_cast<const float4*>(xr + c + e);
+        reg[4 * q] = a.x; reg[4 * q + 1] = a.y; reg[4 * q + 2] = a.z; reg[4 * q + 3] = a.w;
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) reg[4 * q + u] = c + e + u < n ? xr[c + e + u] : 0.0f;
       }
-      if (cnt & 1) ss += sq[warp][cnt - 1];
     }
-    __syncwarp();
+  };
+  auto stash = [&](int buf) {
+#pragma unroll
+    for (int q = 0; q < kNormPer / 4; ++q) {
+      const int e = (tid + q * kNormThreads) * 4;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) xs[buf][e + u] = reg[4 * q + u];
+    }
+  };
+  double p0 = 0.0, p1 = 0.0;  // warp 0, lane t: partials p[t] and p[t + 32]
+  fetch(0);
+  stash(0);
+  __syncthreads();
+  for (int64_t c = 0, step = 0; c < n; c += kNormChunk, ++step) {
+    const bool more = c + kNormChunk < n;
+    if (more) fetch(c + kNormChunk);  // in flight while warp 0 sums this chunk
+    if (tid < 32) {
+      const int cnt = n - c < kNormChunk ? static_cast<int>(n - c) : kNormChunk;
+      const float* q = xs[step & 1];
+#pragma unroll 4
+      for (int i = 0; i < cnt; i += 64) {  // element c + i + l belongs to lane l (c, i ≡ 0 mod 64)
+        if (i + lane < cnt) {
+          const double v = static_cast<double>(q[i + lane]);
+          p0 = __dadd_rn(p0, __dmul_rn(v, v));
+        }
+        if (i + lane + 32 < cnt) {
+          const double v = static_cast<double>(q[i + lane + 32]);
+          p1 = __dadd_rn(p1, __dmul_rn(v, v));
+        }
+      }
+    }
+    if (more) stash((step + 1) & 1);
+    __syncthreads();
   }
-  float scale = 0.0f;
-  if (lane == 0) scale = 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(n)) + eps);
-  scale = __shfl_sync(kFullMask, scale, 0);
+  if (tid < 32) {
+    p0 = __dadd_rn(p0, p1);  // h = 32
+#pragma unroll
+    for (int h = 16; h >= 1; h /= 2) p0 = __dadd_rn(p0, __shfl_down_sync(kFullMask, p0, h));
+    if (lane == 0) s_scale = 1.0f / sqrtf(static_cast<float>(p0 / static_cast<double>(n)) + eps);
+  }
+  __syncthreads();
+  const float scale = s_scale;
   float* orow = out + row * stride;
   if (w != nullptr) {
-    for (int64_t i = lane; i < n; i += 32) orow[i] = xr[i] * scale * w[i];
+    for (int64_t i = tid; i < n; i += kNormThreads) orow[i] = xr[i] * scale * w[i];
   } else {
-    for (int64_t i = lane; i < n; i += 32) orow[i] = xr[i] * scale;
+    for (int64_t i = tid; i < n; i += kNormThreads) orow[i] = xr[i] * scale;
   }
 }
 
@@ -331,8 +365,7 @@ Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int6
     return invalid_argument("cuda: rms_norm: bad shape (n %lld > 0, stride %lld >= n, rows %d)",
                             static_cast<long long>(n), static_cast<long long>(stride), n_rows);
   if (n_rows == 0) return Status();
-  const unsigned grid = static_cast<unsigned>((n_rows + kNormWarps - 1) / kNormWarps);
-  rms_norm_kernel<<<grid, 32 * kNormWarps, 0, stream>>>(x, weight, out, n, stride, n_rows, eps);
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, 0, stream>>>(x, weight, out, n, stride, eps);
   return launch_status("rms_norm", n, n, n_rows);
 }
 

@@ -379,7 +379,7 @@ TEST_F(CudaAttentionOps, IndexerSelectScoresAndMaskEqualCpu) {
   std::vector<IndexerQuery> many;
   for (int i = 0; i < 11; ++i) many.push_back({50 + 7 * i, 4 + i, i % 3 == 0 ? 0 : 2 + i});
   run_indexer_case(*cpu_, "tiny-11-queries", 2, 128, many, rng);
-  // A head_dim off the register fast path, with a 16-lane tail.
+  // A head_dim off the register fast path, with a 64-lane tail of 8.
   run_indexer_case(*cpu_, "dim-136", 3, 136, {{300, 20, 0}, {90, 12, 6}}, rng);
   run_indexer_case(*cpu_, "flash", 64, 128, {{4096, 512, 0}, {3000, 512, 700}, {65536, 512, 0}}, rng);
 }

@@ -238,7 +238,9 @@ TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
   dense_case<true>({4096, 24}, 4096);
   dense_case<true>({16384, 24}, 16384);
   dense_case<true>({4099, 7}, 4101);  // tail of 3, unaligned rows and x: the scalar-load path
-  dense_case<true>({272, 4100}, 272);  // >= 4096 rows: 16 rows per CTA, a partial last CTA
+  dense_case<true>({272, 4100}, 272);  // >= 4096 rows: 8 rows per CTA, a partial last CTA
+  dense_case<true>({127, 9}, 129);     // one 64-lane chunk and a tail of 63
+  dense_case<true>({2111, 4096}, 2111);  // wide, tail 63, unaligned rows
   dense_case<true>({1000, 4096}, 1003);
 }
 
@@ -247,6 +249,7 @@ TEST_F(CudaKernels, MatvecF32BitsEqualCpuForR1To8) {
   dense_case<false>({4096, 24}, 4096);
   dense_case<false>({1030, 9}, 1031);
   dense_case<false>({496, 4099}, 496);
+  dense_case<false>({191, 4097}, 193);  // wide, tail 63, unaligned x
 }
 
 template <typename Run, typename Dot>
@@ -301,7 +304,8 @@ TEST_F(CudaKernels, MatvecQ4KBitsEqualCpuForR1To8) {
 }
 
 TEST_F(CudaKernels, RmsNormBitsEqualCpu) {
-  for (int64_t n : {64, 1000, 4096, 16384}) {
+  // 7: tail only; 2111: a partial last staged chunk ending in a tail of 63 (64-lane order).
+  for (int64_t n : {7, 64, 1000, 2111, 4096, 16384}) {
     for (int rows : {1, 3, 9}) {
       for (bool weighted : {false, true}) {
         for (bool in_place : {false, true}) {

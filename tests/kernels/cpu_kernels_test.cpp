@@ -69,7 +69,9 @@ struct Shape {
 };
 
 std::vector<Shape> shapes_for(const TypeCase& t) {
-  if (t.block == 1) return {{16, 5}, {40, 7}, {263, 13}, {300, 77}, {1, 3}, {15, 2}};
+  // Dense: tails of every size class of the 64-lane order (0, 7, 44, 63) and rows shorter than
+  // one lane chunk.
+  if (t.block == 1) return {{16, 5}, {40, 7}, {263, 13}, {300, 77}, {1, 3}, {15, 2}, {127, 9}, {512, 6}};
   // 4128 = 129 blocks: crosses the kernels' 128-block column chunk.
   if (t.block == 32) return {{32, 3}, {96, 9}, {416, 37}, {1024, 100}, {4128, 19}, {4128, 21}};
   return {{256, 3}, {512, 11}, {768, 40}, {1024, 130}};
@@ -255,12 +257,42 @@ TEST(KernelHelpers, DotF32MatchesReferenceOnEveryIsa) {
   }
   for (Isa isa : supported_isas()) {
     ASSERT_TRUE(set_isa(isa));
-    for (int64_t n = 0; n < 70; ++n)
+    for (int64_t n = 0; n < 200; ++n)
       ASSERT_EQ(bits(dot_f32(a.data() + 1, b.data() + 3, n)), bits(quant::dot_f32(a.data() + 1, b.data() + 3, n)))
           << isa_name(isa) << " n=" << n;
     for (int64_t n : {512, 4099})
       ASSERT_EQ(bits(dot_f32(a.data(), b.data(), n)), bits(quant::dot_f32(a.data(), b.data(), n)))
           << isa_name(isa) << " n=" << n;
+  }
+}
+
+// dot_f32_many (groups of rows sharing a) and the RMSNorm statistic (up to 8 rows) equal
+// quant::dot_f32 / quant::sumsq_f64 per row on every ISA, for lengths around the lane chunk.
+TEST(KernelHelpers, DotManyAndSumsqMatchReferenceOnEveryIsa) {
+  IsaGuard guard;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  constexpr int kRows = 9;
+  constexpr int64_t kStride = 4200;
+  std::vector<float> a(kStride), b(kRows * kStride);
+  for (auto& v : a) v = g(rng);
+  for (auto& v : b) v = g(rng);
+  const float* rows[kRows];
+  for (int j = 0; j < kRows; ++j) rows[j] = b.data() + j * kStride;
+  for (Isa isa : supported_isas()) {
+    ASSERT_TRUE(set_isa(isa));
+    for (int64_t n : {0, 1, 33, 63, 64, 65, 130, 191, 512, 1031, 4096, 4159}) {
+      float out[kRows];
+      dot_f32_many(a.data(), rows, kRows, n, out);
+      for (int j = 0; j < kRows; ++j)
+        ASSERT_EQ(bits(out[j]), bits(quant::dot_f32(rows[j], a.data(), n))) << isa_name(isa) << " n=" << n;
+      for (int gr = 1; gr <= 8; ++gr) {
+        double ss[8];
+        sumsq_rows_f64(b.data() + 1, kStride, gr, n, ss);
+        for (int k = 0; k < gr; ++k)
+          ASSERT_EQ(ss[k], quant::sumsq_f64(b.data() + 1 + k * kStride, n)) << isa_name(isa) << " n=" << n;
+      }
+    }
   }
 }
 

@@ -29,8 +29,9 @@ namespace {
 namespace cpu = backend::cpu;
 
 // Tiny q2 model, generator seed 1234, random-block fill; prompt prompt_tokens(400, 8192, 99);
-// session n_ctx 512, one prefill call. Recorded 2026-12-02 (scalar = AVX2 = AVX-512).
-constexpr const char* kCanonicalHash = "e38207652f7c71ba9cf77b4091ea6cbd047f218aa572eb0f7c04f59460bd246d";
+// session n_ctx 512, one prefill call. Recorded 2026-12-02, re-recorded 2026-12-06 for the
+// 64-lane dot / RMS order of quant/dot.h (scalar = AVX2 = AVX-512).
+constexpr const char* kCanonicalHash = "2147f24b163437c11a85d189152095f1080e6d4f53ebd90da91397581034d895";
 
 using testing_tiny::sha256_hex;
 

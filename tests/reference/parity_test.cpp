@@ -27,7 +27,7 @@
 //
 // f32 activations — same math, different summation order. With f32_activations every matvec
 // against a quantized weight is dot_f32(dequantized row, f32 activation): the reference's
-// math, up to the order of the sums (16-lane dot vs torch's blocked matmul, slot-order vs
+// math, up to the order of the sums (64-lane dot vs torch's blocked matmul, slot-order vs
 // einsum expert sums, softmax/attention orders), i.e. last-bit (ulp) differences. At position
 // 0 of the shipped model this gives |Δlogit| <= 3e-5. It does NOT give argmax equality at
 // every position, and no independent float32 implementation can: the model's own discrete

@@ -1,8 +1,8 @@
 // tests/unit/backend/cpu_batch_ops_test.cpp — the batched / hoisted forms of the CPU ops give
 // exactly the bits of their one-row definitions.
 //
-//  * rms_norm_rows (interleaved double sums) == rms_norm_row per row, weighted, unweighted and
-//    in place, for 1..11 rows (more than one group of 8);
+//  * rms_norm_rows (the kernel table's 64-lane double sums) == rms_norm_row per row, weighted,
+//    unweighted and in place, for 1..11 rows (more than one group of 8);
 //  * rope_tail_rows (cos/sin computed once per call) == the per-head formula of §3.8, with
 //    and without the YaRN ramp, forward and inverse;
 //  * the routed-expert op (pairs grouped by expert, one parallel task list) gives each row

@@ -1,6 +1,7 @@
 // tests/unit/quant/dot_test.cpp — reference dot products: (a) against a double-precision
 // dequantize-and-dot within a tolerance, (b) against an independent restatement of the
-// documented operation order (bit-exact), (c) integer block parts against the dequantizer.
+// documented operation order (bit-exact; also the RMSNorm statistic sumsq_f64), (c) integer
+// block parts against the dequantizer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,52 +33,76 @@ double abs_dot(const std::vector<float>& a, const std::vector<float>& b) {
   return s;
 }
 
-// Restatement of the canonical 16-lane order as an AVX2-style pair of 8-lane vectors.
-float dot_f32_two_by_eight(const float* w, const float* x, int64_t n) {
-  float A[8] = {}, B[8] = {};
-  const int64_t m = n - n % 16;
-  for (int64_t i = 0; i < m; i += 16) {
-    float pa[8], pb[8];
-    for (int j = 0; j < 8; ++j) pa[j] = w[i + j] * x[i + j];
-    for (int j = 0; j < 8; ++j) pb[j] = w[i + 8 + j] * x[i + 8 + j];
-    for (int j = 0; j < 8; ++j) A[j] += pa[j];
-    for (int j = 0; j < 8; ++j) B[j] += pb[j];
+// Independent restatement of the canonical 64-lane order (quant/dot.h), written lane-major:
+// each lane's chain over i = j, j+64, ... (mul, then add), then the halving tree as a vector
+// of half the width per step.
+template <typename T>
+T lane_major_64(const float* w, const float* x, int64_t n) {
+  std::vector<T> p(64, T{0});
+  for (int64_t j = 0; j < 64; ++j) {
+    for (int64_t i = j; i < n; i += 64) {
+      const T t = static_cast<T>(w[i]) * static_cast<T>(x[i]);
+      p[j] = p[j] + t;
+    }
   }
-  for (int j = 0; j < 8; ++j) A[j] += B[j];
-  float lo[4], hi2[2];
-  for (int j = 0; j < 4; ++j) lo[j] = A[j] + A[j + 4];
-  for (int j = 0; j < 2; ++j) hi2[j] = lo[j] + lo[j + 2];
-  float r = hi2[0] + hi2[1];
-  for (int64_t i = m; i < n; ++i) r += w[i] * x[i];
-  return r;
+  while (p.size() > 1) {
+    const size_t h = p.size() / 2;
+    std::vector<T> q(h);
+    for (size_t j = 0; j < h; ++j) q[j] = p[j] + p[j + h];
+    p = q;
+  }
+  return p[0];
 }
 
 TEST(DotF32, CanonicalOrderHandCase) {
-  // n = 19: one 16-wide step then 3 tail elements. Values chosen so order matters.
-  std::vector<float> w(19, 1.0f), x(19, 0.0f);
+  // n = 130: two 64-wide chunks, then elements 128 and 129 (lanes 0 and 1). Values chosen
+  // so that the 64-lane order, the old 16-lane order and a sequential sum all differ.
+  std::vector<float> w(130, 1.0f), x(130, 0.0f);
   x[0] = 1e8f;
-  x[8] = -1e8f;
-  x[1] = 1.0f;   // lane 1 survives: ((p0+p8) + ...) keeps it exactly
-  x[16] = 0.5f;  // tail
-  x[17] = 0.25f;
-  x[18] = 0.125f;
-  // Lanes: p0 = 1e8, p8 = -1e8 -> step 8: p0 = 0; p1 = 1 -> result 1 + tail 0.875.
-  EXPECT_EQ(dot_f32(w.data(), x.data(), 19), 1.875f);
-  // A plain sequential sum would give 1e8 + 1 (rounds to 1e8) - 1e8 = 0, + 0.875.
+  x[32] = -1e8f;  // lane 32: cancels lane 0 only at the tree's step h = 32
+  x[64] = 1.0f;   // lane 0 again: 1e8 + 1 rounds to 1e8 (float spacing 8 there)
+  x[128] = 0.5f;  // lane 0: lost the same way
+  x[129] = 0.25f; // lane 1: survives
+  // 64 lanes: p0 = 1e8, p32 = -1e8, p1 = 0.25 -> h = 32: p0 = 0 -> result 0.25.
+  EXPECT_EQ(dot_f32(w.data(), x.data(), 130), 0.25f);
+  EXPECT_EQ(lane_major_64<float>(w.data(), x.data(), 130), 0.25f);
+  // The old 16-lane order: lane 0 = ((1e8 + 0) + -1e8) + 0 + 1 = 1, then the tail 0.5, 0.25.
+  // A plain sequential sum gives the same 1.75.
   float seq = 0.0f;
-  for (int i = 0; i < 19; ++i) seq += w[i] * x[i];
-  EXPECT_EQ(seq, 0.875f);
+  for (int i = 0; i < 130; ++i) seq += w[i] * x[i];
+  EXPECT_EQ(seq, 1.75f);
 }
 
-TEST(DotF32, MatchesTwoByEightAndDouble) {
-  for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 100, 4096, 4099}) {
+TEST(DotF32, MatchesLaneMajorRestatementAndDouble) {
+  for (int64_t n : {0, 1, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 191, 4096, 4099, 4159}) {
     const auto w = gaussian(n, 1 + static_cast<uint32_t>(n));
     const auto x = gaussian(n, 1000 + static_cast<uint32_t>(n));
     const float r = dot_f32(w.data(), x.data(), n);
-    EXPECT_EQ(f32_bits(r), f32_bits(dot_f32_two_by_eight(w.data(), x.data(), n))) << n;
+    EXPECT_EQ(f32_bits(r), f32_bits(lane_major_64<float>(w.data(), x.data(), n))) << n;
     EXPECT_NEAR(r, dot_double(w, x), 1e-5 * abs_dot(w, x) + 1e-30) << n;
   }
   EXPECT_EQ(f32_bits(dot_f32(nullptr, nullptr, 0)), 0u);  // +0.0f for empty rows
+}
+
+TEST(SumsqF64, CanonicalOrderHandCase) {
+  // 2^27 squared = 2^54, where double's spacing is 4: a sequential sum loses each + 1, the
+  // 64-lane order sums lane 1's four ones first and adds 4 exactly.
+  std::vector<float> x(194, 0.0f);
+  x[0] = 134217728.0f;  // 2^27
+  x[1] = x[65] = x[129] = x[193] = 1.0f;
+  EXPECT_EQ(sumsq_f64(x.data(), 194), 18014398509481988.0);  // 2^54 + 4
+  double seq = 0.0;
+  for (float v : x) seq += static_cast<double>(v) * v;
+  EXPECT_EQ(seq, 18014398509481984.0);  // 2^54
+}
+
+TEST(SumsqF64, MatchesLaneMajorRestatement) {
+  for (int64_t n : {0, 1, 7, 63, 64, 65, 200, 1031, 4096, 16384, 16389}) {
+    const auto x = gaussian(n, 500 + static_cast<uint32_t>(n), 3.0f);
+    const double r = sumsq_f64(x.data(), n);
+    EXPECT_EQ(r, lane_major_64<double>(x.data(), x.data(), n)) << n;
+    EXPECT_NEAR(r, dot_double(x, x), 1e-12 * r + 1e-300) << n;
+  }
 }
 
 TEST(DotF16, EqualsDotF32OfConvertedRow) {
