@@ -39,7 +39,6 @@ constexpr int kWarps = 8;  // output rows per block
 
 __device__ uint64_t g_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
 __device__ uint8_t g_iq2_signs[128];  // quant::kIq2Signs
-__device__ uint64_t g_iq2_smask[128];  // byte b of entry i = 0xff when bit b of kIq2Signs[i] is set
 
 template <int R>
 __device__ __forceinline__ void reduce8(int32_t (&v)[R]) {
@@ -159,9 +158,13 @@ struct Iq2XxsFmt {
   static constexpr int kStageBytes = 4224;  // per warp: gate + up of 32 blocks
   // Signs by masks: with m = 0xff (-1) where the sign bit is set, s·g·a = g·(a ^ m) - g·m per
   // byte, so the signed dot is dp4a(g, a ^ m) - dp4a(g, m): exact integers, 3 operations per
-  // word instead of expanding the sign bits and negating bytes.
+  // word instead of expanding the sign bits and negating bytes. The masks are computed in
+  // registers, not looked up: kIq2Signs[i] = i | (popcount(i) & 1) << 7 (bit 7 makes the
+  // popcount even), and sign_mask4 spreads 4 sign bits to 4 bytes of 0xff; a shared-memory
+  // table lookup (random indices, bank conflicts) per word cost more L1 wavefronts than the
+  // weights themselves.
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t* grid, const uint64_t* smask) {
+                                                      const uint64_t* grid) {
     int32_t part = 0;
     float wd = 0.0f;
     if (valid) {
@@ -177,9 +180,10 @@ struct Iq2XxsFmt {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-        const uint64_t m = smask[(aux1 >> (7 * c)) & 127u];
+        const uint32_t si = (aux1 >> (7 * c)) & 127u;
+        const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
         const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
-        const int mlo = static_cast<int>(static_cast<uint32_t>(m)), mhi = static_cast<int>(static_cast<uint32_t>(m >> 32));
+        const int mlo = static_cast<int>(detail::sign_mask4(sv)), mhi = static_cast<int>(detail::sign_mask4(sv >> 4));
         sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
         sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
         corr = __dp4a(glo, mlo, corr);
@@ -259,7 +263,7 @@ struct Q2KFmt {
   static constexpr int kAlignBlocks = 4;    // 4 blocks = 336 bytes
   static constexpr int kStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t*, const uint64_t*) {
+                                                      const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int n = sub >> 2, j = sub & 3;
     const int sb = 8 * n + 2 * j;
@@ -362,7 +366,7 @@ struct Q4KFmt {
   static constexpr int kAlignBlocks = 1;    // 144 bytes
   static constexpr int kStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t*, const uint64_t*) {
+                                                      const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int j = sub;
     if (valid) {
@@ -738,15 +742,8 @@ Status upload_iq2_tables() {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
     return resource_error("cuda: matvec_iq2_xxs: no current device");
   if (done[dev]) return Status();
-  uint64_t smask[128];
-  for (int i = 0; i < 128; ++i) {
-    smask[i] = 0;
-    for (int b = 0; b < 8; ++b)
-      if ((quant::kIq2Signs[i] >> b) & 1u) smask[i] |= uint64_t{0xff} << (8 * b);
-  }
   if (cudaMemcpyToSymbol(g_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess ||
-      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess ||
-      cudaMemcpyToSymbol(g_iq2_smask, smask, sizeof smask) != cudaSuccess) {
+      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess) {
     return resource_error("cuda: matvec_iq2_xxs: cannot upload the IQ2_XXS tables: %s",
                           cudaGetErrorString(cudaGetLastError()));
   }
@@ -883,7 +880,7 @@ __device__ __forceinline__ void expert_issue(const uint8_t* const* rows, int m_c
 template <class F, int M>
 __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const uint8_t* act_s, int a_stride,
                                              int m_cnt, int nb, bool vec16, uint8_t* stage, float* ts,
-                                             const uint64_t* grid, const uint64_t* smask, bool first_issued) {
+                                             const uint64_t* grid, bool first_issued) {
   constexpr int kStage = stage_blocks<F, M>();
   constexpr int kBB = F::kBlockBytes;
   static_assert(kStage >= 1 && M * kStage <= kMaxStageTerms, "stage too small or term buffer too short");
@@ -904,7 +901,7 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const u
       const int m = valid ? j / cnt : 0;
       const int b = valid ? j - m * cnt : 0;
       const float t = F::staged_term(stage + (m * kStage + b) * kBB,
-                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid, smask);
+                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid);
       if (valid && sub == 0) ts[j] = t;
     }
     __syncwarp();
@@ -923,10 +920,9 @@ struct ExpertArgs {
 
 // The IQ2_XXS tables into shared memory (all threads; a no-op for the other formats).
 template <class F>
-__device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint64_t* smask_s) {
+__device__ __forceinline__ void stage_tables(uint64_t* grid_s) {
   if constexpr (F::kTables) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) grid_s[i] = g_iq2_grid[i];
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) smask_s[i] = g_iq2_smask[i];
     __syncthreads();
   }
 }
@@ -969,7 +965,6 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   __shared__ float ts[kExpertWarps][kMaxStageTerms];
   __shared__ const uint8_t* rows[kExpertWarps][2];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t q = blockIdx.x;
@@ -985,7 +980,7 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   // The first stage's weights are in flight while the activations and tables are staged.
   if (ok) expert_issue<F, 2>(rows[warp], 2, nb, 0, vec16, stage[warp]);
   stage_act(act_s, x + (q / n_used) * nb, nb);
-  stage_tables<F>(grid_s, smask_s);
+  stage_tables<F>(grid_s);
   cp_async_wait_all();
   __syncthreads();
   if (!live) return;  // no barrier follows
@@ -994,8 +989,7 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
     if (lane == 0) mq[o] = __int_as_float(0x7fffffff);
     return;
   }
-  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, smask_s,
-                                      true);
+  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, true);
   const float v = F::finish(acc);           // lane 0: gate, lane 1: up
   const float u = __shfl_sync(kFullMask, v, 1);
   if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
@@ -1013,7 +1007,6 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
   __shared__ float ts[kExpertWarps][kMaxStageTerms];
   __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i = blockIdx.x;
@@ -1034,12 +1027,12 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
     // The first stage's weights are in flight while the activations (and tables) are staged.
     if (live) expert_issue<F, kDownSlots>(rows[warp], m_cnt, nb, 0, vec16, stage[warp]);
     stage_act(act_s, midq + (i * n_used + g0) * nb, m_cnt * nb);
-    if (g0 == 0) stage_tables<F>(grid_s, smask_s);
+    if (g0 == 0) stage_tables<F>(grid_s);
     cp_async_wait_all();
     __syncthreads();
     if (live) {
       const float acc = expert_dots<F, kDownSlots>(rows[warp], act_s, nb, m_cnt, nb, vec16, stage[warp], ts[warp],
-                                                   grid_s, smask_s, true);
+                                                   grid_s, true);
       const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
       for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
     }
