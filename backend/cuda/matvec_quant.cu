@@ -155,7 +155,7 @@ struct Iq2XxsFmt {
   // (2-byte aligned), activation block a in shared memory too (kActBlockBytes layout), one
   // pair (r = 1); the same integer and float operations as terms<1>.
   static constexpr int kAlignBlocks = 8;    // 8 blocks = 528 bytes, a multiple of 16
-  static constexpr int kStageBytes = 4224;  // per warp: gate + up of 32 blocks
+  static constexpr int kDownStageBytes = 3168;  // per warp: 6 down rows of 8 blocks
   // Signs by masks: with m = 0xff (-1) where the sign bit is set, s·g·a = g·(a ^ m) - g·m per
   // byte, so the signed dot is dp4a(g, a ^ m) - dp4a(g, m): exact integers, 3 operations per
   // word instead of expanding the sign bits and negating bytes. The masks are computed in
@@ -261,7 +261,7 @@ struct Q2KFmt {
 
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 4-byte aligned.
   static constexpr int kAlignBlocks = 4;    // 4 blocks = 336 bytes
-  static constexpr int kStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
+  static constexpr int kDownStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
                                                       const uint64_t*) {
     int32_t isum = 0, summs = 0;
@@ -364,7 +364,7 @@ struct Q4KFmt {
 
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 16-byte aligned.
   static constexpr int kAlignBlocks = 1;    // 144 bytes
-  static constexpr int kStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
+  static constexpr int kDownStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
                                                       const uint64_t*) {
     int32_t isum = 0, summs = 0;
@@ -830,15 +830,32 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 
 constexpr int kExpertWarps = 4;
 constexpr int kDownSlots = 6;  // down rows a warp dots at once (Flash: all n_used = 6 slots)
+// Blocks per row in a gate/up stage: a whole Flash row (n_embd 4096 = 16 blocks), a multiple
+// of every format's kAlignBlocks. Why not more: shared memory, not DRAM, bounds these kernels'
+// occupancy, and a stage larger than the row only costs resident blocks (wider rows take
+// several stages, same bits: the terms are still added in block order).
+constexpr int kGateUpStageBlocks = 16;
+
+// Per-warp stage bytes when a warp dots M rows of format F: gate + up (M = 2), or the down
+// rows of kDownSlots slots (F::kDownStageBytes). Multiples of 16.
+template <class F, int M>
+__host__ __device__ constexpr int stage_bytes() {
+  static_assert(M == 2 || M == kDownSlots, "gate/up pairs or the down slots");
+  return M == 2 ? 2 * kGateUpStageBlocks * F::kBlockBytes : F::kDownStageBytes;
+}
 
 // Blocks per row in one stage when a warp dots M rows of format F: the stage's share, rounded
 // down to whole kAlignBlocks so that every chunk starts 16-byte aligned in the row.
 template <class F, int M>
 __host__ __device__ constexpr int stage_blocks() {
-  const int b = F::kStageBytes / (M * F::kBlockBytes);
+  const int b = stage_bytes<F, M>() / (M * F::kBlockBytes);
   return b / F::kAlignBlocks * F::kAlignBlocks;
 }
-constexpr int kMaxStageTerms = 72;  // >= M · stage_blocks<F, M>() of every instance below
+// Terms of one stage (the per-warp term buffer's length).
+template <class F, int M>
+__host__ __device__ constexpr int stage_terms() {
+  return M * stage_blocks<F, M>();
+}
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -883,7 +900,7 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const u
                                              const uint64_t* grid, bool first_issued) {
   constexpr int kStage = stage_blocks<F, M>();
   constexpr int kBB = F::kBlockBytes;
-  static_assert(kStage >= 1 && M * kStage <= kMaxStageTerms, "stage too small or term buffer too short");
+  static_assert(kStage >= 1 && stage_bytes<F, M>() % 16 == 0, "stage too small or misaligned");
   const int lane = threadIdx.x & 31;
   const int sub = lane % 8, slot = lane / 8;
   float acc = 0.0f;
@@ -961,8 +978,8 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
     ExpertArgs gate, ExpertArgs up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, int n_used, const BlockQ8K* __restrict__ x, float clamp, bool vec16,
     float* __restrict__ mid) {
-  __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
-  __shared__ float ts[kExpertWarps][kMaxStageTerms];
+  __shared__ __align__(16) uint8_t stage[kExpertWarps][stage_bytes<F, 2>()];
+  __shared__ float ts[kExpertWarps][stage_terms<F, 2>()];
   __shared__ const uint8_t* rows[kExpertWarps][2];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
@@ -1003,8 +1020,8 @@ template <class F>
 __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
     ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     int group, const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
-  __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
-  __shared__ float ts[kExpertWarps][kMaxStageTerms];
+  __shared__ __align__(16) uint8_t stage[kExpertWarps][stage_bytes<F, kDownSlots>()];
+  __shared__ float ts[kExpertWarps][stage_terms<F, kDownSlots>()];
   __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
