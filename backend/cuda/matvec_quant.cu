@@ -820,7 +820,8 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 
 
 // ---- Fused routed experts (expert_gate_up / expert_down_sum) ---------------------------------
-// One warp per (pair or row, output row); kExpertWarps output rows per block. A warp copies
+// One warp per (pair or row, output row); kExpertWarps (gate/up) or down_warps<F>() (down)
+// output rows per block. A warp copies
 // the weight bytes of all the rows it dots (gate and up, or the down rows of up to
 // kDownSlots slots) into its shared-memory stage with 16-byte cp.async (every load in flight
 // at once: a single expert row is too short to cover DRAM latency otherwise), then decodes
@@ -850,6 +851,14 @@ template <class F, int M>
 __host__ __device__ constexpr int stage_blocks() {
   const int b = stage_bytes<F, M>() / (M * F::kBlockBytes);
   return b / F::kAlignBlocks * F::kAlignBlocks;
+}
+// Warps (output rows) per expert_down_sum block: 8 where the 8 stages fit the 48 KB of static
+// shared memory, else kExpertWarps. Why more than gate/up: a down block stages the midq rows
+// of all its slots (6 x 2.4 KB for Flash) for its output rows alone, as many activation
+// bytes as weight bytes at 4 rows per block; 8 rows halve that share of the L1 traffic.
+template <class F>
+__host__ __device__ constexpr int down_warps() {
+  return 8 * stage_bytes<F, kDownSlots>() <= 40 * 1024 ? 8 : kExpertWarps;
 }
 // Terms of one stage (the per-warp term buffer's length).
 template <class F, int M>
@@ -1012,22 +1021,23 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
 }
 
-// grid (n_rows, n_embd / kExpertWarps): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
+// grid (n_rows, n_embd / down_warps<F>()): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
 // slot order, down(s) = dot(expert sel[i][s] row o, midq pair i·n_used + s); NaN for an id
 // outside [0, n_expert). Slots go in groups of `group` <= kDownSlots (their midq rows staged
 // in shared memory together).
 template <class F>
-__global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
+__global__ void __launch_bounds__(32 * down_warps<F>()) expert_down_sum_kernel(
     ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     int group, const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
-  __shared__ __align__(16) uint8_t stage[kExpertWarps][stage_bytes<F, kDownSlots>()];
-  __shared__ float ts[kExpertWarps][stage_terms<F, kDownSlots>()];
-  __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
+  constexpr int kW = down_warps<F>();
+  __shared__ __align__(16) uint8_t stage[kW][stage_bytes<F, kDownSlots>()];
+  __shared__ float ts[kW][stage_terms<F, kDownSlots>()];
+  __shared__ const uint8_t* rows[kW][kDownSlots];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i = blockIdx.x;
-  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kW + warp;
   const bool live = o < n_embd;  // warp-uniform; every warp takes part in the barriers
   float sum = 0.0f;
   for (int g0 = 0; g0 < n_used; g0 += group) {
@@ -1132,8 +1142,9 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
                        const BlockQ8K* midq, float* out, Stream stream) {
   bool vec16 = false;
   if (Status s = check_experts<F>("expert_down_sum", down, down.n_in, down.n_out, &vec16); !s.ok()) return s;
+  constexpr int kW = down_warps<F>();
   if (n_rows < 0 || n_rows > 0x7fffffff || n_used < 1 || static_cast<int64_t>(n_rows) * n_used > INT32_MAX ||
-      (down.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
+      (down.n_out + kW - 1) / kW > 65535)
     return invalid_argument("cuda: expert_down_sum: bad shape (%d rows x %d used, n_embd %lld)", n_rows, n_used,
                             static_cast<long long>(down.n_out));
   const int nb = static_cast<int>(down.n_in / F::kBlockElems);
@@ -1145,9 +1156,8 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
                             "memory, at most %d)", static_cast<long long>(down.n_in), row_act, kExpertActMax);
   if (n_rows == 0) return Status();
   if (Status s = expert_smem_optin<F, true>("expert_down_sum"); !s.ok()) return s;
-  const dim3 grid(static_cast<unsigned>(n_rows),
-                  static_cast<unsigned>((down.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, static_cast<size_t>(group) * row_act, stream>>>(
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((down.n_out + kW - 1) / kW));
+  expert_down_sum_kernel<F><<<grid, 32 * kW, static_cast<size_t>(group) * row_act, stream>>>(
       ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
       down.n_out, sel, n_used, group, midq, vec16, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, n_rows);
