@@ -820,7 +820,7 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 
 
 // ---- Fused routed experts (expert_gate_up / expert_down_sum) ---------------------------------
-// One warp per (pair or row, output row); kExpertWarps (gate/up) or down_warps<F>() (down)
+// One warp per (pair or row, output row); kGateUpWarps (gate/up) or down_warps<F>() (down)
 // output rows per block. A warp copies
 // the weight bytes of all the rows it dots (gate and up, or the down rows of up to
 // kDownSlots slots) into its shared-memory stage with 16-byte cp.async (every load in flight
@@ -829,7 +829,11 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 // the staged blocks 4 at a time (8 lanes per block) and adds each row's terms into that
 // row's one accumulator in block order, like quant_matvec_rows.
 
-constexpr int kExpertWarps = 4;
+// Output rows (warps) per expert_gate_up block. 8, not 4: every block stages its pair's whole
+// x row (Flash: 16 Q8_K blocks, 4,864 B, by 4-byte cp.async), which at 4 rows per block was
+// over half the L1 traffic of the weights (4 x 2,112 B of IQ2_XXS); occupancy is unchanged
+// (IQ2_XXS: 6 blocks x 8 warps by registers and shared memory, was 12 x 4).
+constexpr int kGateUpWarps = 8;
 constexpr int kDownSlots = 6;  // down rows a warp dots at once (Flash: all n_used = 6 slots)
 // Blocks per row in a gate/up stage: a whole Flash row (n_embd 4096 = 16 blocks), a multiple
 // of every format's kAlignBlocks. Why not more: shared memory, not DRAM, bounds these kernels'
@@ -853,12 +857,12 @@ __host__ __device__ constexpr int stage_blocks() {
   return b / F::kAlignBlocks * F::kAlignBlocks;
 }
 // Warps (output rows) per expert_down_sum block: 8 where the 8 stages fit the 48 KB of static
-// shared memory, else kExpertWarps. Why more than gate/up: a down block stages the midq rows
-// of all its slots (6 x 2.4 KB for Flash) for its output rows alone, as many activation
-// bytes as weight bytes at 4 rows per block; 8 rows halve that share of the L1 traffic.
+// shared memory, else 4. Why: a down block stages the midq rows of all its slots (6 x 2.4 KB
+// for Flash) for its output rows alone, as many activation bytes as weight bytes at 4 rows
+// per block; 8 rows halve that share of the L1 traffic.
 template <class F>
 __host__ __device__ constexpr int down_warps() {
-  return 8 * stage_bytes<F, kDownSlots>() <= 40 * 1024 ? 8 : kExpertWarps;
+  return 8 * stage_bytes<F, kDownSlots>() <= 40 * 1024 ? 8 : 4;
 }
 // Terms of one stage (the per-warp term buffer's length).
 template <class F, int M>
@@ -979,22 +983,22 @@ __device__ __forceinline__ void stage_act(uint8_t* dst, const BlockQ8K* __restri
 // per kernel and device).
 constexpr int kExpertActMax = 96 * 1024;
 
-// grid (pairs, n_ff / kExpertWarps): pair q = blockIdx.x (row q / n_used), output row o.
+// grid (pairs, n_ff / kGateUpWarps): pair q = blockIdx.x (row q / n_used), output row o.
 // mid[q][o] = moe_mid_value(gate dot, up dot, clamp, wt[q]); an expert id outside
 // [0, n_expert) gives NaN.
 template <class F>
-__global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
+__global__ void __launch_bounds__(32 * kGateUpWarps) expert_gate_up_kernel(
     ExpertArgs gate, ExpertArgs up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, int n_used, const BlockQ8K* __restrict__ x, float clamp, bool vec16,
     float* __restrict__ mid) {
-  __shared__ __align__(16) uint8_t stage[kExpertWarps][stage_bytes<F, 2>()];
-  __shared__ float ts[kExpertWarps][stage_terms<F, 2>()];
-  __shared__ const uint8_t* rows[kExpertWarps][2];
+  __shared__ __align__(16) uint8_t stage[kGateUpWarps][stage_bytes<F, 2>()];
+  __shared__ float ts[kGateUpWarps][stage_terms<F, 2>()];
+  __shared__ const uint8_t* rows[kGateUpWarps][2];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t q = blockIdx.x;
-  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kGateUpWarps + warp;
   const bool live = o < n_ff;  // warp-uniform
   const int32_t e = live ? sel[q] : -1;
   const bool ok = live && e >= 0 && e < n_expert;
@@ -1117,7 +1121,7 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
   if (Status s = check_experts<F>("expert_gate_up", gate, gate.n_in, gate.n_out, &v_gate); !s.ok()) return s;
   if (Status s = check_experts<F>("expert_gate_up", up, gate.n_in, gate.n_out, &v_up); !s.ok()) return s;
   if (up.n_expert != gate.n_expert || n_rows < 0 || n_used < 1 ||
-      static_cast<int64_t>(n_rows) * n_used > INT32_MAX || (gate.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
+      static_cast<int64_t>(n_rows) * n_used > INT32_MAX || (gate.n_out + kGateUpWarps - 1) / kGateUpWarps > 65535)
     return invalid_argument("cuda: expert_gate_up: bad shape (%lld / %lld experts, %d rows x %d used, n_ff %lld)",
                             static_cast<long long>(gate.n_expert), static_cast<long long>(up.n_expert), n_rows,
                             n_used, static_cast<long long>(gate.n_out));
@@ -1129,8 +1133,8 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
   if (n_rows == 0) return Status();
   if (Status s = expert_smem_optin<F, false>("expert_gate_up"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows * n_used),
-                  static_cast<unsigned>((gate.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, act_bytes, stream>>>(
+                  static_cast<unsigned>((gate.n_out + kGateUpWarps - 1) / kGateUpWarps));
+  expert_gate_up_kernel<F><<<grid, 32 * kGateUpWarps, act_bytes, stream>>>(
       ExpertArgs{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
       ExpertArgs{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert,
       static_cast<int>(gate.n_in / F::kBlockElems), gate.n_out, sel, wt, n_used, x, clamp, v_gate && v_up, mid);
