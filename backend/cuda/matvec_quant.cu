@@ -821,13 +821,12 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 
 // ---- Fused routed experts (expert_gate_up / expert_down_sum) ---------------------------------
 // One warp per (pair or row, output row); kGateUpWarps (gate/up) or down_warps<F>() (down)
-// output rows per block. A warp copies
-// the weight bytes of all the rows it dots (gate and up, or the down rows of up to
-// kDownSlots slots) into its shared-memory stage with 16-byte cp.async (every load in flight
-// at once: a single expert row is too short to cover DRAM latency otherwise), then decodes
-// (the CTA's activation rows staged once in shared memory too: stage_act)
-// the staged blocks 4 at a time (8 lanes per block) and adds each row's terms into that
-// row's one accumulator in block order, like quant_matvec_rows.
+// output rows per block. A warp copies the weight bytes of all the rows it dots (gate and up,
+// or the down rows of up to kDownSlots slots) into its shared-memory stage with 16-byte
+// cp.async (every load in flight at once: a single expert row is too short to cover DRAM
+// latency otherwise), then decodes the staged blocks 4 at a time (8 lanes per block; the
+// CTA's activation rows staged once in shared memory too: stage_act) and adds each row's
+// terms into that row's one accumulator in block order, like quant_matvec_rows.
 
 // Output rows (warps) per expert_gate_up block. 8, not 4: every block stages its pair's whole
 // x row (Flash: 16 Q8_K blocks, 4,864 B, by 4-byte cp.async), which at 4 rows per block was
