@@ -39,7 +39,6 @@ constexpr int kWarps = 8;  // output rows per block
 
 __device__ uint64_t g_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
 __device__ uint8_t g_iq2_signs[128];  // quant::kIq2Signs
-__device__ uint64_t g_iq2_smask[128];  // byte b of entry i = 0xff when bit b of kIq2Signs[i] is set
 
 template <int R>
 __device__ __forceinline__ void reduce8(int32_t (&v)[R]) {
@@ -156,12 +155,16 @@ struct Iq2XxsFmt {
   // (2-byte aligned), activation block a in shared memory too (kActBlockBytes layout), one
   // pair (r = 1); the same integer and float operations as terms<1>.
   static constexpr int kAlignBlocks = 8;    // 8 blocks = 528 bytes, a multiple of 16
-  static constexpr int kStageBytes = 4224;  // per warp: gate + up of 32 blocks
+  static constexpr int kDownStageBytes = 3168;  // per warp: 6 down rows of 8 blocks
   // Signs by masks: with m = 0xff (-1) where the sign bit is set, s·g·a = g·(a ^ m) - g·m per
   // byte, so the signed dot is dp4a(g, a ^ m) - dp4a(g, m): exact integers, 3 operations per
-  // word instead of expanding the sign bits and negating bytes.
+  // word instead of expanding the sign bits and negating bytes. The masks are computed in
+  // registers, not looked up: kIq2Signs[i] = i | (popcount(i) & 1) << 7 (bit 7 makes the
+  // popcount even), and sign_mask4 spreads 4 sign bits to 4 bytes of 0xff; a shared-memory
+  // table lookup (random indices, bank conflicts) per word cost more L1 wavefronts than the
+  // weights themselves.
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t* grid, const uint64_t* smask) {
+                                                      const uint64_t* grid) {
     int32_t part = 0;
     float wd = 0.0f;
     if (valid) {
@@ -177,9 +180,10 @@ struct Iq2XxsFmt {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-        const uint64_t m = smask[(aux1 >> (7 * c)) & 127u];
+        const uint32_t si = (aux1 >> (7 * c)) & 127u;
+        const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
         const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
-        const int mlo = static_cast<int>(static_cast<uint32_t>(m)), mhi = static_cast<int>(static_cast<uint32_t>(m >> 32));
+        const int mlo = static_cast<int>(detail::sign_mask4(sv)), mhi = static_cast<int>(detail::sign_mask4(sv >> 4));
         sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
         sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
         corr = __dp4a(glo, mlo, corr);
@@ -257,9 +261,9 @@ struct Q2KFmt {
 
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 4-byte aligned.
   static constexpr int kAlignBlocks = 4;    // 4 blocks = 336 bytes
-  static constexpr int kStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
+  static constexpr int kDownStageBytes = 4032;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t*, const uint64_t*) {
+                                                      const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int n = sub >> 2, j = sub & 3;
     const int sb = 8 * n + 2 * j;
@@ -360,9 +364,9 @@ struct Q4KFmt {
 
   // Fused-expert form (see Iq2XxsFmt::staged_term): p in shared memory, 16-byte aligned.
   static constexpr int kAlignBlocks = 1;    // 144 bytes
-  static constexpr int kStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
+  static constexpr int kDownStageBytes = 6912;  // per warp: 6 down rows of 8 blocks
   static __device__ __forceinline__ float staged_term(const uint8_t* p, const uint8_t* a, bool valid, int sub,
-                                                      const uint64_t*, const uint64_t*) {
+                                                      const uint64_t*) {
     int32_t isum = 0, summs = 0;
     const int j = sub;
     if (valid) {
@@ -738,15 +742,8 @@ Status upload_iq2_tables() {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
     return resource_error("cuda: matvec_iq2_xxs: no current device");
   if (done[dev]) return Status();
-  uint64_t smask[128];
-  for (int i = 0; i < 128; ++i) {
-    smask[i] = 0;
-    for (int b = 0; b < 8; ++b)
-      if ((quant::kIq2Signs[i] >> b) & 1u) smask[i] |= uint64_t{0xff} << (8 * b);
-  }
   if (cudaMemcpyToSymbol(g_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess ||
-      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess ||
-      cudaMemcpyToSymbol(g_iq2_smask, smask, sizeof smask) != cudaSuccess) {
+      cudaMemcpyToSymbol(g_iq2_signs, quant::kIq2Signs, 128) != cudaSuccess) {
     return resource_error("cuda: matvec_iq2_xxs: cannot upload the IQ2_XXS tables: %s",
                           cudaGetErrorString(cudaGetLastError()));
   }
@@ -823,25 +820,54 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
 
 
 // ---- Fused routed experts (expert_gate_up / expert_down_sum) ---------------------------------
-// One warp per (pair or row, output row); kExpertWarps output rows per block. A warp copies
-// the weight bytes of all the rows it dots (gate and up, or the down rows of up to
-// kDownSlots slots) into its shared-memory stage with 16-byte cp.async (every load in flight
-// at once: a single expert row is too short to cover DRAM latency otherwise), then decodes
-// (the CTA's activation rows staged once in shared memory too: stage_act)
-// the staged blocks 4 at a time (8 lanes per block) and adds each row's terms into that
-// row's one accumulator in block order, like quant_matvec_rows.
+// One warp per (pair or row, output row); kGateUpWarps (gate/up) or down_warps<F>() (down)
+// output rows per block. A warp copies the weight bytes of all the rows it dots (gate and up,
+// or the down rows of up to kDownSlots slots) into its shared-memory stage with 16-byte
+// cp.async (every load in flight at once: a single expert row is too short to cover DRAM
+// latency otherwise), then decodes the staged blocks 4 at a time (8 lanes per block; the
+// CTA's activation rows staged once in shared memory too: stage_act) and adds each row's
+// terms into that row's one accumulator in block order, like quant_matvec_rows.
 
-constexpr int kExpertWarps = 4;
+// Output rows (warps) per expert_gate_up block. 8, not 4: every block stages its pair's whole
+// x row (Flash: 16 Q8_K blocks, 4,864 B, by 4-byte cp.async), which at 4 rows per block was
+// over half the L1 traffic of the weights (4 x 2,112 B of IQ2_XXS); occupancy is unchanged
+// (IQ2_XXS: 6 blocks x 8 warps by registers and shared memory, was 12 x 4).
+constexpr int kGateUpWarps = 8;
 constexpr int kDownSlots = 6;  // down rows a warp dots at once (Flash: all n_used = 6 slots)
+// Blocks per row in a gate/up stage: a whole Flash row (n_embd 4096 = 16 blocks), a multiple
+// of every format's kAlignBlocks. Why not more: shared memory, not DRAM, bounds these kernels'
+// occupancy, and a stage larger than the row only costs resident blocks (wider rows take
+// several stages, same bits: the terms are still added in block order).
+constexpr int kGateUpStageBlocks = 16;
+
+// Per-warp stage bytes when a warp dots M rows of format F: gate + up (M = 2), or the down
+// rows of kDownSlots slots (F::kDownStageBytes). Multiples of 16.
+template <class F, int M>
+__host__ __device__ constexpr int stage_bytes() {
+  static_assert(M == 2 || M == kDownSlots, "gate/up pairs or the down slots");
+  return M == 2 ? 2 * kGateUpStageBlocks * F::kBlockBytes : F::kDownStageBytes;
+}
 
 // Blocks per row in one stage when a warp dots M rows of format F: the stage's share, rounded
 // down to whole kAlignBlocks so that every chunk starts 16-byte aligned in the row.
 template <class F, int M>
 __host__ __device__ constexpr int stage_blocks() {
-  const int b = F::kStageBytes / (M * F::kBlockBytes);
+  const int b = stage_bytes<F, M>() / (M * F::kBlockBytes);
   return b / F::kAlignBlocks * F::kAlignBlocks;
 }
-constexpr int kMaxStageTerms = 72;  // >= M · stage_blocks<F, M>() of every instance below
+// Warps (output rows) per expert_down_sum block: 8 where the 8 stages fit the 48 KB of static
+// shared memory, else 4. Why: a down block stages the midq rows of all its slots (6 x 2.4 KB
+// for Flash) for its output rows alone, as many activation bytes as weight bytes at 4 rows
+// per block; 8 rows halve that share of the L1 traffic.
+template <class F>
+__host__ __device__ constexpr int down_warps() {
+  return 8 * stage_bytes<F, kDownSlots>() <= 40 * 1024 ? 8 : 4;
+}
+// Terms of one stage (the per-warp term buffer's length).
+template <class F, int M>
+__host__ __device__ constexpr int stage_terms() {
+  return M * stage_blocks<F, M>();
+}
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -883,10 +909,10 @@ __device__ __forceinline__ void expert_issue(const uint8_t* const* rows, int m_c
 template <class F, int M>
 __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const uint8_t* act_s, int a_stride,
                                              int m_cnt, int nb, bool vec16, uint8_t* stage, float* ts,
-                                             const uint64_t* grid, const uint64_t* smask, bool first_issued) {
+                                             const uint64_t* grid, bool first_issued) {
   constexpr int kStage = stage_blocks<F, M>();
   constexpr int kBB = F::kBlockBytes;
-  static_assert(kStage >= 1 && M * kStage <= kMaxStageTerms, "stage too small or term buffer too short");
+  static_assert(kStage >= 1 && stage_bytes<F, M>() % 16 == 0, "stage too small or misaligned");
   const int lane = threadIdx.x & 31;
   const int sub = lane % 8, slot = lane / 8;
   float acc = 0.0f;
@@ -904,7 +930,7 @@ __device__ __forceinline__ float expert_dots(const uint8_t* const* rows, const u
       const int m = valid ? j / cnt : 0;
       const int b = valid ? j - m * cnt : 0;
       const float t = F::staged_term(stage + (m * kStage + b) * kBB,
-                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid, smask);
+                                     act_s + (m * a_stride + c0 + b) * kActBlockBytes, valid, sub, grid);
       if (valid && sub == 0) ts[j] = t;
     }
     __syncwarp();
@@ -923,10 +949,9 @@ struct ExpertArgs {
 
 // The IQ2_XXS tables into shared memory (all threads; a no-op for the other formats).
 template <class F>
-__device__ __forceinline__ void stage_tables(uint64_t* grid_s, uint64_t* smask_s) {
+__device__ __forceinline__ void stage_tables(uint64_t* grid_s) {
   if constexpr (F::kTables) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) grid_s[i] = g_iq2_grid[i];
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) smask_s[i] = g_iq2_smask[i];
     __syncthreads();
   }
 }
@@ -957,23 +982,22 @@ __device__ __forceinline__ void stage_act(uint8_t* dst, const BlockQ8K* __restri
 // per kernel and device).
 constexpr int kExpertActMax = 96 * 1024;
 
-// grid (pairs, n_ff / kExpertWarps): pair q = blockIdx.x (row q / n_used), output row o.
+// grid (pairs, n_ff / kGateUpWarps): pair q = blockIdx.x (row q / n_used), output row o.
 // mid[q][o] = moe_mid_value(gate dot, up dot, clamp, wt[q]); an expert id outside
 // [0, n_expert) gives NaN.
 template <class F>
-__global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
+__global__ void __launch_bounds__(32 * kGateUpWarps) expert_gate_up_kernel(
     ExpertArgs gate, ExpertArgs up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, int n_used, const BlockQ8K* __restrict__ x, float clamp, bool vec16,
     float* __restrict__ mid) {
-  __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
-  __shared__ float ts[kExpertWarps][kMaxStageTerms];
-  __shared__ const uint8_t* rows[kExpertWarps][2];
+  __shared__ __align__(16) uint8_t stage[kGateUpWarps][stage_bytes<F, 2>()];
+  __shared__ float ts[kGateUpWarps][stage_terms<F, 2>()];
+  __shared__ const uint8_t* rows[kGateUpWarps][2];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // x row q / n_used: nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t q = blockIdx.x;
-  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kGateUpWarps + warp;
   const bool live = o < n_ff;  // warp-uniform
   const int32_t e = live ? sel[q] : -1;
   const bool ok = live && e >= 0 && e < n_expert;
@@ -985,7 +1009,7 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
   // The first stage's weights are in flight while the activations and tables are staged.
   if (ok) expert_issue<F, 2>(rows[warp], 2, nb, 0, vec16, stage[warp]);
   stage_act(act_s, x + (q / n_used) * nb, nb);
-  stage_tables<F>(grid_s, smask_s);
+  stage_tables<F>(grid_s);
   cp_async_wait_all();
   __syncthreads();
   if (!live) return;  // no barrier follows
@@ -994,30 +1018,29 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_gate_up_kernel(
     if (lane == 0) mq[o] = __int_as_float(0x7fffffff);
     return;
   }
-  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, smask_s,
-                                      true);
+  const float acc = expert_dots<F, 2>(rows[warp], act_s, 0, 2, nb, vec16, stage[warp], ts[warp], grid_s, true);
   const float v = F::finish(acc);           // lane 0: gate, lane 1: up
   const float u = __shfl_sync(kFullMask, v, 1);
   if (lane == 0) mq[o] = backend::rowmath::moe_mid_value(v, u, clamp, __ldg(wt + q));
 }
 
-// grid (n_rows, n_embd / kExpertWarps): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
+// grid (n_rows, n_embd / down_warps<F>()): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
 // slot order, down(s) = dot(expert sel[i][s] row o, midq pair i·n_used + s); NaN for an id
 // outside [0, n_expert). Slots go in groups of `group` <= kDownSlots (their midq rows staged
 // in shared memory together).
 template <class F>
-__global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
+__global__ void __launch_bounds__(32 * down_warps<F>()) expert_down_sum_kernel(
     ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     int group, const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
-  __shared__ __align__(16) uint8_t stage[kExpertWarps][F::kStageBytes];
-  __shared__ float ts[kExpertWarps][kMaxStageTerms];
-  __shared__ const uint8_t* rows[kExpertWarps][kDownSlots];
+  constexpr int kW = down_warps<F>();
+  __shared__ __align__(16) uint8_t stage[kW][stage_bytes<F, kDownSlots>()];
+  __shared__ float ts[kW][stage_terms<F, kDownSlots>()];
+  __shared__ const uint8_t* rows[kW][kDownSlots];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
-  __shared__ uint64_t smask_s[F::kTables ? 128 : 1];
   extern __shared__ __align__(16) uint8_t act_s[];  // midq rows of the group: group x nb staged blocks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i = blockIdx.x;
-  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kW + warp;
   const bool live = o < n_embd;  // warp-uniform; every warp takes part in the barriers
   float sum = 0.0f;
   for (int g0 = 0; g0 < n_used; g0 += group) {
@@ -1034,12 +1057,12 @@ __global__ void __launch_bounds__(32 * kExpertWarps) expert_down_sum_kernel(
     // The first stage's weights are in flight while the activations (and tables) are staged.
     if (live) expert_issue<F, kDownSlots>(rows[warp], m_cnt, nb, 0, vec16, stage[warp]);
     stage_act(act_s, midq + (i * n_used + g0) * nb, m_cnt * nb);
-    if (g0 == 0) stage_tables<F>(grid_s, smask_s);
+    if (g0 == 0) stage_tables<F>(grid_s);
     cp_async_wait_all();
     __syncthreads();
     if (live) {
       const float acc = expert_dots<F, kDownSlots>(rows[warp], act_s, nb, m_cnt, nb, vec16, stage[warp], ts[warp],
-                                                   grid_s, smask_s, true);
+                                                   grid_s, true);
       const float d = bad ? __int_as_float(0x7fffffff) : F::finish(acc);
       for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
     }
@@ -1097,7 +1120,7 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
   if (Status s = check_experts<F>("expert_gate_up", gate, gate.n_in, gate.n_out, &v_gate); !s.ok()) return s;
   if (Status s = check_experts<F>("expert_gate_up", up, gate.n_in, gate.n_out, &v_up); !s.ok()) return s;
   if (up.n_expert != gate.n_expert || n_rows < 0 || n_used < 1 ||
-      static_cast<int64_t>(n_rows) * n_used > INT32_MAX || (gate.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
+      static_cast<int64_t>(n_rows) * n_used > INT32_MAX || (gate.n_out + kGateUpWarps - 1) / kGateUpWarps > 65535)
     return invalid_argument("cuda: expert_gate_up: bad shape (%lld / %lld experts, %d rows x %d used, n_ff %lld)",
                             static_cast<long long>(gate.n_expert), static_cast<long long>(up.n_expert), n_rows,
                             n_used, static_cast<long long>(gate.n_out));
@@ -1109,8 +1132,8 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
   if (n_rows == 0) return Status();
   if (Status s = expert_smem_optin<F, false>("expert_gate_up"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows * n_used),
-                  static_cast<unsigned>((gate.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_gate_up_kernel<F><<<grid, 32 * kExpertWarps, act_bytes, stream>>>(
+                  static_cast<unsigned>((gate.n_out + kGateUpWarps - 1) / kGateUpWarps));
+  expert_gate_up_kernel<F><<<grid, 32 * kGateUpWarps, act_bytes, stream>>>(
       ExpertArgs{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
       ExpertArgs{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert,
       static_cast<int>(gate.n_in / F::kBlockElems), gate.n_out, sel, wt, n_used, x, clamp, v_gate && v_up, mid);
@@ -1122,8 +1145,9 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
                        const BlockQ8K* midq, float* out, Stream stream) {
   bool vec16 = false;
   if (Status s = check_experts<F>("expert_down_sum", down, down.n_in, down.n_out, &vec16); !s.ok()) return s;
+  constexpr int kW = down_warps<F>();
   if (n_rows < 0 || n_rows > 0x7fffffff || n_used < 1 || static_cast<int64_t>(n_rows) * n_used > INT32_MAX ||
-      (down.n_out + kExpertWarps - 1) / kExpertWarps > 65535)
+      (down.n_out + kW - 1) / kW > 65535)
     return invalid_argument("cuda: expert_down_sum: bad shape (%d rows x %d used, n_embd %lld)", n_rows, n_used,
                             static_cast<long long>(down.n_out));
   const int nb = static_cast<int>(down.n_in / F::kBlockElems);
@@ -1135,9 +1159,8 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
                             "memory, at most %d)", static_cast<long long>(down.n_in), row_act, kExpertActMax);
   if (n_rows == 0) return Status();
   if (Status s = expert_smem_optin<F, true>("expert_down_sum"); !s.ok()) return s;
-  const dim3 grid(static_cast<unsigned>(n_rows),
-                  static_cast<unsigned>((down.n_out + kExpertWarps - 1) / kExpertWarps));
-  expert_down_sum_kernel<F><<<grid, 32 * kExpertWarps, static_cast<size_t>(group) * row_act, stream>>>(
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((down.n_out + kW - 1) / kW));
+  expert_down_sum_kernel<F><<<grid, 32 * kW, static_cast<size_t>(group) * row_act, stream>>>(
       ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
       down.n_out, sel, n_used, group, midq, vec16, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, n_rows);

@@ -146,6 +146,8 @@ TEST(Dequant, Iq2XxsTables) {
   EXPECT_EQ(kIq2Signs[3], 0x03);
   EXPECT_EQ(kIq2Signs[127], 0xff);
   for (int i = 0; i < 128; ++i) EXPECT_EQ(__builtin_popcount(kIq2Signs[i]) % 2, 0);
+  // The closed form the CUDA fused expert kernels compute in registers instead of a lookup.
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(kIq2Signs[i], i | (__builtin_popcount(i) & 1) << 7) << i;
   // Grid: all bytes from {8, 25, 43}; entries distinct; entry 0 is all 8s.
   EXPECT_EQ(kIq2XxsGrid[0], 0x0808080808080808ull);
   for (int g = 0; g < 256; ++g) {
