@@ -30,13 +30,13 @@ namespace ds4::quant {
 //
 // Why 64 lanes (it replaced a 16-lane order with a sequential n % 16 tail in one deliberate
 // change of the CPU's bits): the lanes are independent chains, so a GPU runs one row on 64
-// threads (lane j = thread j, coalesced loads, the tree by shuffles) instead of 16, and the
+// chains (one warp: lane t runs p[t] and p[t+32]; the tree by shuffles) instead of 16, and the
 // CPU keeps one accumulator vector per 8 (AVX2) or 16 (AVX-512) lanes, which also hides the
 // add latency. Lanes are independent, so a kernel may compute them in several passes (a
-// subset of lanes per pass) and finish the tail of each lane in any order relative to the
-// other lanes. SIMD twins: lane vector v holds p[8v..8v+7] (AVX2) or p[16v..16v+15]
-// (AVX-512); the tree's steps h >= 8 (AVX2) / h >= 16 (AVX-512) are whole-vector adds
-// (vector v + vector v + h/width), the rest in-register halvings (high half onto low half).
+// subset of lanes per pass) and in column blocks, as long as each lane sees its elements in
+// increasing i. SIMD twins: lane vector v holds p[8v..8v+7] (AVX2) or p[16v..16v+15]
+// (AVX-512); the tree's steps h >= 8 (AVX2) / h >= 16 (AVX-512) add whole vectors (vector v
+// gets vector v + h/width), the rest are in-register halvings (high half onto low half).
 // Lanes start at +0.0f, so an empty or all-(−0) row returns +0.0f on every path.
 // Multi-row kernels must run this exact per-row sequence for each row (batch invariance).
 inline constexpr int kDotLanes = 64;  // lanes of this order and of sumsq_f64's below
