@@ -5,8 +5,9 @@
 // Layout: one warp per output row; lane t owns the CPU's lane partials p[t] and p[t+32] of
 // every activation row and adds w[i]·x[i] for i ≡ t (resp. t+32) mod 64 in increasing i,
 // the n % 64 tail included (each tail element is its lane's last step): the same sequence of
-// separately rounded products and sums as the CPU's lanes. Each weight is read from DRAM
-// once per call (tiles staged in shared memory by the whole CTA serve all r rows). Then the
+// separately rounded products and sums as the CPU's lanes. Matrices of >= 4096 rows read each
+// weight from DRAM once per call (tiles staged in shared memory by the whole CTA serve all r
+// rows); narrower ones run one CTA per (output row, activation row). Then the
 // halving tree: h = 32 inside the thread (p[t] + p[t+32]), h = 16, 8, 4, 2, 1 by shuffles
 // (lane t gets p[t+h]). --fmad=false keeps mul and add apart.
 #include "backend/cuda/common.cuh"
@@ -80,6 +81,10 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
   __shared__ __align__(16) float xsm[2][kXRows * kT];
   const int tid = threadIdx.x;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRpc;
+  if constexpr (kXRows == 1) {  // single-input CTAs: blockIdx.y picks the activation row
+    x += static_cast<int64_t>(blockIdx.y) * xs;
+    y += static_cast<int64_t>(blockIdx.y) * ys;
+  }
   const int64_t m = n - n % 64;  // staged columns; the tail is read from global memory
   const int64_t n_tiles = (m + kT - 1) / kT;
 
@@ -220,8 +225,10 @@ Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int 
   const bool w_vec = reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_bytes % 16 == 0;
   const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && xs % 4 == 0;
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
-  // 8 rows per CTA when that still gives every SM a few CTAs; else one row per CTA (with
-  // long single-input tiles for one activation row, the decode case).
+  // 8 rows per CTA when that still gives every SM a few CTAs; else one (output row,
+  // activation row) pair per CTA with long single-input tiles: a narrow matrix (the HC
+  // projection, 24 x 16384) then gets r times the CTAs instead of r times the chain length
+  // (its weights are re-read from L2 by each row's CTAs).
   const bool wide = w.n_out >= 4096;
   for (int k0 = 0; k0 < r; k0 += kMaxRows) {
     const int rr = r - k0 < kMaxRows ? r - k0 : kMaxRows;
@@ -231,14 +238,10 @@ Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int 
       const unsigned grid = static_cast<unsigned>((w.n_out + 7) / 8);
       dense_matvec_kernel<kF16, 8, kMaxRows><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs,
                                                                       rr, yk, ys, w_vec, x_vec);
-    } else if (rr == 1) {
-      const unsigned grid = static_cast<unsigned>(w.n_out);
-      dense_matvec_kernel<kF16, 1, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, rr, yk,
-                                                                ys, w_vec, x_vec);
     } else {
-      const unsigned grid = static_cast<unsigned>(w.n_out);
-      dense_matvec_kernel<kF16, 1, kMaxRows><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs,
-                                                                       rr, yk, ys, w_vec, x_vec);
+      const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
+      dense_matvec_kernel<kF16, 1, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, 1, yk,
+                                                                ys, w_vec, x_vec);
     }
     Status s = launch_status(op, w.n_in, w.n_out, rr);
     if (!s.ok()) return s;
