@@ -2,9 +2,11 @@
 //
 // Role: route / moe of ops.h, bit-identical to backend/cpu/cpu_backend.cpp (route_row; moe in
 // the production numerics: Q8_K activations).
-// route: one block per row; the threads compute the row's probs (sqrtf(softplus)) in
-// parallel (each element is one fixed expression), then one thread runs route_row's
-// insertion top-k and the renormalization (ffn_math.h), which are sequential by definition.
+// route: one block per row; the threads compute the row's probs (sqrtf(softplus)) and scores
+// in parallel (each element is one fixed expression) into shared memory, then each thread
+// ranks its experts (the insertion top-k of route_row equals the stable descending order when
+// no score is NaN; a row with a NaN score runs route_select itself on one thread) and one
+// thread runs the renormalization (row_math.h), sequential by definition.
 // moe: four launches, each pair (row, slot) independent of every other (the CPU's grouping of
 // pairs by expert only shares weight reads; no result depends on it):
 //   x rows -> Q8_K (once per row, shared by the row's slots); expert_gate_up: per pair and
@@ -29,33 +31,67 @@ using backend::GgmlType;
 using quant::BlockQ8K;
 
 constexpr int kRouteThreads = 256;
+constexpr int kRouteMaxExpert = 4096;  // the row's probs and scores in 32 KB of shared memory
 
 __global__ void __launch_bounds__(kRouteThreads) route_kernel(
     const float* __restrict__ logits, const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
     const int32_t* __restrict__ tokens, int n_expert, int n_used, bool renorm, float scale, float* probs,
     int32_t* __restrict__ sel, float* __restrict__ wt) {
+  extern __shared__ float route_smem[];  // [n_expert] probs, [n_expert] scores
+  float* sp = route_smem;
+  float* sc = route_smem + n_expert;
+  __shared__ int32_t ssel[backend::rowmath::kMaxUsed];
+  __shared__ int has_nan;
   const int64_t i = blockIdx.x;
   const float* lg = logits + i * n_expert;
   float* pr = probs + i * n_expert;
-  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) pr[e] = backend::rowmath::route_prob(lg[e]);
+  if (threadIdx.x == 0) has_nan = 0;
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+    const float p = backend::rowmath::route_prob(lg[e]);
+    pr[e] = p;
+    sp[e] = p;
+    const float v = bias != nullptr ? p + bias[e] : p;  // route_select's score expression
+    sc[e] = v;
+    if (v != v) has_nan = 1;
+  }
+  __syncthreads();
   int32_t* s = sel + i * n_used;
   float* w = wt + i * n_used;
+  if (tid2eid == nullptr && !has_nan) {
+    // Without NaN the scores are totally preordered, and route_select's insertion top-k is the
+    // stable descending order's first n_used: expert e lands in slot rank(e) = #{e' : sc[e'] >
+    // sc[e], or sc[e'] == sc[e] and e' < e} when that is < n_used. Every thread ranks its own.
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+      const float v = sc[e];
+      int rank = 0;
+      for (int f = 0; f < n_expert && rank < n_used; ++f) rank += (sc[f] > v || (sc[f] == v && f < e)) ? 1 : 0;
+      if (rank < n_used) ssel[rank] = e;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int j = 0; j < n_used; ++j) s[j] = ssel[j];
+    backend::rowmath::route_weights(sp, ssel, n_used, renorm, scale, w);
+    return;
+  }
+  if (threadIdx.x != 0) return;
+  int32_t ls[backend::rowmath::kMaxUsed];
   if (tid2eid != nullptr) {
     bool ok = true;
     for (int j = 0; j < n_used; ++j) {
-      s[j] = tid2eid[static_cast<int64_t>(tokens[i]) * n_used + j];
-      ok = ok && s[j] >= 0 && s[j] < n_expert;
+      ls[j] = tid2eid[static_cast<int64_t>(tokens[i]) * n_used + j];
+      ok = ok && ls[j] >= 0 && ls[j] < n_expert;
     }
     if (!ok) {  // a corrupt hash table: NaN weights rather than a wild read
-      for (int j = 0; j < n_used; ++j) w[j] = __int_as_float(0x7fffffff);
+      for (int j = 0; j < n_used; ++j) s[j] = ls[j], w[j] = __int_as_float(0x7fffffff);
       return;
     }
   } else {
-    backend::rowmath::route_select(pr, bias, n_expert, n_used, s);
+    // A NaN score: route_select's own sequential insertion (NaN compares false everywhere).
+    backend::rowmath::route_select(sp, bias, n_expert, n_used, ls);
   }
-  backend::rowmath::route_weights(pr, s, n_used, renorm, scale, w);
+  for (int j = 0; j < n_used; ++j) s[j] = ls[j];
+  backend::rowmath::route_weights(sp, ls, n_used, renorm, scale, w);
 }
 
 size_t align64(size_t b) { return (b + 63) / 64 * 64; }
@@ -100,12 +136,14 @@ size_t moe_device_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_
 }
 
 Status route(const backend::RouteParams& p, Stream stream) {
-  if (p.n_rows < 0 || p.n_expert <= 0 || p.n_used < 1 || p.n_used > backend::rowmath::kMaxUsed || p.n_used > p.n_expert ||
+  if (p.n_rows < 0 || p.n_expert <= 0 || p.n_expert > kRouteMaxExpert || p.n_used < 1 ||
+      p.n_used > backend::rowmath::kMaxUsed || p.n_used > p.n_expert ||
       (p.tid2eid != nullptr && p.tokens == nullptr))
     return invalid_argument("cuda: route: bad shape (rows %d, n_expert %d, n_used %d: need 1 <= n_used <= "
-                            "min(64, n_expert); hash rows need tokens)", p.n_rows, p.n_expert, p.n_used);
+                            "min(64, n_expert), n_expert <= 4096; hash rows need tokens)", p.n_rows, p.n_expert, p.n_used);
   if (p.n_rows == 0) return Status();
-  route_kernel<<<static_cast<unsigned>(p.n_rows), kRouteThreads, 0, stream>>>(
+  route_kernel<<<static_cast<unsigned>(p.n_rows), kRouteThreads, 2 * static_cast<size_t>(p.n_expert) * sizeof(float),
+                 stream>>>(
       p.logits, p.bias, p.tid2eid, p.tokens, p.n_expert, p.n_used, p.renorm, p.scale, p.probs, p.sel, p.wt);
   return launch_status("route", p.n_expert, p.n_used, p.n_rows);
 }

@@ -368,7 +368,8 @@ TEST_F(FfnOps, FillWritesValue) {
 
 // ---- Router -----------------------------------------------------------------------------------
 
-// Router logits with ties (equal scores must keep the lower expert id) and both softplus tails.
+// Router logits with ties (equal scores must keep the lower expert id), both softplus tails and,
+// in row 1, a NaN (the kernel's sequential fallback).
 std::vector<float> router_logits(int rows, int n_expert, uint32_t seed) {
   auto v = gaussian(static_cast<size_t>(rows) * n_expert, seed, 2.0f);
   for (int k = 0; k < rows; ++k) {
@@ -376,6 +377,7 @@ std::vector<float> router_logits(int rows, int n_expert, uint32_t seed) {
     for (int e = 5; e < n_expert; e += 13) r[e] = r[e - 3];
     r[1] = 25.0f, r[2] = -25.0f;
     r[n_expert - 1] = r[0];
+    if (k == 1) r[7] = std::numeric_limits<float>::quiet_NaN();  // route_select's NaN path
   }
   return v;
 }
