@@ -213,7 +213,10 @@ class CudaBackend final : public Backend {
        ll(p.w.n_in), ll(p.w.n_out), p.n_rows);
   }
   void matmul_grouped(const MatmulParams* p, int n) override {
-    for (int i = 0; i < n; ++i) matmul(p[i]);
+    if (n <= 0) return;
+    grow_scratch(cuda::matmul_grouped_scratch_bytes(p, n));
+    op(cuda::matmul_grouped(p, n, scratch_, stream_), "matmul_grouped", "%d x %s [%lld -> %lld], %d rows", n,
+       gguf::type_name(p[0].w.type), ll(p[0].w.n_in), ll(p[0].w.n_out), p[0].n_rows);
   }
   void rms_norm(const RmsNormParams& p) override {
     op(cuda::rms_norm(p, stream_), "rms_norm", "n %lld, %d rows", ll(p.n), p.n_rows);

@@ -84,6 +84,11 @@ Status last_error(const char* what);
 // out row k (n/32 blocks, at out + k·out_stride blocks) = quant::quantize_q8_0_act(x row k).
 Status quantize_q8_0_act(const float* x, int64_t x_stride, int n_rows, int64_t n,
                          quant::BlockQ8_0Act* out, int64_t out_stride, Stream stream = nullptr);
+// Group g < n_groups: out row k of group g (at out + g·group_stride + k·out_stride blocks) =
+// quant::quantize_q8_0_act(row k of x[g]) — n_groups quantize_q8_0_act calls in one launch.
+Status quantize_q8_0_act_grouped(const float* const* x, int n_groups, int64_t x_stride, int n_rows, int64_t n,
+                                 quant::BlockQ8_0Act* out, int64_t out_stride, int64_t group_stride,
+                                 Stream stream = nullptr);
 // out row k (n/256 blocks) = quant::quantize_q8_k_act(x row k).
 Status quantize_q8_k_act(const float* x, int64_t x_stride, int n_rows, int64_t n,
                          quant::BlockQ8K* out, int64_t out_stride, Stream stream = nullptr);
@@ -100,6 +105,17 @@ struct Weights {
 // Q8_0 weights × Q8_0 activations (x row k at x + k·x_stride blocks): quant::dot_q8_0.
 Status matvec_q8_0(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r,
                    float* y, int64_t y_stride, Stream stream = nullptr);
+// Up to kMaxMatvecGroups Q8_0 matrices of one shape in one launch (the grouped output LoRA):
+// group g computes matvec_q8_0(Weights{w[g], row_bytes, n_in, n_out}, x[g], x_stride, r,
+// y[g], y_stride) with the same bits (each output row's terms in block order by one lane).
+inline constexpr int kMaxMatvecGroups = 64;
+struct Q8_0Group {
+  const void* w = nullptr;               // [n_out rows of row_bytes] Q8_0, 4-byte aligned
+  const quant::BlockQ8_0Act* x = nullptr;  // [r, x_stride] activation blocks
+  float* y = nullptr;                    // [r, y_stride] f32, first n_out written
+};
+Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
+                           int64_t x_stride, int r, int64_t y_stride, Stream stream = nullptr);
 // The same result from the tensor-core kernel alone, whatever r and n_out (matvec_q8_0 takes
 // it for r >= 2 on >= 4096 rows): for its parity tests and to benchmark it against the warp
 // kernels. Unsupported when the r activation rows do not fit its shared memory.

@@ -4,7 +4,10 @@
 // Role: MatmulParams dispatch on the weight type: Q8_0 weights quantize the activation rows to
 // Q8_0 blocks in the backend's scratch, then the r-row Q8_0 matvec; F16 / F32 weights take the
 // f32 rows directly. Rows run in tiles of kMaxRows (each row keeps its own accumulators, so a
-// tile boundary changes no bit). The CPU twin is backend/cpu/matmul.cpp.
+// tile boundary changes no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
+// output LoRA) take one quantization launch and one matvec launch for all groups (same
+// per-row kernel body, same bits); other group lists run matmul one by one. The CPU twin is
+// backend/cpu/matmul.cpp.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/ops.h"
@@ -50,6 +53,54 @@ Status matmul(const backend::MatmulParams& p, const OpScratch& scratch, Stream s
       return unsupported("cuda: matmul of %s weights (n_in %lld, n_out %lld) is not supported",
                          gguf::type_name(m.type), static_cast<long long>(m.n_in), static_cast<long long>(m.n_out));
   }
+}
+
+size_t matmul_grouped_scratch_bytes(const backend::MatmulParams* p, int n) {
+  size_t most = 0;
+  for (int i = 0; i < n; ++i) {
+    const size_t b = matmul_scratch_bytes(p[i].w.n_in, p[i].n_rows);
+    most = b > most ? b : most;
+  }
+  return grouped_q8_0(p, n) ? static_cast<size_t>(n) * most : most;
+}
+
+bool grouped_q8_0(const backend::MatmulParams* p, int n) {
+  if (n < 2 || n > kMaxMatvecGroups) return false;
+  const backend::MatmulParams& a = p[0];
+  for (int i = 0; i < n; ++i) {
+    const backend::MatmulParams& b = p[i];
+    if (b.w.type != gguf::GgmlType::kQ8_0 || b.w.n_in != a.w.n_in || b.w.n_out != a.w.n_out ||
+        b.w.row_bytes != a.w.row_bytes || b.n_rows != a.n_rows || b.x_stride != a.x_stride ||
+        b.y_stride != a.y_stride)
+      return false;
+  }
+  return true;
+}
+
+Status matmul_grouped(const backend::MatmulParams* p, int n, const OpScratch& scratch, Stream stream) {
+  if (!grouped_q8_0(p, n)) {
+    for (int i = 0; i < n; ++i) DS4_RETURN_IF_ERROR(matmul(p[i], scratch, stream));
+    return Status();
+  }
+  const backend::Matrix& m = p[0].w;
+  const int rows = p[0].n_rows;
+  const size_t need = matmul_grouped_scratch_bytes(p, n);
+  if (need > scratch.bytes) {
+    return internal_error("cuda: matmul_grouped Q8_0 (%d x n_in %lld, rows %d) needs %zu scratch bytes, has %zu", n,
+                          static_cast<long long>(m.n_in), rows, need, scratch.bytes);
+  }
+  // Group g's activation rows at xq + g·rows·nb: the layout of n matmul calls, side by side.
+  auto* xq = static_cast<quant::BlockQ8_0Act*>(scratch.data);
+  const int64_t nb = m.n_in / quant::kQK8_0;
+  const int64_t group_blocks = nb * rows;
+  const float* xs[kMaxMatvecGroups];
+  Q8_0Group groups[kMaxMatvecGroups];
+  for (int g = 0; g < n; ++g) {
+    xs[g] = p[g].x;
+    groups[g] = Q8_0Group{p[g].w.data, xq + g * group_blocks, p[g].y};
+  }
+  DS4_RETURN_IF_ERROR(quantize_q8_0_act_grouped(xs, n, p[0].x_stride, rows, m.n_in, xq, nb, group_blocks, stream));
+  return matvec_q8_0_grouped(groups, n, m.row_bytes, m.n_in, m.n_out, nb, rows, p[0].y_stride, stream);
 }
 
 Status rms_norm(const backend::RmsNormParams& p, Stream stream) {

@@ -5,7 +5,8 @@
 // cuda_kernels.h, and the fused routed-expert FFN expert_gate_up / expert_down_sum (the expert
 // id read from device memory per pair; layout below, at its kernels).
 // Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
-// rows: 4 warps per row, q8_0_split_kernel; Q8_0 with at least 4096 rows and r = 2..8: the
+// rows: 4 warps per row, q8_0_split_kernel, and its grouped twin q8_0_split_grouped_kernel for
+// matvec_q8_0_grouped, any row count; Q8_0 with at least 4096 rows and r = 2..8: the
 // tensor-core kernel q8_0_mma_kernel, laid out at its definition). A warp walks the row's
 // blocks in chunks (128 for Q8_0, 4 blocks per lane; 32 for the 256-element super-blocks,
 // which give 8 lanes per block, one 32-element group each, 4 blocks per step). Each weight block is
@@ -474,9 +475,9 @@ constexpr int kSplit = 4;
 constexpr int64_t kSplitBelowRows = 4096;  // n_out below which matvec_q8_0 splits rows
 
 template <int R>
-__global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
-    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
-    int64_t xs, float* __restrict__ y, int64_t ys) {
+__device__ __forceinline__ void q8_0_split_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
+                                                int64_t n_out, const BlockQ8_0Act* __restrict__ x, int64_t xs,
+                                                float* __restrict__ y, int64_t ys) {
   constexpr int kRowsPerBlock = kWarps / kSplit;
   constexpr int kChunk = Q8_0Fmt::kChunk;
   static_assert(Q8_0Fmt::kLanesPerBlock == 1 && kChunk == 32 * kSplit, "one block per lane per warp");
@@ -504,6 +505,28 @@ __global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
     __syncthreads();
   }
   if (live && part == 0 && lane < R) y[lane * ys + o] = Q8_0Fmt::finish(acc);
+}
+
+template <int R>
+__global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
+    const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
+    int64_t xs, float* __restrict__ y, int64_t ys) {
+  q8_0_split_rows<R>(w, row_bytes, nb, n_out, x, xs, y, ys);
+}
+
+// Several Q8_0 matrices of one shape in one launch (matvec_q8_0_grouped): blockIdx.y = group,
+// blockIdx.x the rows as in q8_0_split_kernel. Why: the grouped output LoRA's 8 matrices of
+// 1024 rows are 8 launches of 512 blocks each, too few to keep the loads of all SMs in flight.
+// The pointers travel by value, so a launch needs no device copy of them.
+struct Q8_0GroupArgs {
+  Q8_0Group g[kMaxMatvecGroups];
+};
+
+template <int R>
+__global__ void __launch_bounds__(32 * kWarps) q8_0_split_grouped_kernel(
+    Q8_0GroupArgs groups, size_t row_bytes, int nb, int64_t n_out, int64_t xs, int64_t ys) {
+  const Q8_0Group& gr = groups.g[blockIdx.y];
+  q8_0_split_rows<R>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, gr.x, xs, gr.y, ys);
 }
 
 // ---- Q8_0 × r = 2..8 rows on the tensor cores (q8_0_mma_kernel) ----------------------------
@@ -1171,6 +1194,45 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
 Status matvec_q8_0(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                    int64_t y_stride, Stream stream) {
   return launch<Q8_0Fmt>("matvec_q8_0", w, x, x_stride, r, y, y_stride, stream);
+}
+Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
+                           int64_t x_stride, int r, int64_t y_stride, Stream stream) {
+  const char* op = "matvec_q8_0_grouped";
+  const int64_t nb = n_in / Q8_0Fmt::kBlockElems;
+  bool aligned = true;
+  for (int g = 0; g < n_groups && g < kMaxMatvecGroups; ++g)
+    aligned = aligned && reinterpret_cast<uintptr_t>(groups[g].w) % 4 == 0;
+  if (n_groups < 0 || n_groups > kMaxMatvecGroups || n_in < 0 || n_in % Q8_0Fmt::kBlockElems != 0 || n_out < 0 ||
+      r < 0 || row_bytes < static_cast<size_t>(nb) * Q8_0Fmt::kBlockBytes || row_bytes % 2 != 0 || !aligned ||
+      nb > (1 << 30))
+    return invalid_argument("cuda: %s: bad shape (%d groups of at most %d, n_in %lld must be a multiple of %d, "
+                            "row_bytes %zu >= %lld and even, weights 4-byte aligned, rows %d)", op, n_groups,
+                            kMaxMatvecGroups, static_cast<long long>(n_in), Q8_0Fmt::kBlockElems, row_bytes,
+                            static_cast<long long>(nb * Q8_0Fmt::kBlockBytes), r);
+  if (x_stride == 0) x_stride = nb;
+  if (y_stride == 0) y_stride = n_out;
+  if (n_groups == 0 || n_out == 0 || r == 0) return Status();
+  constexpr int64_t kRowsPerBlock = kWarps / kSplit;
+  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(n_groups));
+  const int inb = static_cast<int>(nb);
+  for (int k0 = 0; k0 < r; k0 += kMaxRows) {
+    const int rr = r - k0 < kMaxRows ? r - k0 : kMaxRows;
+    Q8_0GroupArgs args{};
+    for (int g = 0; g < n_groups; ++g)
+      args.g[g] = Q8_0Group{groups[g].w, groups[g].x + k0 * x_stride, groups[g].y + k0 * y_stride};
+    switch (rr) {
+#define DS4_CASE(R)                                                                                   \
+  case R:                                                                                             \
+    q8_0_split_grouped_kernel<R><<<grid, 32 * kWarps, 0, stream>>>(args, row_bytes, inb, n_out, x_stride, \
+                                                                   y_stride);                         \
+    break;
+      DS4_CASE(1) DS4_CASE(2) DS4_CASE(3) DS4_CASE(4) DS4_CASE(5) DS4_CASE(6) DS4_CASE(7) DS4_CASE(8)
+#undef DS4_CASE
+    }
+    Status s = launch_status(op, n_in, n_out, rr);
+    if (!s.ok()) return s;
+  }
+  return Status();
 }
 Status matvec_q8_0_mma(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                        int64_t y_stride, Stream stream) {

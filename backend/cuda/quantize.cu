@@ -1,7 +1,9 @@
 // backend/cuda/quantize.cu — Q8_0 and Q8_K activation quantization on the device.
 //
 // Role: quantize_q8_0_act / quantize_q8_k_act of cuda_kernels.h, byte for byte equal to
-// quant::quantize_q8_0_act / quantize_q8_k_act. One warp per block (32 or 256 elements).
+// quant::quantize_q8_0_act / quantize_q8_k_act (and quantize_q8_0_act_grouped: several row
+// sets in one launch, blockIdx.y = group, the same warp body). One warp per block (32 or 256
+// elements).
 // Why it is exact in parallel: the block maximum of |x| is order-free (NaN never wins, as the
 // CPU's strict '>' from 0 skips it); Q8_K's signed maximum is the FIRST element whose |x|
 // equals it (a ballot picks the lowest lane, each lane its lowest index); the scale divisions
@@ -24,9 +26,8 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Warp w quantizes block (row w / nb, block w % nb).
-__global__ void __launch_bounds__(256) q8_0_act_kernel(const float* __restrict__ x, int64_t x_stride,
-                                                       int64_t total, int64_t nb,
-                                                       BlockQ8_0Act* __restrict__ out, int64_t out_stride) {
+__device__ __forceinline__ void q8_0_act_warp(const float* __restrict__ x, int64_t x_stride, int64_t total,
+                                              int64_t nb, BlockQ8_0Act* __restrict__ out, int64_t out_stride) {
   const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (gw >= total) return;  // whole warps exit together
@@ -40,6 +41,24 @@ __global__ void __launch_bounds__(256) q8_0_act_kernel(const float* __restrict__
   BlockQ8_0Act* o = out + row * out_stride + b;
   o->qs[lane] = static_cast<int8_t>(detail::quant_round(v * id));
   if (lane == 0) o->d = d;
+}
+
+__global__ void __launch_bounds__(256) q8_0_act_kernel(const float* __restrict__ x, int64_t x_stride,
+                                                       int64_t total, int64_t nb,
+                                                       BlockQ8_0Act* __restrict__ out, int64_t out_stride) {
+  q8_0_act_warp(x, x_stride, total, nb, out, out_stride);
+}
+
+// The x rows of each group, passed by value (one launch for all groups).
+struct ActGroups {
+  const float* x[kMaxMatvecGroups];
+};
+
+// blockIdx.y = group g: q8_0_act_kernel on group g's rows, out at out + g·group_stride.
+__global__ void __launch_bounds__(256) q8_0_act_grouped_kernel(ActGroups groups, int64_t x_stride, int64_t total,
+                                                               int64_t nb, BlockQ8_0Act* __restrict__ out,
+                                                               int64_t out_stride, int64_t group_stride) {
+  q8_0_act_warp(groups.x[blockIdx.y], x_stride, total, nb, out + blockIdx.y * group_stride, out_stride);
 }
 
 // Warp w quantizes super-block (row w / nb, block w % nb); lane l owns elements 8l .. 8l+7.
@@ -120,6 +139,27 @@ Status quantize_q8_0_act(const float* x, int64_t x_stride, int n_rows, int64_t n
   const int64_t blocks = (total + 7) / 8;
   q8_0_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, x_stride, total, nb, out, out_stride);
   return launch_status("quantize_q8_0_act", n, nb, n_rows);
+}
+
+Status quantize_q8_0_act_grouped(const float* const* x, int n_groups, int64_t x_stride, int n_rows, int64_t n,
+                                 BlockQ8_0Act* out, int64_t out_stride, int64_t group_stride, Stream stream) {
+  const int64_t nb = n / quant::kQK8_0;
+  if (x_stride == 0) x_stride = n;
+  if (out_stride == 0) out_stride = nb;
+  Status s = check_rows("quantize_q8_0_act_grouped", n, quant::kQK8_0, n_rows, x_stride, out_stride, nb);
+  if (!s.ok()) return s;
+  if (n_groups < 0 || n_groups > kMaxMatvecGroups || (n_groups > 1 && group_stride < out_stride * n_rows))
+    return invalid_argument("cuda: quantize_q8_0_act_grouped: %d groups (at most %d), group_stride %lld >= "
+                            "%lld blocks", n_groups, kMaxMatvecGroups, static_cast<long long>(group_stride),
+                            static_cast<long long>(out_stride * n_rows));
+  const int64_t total = nb * n_rows;
+  if (total == 0 || n_groups == 0) return Status();
+  ActGroups groups{};
+  for (int g = 0; g < n_groups; ++g) groups.x[g] = x[g];
+  const int64_t blocks = (total + 7) / 8;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(n_groups));
+  q8_0_act_grouped_kernel<<<grid, 256, 0, stream>>>(groups, x_stride, total, nb, out, out_stride, group_stride);
+  return launch_status("quantize_q8_0_act_grouped", n, nb, n_rows);
 }
 
 Status quantize_q8_k_act(const float* x, int64_t x_stride, int n_rows, int64_t n, BlockQ8K* out,
