@@ -6,6 +6,8 @@
 // runs the op through backend::make_cpu_backend on host buffers and through the CUDA launcher
 // on device copies, and compares every output's BITS (scratch outputs such as the flattened
 // norm and the mix too), naming the op, the shape, the element and both values on a mismatch.
+// matmul_grouped (the grouped output LoRA: one launch pair for all groups) is checked the same
+// way at the Flash shape and odd ones.
 // Without a usable GPU these tests skip with the reason probe_device gives.
 // The FfnMathHost tests need no GPU: they check ffn_math.h's host/device helpers (the code the
 // kernels run) against the CPU backend where no transcendental is involved.
@@ -519,6 +521,69 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
   }
 }
 
+// ---- Grouped matmul (the attention output LoRA) ------------------------------------------------
+
+// matmul_grouped as session/block.cpp's attention_output calls it: group g reads columns
+// [g·n_in, +n_in) of x rows x_stride apart and writes columns [g·n_out, +n_out) of y rows
+// y_stride apart, its weights rows [g·n_out, +n_out) of one matrix. `mixed` gives the last
+// group half the rows (a list the one-launch path declines: the per-group loop).
+void grouped_case(backend::Backend& cpu, int n_groups, int64_t n_in, int64_t n_out, int rows, int64_t pad,
+                  bool mixed, uint64_t seed) {
+  const int64_t x_stride = n_groups * n_in + pad, y_stride = n_groups * n_out + pad;
+  const auto wh = random_weights(GgmlType::kQ8_0, n_in, n_groups * n_out, seed);
+  auto wd = test_util::to_device(wh);
+  const size_t rb = quant::row_bytes(GgmlType::kQ8_0, n_in);
+  auto xv = gaussian(static_cast<size_t>(rows * x_stride), static_cast<uint32_t>(seed) + 1);
+  std::fill(xv.begin(), xv.begin() + std::min<int64_t>(32, n_in), 0.0f);  // an all-zero block: d = 0
+  auto x = dual(std::move(xv));
+  auto y = out_buf<float>(static_cast<size_t>(rows * y_stride));
+  std::vector<backend::MatmulParams> hp(n_groups), dp(n_groups);
+  for (int g = 0; g < n_groups; ++g) {
+    const int64_t cnt = mixed && g == n_groups - 1 ? (n_out + 1) / 2 : n_out;
+    for (int side = 0; side < 2; ++side) {
+      backend::MatmulParams& p = side == 0 ? hp[g] : dp[g];
+      const uint8_t* base = side == 0 ? wh.data() : wd->as<uint8_t>();
+      p.w = backend::Matrix{base, GgmlType::kQ8_0, n_in, n_groups * n_out, rb}.rows(g * n_out, cnt);
+      p.x = (side == 0 ? x.hp() : x.dp()) + g * n_in;
+      p.x_stride = x_stride;
+      p.y = (side == 0 ? y.hp() : y.dp()) + g * n_out;
+      p.y_stride = y_stride;
+      p.n_rows = rows;
+    }
+  }
+  EXPECT_EQ(!mixed && n_groups >= 2, grouped_q8_0(dp.data(), n_groups));
+  cpu.matmul_grouped(hp.data(), n_groups);
+  DeviceBuf scratch(matmul_grouped_scratch_bytes(dp.data(), n_groups));
+  const OpScratch sc{scratch.data(), matmul_grouped_scratch_bytes(dp.data(), n_groups)};
+  const Status s = matmul_grouped(dp.data(), n_groups, sc, nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(synchronize().ok());
+  const auto got = y.device_values();
+  const std::string what = "matmul_grouped " + std::to_string(n_groups) + "x(" + std::to_string(n_in) + "x" +
+                           std::to_string(n_out) + ") rows=" + std::to_string(rows) + (mixed ? " mixed" : "");
+  EXPECT_EQ(0u, bit_mismatches(got.data(), y.h.data(), y.h.size(), what)) << what;
+}
+
+TEST_F(FfnOps, MatmulGroupedBitsEqualCpu) {
+  // Flash: 8 groups of 4096 -> 1024 (heads 8 x 4096 wide, o_lora_rank 1024), strides exact.
+  for (int rows : kRowCounts) grouped_case(*cpu_, 8, 4096, 1024, rows, 0, false, 900 + rows);
+  // Odd shapes: a tail chunk of blocks, row counts not a multiple of the split kernel's 2 rows
+  // per block, >= 4096 rows (where a lone matmul takes the tensor-core kernel), one group,
+  // padded strides, and a mixed list.
+  struct Shape {
+    int groups;
+    int64_t n_in, n_out;
+  };
+  for (const Shape sh : {Shape{3, 96, 37}, Shape{5, 4160, 3}, Shape{2, 64, 4101}, Shape{1, 128, 20},
+                         Shape{kMaxMatvecGroups, 32, 9}}) {
+    for (int rows : {1, 2, 5, 8, 11}) {
+      grouped_case(*cpu_, sh.groups, sh.n_in, sh.n_out, rows, 3, false, 1000 + sh.groups * 16 + rows);
+      if (HasFatalFailure()) return;
+    }
+  }
+  for (int rows : {1, 4, 8}) grouped_case(*cpu_, 4, 256, 33, rows, 1, true, 1200 + rows);
+}
+
 // Argument validation happens on the host before any CUDA call: no GPU needed.
 TEST(FfnOpsHost, LaunchersRejectBadShapes) {
   backend::MoeParams m;
@@ -535,6 +600,9 @@ TEST(FfnOpsHost, LaunchersRejectBadShapes) {
   backend::GetRowsParams gr;
   gr.w.type = GgmlType::kQ8_0, gr.w.n_in = 33, gr.out_stride = 64;
   EXPECT_FALSE(get_rows(gr, nullptr).ok());
+  Q8_0Group groups[kMaxMatvecGroups + 1];
+  EXPECT_FALSE(matvec_q8_0_grouped(groups, kMaxMatvecGroups + 1, 34, 32, 4, 0, 1, 0, nullptr).ok());
+  EXPECT_FALSE(matvec_q8_0_grouped(groups, 2, 34, 33, 4, 0, 1, 0, nullptr).ok());  // n_in not whole blocks
 }
 
 // ---- Host-side checks of ffn_math.h (no GPU) ----------------------------------------------------
