@@ -3,7 +3,9 @@
 // Role: the device's two ceilings first (a device-to-device copy, counting bytes read plus
 // written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
 // matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows
-// (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds);
+// (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds; the
+// grouped output LoRA 8 x Q8_0 4096x1024 through ops.h matmul_grouped, and as 8 matmul calls,
+// "loop", both including the activation quantization);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
 // DISTINCT expert bytes the call reads. Weights are random valid blocks
@@ -221,6 +223,67 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
 
 }  // namespace
 
+// The grouped attention output LoRA as session/block.cpp calls it (ops.h matmul_grouped, the
+// whole op: activation quantization + matvec): 8 groups of Q8_0 4096 -> 1024, group g reading
+// columns [4096g, +4096) of x rows 32768 floats apart and writing columns [1024g, +1024) of y
+// rows 8192 apart. "loop": the same groups as 8 matmul calls (the path before one launch).
+void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_gbs) {
+  constexpr int kGroups = 8, kMaxR = 8;
+  constexpr int64_t kIn = 4096, kOut = 1024;
+  const size_t rb = quant::row_bytes(GgmlType::kQ8_0, kIn);
+  const size_t bytes = rb * kOut * kGroups;
+  const int copies = static_cast<int>(std::max<size_t>(1, (4 * info.l2_bytes + bytes - 1) / bytes));
+  std::vector<uint8_t> host(bytes);
+  quant::fill_random_blocks(GgmlType::kQ8_0, host.data(), kIn * kOut * kGroups, 0.05f, 11);
+  std::vector<void*> w(copies);
+  for (auto& p : w) {
+    CK(cudaMalloc(&p, bytes));
+    CK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  const int64_t xs = kGroups * kIn, ys = kGroups * kOut;
+  std::vector<float> xf(static_cast<size_t>(kMaxR * xs));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto& f : xf) f = g(rng);
+  float *dx = nullptr, *dy = nullptr;
+  CK(cudaMalloc(&dx, xf.size() * sizeof(float)));
+  CK(cudaMemcpy(dx, xf.data(), xf.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&dy, sizeof(float) * kMaxR * ys));
+  std::vector<ds4::backend::MatmulParams> p(kGroups);
+  const size_t sbytes = static_cast<size_t>(kGroups) * cuda::matmul_scratch_bytes(kIn, kMaxR);
+  void* scratch = nullptr;
+  CK(cudaMalloc(&scratch, sbytes));
+  const cuda::OpScratch sc{scratch, sbytes};
+  for (int v = 0; v < 2; ++v)
+  for (int r : {1, 2, 4, 8}) {
+    if (!rows_selected(r)) continue;
+    auto fn = [&](int i) {
+      const auto* base = static_cast<const uint8_t*>(w[i % copies]);
+      for (int k = 0; k < kGroups; ++k) {
+        p[k].w = ds4::backend::Matrix{base, GgmlType::kQ8_0, kIn, kOut * kGroups, rb}.rows(k * kOut, kOut);
+        p[k].x = dx + k * kIn;
+        p[k].x_stride = xs;
+        p[k].y = dy + k * kOut;
+        p[k].y_stride = ys;
+        p[k].n_rows = r;
+      }
+      if (v == 0) {
+        ok(cuda::matmul_grouped(p.data(), kGroups, sc, nullptr));
+      } else {
+        for (int k = 0; k < kGroups; ++k) ok(cuda::matmul(p[k], sc, nullptr));
+      }
+    };
+    const double t = time_per_call(fn, std::max(copies, 8));
+    const double gbs = bytes / t / 1e9;
+    const std::string label = std::string(name) + (v == 1 ? " loop" : "");
+    std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
+  }
+  for (void* q : w) CK(cudaFree(q));
+  CK(cudaFree(dx));
+  CK(cudaFree(dy));
+  CK(cudaFree(scratch));
+}
+
 int main(int argc, char** argv) {
   bool roofline_only = false;
   const char* csv_path = nullptr;
@@ -372,6 +435,8 @@ int main(int argc, char** argv) {
     CK(cudaFree(dy));
     CK(cudaFree(dq));
   }
+
+  if (selected("q8_0_attn_8x4096x1024")) bench_grouped("q8_0_attn_8x4096x1024", info, read_gbs);
 
   // ---- Routed experts (the whole moe op: quantize, gate/up, SwiGLU, down, slot sum) ----------
   std::printf("\n%-28s %6s %10s %10s %10s\n", "moe (Flash, 6 of 256)", "rows", "us/call", "GB/s", "experts");
