@@ -20,6 +20,10 @@
 //    device; the inverse uses -s); exp from core/detmath.h; FP8 / FP4 / f16 round trips from
 //    kv_sim_hd.h. The folder builds with --fmad=false: every a*b+c below is two roundings.
 //  * Multi-query ops take their host param arrays by value, kMaxBatch queries per launch.
+//  * Sink attention is two launches: the scores per (key tile, head group, query) into
+//    p.scores, then per (output-dim slice, head group, query) the max, exps, denominator and
+//    weighted sum. Every block redoes a head's max / exps / denominator itself (identical
+//    values), and no chain crosses blocks, so the grid shape and the batch change no bit.
 #include <cmath>
 #include <cstdio>
 
@@ -46,10 +50,15 @@ using attn::launch_result;
 constexpr int kMaxPairs = 256;     // RoPE pairs (n_rot <= 512)
 constexpr int kRowThreads = 256;   // attention_inputs: one block per row
 constexpr int kCompThreads = 512;  // compressor_step: one block
-constexpr int kAttnThreads = 256;  // sink attention: one block per (query, head)
-constexpr int kAttnMaxDims = 4;    // output dims per thread (head_dim <= 1024)
-constexpr int kAttnPer = 8;        // key slots per thread per chunk of the softmax pass
-constexpr int kAttnMaxD = kAttnThreads * kAttnMaxDims;
+constexpr int kAttnMaxD = 1024;    // sink attention: head_dim limit (the scores' query tile)
+constexpr int kScoreThreads = 256; // sink scores: one block per (key tile, head group, query)
+constexpr int kScoreHeads = 4;     // heads per score block (each key row read once for them)
+constexpr int kScoreKeys = 32;     // slots per score block: 8 warps x 2 passes x 2 halves
+constexpr int kCombSlice = 64;     // sink combine: output dims per block, one thread each
+constexpr int kCombHeads = 4;      // heads per combine block (each key element read once for them)
+constexpr int kCombThreads = kCombSlice + 32;  // + the denominators' warp
+constexpr int kCombPer = 8;        // key slots per thread per chunk of the combine pass
+constexpr int kCombLoads = 8;      // key elements a combine thread loads ahead
 
 // ---- shared device steps ----------------------------------------------------------------------
 
@@ -298,79 +307,156 @@ __device__ __forceinline__ const float* slot_key(const SinkAttentionParams& p, i
   return p.comp + (slot - p.n_raw) * p.head_dim;
 }
 
-// One block per (head = blockIdx.x, query = blockIdx.y): scores (each warp takes windows of
-// 32 slots, finds the used ones by ballot and dots them a half-warp each), their max with the
-// sink, then chunks of kAttnPer slots per thread: exps in parallel, compacted in key order,
-// the denominator on thread 0 and the weighted sum one thread per output dim, both in key
-// order; then 1/den, the inverse RoPE of the tail, the store.
-__global__ void __launch_bounds__(kAttnThreads) sink_attention_kernel(const __grid_constant__ SinkBatch b) {
-  constexpr int kChunk = kAttnThreads * kAttnPer;
-  __shared__ float qs[kAttnMaxD];
-  __shared__ float os[kAttnMaxD];
-  __shared__ float ce[kChunk];
-  __shared__ int64_t cslot[kChunk];
-  __shared__ int warp_sums[32];
-  __shared__ float red[kAttnThreads / 32];
-  const SinkQuery& sq = b.q[blockIdx.y];
+// Scores, one block per (tile of kScoreKeys slots, group of kScoreHeads heads, query): the
+// keys are shared by all heads, so each key row is read once per block and dotted with the
+// group's queries (in shared memory). Warp w takes slots 4w..4w+3 of the tile as two pairs,
+// one slot per half-warp; each head keeps its own four partials per lane, so every dot is
+// half_dot64's order (quant::dot_f32) exactly. Disallowed compressed rows get -1e30 (the CPU's
+// marker).
+__global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid_constant__ SinkBatch b) {
+  __shared__ float qs[kScoreHeads * kAttnMaxD];  // [kScoreHeads][D], zeros past the last head
+  const SinkQuery& sq = b.q[blockIdx.z];
   const SinkAttentionParams& p = sq.p;
-  const int h = blockIdx.x;
-  if (h >= p.n_head) return;  // block-uniform
-  const int D = p.head_dim;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kAttnThreads / 32;
-  const int hl = lane & 15, half = lane >> 4;
+  const int h0 = static_cast<int>(blockIdx.y) * kScoreHeads;
   const int64_t n_all = p.n_raw + p.n_comp;
-  float* score = p.scores + static_cast<int64_t>(h) * n_all;
-  for (int j = tid; j < D; j += kAttnThreads) qs[j] = p.q[static_cast<int64_t>(h) * D + j];
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kScoreKeys;
+  if (h0 >= p.n_head || t0 >= n_all) return;  // block-uniform
+  const int nh = p.n_head - h0 < kScoreHeads ? p.n_head - h0 : kScoreHeads;
+  const int D = p.head_dim;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int hl = lane & 15, half = lane >> 4;
+  for (int i = tid; i < kScoreHeads * D; i += kScoreThreads)
+    qs[i] = i / D < nh ? p.q[static_cast<int64_t>(h0) * D + i] : 0.0f;
+  for (int i = tid; i < kScoreKeys; i += kScoreThreads) {
+    const int64_t slot = t0 + i;
+    if (slot < n_all && !slot_used(p, slot))
+      for (int g = 0; g < nh; ++g) p.scores[static_cast<int64_t>(h0 + g) * n_all + slot] = -1.0e30f;
+  }
   __syncthreads();
-
-  // Scores; the lane-0 running max of the keys this half scored (NaN never enters it).
-  float m = -INFINITY;
-  for (int64_t w0 = static_cast<int64_t>(warp) * 32; w0 < n_all; w0 += 32 * nwarps) {
-    const int64_t mine = w0 + lane;
-    const bool valid = mine < n_all;
-    const bool used = valid && slot_used(p, mine);
-    if (valid && !used) score[mine] = -1.0e30f;  // a disallowed compressed row
-    unsigned pending = __ballot_sync(kFullMask, used);
-    while (pending != 0) {  // warp-uniform: two used slots per pass, one per half
-      const int b0 = __ffs(pending) - 1;
-      pending &= pending - 1;
-      int b1 = -1;
-      if (pending != 0) {
-        b1 = __ffs(pending) - 1;
-        pending &= pending - 1;
+#pragma unroll 1
+  for (int pass = 0; pass < kScoreKeys / (2 * kScoreThreads / 32); ++pass) {
+    const int64_t base = t0 + warp * (kScoreKeys / (kScoreThreads / 32)) + 2 * pass;
+    const int64_t slot = base + half, partner = base + (half ^ 1);
+    const bool need = slot < n_all && slot_used(p, slot);
+    if (!__any_sync(kFullMask, need)) continue;  // warp-uniform
+    // A half without a key of its own redoes its partner's (used, so in range); result unused.
+    const float* key = slot_key(p, need ? slot : partner);
+    float acc[kScoreHeads][4];
+#pragma unroll
+    for (int g = 0; g < kScoreHeads; ++g)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[g][c] = 0.0f;
+#pragma unroll 4
+    for (int i = 0; i < D; i += 64) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int e = i + 16 * c + hl;
+        if (e < D) {
+          const float kv = __ldg(key + e);
+#pragma unroll
+          for (int g = 0; g < kScoreHeads; ++g) acc[g][c] = __fadd_rn(acc[g][c], __fmul_rn(qs[g * D + e], kv));
+        }
       }
-      const int pick = half == 0 ? b0 : b1;
-      const int64_t slot = w0 + (pick >= 0 ? pick : b0);  // a lone slot: half 1 redoes it, unused
-      const float d = half_dot64(qs, slot_key(p, slot), D, hl);
-      if (pick >= 0 && hl == 0) {
-        const float sc = d * sq.kq_scale;
-        score[slot] = sc;
-        if (sc > m) m = sc;
+    }
+#pragma unroll
+    for (int g = 0; g < kScoreHeads; ++g) {
+      const float d = attn::tree64_half(acc[g]);
+      if (need && hl == 0 && g < nh) p.scores[static_cast<int64_t>(h0 + g) * n_all + slot] = d * sq.kq_scale;
+    }
+  }
+}
+
+// Slice s of the output dims of a head: [64s - off, 64(s+1) - off) clipped to [0, D), where
+// off = D & 1 when de-rotating (the RoPE pairs start at D - n_rot, of D's parity), so that no
+// pair straddles two slices.
+__device__ __forceinline__ int slice_lo(int s, int off) { return s * kCombSlice - off > 0 ? s * kCombSlice - off : 0; }
+
+// y[g] = y[g] + w_g·kv for the four heads (weighted_sum's axpy step: a multiply, then an add).
+__device__ __forceinline__ void combine_step(float (&y)[kCombHeads], const float4 w, float kv) {
+  const float t0 = w.x * kv, t1 = w.y * kv, t2 = w.z * kv, t3 = w.w * kv;
+  y[0] = y[0] + t0;
+  y[1] = y[1] + t1;
+  y[2] = y[2] + t2;
+  y[3] = y[3] + t3;
+}
+
+// Softmax and weighted sum, one block per (slice of kCombSlice output dims, group of
+// kCombHeads heads, query): every block finds its heads' max over the used scores (order-free)
+// and walks all the keys in the CPU's order, in chunks: used slots compacted in key order (row
+// pointer and exp per head in shared memory), then lane g of the last warp chains head g's
+// denominator (sink term first) while each of the other threads chains its dim's weighted sum
+// y = y + w_k·key_k[d] from y = 0 for every head of the group, reading each key element once.
+// Then y·(1/den), the inverse RoPE of the tail, the store.
+__global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid_constant__ SinkBatch b) {
+  constexpr int kChunk = kCombThreads * kCombPer;
+  constexpr int kWarps = kCombThreads / 32;
+  static_assert(kCombHeads == 4, "the exps of a slot are one float4");
+  __shared__ float4 cw[kChunk];  // exp(score - mx) of compacted slot i, head g in component g
+  __shared__ const float* ckey[kChunk];
+  __shared__ float os[kCombHeads][kCombSlice];
+  __shared__ float red[kCombHeads][kWarps];
+  __shared__ float smx[kCombHeads], sden[kCombHeads];
+  __shared__ int warp_sums[32];
+  const SinkQuery& sq = b.q[blockIdx.z];
+  const SinkAttentionParams& p = sq.p;
+  const int h0 = static_cast<int>(blockIdx.y) * kCombHeads;
+  const int D = p.head_dim;
+  const int off = p.n_rot > 0 ? (D & 1) : 0;
+  const int lo = slice_lo(static_cast<int>(blockIdx.x), off);
+  const int hi_raw = (static_cast<int>(blockIdx.x) + 1) * kCombSlice - off;
+  const int hi = hi_raw < D ? hi_raw : D;
+  if (h0 >= p.n_head || lo >= hi) return;  // block-uniform
+  const int nh = p.n_head - h0 < kCombHeads ? p.n_head - h0 : kCombHeads;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t n_all = p.n_raw + p.n_comp;
+
+  // The max of the used scores per head (NaN never enters), then the CPU's chain from the sink.
+  float m[kCombHeads];
+#pragma unroll
+  for (int g = 0; g < kCombHeads; ++g) m[g] = -INFINITY;
+  for (int64_t s = tid; s < n_all; s += kCombThreads) {
+    if (!slot_used(p, s)) continue;
+#pragma unroll
+    for (int g = 0; g < kCombHeads; ++g) {
+      if (g < nh) {
+        const float sc = p.scores[static_cast<int64_t>(h0 + g) * n_all + s];
+        if (sc > m[g]) m[g] = sc;
       }
     }
   }
-  for (int s = 16; s >= 1; s >>= 1) {
-    const float o = __shfl_xor_sync(kFullMask, m, s);
-    m = o > m ? o : m;
-  }
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = red[0];
-  for (int w = 1; w < nwarps; ++w) m = red[w] > m ? red[w] : m;
-  const float sink = p.sinks[h];
-  // The CPU's chain from mx = sink: a NaN sink stays, otherwise the max of sink and scores.
-  const float mx = (sink != sink || !(m > sink)) ? sink : m;
-
-  float den = detmath::exp_f32(sink - mx);  // thread 0's
-  float y[kAttnMaxDims];
 #pragma unroll
-  for (int u = 0; u < kAttnMaxDims; ++u) y[u] = 0.0f;
+  for (int g = 0; g < kCombHeads; ++g) {
+    for (int s = 16; s >= 1; s >>= 1) {
+      const float o = __shfl_xor_sync(kFullMask, m[g], s);
+      m[g] = o > m[g] ? o : m[g];
+    }
+    if (lane == 0) red[g][warp] = m[g];
+  }
+  __syncthreads();
+  if (tid < nh) {
+    float mm = red[tid][0];
+    for (int w = 1; w < kWarps; ++w) mm = red[tid][w] > mm ? red[tid][w] : mm;
+    const float sink = p.sinks[h0 + tid];
+    smx[tid] = (sink != sink || !(mm > sink)) ? sink : mm;  // a NaN sink stays
+  }
+  __syncthreads();
+  float mx[kCombHeads];
+#pragma unroll
+  for (int g = 0; g < kCombHeads; ++g) mx[g] = g < nh ? smx[g] : 0.0f;
+
+  const bool den_lane = warp == kWarps - 1 && lane < nh;
+  float den = den_lane ? detmath::exp_f32(p.sinks[h0 + lane] - smx[lane]) : 0.0f;
+  const int j = lo + tid;
+  const bool own = tid < kCombSlice && j < hi;
+  float y[kCombHeads];
+#pragma unroll
+  for (int g = 0; g < kCombHeads; ++g) y[g] = 0.0f;
   for (int64_t c0 = 0; c0 < n_all; c0 += kChunk) {
-    const int64_t s0 = c0 + static_cast<int64_t>(tid) * kAttnPer;
+    const int64_t s0 = c0 + static_cast<int64_t>(tid) * kCombPer;
     unsigned used_bits = 0;
     int cnt = 0;
 #pragma unroll
-    for (int k = 0; k < kAttnPer; ++k) {
+    for (int k = 0; k < kCombPer; ++k) {
       if (s0 + k < n_all && slot_used(p, s0 + k)) {
         used_bits |= 1u << k;
         ++cnt;
@@ -380,51 +466,60 @@ __global__ void __launch_bounds__(kAttnThreads) sink_attention_kernel(const __gr
     int at = block_scan_counts(cnt, warp_sums, &total);
     if (total == 0) continue;  // block-uniform
 #pragma unroll
-    for (int k = 0; k < kAttnPer; ++k) {
+    for (int k = 0; k < kCombPer; ++k) {
       if (used_bits & (1u << k)) {
-        ce[at] = detmath::exp_f32(score[s0 + k] - mx);
-        cslot[at] = s0 + k;
+        ckey[at] = slot_key(p, s0 + k);
+        float e[kCombHeads];
+#pragma unroll
+        for (int g = 0; g < kCombHeads; ++g)
+          e[g] = g < nh ? detmath::exp_f32(p.scores[static_cast<int64_t>(h0 + g) * n_all + s0 + k] - mx[g]) : 0.0f;
+        cw[at] = make_float4(e[0], e[1], e[2], e[3]);
         ++at;
       }
     }
     __syncthreads();
-    if (tid == 0) {
-      for (int i = 0; i < total; ++i) den += ce[i];
+    if (den_lane) {
+      const float* cwf = reinterpret_cast<const float*>(cw) + lane;
+      for (int i = 0; i < total; ++i) den += cwf[4 * i];
     }
-#pragma unroll 4
-    for (int i = 0; i < total; ++i) {
-      const float* key = slot_key(p, cslot[i]);
-      const float w = ce[i];
+    if (own) {
+      // Batches of kCombLoads key elements loaded ahead of their (in-order) chain steps.
+      int i = 0;
+      for (; i + kCombLoads <= total; i += kCombLoads) {
+        float kv[kCombLoads];
 #pragma unroll
-      for (int u = 0; u < kAttnMaxDims; ++u) {
-        const int j = tid + u * kAttnThreads;
-        if (j < D) {
-          const float t = w * key[j];
-          y[u] = y[u] + t;
-        }
+        for (int u = 0; u < kCombLoads; ++u) kv[u] = __ldg(ckey[i + u] + j);
+#pragma unroll
+        for (int u = 0; u < kCombLoads; ++u) combine_step(y, cw[i + u], kv[u]);
+      }
+      for (; i < total; ++i) combine_step(y, cw[i], __ldg(ckey[i] + j));
+    }
+    __syncthreads();  // cw / ckey are rewritten by the next chunk
+  }
+  if (den_lane) sden[lane] = den;
+  __syncthreads();
+  if (own) {
+#pragma unroll
+    for (int g = 0; g < kCombHeads; ++g) {
+      if (g < nh) {
+        const float inv = 1.0f / sden[g];
+        os[g][tid] = y[g] * inv;
       }
     }
-    __syncthreads();  // ce / cslot are rewritten by the next chunk
-  }
-  if (tid == 0) red[0] = den;
-  __syncthreads();
-  const float inv = 1.0f / red[0];
-#pragma unroll
-  for (int u = 0; u < kAttnMaxDims; ++u) {
-    const int j = tid + u * kAttnThreads;
-    if (j < D) os[j] = y[u] * inv;
   }
   __syncthreads();
-  if (p.n_rot > 0) {
-    for (int i = tid; i < p.n_rot / 2; i += kAttnThreads) {
+  if (p.n_rot > 0 && own) {
+    // The pair (j, j + 1) lies in this slice (slice_lo's parity), so os holds both.
+    const int r0 = D - p.n_rot;
+    if (j >= r0 && ((j - r0) & 1) == 0) {
       float c, s;
-      rope_pair(sq.ang, p.pos, i, &c, &s);
-      rotate_pair(os + (D - p.n_rot) + 2 * i, c, -s);
+      rope_pair(sq.ang, p.pos, (j - r0) / 2, &c, &s);
+      for (int g = 0; g < nh; ++g) rotate_pair(&os[g][tid], c, -s);
     }
-    __syncthreads();
   }
-  float* out = p.out + static_cast<int64_t>(h) * D;
-  for (int j = tid; j < D; j += kAttnThreads) out[j] = os[j];
+  __syncthreads();
+  if (own)
+    for (int g = 0; g < nh; ++g) p.out[static_cast<int64_t>(h0 + g) * D + j] = os[g][tid];
 }
 
 // RoPE constants of a call (n_rot 0: no rotation, constants unused).
@@ -472,7 +567,8 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
   for (int b0 = 0; b0 < n; b0 += kMaxBatch) {
     const int nb = n - b0 < kMaxBatch ? n - b0 : kMaxBatch;
     SinkBatch batch{};
-    int max_heads = 0;
+    int max_heads = 0, max_slices = 0;
+    int64_t max_slots = 0;
     for (int i = 0; i < nb; ++i) {
       const SinkAttentionParams& q = p[b0 + i];
       if (q.n_head <= 0 || q.head_dim <= 0 || q.head_dim > kAttnMaxD || q.n_raw < 0 || q.n_comp < 0 ||
@@ -487,12 +583,27 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
       batch.q[i].ang = angles_for(q.rope, q.n_rot);
       batch.q[i].kq_scale = 1.0f / sqrtf(static_cast<float>(q.head_dim));
       max_heads = q.n_head > max_heads ? q.n_head : max_heads;
+      // Slices of [0, D) cut at 64s - off (sink_combine_kernel's slice_lo).
+      const int off = q.n_rot > 0 ? (q.head_dim & 1) : 0;
+      const int slices = (q.head_dim + off + kCombSlice - 1) / kCombSlice;
+      max_slices = slices > max_slices ? slices : max_slices;
+      max_slots = q.n_raw + q.n_comp > max_slots ? q.n_raw + q.n_comp : max_slots;
     }
     char shapes[160];
     std::snprintf(shapes, sizeof shapes, "%d queries, heads %d x %d, raw %d, comp %lld", nb, batch.q[0].p.n_head,
                   batch.q[0].p.head_dim, batch.q[0].p.n_raw, static_cast<long long>(batch.q[0].p.n_comp));
-    sink_attention_kernel<<<dim3(static_cast<unsigned>(max_heads), static_cast<unsigned>(nb)), kAttnThreads, 0,
-                            stream>>>(batch);
+    if (max_slots > 0) {
+      const int64_t tiles = (max_slots + kScoreKeys - 1) / kScoreKeys;
+      if (tiles > 0x7fffffff) return invalid_argument("cuda: sink_attention: too many keys (%s)", shapes);
+      sink_scores_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>((max_heads + kScoreHeads - 1) / kScoreHeads),
+                                static_cast<unsigned>(nb)),
+                           kScoreThreads, 0, stream>>>(batch);
+      const Status s = launch_result("sink_attention (scores)", shapes);
+      if (!s.ok()) return s;
+    }
+    sink_combine_kernel<<<dim3(static_cast<unsigned>(max_slices), static_cast<unsigned>((max_heads + kCombHeads - 1) / kCombHeads),
+                               static_cast<unsigned>(nb)),
+                          kCombThreads, 0, stream>>>(batch);
     const Status s = launch_result("sink_attention", shapes);
     if (!s.ok()) return s;
   }

@@ -506,6 +506,58 @@ int main(int argc, char** argv) {
     CK(cudaFree(di));
     CK(cudaFree(dv));
   }
+  // Sink attention (ops.h sink_attention) at Flash widths, 64 heads x 512, one query: a full
+  // raw window of 128 rows plus 256 compressed rows (ratio 4 at the 1K frontier), and at 8K
+  // (2048 compressed rows) all allowed or the indexer's 512 allowed. Gaussian keys and queries.
+  {
+    const int nh = 64, D = 512, n_raw = 128;
+    const int64_t max_comp = 2048;
+    std::vector<float> hv(static_cast<size_t>((n_raw + max_comp + nh) * D));
+    std::mt19937 rng(9);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& f : hv) f = g(rng);
+    std::vector<uint8_t> allow(max_comp, 0);
+    for (int i = 0; i < 512; ++i) allow[(i * 389) % max_comp] = 1;  // 512 distinct rows (389 odd)
+    float *dv = nullptr, *dsc = nullptr, *dout = nullptr, *dsink = nullptr;
+    uint8_t* dallow = nullptr;
+    CK(cudaMalloc(&dv, hv.size() * sizeof(float)));
+    CK(cudaMemcpy(dv, hv.data(), hv.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dallow, max_comp));
+    CK(cudaMemcpy(dallow, allow.data(), max_comp, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dsc, sizeof(float) * nh * (n_raw + max_comp)));
+    CK(cudaMalloc(&dout, sizeof(float) * nh * D));
+    CK(cudaMalloc(&dsink, sizeof(float) * nh));
+    CK(cudaMemcpy(dsink, hv.data(), sizeof(float) * nh, cudaMemcpyHostToDevice));
+    auto sink_case = [&](const char* name, int64_t n_comp, bool masked) {
+      ds4::backend::SinkAttentionParams p;
+      p.q = dv + (n_raw + max_comp) * D;
+      p.raw = dv;
+      p.raw_cap = n_raw;
+      p.raw_first = 1000;
+      p.n_raw = n_raw;
+      p.comp = dv + n_raw * D;
+      p.n_comp = n_comp;
+      p.comp_allowed = masked ? dallow : nullptr;
+      p.sinks = dsink;
+      p.n_head = nh;
+      p.head_dim = D;
+      p.scores = dsc;
+      p.out = dout;
+      p.n_rot = 64;
+      p.pos = 1000 + n_raw;
+      p.rope.n_ctx_orig = 65536;
+      small(name, [&](int) { ok(cuda::sink_attention(&p, 1, nullptr)); });
+    };
+    sink_case("sink_attention 64x512 raw 128 + comp 256 (1K)", 256, false);
+    sink_case("sink_attention 64x512 raw 128 + comp 2048 (8K)", 2048, false);
+    sink_case("sink_attention 64x512 raw 128 + 512 of 2048 (8K)", 2048, true);
+    sink_case("sink_attention 64x512 raw 128 only", 0, false);
+    CK(cudaFree(dv));
+    CK(cudaFree(dallow));
+    CK(cudaFree(dsc));
+    CK(cudaFree(dout));
+    CK(cudaFree(dsink));
+  }
   CK(cudaDeviceSynchronize());
   CK(cudaFree(q));
   CK(cudaFree(src));

@@ -471,6 +471,17 @@ TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
                 rng);
   run_sink_case(*cpu_, "flash-dense", 64, 512, 128, false, {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}},
                 rng);
+  // The 1K frontier of the bench (128 raw + 256 compressed, every row allowed) next to a masked 8K one.
+  run_sink_case(*cpu_, "flash-1k", 64, 512, 128, true, {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}},
+                rng);
+  // Odd shapes for the score tiles (32 slots), head groups (4 heads) and dim slices (64 dims,
+  // cut at 64s - 1 when an odd head_dim is de-rotated): 5 heads, head_dims 135 / 65 / 1,
+  // chunks of the combine pass (768 slots) overrun, one slot, masks dropping whole tiles.
+  run_sink_case(*cpu_, "odd-135", 5, 135, 20, false,
+                {{20, 33, 900, 50, 16, 56}, {7, 3, 33, -1, 0, 12}, {0, 0, 1, -1, 16, 7}, {20, 1, 1700, 3, 134, 40}},
+                rng);
+  run_sink_case(*cpu_, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng);
+  run_sink_case(*cpu_, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng);
 }
 
 // Arguments the kernels do not support come back as an error Status naming the op and the
