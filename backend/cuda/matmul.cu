@@ -71,8 +71,8 @@ bool grouped_q8_0(const backend::MatmulParams* p, int n) {
     const backend::MatmulParams& b = p[i];
     if (b.w.type != gguf::GgmlType::kQ8_0 || b.w.n_in != a.w.n_in || b.w.n_out != a.w.n_out ||
         b.w.row_bytes != a.w.row_bytes || b.n_rows != a.n_rows || b.x_stride != a.x_stride ||
-        b.y_stride != a.y_stride)
-      return false;
+        b.y_stride != a.y_stride || reinterpret_cast<uintptr_t>(b.w.data) % 4 != 0)
+      return false;  // (the grouped kernel reads each group's first row 4-byte aligned)
   }
   return true;
 }

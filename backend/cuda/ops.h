@@ -41,6 +41,7 @@ size_t matmul_scratch_bytes(int64_t n_in, int n_rows);
 // ---- matmul (matvec.cu dispatch on the weight type: Q8_0 via quantize_q8_0_act, F16, F32) ----
 Status matmul(const backend::MatmulParams& p, const OpScratch& scratch, Stream stream);
 // p[0..n): one launch pair when grouped_q8_0 (all Q8_0, one shape, row count and strides,
+// each group's weights 4-byte aligned,
 // 2 <= n <= kMaxMatvecGroups), else matmul one by one; the bits of n matmul calls either way.
 bool grouped_q8_0(const backend::MatmulParams* p, int n);
 size_t matmul_grouped_scratch_bytes(const backend::MatmulParams* p, int n);
