@@ -1,7 +1,7 @@
 // sample/sampler.h — next-token selection from a logits row (ds4-architecture.md §4.9).
 //
 // Role: greedy argmax, temperature sampling with top-k / min-p / top-p filters, and a seeded
-// reproducible RNG. Shared by the CLI, the bench probe and (later) the server and DSpark.
+// reproducible RNG. Shared by the CLI, the bench, the server and DSpark (engine sample_next).
 //
 // Invariants:
 //   * argmax: the FIRST index holding the maximum (strict '>'), i.e. ties -> smallest id.
@@ -27,15 +27,8 @@
 //   top-p: keep the shortest most-probable prefix whose mass reaches top_p of the remaining
 //          mass (always at least one token); top_p >= 1 disables.
 //
-// Candidate exactness: p_i is a non-decreasing function of l_i (double subtraction and product
-// are correctly rounded, exp is assumed faithful: within 1 ulp, as glibc documents), so every
-// token outside the candidates has p <= bound = p_last·(1 + 2^-50) + denorm_min, p_last the
-// p of the K-th (smallest) candidate logit. The candidates decide when (a) fewer than K
-// tokens qualified (the candidates are every token), or (b) min_p > 0 and bound < min_p
-// (min-p drops every outside token), or (c) top_k > 0 and the top_k-th most probable kept
-// candidate has p > bound (top-k drops them). Otherwise, or when the top logit is not finite,
-// kNeedRow. With the default min_p = 0.05 and K = 256, (b) fails only when more than 256
-// tokens lie within T·ln(20) of the top logit.
+// Candidate exactness (when sample_candidates may decide without the row): the proof is in
+// docs/SAMPLING.md.
 //
 // RNG: xorshift64* (Marsaglia/Vigna: x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
 // out = x * 0x2545F4914F6CDD1D), state seeded through one splitmix64 step of the user seed so
