@@ -155,7 +155,14 @@ void DiskCache::save(const Session& session) {
   p.path = path_for(p.prefix);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closing_ || !thread_.joinable() || pending_.size() >= kMaxPendingWrites) return;
+    if (closing_ || !thread_.joinable()) return;
+    if (pending_.size() >= kMaxPendingWrites) {
+      if (stats_.skipped++ == 0) {
+        DS4_LOG_WARN("kv cache: the writer is %zu states behind; saves are skipped until it catches up",
+                     kMaxPendingWrites);
+      }
+      return;
+    }
   }
   Status s = session.export_state(&p.image);
   if (!s.ok()) {

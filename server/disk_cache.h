@@ -14,6 +14,8 @@
 //   * Stray temporary files of a killed writer ("*.tmp") are removed at open; a finished file is
 //     never partial (write_file_atomic).
 //   * Disk use is bounded by max_bytes: the oldest entries are deleted first.
+//   * At most kMaxPendingWrites (4) images wait for the writer (each may be GBs at full shape); a
+//     save beyond that is skipped and counted (stats().skipped), never waited for.
 //   * close() writes every queued image, then stops the writer (SIGTERM: nothing is cut off).
 #pragma once
 
@@ -37,6 +39,7 @@ struct DiskCacheStats {
   int64_t saves = 0;     // files written
   int64_t loads = 0;     // sessions restored from a file
   int64_t rejected = 0;  // files ignored (at open or at load): corrupt, truncated, foreign
+  int64_t skipped = 0;   // saves not queued: the writer was kMaxPendingWrites images behind
 };
 
 class DiskCache {

@@ -483,6 +483,9 @@ struct HttpServer::Impl {
     metric("ds4_kv_disk_rejected_total", "counter",
            "--kv-cache-dir files ignored (corrupt, truncated, another model or context).",
            static_cast<double>(s.disk.rejected));
+    metric("ds4_kv_disk_skipped_total", "counter",
+           "Saves to --kv-cache-dir skipped because the writer was behind (a cache: nothing is lost).",
+           static_cast<double>(s.disk.skipped));
     metric("ds4_kv_disk_entries", "gauge", "Session states indexed in --kv-cache-dir.", static_cast<double>(s.disk.entries));
     metric("ds4_kv_disk_bytes", "gauge", "Bytes of the indexed --kv-cache-dir files.", static_cast<double>(s.disk.bytes));
     metric("ds4_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.gen_tokens));
