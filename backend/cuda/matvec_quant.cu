@@ -204,6 +204,28 @@ struct Iq2XxsFmt {
   }
 };
 
+// The float closing of a Q2_K / Q4_K block (quant/dot.h): (yd·wd)·isum − (yd·wm)·summs, each
+// product rounded separately, as the CPU writes it. Shared by the matvec and fused-expert forms.
+__device__ __forceinline__ float kquant_close(float yd, float wd, float wm, int32_t isum, int32_t summs) {
+  const float d = yd * wd;
+  const float dmin = yd * wm;
+  const float a = d * static_cast<float>(isum);
+  const float c = dmin * static_cast<float>(summs);
+  return a - c;
+}
+
+// Scale and min of 32-element group j of a Q4_K block from its 12 packed scale bytes
+// (quant::q4_k_scale_min).
+__device__ __forceinline__ void q4k_scale_min(const uint8_t* scales, int j, int32_t* sc, int32_t* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
+    *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
 struct Q2KFmt {
   using Act = BlockQ8K;
   static constexpr int kLanesPerBlock = 8;
@@ -248,14 +270,7 @@ struct Q2KFmt {
       const float wd = f16_to_f32(load_u16(p + 80));
       const float wm = f16_to_f32(load_u16(p + 82));
 #pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const float yd = __ldg(&x[k * xs + b].d);
-        const float dall = yd * wd;
-        const float dmin = yd * wm;
-        const float a = dall * static_cast<float>(isum[k]);
-        const float c = dmin * static_cast<float>(summs[k]);
-        t[k] = a - c;
-      }
+      for (int k = 0; k < R; ++k) t[k] = kquant_close(__ldg(&x[k * xs + b].d), wd, wm, isum[k], summs[k]);
     }
   }
   static __device__ __forceinline__ float finish(float acc) { return acc; }
@@ -291,12 +306,7 @@ struct Q2KFmt {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       const float wd = f16_to_f32(h[40]);
       const float wm = f16_to_f32(h[41]);
-      const float yd = act_d(a);
-      const float dall = yd * wd;
-      const float dmin = yd * wm;
-      const float av = dall * static_cast<float>(isum);
-      const float c = dmin * static_cast<float>(summs);
-      t = av - c;
+      t = kquant_close(act_d(a), wd, wm, isum, summs);
     }
     return t;
   }
@@ -320,15 +330,8 @@ struct Q4KFmt {
     const uint8_t* p = row + static_cast<size_t>(b) * kBlockBytes;
     const int j = sub;
     if (valid) {
-      const uint8_t* scales = p + 4;
-      int32_t sc, m;  // quant::q4_k_scale_min
-      if (j < 4) {
-        sc = scales[j] & 63;
-        m = scales[j + 4] & 63;
-      } else {
-        sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
-        m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-      }
+      int32_t sc, m;
+      q4k_scale_min(p + 4, j, &sc, &m);
       const uint32_t* qw = reinterpret_cast<const uint32_t*>(p + 16 + 32 * (j >> 1));
       const int shift = 4 * (j & 1);
       uint32_t qv[8];
@@ -351,14 +354,7 @@ struct Q4KFmt {
       const float wd = f16_to_f32(load_u16(p));
       const float wm = f16_to_f32(load_u16(p + 2));
 #pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const float yd = __ldg(&x[k * xs + b].d);
-        const float d = yd * wd;
-        const float dmin = yd * wm;
-        const float a = d * static_cast<float>(isum[k]);
-        const float c = dmin * static_cast<float>(summs[k]);
-        t[k] = a - c;
-      }
+      for (int k = 0; k < R; ++k) t[k] = kquant_close(__ldg(&x[k * xs + b].d), wd, wm, isum[k], summs[k]);
     }
   }
   static __device__ __forceinline__ float finish(float acc) { return acc; }
@@ -371,15 +367,8 @@ struct Q4KFmt {
     int32_t isum = 0, summs = 0;
     const int j = sub;
     if (valid) {
-      const uint8_t* scales = p + 4;
-      int32_t sc, m;  // quant::q4_k_scale_min
-      if (j < 4) {
-        sc = scales[j] & 63;
-        m = scales[j + 4] & 63;
-      } else {
-        sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
-        m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-      }
+      int32_t sc, m;
+      q4k_scale_min(p + 4, j, &sc, &m);
       const uint4* qw = reinterpret_cast<const uint4*>(p + 16 + 32 * (j >> 1));
       const uint4 w0 = qw[0], w1 = qw[1];
       const uint32_t wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
@@ -402,12 +391,7 @@ struct Q4KFmt {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       const float wd = f16_to_f32(h[0]);
       const float wm = f16_to_f32(h[1]);
-      const float yd = act_d(a);
-      const float d = yd * wd;
-      const float dmin = yd * wm;
-      const float av = d * static_cast<float>(isum);
-      const float c = dmin * static_cast<float>(summs);
-      t = av - c;
+      t = kquant_close(act_d(a), wd, wm, isum, summs);
     }
     return t;
   }
