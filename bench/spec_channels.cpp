@@ -598,9 +598,10 @@ int main_impl(int argc, char** argv) {
   std::printf("# ds4-bench-spec: target %s\n# drafter %s\n# backend %s\n", model.c_str(),
               mtp.empty() ? "none (oracle rows only)" : mtp.c_str(), engine.info().backend.c_str());
   if (!o.oracle.empty()) {
-    std::printf("# oracle<h> rows (MEASUREMENT): policy %s, drafts = the plain run's greedy continuation, each "
-                "drafted position right with probability h (seed %llu), wrong otherwise; block %s; the "
-                "proposals cost nothing (the model column prices them as drafter proposals)\n",
+    std::printf("# oracle<h> rows (MEASUREMENT): policy %s, drafts = the plain run's greedy continuation, "
+                "each drafted position right with probability h (seed %llu, mixed with each prompt's channel "
+                "and id), wrong otherwise; block %s; the proposals cost nothing (the model column prices "
+                "them as drafter proposals)\n",
                 o.oracle_policy.c_str(), static_cast<unsigned long long>(o.oracle_seed),
                 o.oracle_block > 0 ? std::to_string(o.oracle_block).c_str()
                                    : (mtp.empty() ? "5" : "the drafter's"));
@@ -622,14 +623,21 @@ int main_impl(int argc, char** argv) {
               o.dspark.values.overlap < 0 ? "auto (on with 2 threads and no cost gate, or free overlap prices)" : (o.dspark.values.overlap > 0 ? "on" : "off"),
               o.dspark.values.cost_draft_overlap, o.dspark.values.cost_draft_reject_overlap);
 
-  // The oracle script of a prompt: the plain run's greedy continuation (the hit draws are keyed
-  // on the seed, position and draft index only).
-  auto script_of = [&](const Prompt& p, const RunResult& plain, float h) {
+  // The oracle script of a prompt: the plain run's greedy continuation. The hit draws are keyed
+  // on (seed, position, draft index), so the seed is --oracle-seed mixed with the prompt's
+  // channel and id (FNV-1a): prompts of the same length (cut to --max-prompt-tokens) must not
+  // share one hit pattern.
+  auto script_of = [&](const std::string& channel, const Prompt& p, const RunResult& plain, float h) {
+    uint64_t seed = 0xcbf29ce484222325ull ^ o.oracle_seed;
+    for (const std::string* part : {&channel, &p.id}) {
+      for (const char c : *part) seed = (seed ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+      seed = (seed ^ 0xffu) * 0x100000001b3ull;  // separator
+    }
     OracleScript sc;
     sc.tokens = plain.gen.tokens;
     sc.start = static_cast<int64_t>(p.tokens.size());
     sc.hit_rate = h;
-    sc.seed = o.oracle_seed;
+    sc.seed = seed;
     sc.block_size = o.oracle_block;
     return sc;
   };
@@ -638,7 +646,7 @@ int main_impl(int argc, char** argv) {
     Expected<RunResult> a = run_one(engine, p, 16, nullptr);
     if (!a.ok()) return fail("warm-up (plain): " + a.status().message());
     const Policy& first = policies->front();
-    const OracleScript sc = script_of(p, *a, std::max(first.oracle, 0.0f));
+    const OracleScript sc = script_of(channels.front().name, p, *a, std::max(first.oracle, 0.0f));
     Expected<RunResult> b = run_one(engine, p, 16, &first.spec, first.oracle >= 0 ? &sc : nullptr);
     if (!b.ok()) return fail("warm-up (DSpark): " + b.status().message());
   }
@@ -665,7 +673,7 @@ int main_impl(int argc, char** argv) {
         for (int rep = 0; rep < o.repeat; ++rep) {
           Expected<RunResult> pr = run_one(engine, p, o.gen_tokens, nullptr);
           if (!pr.ok()) return fail(ch.name + "/" + p.id + " plain: " + pr.status().message());
-          const OracleScript sc = script_of(p, *pr, std::max(pol.oracle, 0.0f));
+          const OracleScript sc = script_of(ch.name, p, *pr, std::max(pol.oracle, 0.0f));
           Expected<RunResult> sr = run_one(engine, p, o.gen_tokens, &pol.spec, pol.oracle >= 0 ? &sc : nullptr);
           if (!sr.ok()) return fail(ch.name + "/" + p.id + " " + pol.name + ": " + sr.status().message());
           if (o.corrupt_check && !sr->gen.tokens.empty()) sr->gen.tokens.back() ^= 1;
