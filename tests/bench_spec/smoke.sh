@@ -92,7 +92,7 @@ case "$CHECK" in
     n_ic=$(grep -A1 -E '^(code|italian|ALL) +(baseline|costall) ' "$WORK/out.txt" |
            grep -cE '^#   in-cycle / model: decode [0-9.]+  verify [0-9.]+  propose [0-9.]+  outside them [0-9.]+%$')
     [ "$n_ic" = 6 ] || die "expected an in-cycle line under each of the 6 rows, got $n_ic"
-    head -1 "$WORK/t.csv" | grep -q ',incycle_decode,incycle_verify,incycle_propose,incycle_other_pct$' ||
+    head -1 "$WORK/t.csv" | grep -q ',incycle_decode,incycle_verify,incycle_propose,incycle_other_pct,verify_rows_per_cycle$' ||
       die "CSV header lacks the incycle columns"
     awk -F, 'NR > 1 && $37 > 0 {n++} END {exit n == 6 ? 0 : 1}' "$WORK/t.csv" ||
       die "incycle_decode should be > 0 in every CSV row"
