@@ -42,7 +42,8 @@
 // plain run's greedy continuation of the same prompt, each drafted position right with
 // probability h (deterministic per seed, position and draft index) and wrong otherwise. Its
 // proposals cost nothing, so its tokens/s is what the cycle pays at that acceptance with a free
-// drafter (the "model" column prices them as drafter proposals). It needs no drafter: when the
+// drafter (the "model" column prices them as drafter proposals); they never overlap the seed's
+// decode (--overlap is ignored for them). It needs no drafter: when the
 // default support file is absent (the generated full-shape Flash file has none) or --policies
 // is "none", only the oracle rows run.
 #include <nlohmann/json.hpp>
@@ -254,6 +255,9 @@ Expected<std::vector<Policy>> make_policies(const Options& o, bool drafter) {
   DS4_RETURN_IF_ERROR(parse_hit_rates(o.oracle, &rates));
   for (size_t i = 0; i < rates.size(); ++i) {
     DS4_ASSIGN_OR_RETURN(SpecOptions spec, dspark_options(o.dspark, o.oracle_policy, grid, o.margin));
+    // Never beside the seed's decode: the oracle's proposal takes no time, so a pair would only
+    // split the decode's threads (overlap's auto setting turns it on at 2 CPU threads).
+    spec.overlap = 0;
     char name[32];
     std::snprintf(name, sizeof name, "oracle%g", static_cast<double>(rates[i]));
     out.push_back(Policy{name, std::move(spec), rates[i]});
@@ -489,7 +493,8 @@ int main_impl(int argc, char** argv) {
               "run's greedy continuation of the same prompt, each drafted position right with probability h "
               "(a deterministic draw per seed, position and draft index), wrong otherwise. Its proposals "
               "cost nothing, so its tokens/s is what speculation pays at that acceptance with a free "
-              "drafter (the model column prices them as drafter proposals). Needs no drafter: with --policies none, "
+              "drafter (the model column prices them as drafter proposals; they never overlap the seed's decode). "
+              "Needs no drafter: with --policies none, "
               "or without --mtp when the default support file is absent, the engine opens without one and only "
               "the oracle rows run",
               "DS4_BENCH_ORACLE", "LIST")
@@ -600,8 +605,8 @@ int main_impl(int argc, char** argv) {
   if (!o.oracle.empty()) {
     std::printf("# oracle<h> rows (MEASUREMENT): policy %s, drafts = the plain run's greedy continuation, "
                 "each drafted position right with probability h (seed %llu, mixed with each prompt's channel "
-                "and id), wrong otherwise; block %s; the proposals cost nothing (the model column prices "
-                "them as drafter proposals)\n",
+                "and id), wrong otherwise; block %s; never beside the seed's decode; the proposals cost nothing "
+                "(the model column prices them as drafter proposals)\n",
                 o.oracle_policy.c_str(), static_cast<unsigned long long>(o.oracle_seed),
                 o.oracle_block > 0 ? std::to_string(o.oracle_block).c_str()
                                    : (mtp.empty() ? "5" : "the drafter's"));

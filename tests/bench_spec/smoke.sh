@@ -17,7 +17,8 @@
 #   oracle    --oracle 1,0.9 beside --policies baseline: rows baseline, oracle1, oracle0.9 with
 #             'ok 1/1' (and ALL), oracle1 accepts 100% of its drafts, the CSV has the oracle rows
 #             and the verify_rows_per_cycle column; --policies none --oracle 0.9 without --mtp
-#             runs with no drafter (header says so) and prints only the oracle row; the
+#             runs with no drafter (header says so) and prints only the oracle row, which does
+#             not overlap the seed's decode at 2 threads; the
 #             DS4_BENCH_ORACLE mirror works; bad hit rates / unknown --oracle-policy / --policies
 #             none alone exit 2, an explicit missing --mtp still exits 1.
 #   script    scripts/bench_spec.sh with MODEL/MTP overrides prints the table and the n-gram
@@ -122,9 +123,12 @@ case "$CHECK" in
       die "oracle1 rows should accept every proposed draft"
     awk -F, '$2 == "oracle0.9" && $9 > 0 && $41 > 0 {n++} END {exit n == 3 ? 0 : 1}' "$WORK/t.csv" ||
       die "oracle0.9 rows should propose and verify"
-    "$BENCH" "${COMMON[@]/$DRAFTER/}" --channels code --policies none --oracle 0.9 \
+    # No --mtp: the engine opens without a drafter. 2 threads: the oracle rows still never overlap.
+    "$BENCH" -m "$TARGET" --prompts-dir "$SRC/data/prompts" -n 1 --gen-tokens 16 --max-prompt-tokens 48 -t 2 \
+      --warmup 0 --channels code --policies none --oracle 0.9 --stats \
       > "$WORK/out.txt" 2> "$WORK/err.txt" || die "oracle only: exit status $? (stderr: $(cat "$WORK/err.txt"))"
     grep -q '^# drafter none (oracle rows only)$' "$WORK/out.txt" || die "oracle only: header should say no drafter"
+    grep -qE '^dspark: policy fold=1 .* overlap=0 ' "$WORK/err.txt" || die "oracle only: the oracle row overlapped"
     [ "$(grep -cE '^code +[a-z]' "$WORK/out.txt")" = 1 ] || die "oracle only: expected exactly one row"
     grep -qE '^code +oracle0\.9 +16 .* ok 1/1$' "$WORK/out.txt" || die "oracle only: no oracle0.9 row"
     DS4_BENCH_ORACLE=0.7 "$BENCH" "${COMMON[@]}" --channels code --policies none \
