@@ -31,14 +31,26 @@
 //   * the final next-token logits of the DSpark session equal the plain session's bit for bit
 //     (speculative.h: the final session state is identical).
 // Output: a table per channel x policy on stdout (tokens/s plain and DSpark, ratio, acceptance
-// rate, accepted drafts per cycle, tokens per cycle, DSpark time split from stats_report()),
-// then one "ALL" row per policy (sums over the channels), optionally --csv FILE (same rows)
+// rate, accepted drafts, tokens and verify rows per cycle, DSpark time split from
+// stats_report()), then one "ALL" row per policy (sums over the channels), optionally --csv FILE (same rows)
 // and --outputs-dir DIR (<channel>.jsonl with prompt/output texts, for
 // tools/ngram_similarity/ngram_similarity.py).
+//
+// --oracle LIST (a measurement tool; engine new_oracle_speculative_decoder): after the
+// policies, one row per hit rate h, named oracle<h>: the same speculative cycle (policy
+// --oracle-policy, default fold) with the oracle proposer instead of the drafter: drafts are the
+// plain run's greedy continuation of the same prompt, each drafted position right with
+// probability h (deterministic per seed, position and draft index) and wrong otherwise. Its
+// proposals cost nothing, so its tokens/s is what the cycle pays at that acceptance with a free
+// drafter (the "model" column prices them as drafter proposals); they never overlap the seed's
+// decode (--overlap is ignored for them). It needs no drafter: when the
+// default support file is absent (the generated full-shape Flash file has none) or --policies
+// is "none", only the oracle rows run.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +102,10 @@ struct Options {
   DsparkFlags dspark;
   int warmup = 1;
   int repeat = 1;  // timed plain/DSpark pairs per prompt; each side keeps its fastest run
+  std::string oracle;                  // --oracle hit rates ("" = none)
+  std::string oracle_policy = "fold";  // the policy preset of the oracle rows
+  uint64_t oracle_seed = 1;            // of the oracle's hit draws
+  int oracle_block = 0;                // drafts per oracle proposal; 0 = the drafter's, else 5
   std::string csv;
   std::string outputs_dir;
   BackendFlags backend;  // --backend, --device, --cpu/--cuda, -t, --isa, --f32-activations
@@ -102,6 +118,7 @@ struct Options {
 struct Policy {
   std::string name;
   SpecOptions spec;
+  float oracle = -1.0f;  // >= 0: the oracle proposer at this hit rate; < 0: the drafter
 };
 
 struct Prompt {
@@ -179,6 +196,24 @@ double stat(const Cell& c, const std::string& key) {
   return it == c.stats.end() ? 0.0 : it->second;
 }
 
+// "0.9,0.7" -> hit rates in [0, 1]; an item that is not entirely a number in range gives
+// kInvalidArgument naming it.
+Status parse_hit_rates(const std::string& text, std::vector<float>* out) {
+  out->clear();
+  for (const std::string& item : split_list(text)) {
+    char* end = nullptr;
+    const float h = std::strtof(item.c_str(), &end);
+    if (end == item.c_str() || *end != '\0' || !(h >= 0.0f && h <= 1.0f)) {
+      return invalid_argument("--oracle: '%s' is not a hit rate in [0, 1]", item.c_str());
+    }
+    out->push_back(h);
+  }
+  if (out->empty() && !text.empty()) return invalid_argument("--oracle: no hit rate in '%s'", text.c_str());
+  return Status();
+}
+
+bool no_policies(const Options& o) { return o.policies == "none"; }
+
 Status validate(const Options& o) {
   if (o.prompts < 1) return invalid_argument("--prompts must be >= 1, got %d", o.prompts);
   if (o.gen_tokens < 1) return invalid_argument("--gen-tokens must be >= 1, got %d", o.gen_tokens);
@@ -191,6 +226,12 @@ Status validate(const Options& o) {
   DS4_RETURN_IF_ERROR(validate_dspark_flags(o.dspark));
   if (split_list(o.channels).empty()) return invalid_argument("--channels is empty");
   if (split_list(o.policies).empty()) return invalid_argument("--policies is empty");
+  std::vector<float> rates;
+  DS4_RETURN_IF_ERROR(parse_hit_rates(o.oracle, &rates));
+  if (no_policies(o) && rates.empty()) return invalid_argument("--policies none needs --oracle");
+  if (o.oracle_block < 0 || o.oracle_block > 16) {
+    return invalid_argument("--oracle-block must be in 0..16, got %d", o.oracle_block);
+  }
   return Status();
 }
 
@@ -198,13 +239,28 @@ Status validate(const Options& o) {
 // --dspark-policy uses): each "+X" changes one knob from the baseline (scheduler on, fold
 // off, flat confidence); "all" turns every knob on, "costall" adds the cost gate, "costlookup"
 // the lookup.
-Expected<std::vector<Policy>> make_policies(const Options& o) {
+// Then the oracle rows (--oracle), at the --oracle-policy preset; `drafter`: whether the
+// drafter policies can run.
+Expected<std::vector<Policy>> make_policies(const Options& o, bool drafter) {
   std::vector<float> grid;
   DS4_RETURN_IF_ERROR(parse_dspark_confidence_grid(o.grid, &grid));
   std::vector<Policy> out;
-  for (const std::string& name : split_list(o.policies)) {
-    DS4_ASSIGN_OR_RETURN(SpecOptions spec, dspark_options(o.dspark, name, grid, o.margin));
-    out.push_back(Policy{name, std::move(spec)});
+  if (drafter && !no_policies(o)) {
+    for (const std::string& name : split_list(o.policies)) {
+      DS4_ASSIGN_OR_RETURN(SpecOptions spec, dspark_options(o.dspark, name, grid, o.margin));
+      out.push_back(Policy{name, std::move(spec)});
+    }
+  }
+  std::vector<float> rates;
+  DS4_RETURN_IF_ERROR(parse_hit_rates(o.oracle, &rates));
+  for (size_t i = 0; i < rates.size(); ++i) {
+    DS4_ASSIGN_OR_RETURN(SpecOptions spec, dspark_options(o.dspark, o.oracle_policy, grid, o.margin));
+    // Never beside the seed's decode: the oracle's proposal takes no time, so a pair would only
+    // split the decode's threads (overlap's auto setting turns it on at 2 CPU threads).
+    spec.overlap = 0;
+    char name[32];
+    std::snprintf(name, sizeof name, "oracle%g", static_cast<double>(rates[i]));
+    out.push_back(Policy{name, std::move(spec), rates[i]});
   }
   return out;
 }
@@ -246,12 +302,16 @@ struct RunResult {
   std::string report;               // stats_report() ("" for plain)
 };
 
-// One greedy generation in a fresh session; `spec` null = plain decoding.
-Expected<RunResult> run_one(Engine& engine, const Prompt& p, int gen_tokens, const SpecOptions* spec) {
+// One greedy generation in a fresh session; `spec` null = plain decoding; `oracle` non-null:
+// the oracle proposer of that script instead of the drafter.
+Expected<RunResult> run_one(Engine& engine, const Prompt& p, int gen_tokens, const SpecOptions* spec,
+                            const OracleScript* oracle = nullptr) {
   const int n_ctx = static_cast<int>(p.tokens.size()) + gen_tokens + 16;
   DS4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine.new_session(n_ctx));
   std::unique_ptr<SpeculativeDecoder> decoder;
-  if (spec != nullptr) {
+  if (spec != nullptr && oracle != nullptr) {
+    DS4_ASSIGN_OR_RETURN(decoder, new_oracle_speculative_decoder(engine, *session, *spec, *oracle));
+  } else if (spec != nullptr) {
     DS4_ASSIGN_OR_RETURN(decoder, new_speculative_decoder(engine, *session, *spec));  // before prefill
   }
   GenerateOptions go;
@@ -273,9 +333,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void print_header(FILE* f) {
-  std::fprintf(f, "%-11s %-9s %5s %9s %9s %6s %6s %7s %8s %8s %6s %6s %6s %6s %6s %s\n", "channel",
+  std::fprintf(f, "%-11s %-9s %5s %9s %9s %6s %6s %7s %8s %8s %8s %6s %6s %6s %6s %6s %s\n", "channel",
                "policy", "tok", "plain_t/s", "spark_t/s", "ratio", "model", "accept%", "acc/cyc",
-               "tok/cyc", "dec%", "prop%", "ver%", "com%", "oth%", "identity");
+               "tok/cyc", "vrow/cyc", "dec%", "prop%", "ver%", "com%", "oth%", "identity");
 }
 
 const char* csv_header() {
@@ -284,7 +344,7 @@ const char* csv_header() {
          "first_misses,no_draft,scheduler_skips,margin_skips,folded_seeds,verify_calls,"
          "verify_rows,t_total_ms,t_decode_ms,t_propose_ms,t_sync_ms,t_verify_ms,t_commit_ms,"
          "t_replay_ms,token_mismatches,logits_mismatches,model_ratio,cost_skips,cost_probes,cost_trims,"
-         "cost_unfolds,incycle_decode,incycle_verify,incycle_propose,incycle_other_pct\n";
+         "cost_unfolds,incycle_decode,incycle_verify,incycle_propose,incycle_other_pct,verify_rows_per_cycle\n";
 }
 
 // The cost-gate model's charge for the run's counters, in decode(1) units: every ordinary decode 1,
@@ -349,6 +409,7 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
   const double accept = proposed > 0 ? 100.0 * accepted / proposed : 0.0;
   const double acc_cyc = cycles > 0 ? accepted / cycles : 0.0;
   const double tok_cyc = cycles > 0 ? c.spec_tokens / cycles : 0.0;
+  const double vrow_cyc = cycles > 0 ? stat(c, "verify_rows") / cycles : 0.0;
   const double total = stat(c, "time_total");
   auto pct = [&](const char* k) { return total > 0 ? 100.0 * stat(c, k) / total : 0.0; };
   const double other = total > 0 ? 100.0 - pct("time_decode") - pct("time_propose") -
@@ -362,9 +423,9 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
     std::snprintf(ident, sizeof ident, "FAIL tok=%d logits=%d plain=%d", c.token_mismatches,
                   c.logits_mismatches, c.plain_nondeterministic);
   }
-  std::fprintf(f, "%-11s %-9s %5lld %9.2f %9.2f %6.3f %6.3f %7.1f %8.3f %8.3f %6.1f %6.1f %6.1f %6.1f %6.1f %s\n",
+  std::fprintf(f, "%-11s %-9s %5lld %9.2f %9.2f %6.3f %6.3f %7.1f %8.3f %8.3f %8.3f %6.1f %6.1f %6.1f %6.1f %6.1f %s\n",
                channel.c_str(), policy.c_str(), static_cast<long long>(c.spec_tokens), plain_tps,
-               spec_tps, ratio, model, accept, acc_cyc, tok_cyc, pct("time_decode"), pct("time_propose"),
+               spec_tps, ratio, model, accept, acc_cyc, tok_cyc, vrow_cyc, pct("time_decode"), pct("time_propose"),
                pct("time_verify"), pct("time_commit"), other, ident);
   if (show_in_cycle) {
     std::fprintf(f, "#   in-cycle / model: decode %.3f  verify %.3f  propose %.3f  outside them %.1f%%\n",
@@ -375,7 +436,7 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
     std::fprintf(csv,
                  "%s,%s,%d,%lld,%.3f,%.3f,%.4f,%.0f,%.0f,%.0f,%.4f,%.4f,%.4f,%.0f,%.0f,%.0f,%.0f,%.0f,"
                  "%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,%.4f,%.0f,%.0f,%.0f,%.0f,%.4f,%.4f,"
-                 "%.4f,%.2f\n",
+                 "%.4f,%.2f,%.4f\n",
                  channel.c_str(), policy.c_str(), n_prompts, static_cast<long long>(c.spec_tokens),
                  plain_tps, spec_tps, ratio, cycles, proposed, accepted, accept / 100.0, acc_cyc,
                  tok_cyc, stat(c, "full"), stat(c, "partial"), stat(c, "miss_first"),
@@ -385,7 +446,7 @@ void print_row(FILE* f, FILE* csv, const std::string& channel, const std::string
                  stat(c, "time_verify"), stat(c, "time_commit"), stat(c, "time_replay"),
                  c.token_mismatches, c.logits_mismatches, model, stat(c, "cost_skips"),
                  stat(c, "cost_probes"), stat(c, "cost_trims"), stat(c, "cost_unfolds"), ic.decode, ic.verify,
-                 ic.propose, ic.other_pct);
+                 ic.propose, ic.other_pct, vrow_cyc);
     std::fflush(csv);
   }
 }
@@ -412,7 +473,8 @@ Status write_outputs(const std::string& dir, const Channel& ch,
 int main_impl(int argc, char** argv) {
   Options o;
   FlagTable t("ds4-bench-spec",
-              "ds4-bench-spec — plain vs DSpark greedy decoding per prompt channel and policy");
+              "ds4-bench-spec — plain vs DSpark greedy decoding per prompt channel and policy, and (--oracle) "
+              "the speculative cycle with an oracle proposer at given hit rates");
   t.option("-m,--model", &o.model,
            std::string("Target GGUF (default: ") + DS4_MODELS_DIR + "/" + kDefaultModel + ")",
            "DS4_MODEL", "FILE")
@@ -423,7 +485,25 @@ int main_impl(int argc, char** argv) {
       .option("--prompts-dir", &o.prompts_dir, "Folder with <channel>.jsonl prompt sets", "", "DIR")
       .option("--channels", &o.channels, "Comma-separated channels (file stems)", "", "LIST")
       .option("--policies", &o.policies,
-              std::string("Comma-separated policies (") + kDsparkPolicies + ")", "", "LIST")
+              std::string("Comma-separated policies (") + kDsparkPolicies + "), or 'none' (oracle rows only)",
+              "", "LIST")
+      .option("--oracle", &o.oracle,
+              "MEASUREMENT: comma-separated hit rates in [0, 1] (e.g. 0.9,0.7). After the policies, one row "
+              "oracle<h> per rate: the speculative cycle (--oracle-policy) with drafts taken from the plain "
+              "run's greedy continuation of the same prompt, each drafted position right with probability h "
+              "(a deterministic draw per seed, position and draft index), wrong otherwise. Its proposals "
+              "cost nothing, so its tokens/s is what speculation pays at that acceptance with a free "
+              "drafter (the model column prices them as drafter proposals; they never overlap the seed's decode). "
+              "Needs no drafter: with --policies none, "
+              "or without --mtp when the default support file is absent, the engine opens without one and only "
+              "the oracle rows run",
+              "DS4_BENCH_ORACLE", "LIST")
+      .option("--oracle-policy", &o.oracle_policy,
+              "Policy preset of the oracle rows (fold: scheduler and fold; no margin or cost gate, whose inputs and "
+              "prices are a drafter's; no lookup, so the rows measure the oracle alone)", "", "NAME")
+      .option("--oracle-seed", &o.oracle_seed, "Seed of the oracle's hit draws")
+      .option("--oracle-block", &o.oracle_block,
+              "Drafts per oracle proposal (0 = the drafter's block size, 5 without a drafter)", "", "N")
       .option("-n,--prompts", &o.prompts, "Prompts per channel (the first N lines)")
       .option("--gen-tokens", &o.gen_tokens, "Greedy tokens per run (EOS excluded)")
       .option("--max-prompt-tokens", &o.max_prompt_tokens, "Cut each prompt to this many tokens (BOS included)")
@@ -454,7 +534,7 @@ int main_impl(int argc, char** argv) {
   if (Status s = valid; !s.ok()) {
     return flag_error(t, s);
   }
-  Expected<std::vector<Policy>> policies = make_policies(o);
+  Expected<std::vector<Policy>> policies = make_policies(o, true);  // names and values checked here
   if (!policies.ok()) {
     std::fprintf(stderr, "ds4-bench-spec: error: %s\n", policies.status().message().c_str());
     return 2;
@@ -462,9 +542,21 @@ int main_impl(int argc, char** argv) {
 
   std::error_code ec;
   const std::string model = o.model.empty() ? std::string(DS4_MODELS_DIR) + "/" + kDefaultModel : o.model;
-  const std::string mtp = o.mtp.empty() ? std::string(DS4_MODELS_DIR) + "/" + kDefaultDrafter : o.mtp;
+  std::string mtp = o.mtp.empty() ? std::string(DS4_MODELS_DIR) + "/" + kDefaultDrafter : o.mtp;
   if (!std::filesystem::exists(model, ec)) return fail("target file '" + model + "' does not exist");
-  if (!std::filesystem::exists(mtp, ec)) return fail("drafter file '" + mtp + "' does not exist");
+  // The oracle rows need no drafter: without --mtp, a missing default support file (or
+  // --policies none) leaves the engine without one and only the oracle rows run.
+  const bool oracle_only = !o.oracle.empty() && (no_policies(o) || (o.mtp.empty() && !std::filesystem::exists(mtp, ec)));
+  if (oracle_only) {
+    if (!no_policies(o)) {
+      std::fprintf(stderr, "ds4-bench-spec: no drafter ('%s' does not exist): the --policies rows are skipped, "
+                   "only the oracle rows run\n", mtp.c_str());
+    }
+    mtp.clear();
+    if (o.dspark.calibrate) return fail("--calibrate needs a drafter (it times proposals)");
+  } else if (!std::filesystem::exists(mtp, ec)) {
+    return fail("drafter file '" + mtp + "' does not exist");
+  }
   if (!o.outputs_dir.empty()) {
     std::filesystem::create_directories(o.outputs_dir, ec);
     if (ec) return fail("cannot create '" + o.outputs_dir + "': " + ec.message());
@@ -475,6 +567,8 @@ int main_impl(int argc, char** argv) {
   Expected<std::unique_ptr<Engine>> opened = Engine::open(eo);
   if (!opened.ok()) return fail(opened.status().message());
   Engine& engine = **opened;
+  if (oracle_only) policies = make_policies(o, false);  // no drafter: the oracle rows only
+  if (!policies.ok()) return fail(policies.status().message());
   std::fprintf(stderr, "%s\n", backend_line("ds4-bench-spec", engine.info()).c_str());
   const TextCodec& codec = engine.text();
   if (o.dspark.calibrate) {
@@ -489,7 +583,7 @@ int main_impl(int argc, char** argv) {
       i = j + 1;
     }
     apply_dspark_costs(*cal, &o.dspark.values);
-    policies = make_policies(o);  // the policies carry the measured costs
+    policies = make_policies(o, !oracle_only);  // the policies carry the measured costs
     if (!policies.ok()) return fail(policies.status().message());
   }
 
@@ -506,8 +600,17 @@ int main_impl(int argc, char** argv) {
     if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
     std::fputs(csv_header(), csv);
   }
-  std::printf("# ds4-bench-spec: target %s\n# drafter %s\n# backend %s\n", model.c_str(), mtp.c_str(),
-              engine.info().backend.c_str());
+  std::printf("# ds4-bench-spec: target %s\n# drafter %s\n# backend %s\n", model.c_str(),
+              mtp.empty() ? "none (oracle rows only)" : mtp.c_str(), engine.info().backend.c_str());
+  if (!o.oracle.empty()) {
+    std::printf("# oracle<h> rows (MEASUREMENT): policy %s, drafts = the plain run's greedy continuation, "
+                "each drafted position right with probability h (seed %llu, mixed with each prompt's channel "
+                "and id), wrong otherwise; block %s; never beside the seed's decode; the proposals cost nothing "
+                "(the model column prices them as drafter proposals)\n",
+                o.oracle_policy.c_str(), static_cast<unsigned long long>(o.oracle_seed),
+                o.oracle_block > 0 ? std::to_string(o.oracle_block).c_str()
+                                   : (mtp.empty() ? "5" : "the drafter's"));
+  }
   std::printf("# %d prompt(s)/channel (<= %d prompt tokens), %d greedy tokens/run (EOS banned), "
               "confidence %.2f, grid %s, margin %.2f; plain and DSpark alternate per prompt%s\n",
               o.prompts, o.max_prompt_tokens, o.gen_tokens, o.dspark.values.confidence, o.grid.c_str(), o.margin,
@@ -515,7 +618,7 @@ int main_impl(int argc, char** argv) {
   std::printf("# model = tokens / modelled cost from the counters (decode 1, verify(n), proposals at "
               "the cost-gate costs below): the clock-free ratio\n");
   std::printf("# accept%%=accepted/proposed drafts; acc/cyc=accepted drafts per cycle; tok/cyc=tokens "
-              "per cycle; dec/prop/ver/com/oth%% = DSpark time split (stats time_ms)\n");
+              "per cycle; vrow/cyc=verify rows per cycle; dec/prop/ver/com/oth%% = DSpark time split (stats time_ms)\n");
   std::printf("# cost gate (cost* policies): verify(n) ~ %.2f + %.2f n, draft %.2f, draft rejected %.2f "
               "decode(1) units, window %d\n",
               o.dspark.values.cost_verify_base, o.dspark.values.cost_verify_row, o.dspark.values.cost_draft, o.dspark.values.cost_draft_reject,
@@ -525,11 +628,31 @@ int main_impl(int argc, char** argv) {
               o.dspark.values.overlap < 0 ? "auto (on with 2 threads and no cost gate, or free overlap prices)" : (o.dspark.values.overlap > 0 ? "on" : "off"),
               o.dspark.values.cost_draft_overlap, o.dspark.values.cost_draft_reject_overlap);
 
+  // The oracle script of a prompt: the plain run's greedy continuation. The hit draws are keyed
+  // on (seed, position, draft index), so the seed is --oracle-seed mixed with the prompt's
+  // channel and id (FNV-1a): prompts of the same length (cut to --max-prompt-tokens) must not
+  // share one hit pattern.
+  auto script_of = [&](const std::string& channel, const Prompt& p, const RunResult& plain, float h) {
+    uint64_t seed = 0xcbf29ce484222325ull ^ o.oracle_seed;
+    for (const std::string* part : {&channel, &p.id}) {
+      for (const char c : *part) seed = (seed ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+      seed = (seed ^ 0xffu) * 0x100000001b3ull;  // separator
+    }
+    OracleScript sc;
+    sc.tokens = plain.gen.tokens;
+    sc.start = static_cast<int64_t>(p.tokens.size());
+    sc.hit_rate = h;
+    sc.seed = seed;
+    sc.block_size = o.oracle_block;
+    return sc;
+  };
   for (int w = 0; w < o.warmup; ++w) {
     const Prompt& p = channels.front().prompts.front();
     Expected<RunResult> a = run_one(engine, p, 16, nullptr);
     if (!a.ok()) return fail("warm-up (plain): " + a.status().message());
-    Expected<RunResult> b = run_one(engine, p, 16, &policies->front().spec);
+    const Policy& first = policies->front();
+    const OracleScript sc = script_of(channels.front().name, p, *a, std::max(first.oracle, 0.0f));
+    Expected<RunResult> b = run_one(engine, p, 16, &first.spec, first.oracle >= 0 ? &sc : nullptr);
     if (!b.ok()) return fail("warm-up (DSpark): " + b.status().message());
   }
 
@@ -555,7 +678,8 @@ int main_impl(int argc, char** argv) {
         for (int rep = 0; rep < o.repeat; ++rep) {
           Expected<RunResult> pr = run_one(engine, p, o.gen_tokens, nullptr);
           if (!pr.ok()) return fail(ch.name + "/" + p.id + " plain: " + pr.status().message());
-          Expected<RunResult> sr = run_one(engine, p, o.gen_tokens, &pol.spec);
+          const OracleScript sc = script_of(ch.name, p, *pr, std::max(pol.oracle, 0.0f));
+          Expected<RunResult> sr = run_one(engine, p, o.gen_tokens, &pol.spec, pol.oracle >= 0 ? &sc : nullptr);
           if (!sr.ok()) return fail(ch.name + "/" + p.id + " " + pol.name + ": " + sr.status().message());
           if (o.corrupt_check && !sr->gen.tokens.empty()) sr->gen.tokens.back() ^= 1;
           if (reference[i].empty()) {

@@ -22,6 +22,7 @@
 #include "engine/speculative.h"
 #include "engine/state_file.h"
 #include "speculative/drafter.h"
+#include "speculative/oracle_proposer.h"
 #include "engine/text.h"
 #include "model/model.h"
 #include "session/session.h"
@@ -269,6 +270,27 @@ Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& en
   session::ModelSession* ms = model_session(session);
   if (ms == nullptr) return invalid_argument("DSpark: the session was not made by this engine");
   return SpeculativeDecoder::create(*drafter, *ms, options);
+}
+
+Expected<std::unique_ptr<SpeculativeDecoder>> new_oracle_speculative_decoder(Engine& engine, Session& session,
+                                                                             const SpecOptions& options,
+                                                                             const OracleScript& script) {
+  if (!(script.hit_rate >= 0.0f && script.hit_rate <= 1.0f)) {
+    return invalid_argument("oracle proposer: hit rate must be in [0, 1], got %g", static_cast<double>(script.hit_rate));
+  }
+  if (script.block_size < 0 || script.block_size > speculative::kMaxBlockSize) {
+    return invalid_argument("oracle proposer: block size must be in 0..%d, got %d", speculative::kMaxBlockSize,
+                            script.block_size);
+  }
+  if (script.start < 0) return invalid_argument("oracle proposer: negative script start");
+  session::ModelSession* ms = model_session(session);
+  if (ms == nullptr) return invalid_argument("oracle proposer: the session was not made by this engine");
+  int block = script.block_size;
+  if (block == 0) {
+    const speculative::DrafterModel* drafter = engine_drafter(engine);
+    block = drafter != nullptr ? drafter->config().block_size : speculative::kOracleBlockSize;
+  }
+  return SpeculativeDecoder::create_oracle(*ms, options, script, block, engine.text().eos());
 }
 
 int32_t Session::greedy_next(int32_t banned) {

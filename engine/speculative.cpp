@@ -3,17 +3,20 @@
 
 #include "session/session.h"
 #include "speculative/drafter.h"
+#include "speculative/oracle_proposer.h"
 #include "speculative/runtime.h"
 
 namespace ds4 {
 
 struct SpeculativeDecoder::Impl {
-  Impl(const speculative::DrafterModel& m, session::ModelSession& s, const speculative::SpecConfig& cfg)
-      : ms(s), drafter(m), proposer(drafter), runtime(s, proposer, cfg) {}
+  // `p` is built before the runtime (which installs its capture layers on the session).
+  Impl(session::ModelSession& s, std::unique_ptr<speculative::Drafter> d,
+       std::unique_ptr<speculative::Proposer> p, const speculative::SpecConfig& cfg)
+      : ms(s), drafter(std::move(d)), proposer(std::move(p)), runtime(s, *proposer, cfg) {}
   PlainDecoder plain;
   session::ModelSession& ms;
-  speculative::Drafter drafter;  // this session's timeline (rings, scratch) over the shared weights
-  speculative::DSparkProposer proposer;
+  std::unique_ptr<speculative::Drafter> drafter;  // this session's timeline over the shared weights (null: oracle)
+  std::unique_ptr<speculative::Proposer> proposer;  // DSpark's over `drafter`, or the oracle
   speculative::Runtime runtime;
 };
 
@@ -23,7 +26,25 @@ SpeculativeDecoder::~SpeculativeDecoder() = default;
 std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create(const speculative::DrafterModel& drafter, session::ModelSession& ms,
                                                                const SpecOptions& o) {
   std::unique_ptr<SpeculativeDecoder> d(new SpeculativeDecoder());
-  d->impl_ = std::make_unique<Impl>(drafter, ms, o);
+  auto timeline = std::make_unique<speculative::Drafter>(drafter);
+  auto proposer = std::make_unique<speculative::DSparkProposer>(*timeline);
+  d->impl_ = std::make_unique<Impl>(ms, std::move(timeline), std::move(proposer), o);
+  return d;
+}
+
+std::unique_ptr<SpeculativeDecoder> SpeculativeDecoder::create_oracle(session::ModelSession& ms, const SpecOptions& o,
+                                                                      const OracleScript& script, int block_size,
+                                                                      int32_t avoid) {
+  speculative::OracleOptions oo;
+  oo.script = script.tokens;
+  oo.start = script.start;
+  oo.hit_rate = script.hit_rate;
+  oo.seed = script.seed;
+  oo.block_size = block_size;
+  oo.n_vocab = static_cast<int32_t>(ms.config().n_vocab);
+  oo.avoid = avoid;
+  std::unique_ptr<SpeculativeDecoder> d(new SpeculativeDecoder());
+  d->impl_ = std::make_unique<Impl>(ms, nullptr, std::make_unique<speculative::OracleProposer>(std::move(oo)), o);
   return d;
 }
 

@@ -12,7 +12,8 @@
 // session) and must not outlive it.
 //
 // Invariants: greedy output and final session state are byte-identical to PlainDecoder's
-// (tests/speculative); at T > 0 every step is PlainDecoder::step (no speculation).
+// (tests/speculative); at T > 0 every step is PlainDecoder::step (no speculation). The same
+// holds with the oracle proposer (new_oracle_speculative_decoder, a measurement tool).
 #pragma once
 
 #include <cstdint>
@@ -115,6 +116,20 @@ struct SpecSummary {
   double accept_rate = 0.0;    // accepted / proposed
 };
 
+// MEASUREMENT TOOL, not a way to generate: the oracle proposer (speculative/oracle_proposer.h).
+// Drafts come from a recorded plain greedy run of the same prompt, each drafted position right
+// with probability hit_rate (a deterministic draw per (seed, position, draft index)) and a wrong
+// valid id otherwise. The speculative cycle around it is the real one (policies, verifies,
+// commits; output identical to plain decoding), so tokens/s at a hit rate is what DSpark would
+// pay with a drafter that good and free. ds4-bench-spec --oracle.
+struct OracleScript {
+  std::vector<int32_t> tokens;  // the plain greedy continuation: tokens[i] at position start + i
+  int64_t start = 0;            // position of tokens[0] (the prompt's length in tokens)
+  float hit_rate = 1.0f;        // in [0, 1]
+  uint64_t seed = 0;            // of the hit draws
+  int block_size = 0;           // drafts per proposal (1..16); 0 = the engine drafter's, else 5
+};
+
 class SpeculativeDecoder final : public Decoder {
  public:
   // `ms` is the ModelSession behind the engine Session that step() will receive.
@@ -122,6 +137,11 @@ class SpeculativeDecoder final : public Decoder {
   // drafter timeline, so any number of decoders may share one DrafterModel.
   static std::unique_ptr<SpeculativeDecoder> create(const speculative::DrafterModel& drafter,
                                                     session::ModelSession& ms, const SpecOptions& options);
+  // The oracle proposer instead of a drafter (measurements only; see OracleScript). `avoid`:
+  // an id never proposed as a wrong draft (the EOS a bench bans), -1 none.
+  static std::unique_ptr<SpeculativeDecoder> create_oracle(session::ModelSession& ms, const SpecOptions& options,
+                                                           const OracleScript& script, int block_size,
+                                                           int32_t avoid);
   ~SpeculativeDecoder() override;
 
   Status step(Session& session, Sampler& sampler, const StepLimits& limits,
@@ -145,6 +165,14 @@ class SpeculativeDecoder final : public Decoder {
 // rows of the tokens appended after it (output stays exact; only early acceptance can drop).
 Expected<std::unique_ptr<SpeculativeDecoder>> new_speculative_decoder(Engine& engine, Session& session,
                                                                       const SpecOptions& options);
+
+// MEASUREMENT TOOL: a speculative decoder whose proposer is the oracle of `script` (see
+// OracleScript), for a session of `engine`; the engine needs no drafter. Same rules as
+// new_speculative_decoder (make it before the prefill; it must not outlive the session).
+// kInvalidArgument for a hit rate outside [0, 1], a block size outside 0..16, a negative start.
+Expected<std::unique_ptr<SpeculativeDecoder>> new_oracle_speculative_decoder(Engine& engine, Session& session,
+                                                                             const SpecOptions& options,
+                                                                             const OracleScript& script);
 
 // The drafter for `target` from a support GGUF path (validated against the target's shapes).
 Expected<std::unique_ptr<speculative::DrafterModel>> load_dspark_drafter(const model::Model& target,

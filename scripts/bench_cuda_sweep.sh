@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # scripts/bench_cuda_sweep.sh OUT [BUILD] — what `make bench-flash OUT=DIR` executes on a GPU
 # machine: every figure of the full-shape Flash measurements (docs/CUDA.md "Measuring"), into
-# one folder, with each step time-boxed (the whole sweep is ~6-8 minutes on an H100 with the
-# 30-layer file, most of it the five weight uploads).
+# one folder, with each step time-boxed (the whole sweep was ~6-8 minutes on an H100 with the
+# 30-layer file before step 7, most of it the weight uploads; step 7 adds one upload and, by
+# estimate, a minute or two of runs).
 #
-# Steps (BUILD holds the CUDA build: ds4-gguf, ds4-bench, bench_verify, bench_cuda):
+# Steps (BUILD holds the CUDA build: ds4-gguf, ds4-bench, bench_verify, bench_cuda, and
+# ds4-bench-spec for step 7):
 #  1. the model: the full-shape Flash q2 file, `ds4-gguf generate --profile flash --quant q2
 #     --sparse-experts 8 --route-all --layers N` (routed-expert holes read as zeros; routing
 #     spreads over all 256 experts), reused when present. N = LAYERS, or by the device's free
@@ -21,9 +23,19 @@
 #     frontier (the real greedy loop: argmax + token read-back per token; its prefill too),
 #     then bench_verify's decode(1) and verify(6), PROFILE_CALLS calls each;
 #  6. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
-#     session's context; the weights' size is in sweep.log ("weights on cuda").
-# sweep.log holds every step's command, output tail, exit code and time. Six files land in OUT,
-# eight with the two PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
+#     session's context; the weights' size is in sweep.log ("weights on cuda");
+#  7. DSpark at full shape -> spec.csv + spec.log: `ds4-bench-spec --cuda --oracle ORACLE`
+#     (default 0.9,0.7), the speculative cycle with the oracle proposer (a measurement tool:
+#     drafts are the plain run's greedy continuation, each drafted position right with
+#     probability h) on SPEC_PROMPTS prompts of each data/prompts channel, SPEC_GEN tokens
+#     each: tokens/s against plain decoding, acceptance, accepted drafts and verify rows per
+#     cycle, identity checked. The generated file has no drafter (random weights would accept
+#     ~nothing anyway), so only the oracle rows run, unless MTP=FILE names a support GGUF for
+#     the model: then the cost calibration (`--calibrate`: decode(1), verify(n) and a proposal
+#     in decode(1) units, '#' lines of spec.log) and the SPEC_POLICIES rows (default baseline:
+#     the drafter's cost per proposal at acceptance ~0) run too.
+# sweep.log holds every step's command, output tail, exit code and time. Eight files land in
+# OUT, ten with the two PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
 # importable, else wherever the folder is copied (a GPU machine without network).
 set -uo pipefail
 OUT=${1:?usage: scripts/bench_cuda_sweep.sh OUT [BUILD]}
@@ -38,6 +50,12 @@ VERIFY_CTX=${VERIFY_CTX:-1024}
 ROUNDS=${ROUNDS:-5}
 PROFILE_CALLS=${PROFILE_CALLS:-16}
 PROMPT=${PROMPT:-$ROOT/data/promessi_sposi.txt}
+ORACLE=${ORACLE:-0.9,0.7}
+SPEC_PROMPTS=${SPEC_PROMPTS:-2}
+SPEC_GEN=${SPEC_GEN:-128}
+SPEC_MAX_PROMPT=${SPEC_MAX_PROMPT:-256}
+SPEC_POLICIES=${SPEC_POLICIES:-baseline}
+MTP=${MTP:-}
 
 mkdir -p "$OUT" "$MODEL_DIR"
 OUT=$(cd "$OUT" && pwd)
@@ -57,6 +75,8 @@ bin() {
   exit 1
 }
 GGUF=$(bin ds4-gguf); BENCH=$(bin ds4-bench); VERIFY=$(bin bench_verify); PROBE=$(bin bench_cuda)
+SPEC=""  # step 7 is skipped (with a line in sweep.log) when ds4-bench-spec was not built
+for p in "$BUILD/bin/ds4-bench-spec" "$BUILD/bench/ds4-bench-spec"; do [ -x "$p" ] && { SPEC=$p; break; }; done
 
 have_smi=0
 command -v nvidia-smi >/dev/null && have_smi=1
@@ -133,7 +153,21 @@ step profile_verify "$VERIFY_CTX" 240 "$TMPD/profile_verify.log" "$VERIFY" --bac
   cat "$TMPD/profile_verify.log"
 } >"$OUT/profiles.log"
 
-# 6. Plots and the summary, where matplotlib is installed.
+# 7. DSpark at full shape: the oracle rows (and the drafter's, given MTP).
+if [ -n "$SPEC" ]; then
+  if [ -n "$MTP" ]; then
+    SPEC_DRAFTER=(--mtp "$MTP" --policies "$SPEC_POLICIES" --calibrate --calibrate-reps 10)
+  else
+    SPEC_DRAFTER=(--policies none)
+  fi
+  step spec_oracle "$((SPEC_MAX_PROMPT + SPEC_GEN))" 600 "$OUT/spec.log" "$SPEC" --cuda -m "$MODEL" "${SPEC_DRAFTER[@]}" \
+    --oracle "$ORACLE" --prompts-dir "$ROOT/data/prompts" -n "$SPEC_PROMPTS" --gen-tokens "$SPEC_GEN" \
+    --max-prompt-tokens "$SPEC_MAX_PROMPT" --csv "$OUT/spec.csv"
+else
+  log "spec_oracle: ds4-bench-spec not found under $BUILD (it needs nlohmann_json at configure time): skipped"
+fi
+
+# 8. Plots and the summary, where matplotlib is installed.
 if python3 -c "import matplotlib" 2>/dev/null; then
   python3 "$ROOT/tools/bench_plots.py" "$OUT" 2>&1 | tee -a "$LOG" >&2
 else

@@ -14,6 +14,13 @@
 #             prompt (the counters of one run); --repeat 0 exits 2; --self-test-corrupt with
 #             --repeat 2 still exits 1. With --in-cycle every row (ALL too) is followed by its
 #             in-cycle line and the CSV's incycle_decode is > 0 (every run decodes its seeds).
+#   oracle    --oracle 1,0.9 beside --policies baseline: rows baseline, oracle1, oracle0.9 with
+#             'ok 1/1' (and ALL), oracle1 accepts 100% of its drafts, the CSV has the oracle rows
+#             and the verify_rows_per_cycle column; --policies none --oracle 0.9 without --mtp
+#             runs with no drafter (header says so) and prints only the oracle row, which does
+#             not overlap the seed's decode at 2 threads; the
+#             DS4_BENCH_ORACLE mirror works; bad hit rates / unknown --oracle-policy / --policies
+#             none alone exit 2, an explicit missing --mtp still exits 1.
 #   script    scripts/bench_spec.sh with MODEL/MTP overrides prints the table and the n-gram
 #             rates of every channel.
 set -uo pipefail
@@ -86,7 +93,7 @@ case "$CHECK" in
     n_ic=$(grep -A1 -E '^(code|italian|ALL) +(baseline|costall) ' "$WORK/out.txt" |
            grep -cE '^#   in-cycle / model: decode [0-9.]+  verify [0-9.]+  propose [0-9.]+  outside them [0-9.]+%$')
     [ "$n_ic" = 6 ] || die "expected an in-cycle line under each of the 6 rows, got $n_ic"
-    head -1 "$WORK/t.csv" | grep -q ',incycle_decode,incycle_verify,incycle_propose,incycle_other_pct$' ||
+    head -1 "$WORK/t.csv" | grep -q ',incycle_decode,incycle_verify,incycle_propose,incycle_other_pct,verify_rows_per_cycle$' ||
       die "CSV header lacks the incycle columns"
     awk -F, 'NR > 1 && $37 > 0 {n++} END {exit n == 6 ? 0 : 1}' "$WORK/t.csv" ||
       die "incycle_decode should be > 0 in every CSV row"
@@ -101,6 +108,43 @@ case "$CHECK" in
       > "$WORK/out.txt" 2>&1; rc=$?
     [ $rc = 1 ] || die "--self-test-corrupt --repeat 2: exit $rc, want 1"
     grep -q "IDENTITY FAILED: 2 run(s) differ" "$WORK/out.txt" || die "both repeats should be counted"
+    ;;
+  oracle)
+    "$BENCH" "${COMMON[@]}" --channels code,italian --policies baseline --oracle 1,0.9 --csv "$WORK/t.csv" \
+      > "$WORK/out.txt" 2> "$WORK/err.txt" || die "exit status $? (stderr: $(cat "$WORK/err.txt"))"
+    rows=$(grep -cE '^(code|italian) +(baseline|oracle1|oracle0\.9) +16 .* ok 1/1$' "$WORK/out.txt")
+    [ "$rows" = 6 ] || die "expected 6 table rows (baseline, oracle1, oracle0.9 per channel), got $rows"
+    grep -cE '^ALL +(baseline|oracle1|oracle0\.9) +32 .* ok 2/2$' "$WORK/out.txt" | grep -qx 3 ||
+      die "expected 3 ALL rows"
+    grep -q '^# oracle<h> rows (MEASUREMENT): policy fold' "$WORK/out.txt" || die "no oracle header line"
+    head -1 "$WORK/t.csv" | grep -q ',verify_rows_per_cycle$' || die "CSV header lacks verify_rows_per_cycle"
+    # oracle1: every draft accepted (accept_rate 1), some proposed; oracle0.9 accepts fewer.
+    awk -F, '$2 == "oracle1" && $9 > 0 && $10 == $9 && $11 == 1 {n++} END {exit n == 3 ? 0 : 1}' "$WORK/t.csv" ||
+      die "oracle1 rows should accept every proposed draft"
+    awk -F, '$2 == "oracle0.9" && $9 > 0 && $41 > 0 {n++} END {exit n == 3 ? 0 : 1}' "$WORK/t.csv" ||
+      die "oracle0.9 rows should propose and verify"
+    # No --mtp: the engine opens without a drafter. 2 threads: the oracle rows still never overlap.
+    "$BENCH" -m "$TARGET" --prompts-dir "$SRC/data/prompts" -n 1 --gen-tokens 16 --max-prompt-tokens 48 -t 2 \
+      --warmup 0 --channels code --policies none --oracle 0.9 --stats \
+      > "$WORK/out.txt" 2> "$WORK/err.txt" || die "oracle only: exit status $? (stderr: $(cat "$WORK/err.txt"))"
+    grep -q '^# drafter none (oracle rows only)$' "$WORK/out.txt" || die "oracle only: header should say no drafter"
+    grep -qE '^dspark: policy fold=1 .* overlap=0 ' "$WORK/err.txt" || die "oracle only: the oracle row overlapped"
+    [ "$(grep -cE '^code +[a-z]' "$WORK/out.txt")" = 1 ] || die "oracle only: expected exactly one row"
+    grep -qE '^code +oracle0\.9 +16 .* ok 1/1$' "$WORK/out.txt" || die "oracle only: no oracle0.9 row"
+    DS4_BENCH_ORACLE=0.7 "$BENCH" "${COMMON[@]}" --channels code --policies none \
+      > "$WORK/out.txt" 2>&1 || die "DS4_BENCH_ORACLE: exit status $?"
+    grep -qE '^code +oracle0\.7 +16 .* ok 1/1$' "$WORK/out.txt" || die "DS4_BENCH_ORACLE: no oracle0.7 row"
+    for bad in 1.5 x 0.5,-1; do
+      "$BENCH" "${COMMON[@]}" --oracle "$bad" > "$WORK/out.txt" 2>&1; rc=$?
+      [ $rc = 2 ] || die "--oracle $bad: exit $rc, want 2"
+      grep -q "not a hit rate" "$WORK/out.txt" || die "--oracle $bad: message"
+    done
+    "$BENCH" "${COMMON[@]}" --oracle 0.5 --oracle-policy nope > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 2 ] || die "--oracle-policy nope: exit $rc, want 2"
+    "$BENCH" "${COMMON[@]}" --policies none > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 2 ] || die "--policies none without --oracle: exit $rc, want 2"
+    "$BENCH" -m "$TARGET" --mtp "$WORK/none.gguf" --oracle 0.9 > "$WORK/out.txt" 2>&1; rc=$?
+    [ $rc = 1 ] || die "--oracle with a missing --mtp: exit $rc, want 1"
     ;;
   script)
     BUILD="$WORK/build"

@@ -8,9 +8,10 @@
 // Env: DS4_FOLD_BENCH_TOKENS (128 per prompt), DS4_FOLD_BENCH_ROUNDS (3, interleaved; the best
 // time of each configuration per prompt is summed), DS4_FOLD_BENCH_THREADS (1),
 // DS4_FOLD_BENCH_DRAFTER (models/ds4-tiny-dspark.gguf; skipped when absent).
-// Proposers: a position-keyed oracle that proposes the plain greedy future and keeps each draft
-// right with conditional probability c (the same proposal at the same position whatever the
-// policy), for several c; and the trained drafter when present (confidence 0.6).
+// Proposers: the library oracle (speculative/oracle_proposer.h) on the plain greedy future, each
+// drafted position right with probability c (keyed on position and draft index: the same
+// proposal at the same position whatever the policy), for several c; and the trained drafter
+// when present (confidence 0.6).
 // The only assertions are correctness ones: every run equals plain greedy.
 #include <gtest/gtest.h>
 
@@ -26,6 +27,7 @@
 
 #include "core/flags.h"
 #include "core/timer.h"
+#include "speculative/oracle_proposer.h"
 #include "speculative/runtime.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/speculative/spec_fixture.h"
@@ -38,42 +40,6 @@ int env_int(const char* name, int def) {
   const std::optional<std::string> v = ds4::process_env()(name);
   return v && !v->empty() ? std::atoi(v->c_str()) : def;
 }
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Proposes the greedy future; draft k at anchor position pos is kept right with probability c
-// (a hash of (pos, k)); the first wrong draft is corrupted, later ones stay as the future.
-class GeometricOracle final : public speculative::Proposer {
- public:
-  GeometricOracle(std::vector<int32_t> t, int block, uint32_t V, double c)
-      : t_(std::move(t)), block_(block), V_(V), c_(c) {}
-  int block_size() const override { return block_; }
-  void propose(int32_t, int64_t pos, int n_max, std::span<const float>, speculative::Proposal* out) override {
-    *out = speculative::Proposal();
-    bool wrong = false;
-    for (int k = 0; k < n_max && pos + 1 + k < static_cast<int64_t>(t_.size()); ++k) {
-      int32_t d = t_[pos + 1 + k];
-      const double u = static_cast<double>(mix64(static_cast<uint64_t>(pos) * 64 + k + 1) >> 11) * 0x1.0p-53;
-      if (!wrong && u >= c_) {
-        d = static_cast<int32_t>((d + 1) % V_);
-        wrong = true;
-      }
-      out->tokens[k] = d;
-      out->conf[k] = 1.0f;
-      out->n = k + 1;
-    }
-  }
-
- private:
-  std::vector<int32_t> t_;
-  int block_;
-  uint32_t V_;
-  double c_;
-};
 
 struct Cell {  // one (proposer, policy): sums over the prompts of the best time per prompt
   double s = 0;
@@ -194,7 +160,14 @@ TEST(FoldBench, DISABLED_FoldSeedRuleVsFoldAfterPartial) {
         for (size_t pi = 0; pi < pol.size(); ++pi) {
           speculative::SpecConfig cfg = pol[pi].second;
           cfg.confidence = sets[si].confidence;
-          GeometricOracle oracle(timeline, 5, V, sets[si].c);
+          speculative::OracleOptions oo;  // the library oracle: each drafted position right w.p. c
+          oo.script = plain;
+          oo.start = static_cast<int64_t>(prompt.size());
+          oo.hit_rate = static_cast<float>(std::max(sets[si].c, 0.0));
+          oo.seed = 1;
+          oo.block_size = 5;
+          oo.n_vocab = static_cast<int32_t>(V);
+          speculative::OracleProposer oracle(oo);
           std::unique_ptr<speculative::DSparkProposer> dprop;
           if (sets[si].c < 0) dprop = std::make_unique<speculative::DSparkProposer>(*drafter);
           speculative::Proposer& p = dprop ? static_cast<speculative::Proposer&>(*dprop) : oracle;

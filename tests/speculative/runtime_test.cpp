@@ -1,8 +1,11 @@
 // tests/speculative/runtime_test.cpp — the speculative runtime is lossless: for every policy
 // combination, DSpark greedy output equals plain greedy output token for token and leaves the
 // same session state (serialize_state bytes incl. logits). Uses the random drafter (almost
-// always rejected) and an "oracle-ish" proposer that proposes the target's own future greedy
-// tokens with deterministic corruptions (full accepts, partial accepts at every k, misses).
+// always rejected) and an adversarial proposer that proposes the target's own future greedy
+// tokens with deterministic corruptions (full accepts, partial accepts at every k, misses,
+// random lengths, σ thresholds) and checks the sync and the anchor of every proposal. (The
+// library's OracleProposer, a measurement tool with a fixed hit rate per position, is tested
+// in oracle_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,9 +26,9 @@ uint64_t mix(uint64_t z) {
 // Proposes timeline[pos+1 ..] (the plain greedy future) with deterministic corruptions and a
 // hash "confidence" that honours the runtime's thresholds. Optionally wraps a real proposer
 // for capture/sync (ring maintenance) and runs its proposal too (result discarded).
-class OracleProposer final : public speculative::Proposer {
+class AdversarialProposer final : public speculative::Proposer {
  public:
-  OracleProposer(std::vector<int32_t> timeline, int block, uint32_t n_vocab, uint64_t seed,
+  AdversarialProposer(std::vector<int32_t> timeline, int block, uint32_t n_vocab, uint64_t seed,
                  speculative::Proposer* inner = nullptr)
       : t_(std::move(timeline)), block_(block), V_(n_vocab), seed_(seed), inner_(inner) {}
   int block_size() const override { return block_; }
@@ -202,7 +205,7 @@ constexpr int kGen = 256;
 // One test per policy combination (ctest runs them in parallel).
 class PolicyTest : public RuntimeTest, public ::testing::WithParamInterface<Combo> {};
 
-TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
+TEST_P(PolicyTest, AdversarialProposerEqualsPlainGreedy) {
   const Combo c = GetParam();
   const uint32_t V = stack_->model->config().n_vocab;
   int64_t accept_hist[speculative::kMaxBlockSize + 1] = {};
@@ -216,7 +219,7 @@ TEST_P(PolicyTest, OracleProposerEqualsPlainGreedy) {
     std::vector<int32_t> timeline = prompt;
     timeline.insert(timeline.end(), ref.begin(), ref.end());
     auto s = stack_->session(kCtx);
-    OracleProposer oracle(timeline, 5, V, pseed * 1000 + 17);
+    AdversarialProposer oracle(timeline, 5, V, pseed * 1000 + 17);
     speculative::SpecConfig cfg = config_for(c, 0.0f);
     cfg.scheduler = c.backoff;  // scheduler pauses exercised together with the backoff ladder
     speculative::Runtime rt(*s, oracle, cfg);
@@ -350,7 +353,7 @@ TEST_F(RuntimeTest, RingHoldsOnlyCommittedRows) {
     ASSERT_TRUE(d_spec && d_ref);
     auto s = stack_->session(kCtx);
     speculative::DSparkProposer inner(*d_spec);
-    OracleProposer oracle(timeline, 5, V, 99, &inner);
+    AdversarialProposer oracle(timeline, 5, V, 99, &inner);
     speculative::SpecConfig cfg;
     cfg.confidence = 0.0f;
     cfg.scheduler = false;
@@ -422,7 +425,7 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
       auto p = stack_->session(kCtx);
       const std::vector<int32_t> want = plain_greedy(*p, prompt, 200, stop);
       auto s = stack_->session(kCtx);
-      OracleProposer oracle(timeline, 5, V, 5);
+      AdversarialProposer oracle(timeline, 5, V, 5);
       speculative::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
@@ -438,7 +441,7 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
       std::vector<int32_t> tl = prompt;
       tl.insert(tl.end(), want.begin(), want.end());
       auto s = stack_->session(kCtx);
-      OracleProposer oracle(tl, 5, V, 6);
+      AdversarialProposer oracle(tl, 5, V, 6);
       speculative::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
@@ -454,7 +457,7 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
       const std::vector<int32_t> want = plain_greedy(*p, prompt, 1000);
       ASSERT_EQ(static_cast<int64_t>(want.size() + prompt.size()), ctx);
       auto s = stack_->session(ctx);
-      OracleProposer oracle(timeline, 5, V, 8);
+      AdversarialProposer oracle(timeline, 5, V, 8);
       speculative::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
@@ -470,7 +473,7 @@ TEST_F(RuntimeTest, StopAndBannedTokensAndContextLimit) {
     }
     {  // tight token budget: each step respects max_new
       auto s = stack_->session(kCtx);
-      OracleProposer oracle(timeline, 5, V, 9);
+      AdversarialProposer oracle(timeline, 5, V, 9);
       speculative::SpecConfig cfg;
       cfg.confidence = 0;
       cfg.fold = fold;
@@ -499,7 +502,7 @@ TEST_F(RuntimeTest, WorstArgmaxGapIsZero) {
   const Script sc = script_of(prompt, 256);
   const std::vector<int32_t>& timeline = sc.timeline;
   auto s = stack_->session(kCtx);
-  OracleProposer oracle(timeline, 5, V, 41);
+  AdversarialProposer oracle(timeline, 5, V, 41);
   speculative::SpecConfig cfg;
   cfg.confidence = 0;
   cfg.fold = true;
@@ -592,7 +595,7 @@ TEST_F(RuntimeTest, SchedulerBackoffLadder) {
 
 // Arming: full accept arms; a partial accept keeps/arms fold only with fold_after_partial; a
 // d_0 miss always disarms. The folded cycle after a partial proposes from the right anchor and
-// position (OracleProposer checks the sync and the anchor) and the stream stays plain greedy.
+// position (AdversarialProposer checks the sync and the anchor) and the stream stays plain greedy.
 class PartialScriptProposer final : public speculative::Proposer {
  public:
   PartialScriptProposer(std::vector<int32_t> timeline, uint32_t V) : t_(std::move(timeline)), V_(V) {}
