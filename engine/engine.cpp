@@ -70,6 +70,7 @@ class SessionImpl final : public Session {
   Status restore_snapshot() override { return s_->restore_snapshot(); }
   uint64_t state_bytes() const override { return s_->state_bytes(); }
   void reset() override { s_->reset(); }
+  Status fill_synthetic(int n) override { return s_->fill_synthetic(n); }
   Status export_state(std::vector<uint8_t>* image) const override {
     std::vector<uint8_t> payload;
     s_->export_state(payload);
@@ -248,6 +249,9 @@ Status Session::export_state(std::vector<uint8_t>*) const {
 }
 Status Session::import_state(std::span<const uint8_t>) {
   return unsupported("this session cannot import a state");
+}
+Status Session::fill_synthetic(int) {
+  return unsupported("this session cannot be filled synthetically");
 }
 
 session::ModelSession* model_session(Session& s) {

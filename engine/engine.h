@@ -171,6 +171,15 @@ class Session {
 
   virtual void reset() = 0;                            // empty timeline
 
+  // BENCHMARK TOOL, timing only (ds4-bench --fill-ctx): brings an EMPTY session to n tokens
+  // in the time of a memory fill instead of n forwards. The token history is n copies of token
+  // 0, each layer's row counters are those n decodes leave, every KV row is zero, and there
+  // are no logits (follow with decode()). A decode after it costs what a decode at context n
+  // costs (the same ops over the same number of rows); every output is meaningless. Errors
+  // (the session unchanged): kInvalidArgument for a non-empty session or n < 0, kOutOfRange
+  // for n > n_ctx(). Base implementation: kUnsupported.
+  virtual Status fill_synthetic(int n);
+
   // Disk cache (engine/state_file.h has the format and the file helpers): the whole state as
   // one self-checking image (header with model identity, n_ctx and token ids; payload;
   // checksum), and its import into a session of the same engine and n_ctx, which then
