@@ -222,8 +222,9 @@ int run_fill(Engine& engine, const Options& o, FILE* csv) {
     if (!r.ok()) return fail("decode at fill-ctx " + std::to_string(c) + ": " + r.status().message());
     std::fprintf(stderr,
                  "ds4-bench: fill-ctx %d: fill + first decode %.2f s, %d tokens decoded at %.2f tokens/s, state "
-                 "%.1f MiB (%.0f bytes/token)\n",
-                 c, fill_s, r->gen_tokens, r->gen_tps(), kv_bytes / 1048576.0, static_cast<double>(kv_bytes) / c);
+                 "%.1f MiB (%.0f bytes/token), session %.1f MiB allocated\n",
+                 c, fill_s, r->gen_tokens, r->gen_tps(), kv_bytes / 1048576.0, static_cast<double>(kv_bytes) / c,
+                 engine.session_bytes(n_ctx) / 1048576.0);
     std::fprintf(csv, "%d,0,0.00,%d,%.2f,%llu,synthetic,%s\n", c, r->gen_tokens, r->gen_tps(),
                  static_cast<unsigned long long>(kv_bytes), csv_quoted(backend).c_str());
     std::fflush(csv);

@@ -127,6 +127,10 @@ class EngineImpl final : public Engine {
     return std::unique_ptr<Session>(new SessionImpl(std::move(s).value(), info_.model_id));
   }
 
+  uint64_t session_bytes(int n_ctx) const override {
+    return n_ctx < 1 ? 0 : session::ModelSession::estimate_bytes(model_->config(), n_ctx);
+  }
+
   Status decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) override {
     session::ModelSession* inner[kMaxDecodeBatch];
     if (sessions.size() > kMaxDecodeBatch) {

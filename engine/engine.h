@@ -104,6 +104,9 @@ class Engine {
 
   // n_ctx: the session's context limit in tokens; errors if memory cannot hold it.
   virtual Expected<std::unique_ptr<Session>> new_session(int n_ctx) = 0;
+  // Bytes of backend memory new_session(n_ctx) allocates (state, speculation copies, scratch):
+  // the estimate it checks against the free device memory (or the host's physical memory).
+  virtual uint64_t session_bytes(int n_ctx) const = 0;
 
   // Batched decoding across requests: appends tokens[i] to sessions[i] for 1..8 distinct
   // sessions of this engine in ONE forward (the weights are read once for all rows; each row

@@ -3,7 +3,7 @@
 // count and per-layer row counters of n real decodes (ratio-4 layers with their indexer and
 // ratio-128 layers, raw ring wrapped or not), decodes after it run with finite logits and keep
 // counting like real decodes, the fill is the rollback point, and bad requests are errors that
-// leave the session unchanged.
+// leave the session unchanged; Engine::session_bytes is the sessions' allocation estimate.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -159,6 +159,13 @@ TEST(FillSynthetic, ThroughTheEngineApi) {
   EXPECT_EQ((*s)->fill_synthetic(8).code(), ErrorCode::kInvalidArgument);  // not empty
   (*s)->reset();
   EXPECT_TRUE((*s)->fill_synthetic(8).ok());
+  // What ds4-bench --fill-ctx reports beside the state: the session's allocation estimate.
+  Stack st = Stack::open(model::ExpertQuant::kQ2, 5, 1);
+  ASSERT_TRUE(st.model);
+  EXPECT_EQ((*e)->session_bytes(600), session::ModelSession::estimate_bytes(st.model->config(), 600));
+  EXPECT_GT((*e)->session_bytes(600), (*s)->state_bytes());
+  EXPECT_GT((*e)->session_bytes(1 << 20), (*e)->session_bytes(600));
+  EXPECT_EQ((*e)->session_bytes(0), 0u);
 }
 
 }  // namespace
