@@ -210,6 +210,10 @@ int run_fill(Engine& engine, const Options& o, FILE* csv) {
       continue;
     }
     Session& s = **made;
+    if (c > engine.info().n_ctx_train) {
+      std::fprintf(stderr, "ds4-bench: fill-ctx %d: beyond the model's trained context (%d tokens): timing only\n", c,
+                   engine.info().n_ctx_train);
+    }
     Timer fill_timer;
     if (Status st = s.fill_synthetic(c); !st.ok()) return fail("fill to " + std::to_string(c) + ": " + st.message());
     const uint64_t kv_bytes = s.state_bytes();  // the state payload at c tokens
