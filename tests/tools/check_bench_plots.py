@@ -9,6 +9,7 @@ context with its reason) and the memory lines. Then a folder with longctx.csv al
 its plot. Exit 77 (ctest: skipped) without matplotlib.
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -20,9 +21,8 @@ def main():
     except ImportError:
         print("matplotlib not installed: skipped")
         return 77
-    os.makedirs(work, exist_ok=True)
-    for f in os.listdir(work):
-        os.remove(os.path.join(work, f))
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
     with open(os.path.join(work, "decode.csv"), "w") as f:
         f.write("ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256,backend\n")
         for i, ctx in enumerate([128, 256, 512, 1024]):
@@ -82,9 +82,7 @@ def main():
             return 1
     # longctx.csv alone (a sweep cut short, or ds4-bench --fill-ctx on its own).
     alone = os.path.join(work, "alone")
-    os.makedirs(alone, exist_ok=True)
-    for f in os.listdir(alone):
-        os.remove(os.path.join(alone, f))
+    os.makedirs(alone)
     with open(os.path.join(alone, "longctx.csv"), "w") as f:
         f.write(longctx)
     p = subprocess.run([sys.executable, script, alone], capture_output=True, text=True)
