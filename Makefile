@@ -6,7 +6,8 @@
 # CUDA backend against the CPU oracle, bit for bit, then the DSpark identity sweep on CUDA)
 # and the CUDA kernels' GB/s. bench-flash OUT=DIR (GPU machine): the full-shape Flash sweep
 # (scripts/bench_cuda_sweep.sh: roofline probe, decode and verify(r) sweeps, op profiles,
-# memory, DSpark with the oracle proposer at hit rates 0.9 and 0.7) into DIR;
+# memory, long-context decode after a synthetic fill (ds4-bench --fill-ctx), DSpark with the
+# oracle proposer at hit rates 0.9 and 0.7) into DIR (STEPS=longctx,spec: those steps alone);
 # tools/bench_plots.py DIR draws its figures.
 BUILD ?= build
 JOBS ?= $(shell nproc)

@@ -12,10 +12,18 @@
 // line goes to stderr at start.)
 // Invariant: logits_sha256 depends only on the model and the prompt tokens (not on the
 // thread count, the frontier schedule or the probe): it is the value to compare across runs.
+//
+// --fill-ctx LIST (long-context timing, no prompt): for each context c, a fresh session of
+// c + gen + 1 tokens is brought to c tokens by Session::fill_synthetic (counters of c decodes,
+// zero KV rows: no prefill), one BOS is decoded untimed, then --gen-tokens greedy tokens are
+// timed. Same CSV columns: prefill_tokens 0, kvcache_bytes = Session::state_bytes() at c,
+// logits_sha256 "synthetic" (the outputs are meaningless); a c whose session does not fit
+// memory gives a row with gen_tokens 0 and logits_sha256 "skipped: <needed vs free>".
 #include <openssl/evp.h>
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +34,7 @@
 
 #include "core/flags.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "engine/backend_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -51,6 +60,8 @@ struct Options {
   int ctx_alloc = 0;
   std::string csv;
   std::string dump_dir;
+  std::string fill_ctx;          // --fill-ctx LIST ("" = the frontier sweep)
+  std::vector<int> fill_list;    // parsed --fill-ctx
   BackendFlags backend;  // --backend, --device, --cpu/--cuda, -t, --isa, --f32-activations
   bool verbose = false;
 };
@@ -105,8 +116,46 @@ Status dump_logits(const std::string& dir, int ctx, std::span<const float> logit
   return Status();
 }
 
-Status validate(const Options& o) {
-  if (o.prompt_file.empty()) return invalid_argument("--prompt-file FILE is required");
+// Context sizes of --fill-ctx: comma-separated positive integers, each optionally suffixed
+// K (x1024) or M (x1048576); the session (c + gen + 1 tokens) must stay below 2^31.
+Status parse_fill_list(const std::string& text, int gen_tokens, std::vector<int>* out) {
+  out->clear();
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    at = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    size_t digits = 0;
+    while (digits < item.size() && item[digits] >= '0' && item[digits] <= '9') ++digits;
+    int64_t mul = 1;
+    const std::string suffix = item.substr(digits);
+    if (suffix == "K" || suffix == "k") mul = 1024;
+    else if (suffix == "M" || suffix == "m") mul = 1048576;
+    else if (!suffix.empty()) digits = 0;
+    if (digits == 0 || digits > 10) {
+      return invalid_argument("--fill-ctx: '%s' is not a context size (a positive integer, optionally with K or M)",
+                              item.c_str());
+    }
+    const int64_t c = std::stoll(item.substr(0, digits)) * mul;
+    if (c < 1 || c + gen_tokens + 1 > INT32_MAX) {
+      return invalid_argument("--fill-ctx: context %lld out of range (1 .. %lld with --gen-tokens %d)",
+                              static_cast<long long>(c), static_cast<long long>(INT32_MAX) - gen_tokens - 1,
+                              gen_tokens);
+    }
+    out->push_back(static_cast<int>(c));
+  }
+  return Status();
+}
+
+Status validate(Options& o) {
+  if (!o.fill_ctx.empty()) {
+    if (!o.prompt_file.empty()) return invalid_argument("--fill-ctx runs without a prompt: drop --prompt-file");
+    if (!o.dump_dir.empty()) return invalid_argument("--fill-ctx has no logits to dump: drop --dump-frontier-logits-dir");
+    if (o.ctx_alloc != 0) return invalid_argument("--fill-ctx sizes each session itself (c + gen-tokens + 1): drop --ctx-alloc");
+    if (o.gen_tokens < 1) return invalid_argument("--fill-ctx needs --gen-tokens >= 1, got %d", o.gen_tokens);
+    return parse_fill_list(o.fill_ctx, o.gen_tokens, &o.fill_list);
+  }
+  if (o.prompt_file.empty()) return invalid_argument("--prompt-file FILE is required (or --fill-ctx LIST)");
   if (o.ctx_start < 1) return invalid_argument("--ctx-start must be >= 1, got %d", o.ctx_start);
   if (o.ctx_max < o.ctx_start) {
     return invalid_argument("--ctx-max (%d) must be >= --ctx-start (%d)", o.ctx_max, o.ctx_start);
@@ -137,9 +186,59 @@ std::vector<int> frontiers(const Options& o) {
   return out;
 }
 
+// --fill-ctx: one fresh session per context, filled synthetically, then a timed greedy decode.
+// A context whose session does not fit memory (kResource from new_session: needed vs free) is
+// reported and skipped; any other error stops the run.
+int run_fill(Engine& engine, const Options& o, FILE* csv) {
+  const std::string backend = engine.info().backend;
+  const TextCodec& codec = engine.text();
+  GenerateOptions probe;
+  probe.max_tokens = o.gen_tokens;
+  probe.sampler.temperature = 0.0f;
+  probe.stop_at_eos = false;  // greedy with EOS excluded: always exactly gen_tokens tokens
+  for (int c : o.fill_list) {
+    const int n_ctx = c + o.gen_tokens + 1;
+    Expected<std::unique_ptr<Session>> made = engine.new_session(n_ctx);
+    if (!made.ok()) {
+      if (made.status().code() != ErrorCode::kResource) {
+        return fail("session of " + std::to_string(n_ctx) + " tokens: " + made.status().message());
+      }
+      std::fprintf(stderr, "ds4-bench: fill-ctx %d: skipped: %s\n", c, made.status().message().c_str());
+      std::fprintf(csv, "%d,0,0.00,0,0.00,0,%s,%s\n", c, csv_quoted("skipped: " + made.status().message()).c_str(),
+                   csv_quoted(backend).c_str());
+      std::fflush(csv);
+      continue;
+    }
+    Session& s = **made;
+    if (c > engine.info().n_ctx_train) {
+      std::fprintf(stderr, "ds4-bench: fill-ctx %d: beyond the model's trained context (%d tokens): timing only\n", c,
+                   engine.info().n_ctx_train);
+    }
+    Timer fill_timer;
+    if (Status st = s.fill_synthetic(c); !st.ok()) return fail("fill to " + std::to_string(c) + ": " + st.message());
+    const uint64_t kv_bytes = s.state_bytes();  // the state payload at c tokens
+    if (Status st = s.decode(codec.bos()); !st.ok()) {
+      return fail("decode after the fill to " + std::to_string(c) + ": " + st.message());
+    }
+    (void)s.greedy_next(codec.eos());  // waits for the device: the fill and the warm-up decode are done
+    const double fill_s = fill_timer.seconds();
+    Expected<GenerateStats> r = generate(s, codec, {}, probe, nullptr);
+    if (!r.ok()) return fail("decode at fill-ctx " + std::to_string(c) + ": " + r.status().message());
+    std::fprintf(stderr,
+                 "ds4-bench: fill-ctx %d: fill + first decode %.2f s, %d tokens decoded at %.2f tokens/s, state "
+                 "%.1f MiB (%.0f bytes/token), session %.1f MiB allocated\n",
+                 c, fill_s, r->gen_tokens, r->gen_tps(), kv_bytes / 1048576.0, static_cast<double>(kv_bytes) / c,
+                 engine.session_bytes(n_ctx) / 1048576.0);
+    std::fprintf(csv, "%d,0,0.00,%d,%.2f,%llu,synthetic,%s\n", c, r->gen_tokens, r->gen_tps(),
+                 static_cast<unsigned long long>(kv_bytes), csv_quoted(backend).c_str());
+    std::fflush(csv);
+  }
+  return 0;
+}
+
 int main_impl(int argc, char** argv) {
   Options o;
-  FlagTable t("ds4-bench", "ds4-bench — frontier sweep: prefill/decode speed and logits hashes");
+  FlagTable t("ds4-bench", "ds4-bench — frontier sweep (prefill/decode speed, logits hashes) or --fill-ctx long-context decode timing");
   t.option("-m,--model", &o.model,
            std::string("Model GGUF file (default: ") + DS4_MODELS_DIR + "/" + kDefaultModelName +
                ")",
@@ -157,6 +256,16 @@ int main_impl(int argc, char** argv) {
               "Write each frontier's logits as raw little-endian f32 "
               "(frontier_<ctx>.logits.f32)",
               "", "DIR")
+      .option("--fill-ctx", &o.fill_ctx,
+              "Long-context decode timing, instead of the frontier sweep (no prompt): for each "
+              "context c in LIST (e.g. 1K,16K,128K,1M), a fresh session of c + gen-tokens + 1 "
+              "tokens is filled SYNTHETICALLY to c tokens (the row counters of c decodes, zero KV "
+              "rows, no prefill: seconds at any c), then --gen-tokens greedy tokens are timed. "
+              "Measures decode tokens/s at context c (gen_tps) and the state bytes at c "
+              "(kvcache_bytes; / c = KV bytes per token). The outputs are MEANINGLESS (logits_sha256 "
+              "reads 'synthetic'); a c whose session does not fit memory gets a 'skipped: ...' row "
+              "saying the bytes needed and free",
+              "", "LIST")
       .flag("-v,--verbose", &o.verbose, "Verbose logging", "DS4_VERBOSE");
   register_backend_flags(t, &o.backend);
   ParseResult pr = t.parse(argc, argv);
@@ -175,6 +284,23 @@ int main_impl(int argc, char** argv) {
   if (!std::filesystem::exists(model, ec)) {
     return fail("model file '" + model + "' does not exist" +
                 (o.model.empty() ? " (no -m given; this is the default model)" : ""));
+  }
+  if (!o.fill_list.empty()) {
+    eo.model_path = model;
+    Expected<std::unique_ptr<Engine>> engine = Engine::open(eo);
+    if (!engine.ok()) return fail(engine.status().message());
+    std::fprintf(stderr, "%s\n", backend_line("ds4-bench", (*engine)->info()).c_str());
+    FILE* csv = stdout;
+    if (!o.csv.empty()) {
+      csv = std::fopen(o.csv.c_str(), "w");
+      if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
+    }
+    std::fprintf(csv, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
+                      "logits_sha256,backend\n");
+    std::fflush(csv);
+    const int rc = run_fill(**engine, o, csv);
+    if (csv != stdout) std::fclose(csv);
+    return rc;
   }
   std::string text;
   {

@@ -71,6 +71,7 @@ class SessionImpl final : public Session {
   Status restore_snapshot() override { return s_->restore_snapshot(); }
   uint64_t state_bytes() const override { return s_->state_bytes(); }
   void reset() override { s_->reset(); }
+  Status fill_synthetic(int n) override { return s_->fill_synthetic(n); }
   Status export_state(std::vector<uint8_t>* image) const override {
     std::vector<uint8_t> payload;
     s_->export_state(payload);
@@ -125,6 +126,10 @@ class EngineImpl final : public Engine {
     auto s = session::ModelSession::create(*bound_, n_ctx, limit);
     if (!s.ok()) return s.status();
     return std::unique_ptr<Session>(new SessionImpl(std::move(s).value(), info_.model_id));
+  }
+
+  uint64_t session_bytes(int n_ctx) const override {
+    return n_ctx < 1 ? 0 : session::ModelSession::estimate_bytes(model_->config(), n_ctx);
   }
 
   Status decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) override {
@@ -249,6 +254,9 @@ Status Session::export_state(std::vector<uint8_t>*) const {
 }
 Status Session::import_state(std::span<const uint8_t>) {
   return unsupported("this session cannot import a state");
+}
+Status Session::fill_synthetic(int) {
+  return unsupported("this session cannot be filled synthetically");
 }
 
 session::ModelSession* model_session(Session& s) {

@@ -104,6 +104,9 @@ class Engine {
 
   // n_ctx: the session's context limit in tokens; errors if memory cannot hold it.
   virtual Expected<std::unique_ptr<Session>> new_session(int n_ctx) = 0;
+  // Bytes of backend memory new_session(n_ctx) allocates (state, speculation copies, scratch):
+  // the estimate it checks against the free device memory (or the host's physical memory).
+  virtual uint64_t session_bytes(int n_ctx) const = 0;
 
   // Batched decoding across requests: appends tokens[i] to sessions[i] for 1..8 distinct
   // sessions of this engine in ONE forward (the weights are read once for all rows; each row
@@ -170,6 +173,15 @@ class Session {
   virtual uint64_t state_bytes() const = 0;           // bytes a snapshot payload holds
 
   virtual void reset() = 0;                            // empty timeline
+
+  // BENCHMARK TOOL, timing only (ds4-bench --fill-ctx): brings an EMPTY session to n tokens
+  // in the time of a memory fill instead of n forwards. The token history is n copies of token
+  // 0, each layer's row counters are those n decodes leave, every KV row is zero, and there
+  // are no logits (follow with decode()). A decode after it costs what a decode at context n
+  // costs (the same ops over the same number of rows); every output is meaningless. Errors
+  // (the session unchanged): kInvalidArgument for a non-empty session or n < 0, kOutOfRange
+  // for n > n_ctx(). Base implementation: kUnsupported.
+  virtual Status fill_synthetic(int n);
 
   // Disk cache (engine/state_file.h has the format and the file helpers): the whole state as
   // one self-checking image (header with model identity, n_ctx and token ids; payload;

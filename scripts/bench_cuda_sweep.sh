@@ -22,8 +22,11 @@
 #  5. the op profiles (DS4_CUDA_GAP_PROFILE=1) -> profiles.log: one ds4-bench decode at a 1K
 #     frontier (the real greedy loop: argmax + token read-back per token; its prefill too),
 #     then bench_verify's decode(1) and verify(6), PROFILE_CALLS calls each;
-#  6. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
-#     session's context; the weights' size is in sweep.log ("weights on cuda");
+#  6. long context: `ds4-bench --cuda --fill-ctx LONG_CTX` (default 1K,16K,128K,1M): per
+#     context a fresh session filled SYNTHETICALLY to it (timing only: the row counters of that
+#     many decodes over zero KV rows, no prefill), then LONG_GEN greedy tokens timed ->
+#     longctx.csv (decode tokens/s, state bytes; a context whose session does not fit the free
+#     device memory is a "skipped: ..." row with the bytes needed and free);
 #  7. DSpark at full shape -> spec.csv + spec.log: `ds4-bench-spec --cuda --oracle ORACLE`
 #     (default 0.9,0.7), the speculative cycle with the oracle proposer (a measurement tool:
 #     drafts are the plain run's greedy continuation, each drafted position right with
@@ -33,9 +36,13 @@
 #     ~nothing anyway), so only the oracle rows run, unless MTP=FILE names a support GGUF for
 #     the model: then the cost calibration (`--calibrate`: decode(1), verify(n) and a proposal
 #     in decode(1) units, '#' lines of spec.log) and the SPEC_POLICIES rows (default baseline:
-#     the drafter's cost per proposal at acceptance ~0) run too.
-# sweep.log holds every step's command, output tail, exit code and time. Eight files land in
-# OUT, ten with the two PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
+#     the drafter's cost per proposal at acceptance ~0) run too;
+#  8. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
+#     session's context; the weights' size is in sweep.log ("weights on cuda").
+# STEPS (default all) picks steps 2-7 by name: roofline,decode,verify,profiles,longctx,spec
+# (the model is always made or reused), e.g. STEPS=longctx to run the long-context step alone.
+# sweep.log holds every step's command, output tail, exit code and time. Nine files land in
+# OUT, twelve with the three PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
 # importable, else wherever the folder is copied (a GPU machine without network).
 set -uo pipefail
 OUT=${1:?usage: scripts/bench_cuda_sweep.sh OUT [BUILD]}
@@ -56,6 +63,24 @@ SPEC_GEN=${SPEC_GEN:-128}
 SPEC_MAX_PROMPT=${SPEC_MAX_PROMPT:-256}
 SPEC_POLICIES=${SPEC_POLICIES:-baseline}
 MTP=${MTP:-}
+LONG_CTX=${LONG_CTX:-1K,16K,128K,1M}
+LONG_GEN=${LONG_GEN:-16}
+STEPS=${STEPS:-all}
+
+want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
+# The largest context of a --fill-ctx list (K = 1024, M = 1048576), for memory.csv.
+max_ctx() {
+  local m=0 v n
+  for v in ${1//,/ }; do
+    case $v in
+      *[kK]) n=$(( ${v%?} * 1024 )) ;;
+      *[mM]) n=$(( ${v%?} * 1048576 )) ;;
+      *) n=$v ;;
+    esac
+    [ "$n" -gt "$m" ] && m=$n
+  done
+  echo "$m"
+}
 
 mkdir -p "$OUT" "$MODEL_DIR"
 OUT=$(cd "$OUT" && pwd)
@@ -128,33 +153,49 @@ fi
 log "model: $MODEL ($(du -h --apparent-size "$MODEL" | cut -f1) apparent, $(du -h "$MODEL" | cut -f1) on disk)"
 
 # 2. The roofline probe.
-step roofline 0 120 "$TMPD/roofline.log" "$PROBE" --roofline --csv "$OUT/roofline.csv"
+want roofline && step roofline 0 120 "$TMPD/roofline.log" "$PROBE" --roofline --csv "$OUT/roofline.csv"
 
 # 3. Decode frontier sweep (the longest context's memory peak).
-step decode_sweep "$CTX_MAX" 300 "$TMPD/decode.log" "$BENCH" --cuda -v -m "$MODEL" --prompt-file "$PROMPT" \
-  --ctx-start "$CTX_START" --ctx-max "$CTX_MAX" --step-mul 2 --gen-tokens "$GEN" --csv "$OUT/decode.csv"
-grep -h "weights on cuda" "$TMPD/decode.log" | tail -1 | sed 's/^/weights: /' | tee -a "$LOG" >&2
+if want decode; then
+  step decode_sweep "$CTX_MAX" 300 "$TMPD/decode.log" "$BENCH" --cuda -v -m "$MODEL" --prompt-file "$PROMPT" \
+    --ctx-start "$CTX_START" --ctx-max "$CTX_MAX" --step-mul 2 --gen-tokens "$GEN" --csv "$OUT/decode.csv"
+  grep -h "weights on cuda" "$TMPD/decode.log" | tail -1 | sed 's/^/weights: /' | tee -a "$LOG" >&2
+fi
 
 # 4. verify(r) sweep.
-step verify_sweep "$VERIFY_CTX" 240 "$TMPD/verify.log" "$VERIFY" --backend=cuda --model="$MODEL" \
+want verify && step verify_sweep "$VERIFY_CTX" 240 "$TMPD/verify.log" "$VERIFY" --backend=cuda --model="$MODEL" \
   --ctx="$VERIFY_CTX" --rounds="$ROUNDS" --csv_out="$OUT/verify.csv"
 
 # 5. Op profiles (the 1K frontier's memory peak, events included).
-step profile_decode 1024 240 "$TMPD/profile_decode.log" env DS4_CUDA_GAP_PROFILE=1 "$BENCH" --cuda -m "$MODEL" \
-  --prompt-file "$PROMPT" --ctx-start 1024 --ctx-max 1024 --gen-tokens "$GEN" --csv "$TMPD/profile_decode.csv"
-step profile_verify "$VERIFY_CTX" 240 "$TMPD/profile_verify.log" "$VERIFY" --backend=cuda --cuda_profile \
-  --model="$MODEL" --ctx="$VERIFY_CTX" --only_r=0,6 --only_calls="$PROFILE_CALLS"
-{
-  echo "##### ds4-bench --cuda, DS4_CUDA_GAP_PROFILE=1: frontier 1024, $GEN greedy tokens (model $MODEL)"
-  cat "$TMPD/profile_decode.log"
-  echo
-  echo "##### bench_verify --backend=cuda --cuda_profile: decode(1) then verify(6), $PROFILE_CALLS calls each," \
-    "from a $VERIFY_CTX-token frontier (each call followed by a sync and a rollback)"
-  cat "$TMPD/profile_verify.log"
-} >"$OUT/profiles.log"
+if want profiles; then
+  step profile_decode 1024 240 "$TMPD/profile_decode.log" env DS4_CUDA_GAP_PROFILE=1 "$BENCH" --cuda -m "$MODEL" \
+    --prompt-file "$PROMPT" --ctx-start 1024 --ctx-max 1024 --gen-tokens "$GEN" --csv "$TMPD/profile_decode.csv"
+  step profile_verify "$VERIFY_CTX" 240 "$TMPD/profile_verify.log" "$VERIFY" --backend=cuda --cuda_profile \
+    --model="$MODEL" --ctx="$VERIFY_CTX" --only_r=0,6 --only_calls="$PROFILE_CALLS"
+  {
+    echo "##### ds4-bench --cuda, DS4_CUDA_GAP_PROFILE=1: frontier 1024, $GEN greedy tokens (model $MODEL)"
+    cat "$TMPD/profile_decode.log"
+    echo
+    echo "##### bench_verify --backend=cuda --cuda_profile: decode(1) then verify(6), $PROFILE_CALLS calls each," \
+      "from a $VERIFY_CTX-token frontier (each call followed by a sync and a rollback)"
+    cat "$TMPD/profile_verify.log"
+  } >"$OUT/profiles.log"
+fi
+
+# 6. Long context (synthetic fill, timing only; the largest context's memory peak). One process:
+# the sessions are made, measured and freed in list order, so a context that does not fit is
+# skipped (its CSV row says why) and the others still run.
+if want longctx; then
+  step longctx "$(max_ctx "$LONG_CTX")" 420 "$TMPD/longctx.log" "$BENCH" --cuda -v -m "$MODEL" \
+    --fill-ctx "$LONG_CTX" --gen-tokens "$LONG_GEN" --csv "$OUT/longctx.csv"
+  grep -h "fill-ctx" "$TMPD/longctx.log" | sed 's/^/longctx: /' | tee -a "$LOG" >&2
+  want decode || grep -h "weights on cuda" "$TMPD/longctx.log" | tail -1 | sed 's/^/weights: /' | tee -a "$LOG" >&2
+fi
 
 # 7. DSpark at full shape: the oracle rows (and the drafter's, given MTP).
-if [ -n "$SPEC" ]; then
+if want spec && [ -z "$SPEC" ]; then
+  log "spec_oracle: ds4-bench-spec not found under $BUILD (it needs nlohmann_json at configure time): skipped"
+elif want spec; then
   if [ -n "$MTP" ]; then
     SPEC_DRAFTER=(--mtp "$MTP" --policies "$SPEC_POLICIES" --calibrate --calibrate-reps 10)
   else
@@ -163,8 +204,6 @@ if [ -n "$SPEC" ]; then
   step spec_oracle "$((SPEC_MAX_PROMPT + SPEC_GEN))" 600 "$OUT/spec.log" "$SPEC" --cuda -m "$MODEL" "${SPEC_DRAFTER[@]}" \
     --oracle "$ORACLE" --prompts-dir "$ROOT/data/prompts" -n "$SPEC_PROMPTS" --gen-tokens "$SPEC_GEN" \
     --max-prompt-tokens "$SPEC_MAX_PROMPT" --csv "$OUT/spec.csv"
-else
-  log "spec_oracle: ds4-bench-spec not found under $BUILD (it needs nlohmann_json at configure time): skipped"
 fi
 
 # 8. Plots and the summary, where matplotlib is installed.

@@ -305,6 +305,29 @@ Status ModelSession::commit_prefix(int k) {
   return Status();
 }
 
+Status ModelSession::fill_synthetic(int64_t n, int32_t token) {
+  if (n_tokens() != 0) {
+    return invalid_argument("fill_synthetic needs an empty session, this one holds %lld tokens",
+                            static_cast<long long>(n_tokens()));
+  }
+  if (n < 0) return invalid_argument("fill_synthetic: token count must be >= 0, got %lld", static_cast<long long>(n));
+  if (n > n_ctx()) {
+    return out_of_range("fill_synthetic: %lld tokens do not fit a context of %lld tokens", static_cast<long long>(n),
+                        static_cast<long long>(n_ctx()));
+  }
+  if (token < 0 || static_cast<uint32_t>(token) >= cfg_.n_vocab) {
+    return invalid_argument("fill_synthetic: token id %d outside the vocabulary [0, %u)", token, cfg_.n_vocab);
+  }
+  ++logits_epoch_;
+  verify_base_ = -1;
+  state_.fill_synthetic(n, token);
+  // The filled timeline is the rollback point, as after a prefill from an empty timeline.
+  state_.save_frontier(checkpoint_);
+  be_.copy(checkpoint_logits_.data(), state_.logits().data(), checkpoint_logits_.bytes());
+  checkpoint_has_logits_ = false;
+  return Status();
+}
+
 Status ModelSession::save_snapshot() {
   state_.serialize(snapshot_);
   has_snapshot_ = true;

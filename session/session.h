@@ -110,6 +110,14 @@ class ModelSession {
   // After verify(r): keep rows [0, k), 1 <= k <= r. kInvalidArgument otherwise.
   Status commit_prefix(int k);
 
+  // BENCHMARK TOOL, timing only: brings an EMPTY session to n tokens without running them
+  // (State::fill_synthetic: the counters and token history of n decodes of `token`, zero
+  // rows, compressor states reset, no logits; the fill is the new checkpoint). Decoding after
+  // it costs what decoding at context n costs; every output is meaningless. Errors, the
+  // session unchanged: kInvalidArgument for tokens already in the session, n < 0 or a bad
+  // token id; kOutOfRange for n > n_ctx.
+  Status fill_synthetic(int64_t n, int32_t token = 0);
+
   Status save_snapshot();
   Status restore_snapshot();
   uint64_t state_bytes() const { return state_.payload_bytes(); }

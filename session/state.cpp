@@ -122,6 +122,22 @@ void State::reset() {
   has_logits_ = false;
 }
 
+void State::fill_synthetic(int64_t n, int32_t token) {
+  DS4_CHECK(n >= 0 && n <= n_ctx_ && token >= 0 && static_cast<uint64_t>(token) < cfg_.n_vocab);
+  reset();
+  for (LayerState& L : layers_) {
+    // Zero bytes read as +0.0 in f32 and f16 alike: finite keys, equal indexer scores.
+    if (!L.raw.empty()) be_.fill_bytes(L.raw.data(), L.raw.bytes(), 0);
+    if (!L.comp.empty()) be_.fill_bytes(L.comp.data(), L.comp.bytes(), 0);
+    if (!L.index.empty()) be_.fill_bytes(L.index.data(), L.index.bytes(), 0);
+    // compressor_emits(pos, r) holds for pos = r-1, 2r-1, ...: n / r of the first n positions.
+    L.n_comp = L.ratio != 0 ? n / L.ratio : 0;
+    L.n_index = L.ratio == 4 ? n / 4 : 0;
+  }
+  tokens_.assign(static_cast<size_t>(n), token);
+  has_logits_ = false;
+}
+
 Frontier State::make_frontier() const {
   Frontier f;
   f.n_comp.assign(layers_.size(), 0);

@@ -21,6 +21,8 @@
 //    layers (ratio 4, whose pooling shifts rows, and its indexer) are copied in full. Such a
 //    slot may only be restored onto the live state at the end of that same batch (what
 //    ModelSession::commit_prefix does); restore_frontier checks the token counts for it.
+//  * fill_synthetic(n) (benchmarks only) sets exactly the counters n decodes set (n_comp =
+//    n / ratio, n_index = n / 4: one row per compressor_emits position), but not their values.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +75,14 @@ class State {
   State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be);
 
   void reset();  // empty timeline: counters 0, states initialized, no tokens
+  // BENCHMARK TOOL, timing only (ds4-bench --fill-ctx): the shape of a timeline of n tokens
+  // without computing it. Tokens = n copies of `token`; per layer the counters n decodes
+  // leave (n_comp = n / ratio, n_index = n / 4 for ratio 4); every raw, compressed and indexer
+  // row zero bytes (0.0 whatever the rows' float format, sized from the arrays' bytes); the
+  // compressor states at their reset values; no logits. A decode after it runs the same ops
+  // over the same number of rows as after n real tokens; its outputs are meaningless.
+  // Preconditions (the caller checks them): 0 <= n <= n_ctx, 0 <= token < n_vocab.
+  void fill_synthetic(int64_t n, int32_t token);
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t raw_cap() const { return raw_cap_; }

@@ -6,6 +6,8 @@ Reads the folder scripts/bench_cuda_sweep.sh wrote (docs/CUDA.md "Measuring"):
                 kvcache_bytes,logits_sha256,backend
   verify.csv    bench_verify --csv_out: r,call,best_ms,median_ms,bytes (r = 0: decode(1))
   roofline.csv  bench_cuda --roofline: device,read_gbps,copy_gbps,buffer_bytes,l2_bytes
+  longctx.csv   ds4-bench --fill-ctx (decode after a synthetic fill, timing only): decode.csv's
+                columns, logits_sha256 "synthetic" or "skipped: <bytes needed vs free>"
   memory.csv    step,context_tokens,peak_used_mib,idle_used_mib,seconds,exit
   sweep.log     the "weights: ... weights on cuda:0: X GB ..." line
 and writes
@@ -14,7 +16,9 @@ and writes
   verify_time_vs_r.png       verify(r) time (best and median) against r, decode(1) as a
                              line, and the bytes roofline: bytes of the call / the probe's read
                              GB/s (the fastest the call could be, streaming its bytes once);
-and prints the summary (roofline share per r, KV bytes per token, memory). A file that is
+  longctx_decode_tps.png     decode tokens/s against the (synthetic) context, 1K .. 1M, KV
+                             bytes per token on a second axis, skipped contexts marked;
+and prints the summary (roofline share per r, KV bytes per token, long context, memory). A file that is
 missing skips its figure or line. Needs matplotlib (tools/requirements.txt).
 """
 import argparse
@@ -62,6 +66,51 @@ def plot_decode(rows, png, title):
     plt.close(fig)
 
 
+def ctx_label(c):
+    if c % 1048576 == 0:
+        return "%dM" % (c // 1048576)
+    if c % 1024 == 0:
+        return "%dK" % (c // 1024)
+    return str(c)
+
+
+def plot_longctx(rows, png, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    done = [r for r in rows if not r["logits_sha256"].startswith("skipped")]
+    skipped = [r for r in rows if r["logits_sha256"].startswith("skipped")]
+    ctx = [int(r["ctx_tokens"]) for r in done]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(ctx, [float(r["gen_tps"]) for r in done], "o-", color="tab:blue", label="decode tokens/s")
+    for r in skipped:
+        ax.axvline(int(r["ctx_tokens"]), color="tab:red", ls=":", lw=1.5)
+        ax.text(int(r["ctx_tokens"]), 0.02, " does not fit", color="tab:red", fontsize=8, rotation=90,
+                transform=ax.get_xaxis_transform(), va="bottom")
+    all_ctx = sorted(set(ctx + [int(r["ctx_tokens"]) for r in skipped]))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(all_ctx)
+    ax.set_xticklabels([ctx_label(c) for c in all_ctx])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("context (tokens, synthetic fill)")
+    ax.set_ylabel("decode tokens/s", color="tab:blue")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.plot(ctx, [int(r["kvcache_bytes"]) / int(r["ctx_tokens"]) for r in done], "s--", color="tab:gray",
+             alpha=0.7, label="state bytes / context token")
+    ax2.set_ylabel("state bytes per token", color="tab:gray")
+    ax2.set_ylim(bottom=0)
+    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(lines, [l.get_label() for l in lines], loc="upper right", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
 def plot_verify(rows, read_gbps, png, title):
     import matplotlib
     matplotlib.use("Agg")
@@ -91,7 +140,20 @@ def plot_verify(rows, read_gbps, png, title):
     plt.close(fig)
 
 
-def summary(out, decode, verify, roof, memory):
+def longctx_lines(rows):
+    lines = []
+    for r in rows:
+        c = int(r["ctx_tokens"])
+        if r["logits_sha256"].startswith("skipped"):
+            lines.append("long context %5s (%8d tokens): %s" % (ctx_label(c), c, r["logits_sha256"]))
+            continue
+        kv = int(r["kvcache_bytes"])
+        lines.append("long context %5s (%8d tokens): decode %8.2f tokens/s, state %9.1f MiB, %6.0f bytes/token"
+                     % (ctx_label(c), c, float(r["gen_tps"]), kv / 2**20, kv / c))
+    return lines
+
+
+def summary(out, decode, verify, roof, memory, longctx=()):
     lines = []
     read_gbps = float(roof[0]["read_gbps"]) if roof else 0.0
     if roof:
@@ -118,6 +180,7 @@ def summary(out, decode, verify, roof, memory):
                 kv = (int(b["kvcache_bytes"]) - int(a["kvcache_bytes"])) / dctx
                 lines.append("KV per token: %.0f bytes (state bytes between %s and %s tokens)"
                              % (kv, a["ctx_tokens"], b["ctx_tokens"]))
+    lines.extend(longctx_lines(longctx))
     log = os.path.join(out, "sweep.log")
     if os.path.exists(log):
         with open(log, errors="replace") as f:
@@ -137,7 +200,7 @@ def summary(out, decode, verify, roof, memory):
                          "%8.1f MiB, session %9.1f MiB" % (ctx, int(state) / 2**20, per_tok, int(scratch) / 2**20,
                                                int(sess) / 2**20))
     for r in memory:
-        if r["step"] in ("decode_sweep", "profile_decode", "verify_sweep", "profile_verify"):
+        if r["step"] in ("decode_sweep", "profile_decode", "verify_sweep", "profile_verify", "longctx"):
             lines.append("peak device memory, %-15s (context %6s tokens): %s MiB (idle %s MiB)"
                          % (r["step"], r["context_tokens"], r["peak_used_mib"], r["idle_used_mib"]))
     return lines, read_gbps
@@ -154,10 +217,11 @@ def main():
     verify = read_csv(os.path.join(a.out, "verify.csv"))
     roof = read_csv(os.path.join(a.out, "roofline.csv"))
     memory = read_csv(os.path.join(a.out, "memory.csv"))
-    if not (decode or verify):
-        print("bench_plots: no decode.csv or verify.csv in %s" % a.out, file=sys.stderr)
+    longctx = read_csv(os.path.join(a.out, "longctx.csv"))
+    if not (decode or verify or longctx):
+        print("bench_plots: no decode.csv, verify.csv or longctx.csv in %s" % a.out, file=sys.stderr)
         return 1
-    lines, read_gbps = summary(a.out, decode, verify, roof, memory)
+    lines, read_gbps = summary(a.out, decode, verify, roof, memory, longctx)
     device = roof[0]["device"] if roof else (decode[0].get("backend", "") if decode else "")
     if decode:
         png = os.path.join(png_dir, "decode_tps_vs_context.png")
@@ -166,6 +230,11 @@ def main():
     if verify:
         png = os.path.join(png_dir, "verify_time_vs_r.png")
         plot_verify(verify, read_gbps, png, "verify(r) vs the bytes roofline — %s" % device)
+        lines.append("wrote " + png)
+    if any(not r["logits_sha256"].startswith("skipped") for r in longctx):
+        png = os.path.join(png_dir, "longctx_decode_tps.png")
+        backend = longctx[0].get("backend", "")
+        plot_longctx(longctx, png, "ds4 decode after a synthetic fill (timing only) — %s" % (device or backend))
         lines.append("wrote " + png)
     print("\n".join(lines))
     return 0

@@ -101,6 +101,41 @@ case "$check" in
     cmp -s "$work/sha_t2" "$work/sha_t2b" || die "logits hashes differ across two runs"
     cmp -s "$work/sha_t1" "$work/sha_t2" || die "logits hashes differ between -t 1 and -t 2"
     ;;
+  bench_fill)
+    # --fill-ctx on the shipped tiny model: one synthetic row per context (prefill 0, 'synthetic'
+    # hash, gen_tokens decoded, state bytes growing with c), a context too large for memory
+    # skipped with the bytes needed, and clear errors for bad lists and flag mixes.
+    m="$src/models/ds4-tiny.gguf" f="$work/fill.csv"
+    "$bench" -m "$m" --fill-ctx 64,1K,4k,1000M --gen-tokens 4 -t 2 --csv "$f" >"$out" 2>"$err" ||
+      die "ds4-bench --fill-ctx exit $?"
+    [ "$(head -1 "$f")" = "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256,backend" ] ||
+      die "bad header: $(head -1 "$f")"
+    [ "$(wc -l <"$f")" -eq 5 ] || die "expected 4 rows, got: $(cat "$f")"
+    [ "$(cut -d, -f1 "$f" | tail -4 | tr '\n' ' ')" = "64 1024 4096 1048576000 " ] || die "contexts: $(cat "$f")"
+    [ "$(cut -d, -f2,4,7 "$f" | sed -n 2,4p | sort -u)" = "0,4,synthetic" ] || die "fill rows: $(cat "$f")"
+    awk -F, 'NR >= 2 && NR <= 4 && !($5 > 0) { exit 1 }' "$f" || die "gen_tps not positive: $(cat "$f")"
+    # State bytes grow with c; per token they approach the tiny shape's KV growth (780 bytes with
+    # f32 rows, 390 with f16) + 4 (token id) from above (the raw windows and states are fixed).
+    awk -F, 'NR == 3 && !($6 > prev) { exit 1 } NR == 4 && !($6 > prev && $6 / $1 > 394 && $6 / $1 < 1200) { exit 1 }
+             { prev = $6 }' "$f" || die "kvcache_bytes: $(cat "$f")"
+    line=$(grep '^ds4-bench: backend ' "$err") || die "no backend line on stderr"
+    [ "$(tail -4 "$f" | sed 's/^.*,"\([^"]*\)"$/\1/' | sort -u)" = "${line#ds4-bench: backend }" ] ||
+      die "backend column differs from '$line': $(cat "$f")"
+    tail -1 "$f" | grep -q '^1048576000,0,0.00,0,0.00,0,"skipped: .*needs .*MiB' || die "no skip row: $(tail -1 "$f")"
+    grep -q "fill-ctx 1048576000: skipped" "$err" || die "skip not reported on stderr"
+    grep -q "fill-ctx 4096: .* tokens/s" "$err" || die "no speed line on stderr"
+    "$bench" --help >"$out" 2>"$err" || die "--help exit $?"
+    grep -q -- "--fill-ctx" "$out" || die "--help does not list --fill-ctx"
+    grep -q "MEANINGLESS" "$out" || die "--help does not say the outputs are meaningless"
+    for bad in "--fill-ctx 12x" "--fill-ctx 1K,,2K" "--fill-ctx 0" "--fill-ctx 4000M" \
+               "--fill-ctx 1K --gen-tokens 0" "--fill-ctx 1K --prompt-file $src/data/promessi_sposi.txt"; do
+      # shellcheck disable=SC2086
+      "$bench" -m "$m" $bad >"$out" 2>"$err"
+      rc=$?
+      [ $rc -ne 0 ] && [ $rc -lt 128 ] || die "'$bad': exit $rc (want a clean error)"
+      grep -q -- "--fill-ctx" "$err" || die "'$bad': message does not name --fill-ctx: $(cat "$err")"
+    done
+    ;;
   bench_dump)
     rm -rf "$work/dump"
     "$bench" -m "$model" --prompt-file "$src/data/promessi_sposi.txt" --ctx-start 32 \

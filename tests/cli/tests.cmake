@@ -9,7 +9,7 @@ if(TARGET ds4 AND TARGET ds4-bench AND TARGET ds4-gguf)
                    -o ${DS4_CLI_MODEL})
   set_tests_properties(cli.generate_model PROPERTIES FIXTURES_SETUP ds4_cli_model)
   foreach(check oneshot deterministic repl unknown_flag help missing_model ctx_too_small
-                ctx_too_big not_gguf bench bench_dump dspark_policy dspark_calibrate backend)
+                ctx_too_big not_gguf bench bench_fill bench_dump dspark_policy dspark_calibrate backend)
     add_test(NAME cli.${check}
              COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_checks.sh ${check} $<TARGET_FILE:ds4>
                      $<TARGET_FILE:ds4-bench> ${DS4_CLI_MODEL} ${CMAKE_SOURCE_DIR}
@@ -17,4 +17,5 @@ if(TARGET ds4 AND TARGET ds4-bench AND TARGET ds4-gguf)
     set_tests_properties(cli.${check} PROPERTIES FIXTURES_REQUIRED ds4_cli_model TIMEOUT 120
                                                  LABELS cli)
   endforeach()
+  set_tests_properties(cli.bench_fill PROPERTIES LABELS "cli;bench")
 endif()

@@ -3,6 +3,8 @@
 // The state lives in CPU backend buffers; the tests read and write them through the host view.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "backend/backend.h"
 #include "model/profiles.h"
 #include "session/state.h"
@@ -100,6 +102,66 @@ TEST(SessionState, EstimateGrowsWithContextAtTheSpecRate) {
   // §6.1: 13 760 B/token of compressed KV (f32) + 4 B token id per token.
   const double per_token = static_cast<double>(b - a) / 4096.0;
   EXPECT_NEAR(per_token, 13760.0 + 4.0, 2.0);
+}
+
+// Byte-level views of a host-addressable Array, whatever its element type (the KV rows may be
+// f32 or f16).
+template <typename T>
+void scribble(backend::Array<T>& a) {
+  if (!a.empty()) std::memset(static_cast<void*>(a.host().data()), 0x42, a.bytes());
+}
+template <typename T>
+bool zero_bytes(const backend::Array<T>& a) {
+  const auto* p = reinterpret_cast<const uint8_t*>(a.host().data());
+  for (size_t i = 0; i < a.bytes(); ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+// The benchmark fill: counters of n decodes (one row per compressor_emits position), every
+// row zero whatever was there, compressor states back at their initial values, no logits.
+TEST(SessionState, FillSyntheticSetsCountersZeroRowsAndResetStates) {
+  const model::ModelConfig cfg = model::tiny_profile();
+  auto be = backend::make_cpu_backend(1);
+  State s(cfg, 1000, *be);
+  for (LayerState& L : s.layers()) {
+    scribble(L.raw);
+    scribble(L.comp);
+    scribble(L.index);
+    scribble(L.cmp_kv);
+    scribble(L.cmp_score);
+    scribble(L.idx_kv);
+    scribble(L.idx_score);
+    L.n_comp = 1;
+  }
+  s.set_has_logits(true);
+  s.fill_synthetic(999, 7);
+  ASSERT_EQ(s.tokens().size(), 999u);
+  EXPECT_EQ(s.tokens().front(), 7);
+  EXPECT_EQ(s.tokens().back(), 7);
+  EXPECT_FALSE(s.has_logits());
+  for (const LayerState& L : s.layers()) {
+    int64_t emits = 0, idx_emits = 0;
+    for (int64_t pos = 0; pos < 999; ++pos) {
+      if (L.ratio != 0 && backend::compressor_emits(pos, L.ratio)) ++emits;
+      if (L.ratio == 4 && backend::compressor_emits(pos, 4)) ++idx_emits;
+    }
+    EXPECT_EQ(L.n_comp, emits);
+    EXPECT_EQ(L.n_index, idx_emits);
+    EXPECT_TRUE(zero_bytes(L.raw));
+    EXPECT_TRUE(zero_bytes(L.comp));
+    EXPECT_TRUE(zero_bytes(L.index));
+    EXPECT_TRUE(zero_bytes(L.cmp_kv));
+    EXPECT_TRUE(zero_bytes(L.idx_kv));
+    for (float v : L.cmp_score.host()) ASSERT_EQ(v, kNegInf);
+    for (float v : L.idx_score.host()) ASSERT_EQ(v, kNegInf);
+  }
+  // Layer 2 has ratio 4, layer 3 ratio 128 (expected_compress_ratio).
+  EXPECT_EQ(s.layers()[2].n_comp, 249);
+  EXPECT_EQ(s.layers()[2].n_index, 249);
+  EXPECT_EQ(s.layers()[3].n_comp, 7);
+  EXPECT_EQ(s.layers()[3].n_index, 0);
 }
 
 }  // namespace
