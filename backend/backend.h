@@ -167,7 +167,7 @@ struct HcPostParams {
 //  * q (when given): RoPE (§3.8) on the tail dims [head_dim - n_rot, head_dim) of each of n_head
 //    heads at the row's position;
 //  * kv: RoPE of its tail, then the FP8 round trip of its non-RoPE dims; when raw is given, its
-//    f16-rounded copy goes to ring row (pos % raw_cap);
+//    f16 bits (quant::f32_to_f16) go to ring row (pos % raw_cap); kv itself stays f32;
 //  * indexer query (when iq is given, rows >= idx_first only): RoPE of each of n_idx_head heads,
 //    the Hadamard + FP4 QAT of each head, then iw[k] = iw[k] * iw_scale.
 struct AttentionInputsParams {
@@ -180,7 +180,7 @@ struct AttentionInputsParams {
   int64_t q_stride = 0;
   int n_head = 0;
   float* kv = nullptr;       // [n_rows, head_dim] in place
-  float* raw = nullptr;      // [raw_cap, head_dim] raw KV ring, or nullptr
+  uint16_t* raw = nullptr;   // [raw_cap, head_dim] f16 raw KV ring, or nullptr
   int64_t raw_cap = 0;
   float* iq = nullptr;       // [n_rows, n_idx_head * idx_dim] in place, or nullptr
   float* iw = nullptr;       // [n_rows, n_idx_head] indexer head weights, in place
@@ -192,8 +192,8 @@ struct AttentionInputsParams {
 
 // One compressor step (§4.4) on precomputed projections of the current token. The token closes
 // a window exactly when compressor_emits(pos, ratio); then the op writes the pooled, normed,
-// roped (at pos + 1 - ratio), quantization-simulated and f16-rounded row to `out_row` (the
-// next row of the caller's compressed / indexer cache). The caller knows from pos and ratio
+// roped (at pos + 1 - ratio), quantization-simulated row as f16 to `out_row` (the next row of
+// the caller's compressed / indexer cache); the row is built in f32 in `pooled`. The caller knows from pos and ratio
 // alone whether a row was appended, without reading anything back.
 struct CompressorStepParams {
   float* state_kv = nullptr;     // [coff*ratio, width] f32
@@ -209,8 +209,8 @@ struct CompressorStepParams {
   float eps = 1e-6f;
   RopeParams rope;
   bool indexer = false;          // true: Hadamard+FP4 row; false: FP8 on the non-RoPE dims
-  float* pooled = nullptr;       // scratch [head_dim]
-  float* out_row = nullptr;      // [head_dim] written only when the step emits
+  float* pooled = nullptr;       // scratch [head_dim] f32 (pooled, then the row before f16)
+  uint16_t* out_row = nullptr;   // [head_dim] f16, written only when the step emits
 };
 
 // Whether the compressor step at pos closes a window (and so appends a row).
@@ -222,7 +222,7 @@ constexpr bool compressor_emits(int64_t pos, int ratio) { return (pos + 1) % rat
 struct IndexerSelectParams {
   const float* q = nullptr;       // [n_head, head_dim] roped + QAT'd indexer query
   const float* w = nullptr;       // [n_head] head weights (already scaled)
-  const float* rows = nullptr;    // [n_rows, head_dim] indexer compressed rows
+  const uint16_t* rows = nullptr; // [n_rows, head_dim] f16 indexer compressed rows
   int64_t n_rows = 0;
   int n_head = 0;
   int head_dim = 0;
@@ -236,13 +236,18 @@ struct IndexerSelectParams {
 // de-rotated at the query's position. The raw rows are a ring: positions raw_first ..
 // raw_first + n_raw - 1, oldest first, position p at raw + (p % raw_cap) * head_dim. The op
 // takes a batch of independent queries, each with its own keys, scratch and output.
+// Keys are f32 (raw, comp: the drafter's ring and block rows) or f16 bits (raw_f16, comp_f16:
+// the target's KV stores), never both kinds in one query; f16 keys are widened exactly, so a
+// query's result is the bits it gets from the same keys as f32.
 struct SinkAttentionParams {
   const float* q = nullptr;             // [n_head, head_dim]
-  const float* raw = nullptr;           // [raw_cap, head_dim] raw row ring
+  const float* raw = nullptr;           // [raw_cap, head_dim] f32 raw row ring, or
+  const uint16_t* raw_f16 = nullptr;    // [raw_cap, head_dim] the same as f16 bits
   int64_t raw_cap = 0;
   int64_t raw_first = 0;                // position of the first (oldest) key
   int n_raw = 0;
-  const float* comp = nullptr;          // [n_comp, head_dim]
+  const float* comp = nullptr;          // [n_comp, head_dim] f32, or
+  const uint16_t* comp_f16 = nullptr;   // [n_comp, head_dim] f16 bits
   int64_t n_comp = 0;
   const uint8_t* comp_allowed = nullptr;  // [n_comp] or nullptr (all allowed)
   const float* sinks = nullptr;         // [n_head]
@@ -254,6 +259,9 @@ struct SinkAttentionParams {
   int n_rot = 0;
   int64_t pos = 0;
   RopeParams rope;
+  bool f16_keys() const { return raw_f16 != nullptr || comp_f16 != nullptr; }
+  // Whether the key pointers are one kind (f32 or f16, not both).
+  bool keys_one_kind() const { return !f16_keys() || (raw == nullptr && comp == nullptr); }
   const float* raw_row(int r) const { return raw + ((raw_first + r) % raw_cap) * head_dim; }
 };
 

@@ -35,6 +35,7 @@ const char* op_class_name(OpClass c) {
 
 namespace {
 constexpr uint64_t kF32 = 4;
+constexpr uint64_t kHalf = 2;  // an f16 KV store element
 uint64_t u(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
 }  // namespace
 
@@ -81,7 +82,7 @@ OpCost op_cost(const HcCollapseParams& p) {
 }
 
 OpCost op_cost(const AttentionInputsParams& p) {
-  uint64_t row = u(p.head_dim) * kF32 * (p.raw ? 3 : 2);  // kv in place (+ the ring row)
+  uint64_t row = u(p.head_dim) * (2 * kF32 + (p.raw ? kHalf : 0));  // kv in place (+ the f16 ring row)
   if (p.q) row += 2 * u(p.n_head) * u(p.head_dim) * kF32;
   if (p.iq) row += 2 * u(p.n_idx_head) * (u(p.idx_dim) + 1) * kF32;
   return {OpClass::kAttention, u(p.n_rows) * row};
@@ -92,15 +93,15 @@ OpCost op_cost(const CompressorStepParams& p) {
   const uint64_t width = coff * u(p.head_dim);
   const uint64_t state = coff * u(p.ratio) * width * kF32;
   // Both states read and their current row written; the projections; the APE row (F16).
-  return {OpClass::kAttention, 2 * state + 4 * width * kF32 + u(p.ratio) * width * 2 + u(p.head_dim) * kF32};
+  return {OpClass::kAttention, 2 * state + 4 * width * kF32 + u(p.ratio) * width * kHalf + u(p.head_dim) * kHalf};
 }
 
 OpCost op_cost(const IndexerSelectParams* p, int n) {
   uint64_t b = 0;
   for (int i = 0; i < n; ++i) {
     const uint64_t rows = u(p[i].n_rows);
-    // The rows, the scores written and read by the top-k, the order and the allowed mask.
-    b += rows * u(p[i].head_dim) * kF32 + rows * (2 * kF32 + 4 + 1) +
+    // The f16 rows, the scores written and read by the top-k, the order and the allowed mask.
+    b += rows * u(p[i].head_dim) * kHalf + rows * (2 * kF32 + 4 + 1) +
          u(p[i].n_head) * (u(p[i].head_dim) + 1) * kF32;
   }
   return {OpClass::kIndexer, b};
@@ -110,7 +111,7 @@ OpCost op_cost(const SinkAttentionParams* p, int n) {
   uint64_t b = 0;
   for (int i = 0; i < n; ++i) {
     const uint64_t keys = u(p[i].n_raw) + u(p[i].n_comp);
-    b += keys * u(p[i].head_dim) * kF32 + (p[i].comp_allowed ? u(p[i].n_comp) : 0) +
+    b += keys * u(p[i].head_dim) * (p[i].f16_keys() ? kHalf : kF32) + (p[i].comp_allowed ? u(p[i].n_comp) : 0) +
          2 * u(p[i].n_head) * u(p[i].head_dim) * kF32 + u(p[i].n_head) * keys * kF32 * 2;
   }
   return {OpClass::kAttention, b};

@@ -98,17 +98,19 @@ backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, flo
 }
 
 backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const RawRing& ring,
-                                             const float* comp, int64_t n_comp, const uint8_t* allowed,
+                                             const CompRows& comp, const uint8_t* allowed,
                                              const float* sinks, float* scores, float* out, int64_t pos,
                                              const RopeParams& rp) {
   backend::SinkAttentionParams ap;
   ap.q = q;
   ap.raw = ring.base;
+  ap.raw_f16 = ring.base_f16;
   ap.raw_cap = ring.cap;
   ap.raw_first = ring.first;
   ap.n_raw = ring.n;
-  ap.comp = comp;
-  ap.n_comp = n_comp;
+  ap.comp = comp.f32;
+  ap.comp_f16 = comp.f16;
+  ap.n_comp = comp.n;
   ap.comp_allowed = allowed;
   ap.sinks = sinks;
   ap.n_head = static_cast<int>(c.n_head);

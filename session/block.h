@@ -170,21 +170,29 @@ void attention_projections(backend::Backend& be, const model::ModelConfig& c, co
 // query to the params before issuing them (be.attention_inputs).
 backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv, int n, int64_t pos0,
                                                 const RopeParams& rp);
-// A query's raw keys: positions first .. first + n - 1 of a ring of cap rows of head_dim floats,
-// position p at base + (p % cap) * head_dim (backend::SinkAttentionParams::raw_row).
+// A query's raw keys: positions first .. first + n - 1 of a ring of cap rows of head_dim
+// values, position p at base + (p % cap) * head_dim (backend::SinkAttentionParams::raw_row):
+// f32 rows at base (the drafter) or f16 rows at base_f16 (the target's State::raw).
 struct RawRing {
   const float* base = nullptr;
   int64_t cap = 0;
   int64_t first = 0;
   int n = 0;
+  const uint16_t* base_f16 = nullptr;
+};
+// A query's compressed keys: rows [0, n) of f32 (f32) or f16 (f16) values, one pointer set.
+struct CompRows {
+  const float* f32 = nullptr;
+  const uint16_t* f16 = nullptr;
+  int64_t n = 0;
 };
 
 // The sink-attention query of the row at pos over the raw ring's keys then comp rows
-// [0, n_comp) (those with allowed[k] != 0, all when allowed is null), its output heads
-// de-rotated at pos (§4.5). scores: [n_head, ring.n + n_comp] scratch of this query alone;
+// [0, comp.n) (those with allowed[k] != 0, all when allowed is null), its output heads
+// de-rotated at pos (§4.5). scores: [n_head, ring.n + comp.n] scratch of this query alone;
 // out: [n_head, D]. Queries of several rows go to the backend as one batched sink_attention call.
 backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const float* q, const RawRing& ring,
-                                             const float* comp, int64_t n_comp, const uint8_t* allowed,
+                                             const CompRows& comp, const uint8_t* allowed,
                                              const float* sinks, float* scores, float* out, int64_t pos,
                                              const RopeParams& rp);
 // Grouped output LoRA of heads (§4.5) into o, then the HC post into x_next.

@@ -284,7 +284,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       // is appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
       auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
                           const uint16_t* ape, const float* norm, int r, int64_t dim,
-                          bool indexer, float* rows, int64_t& n_rows) {
+                          bool indexer, uint16_t* rows, int64_t& n_rows) {
         const bool emits = backend::compressor_emits(pos, r);
         if (emits) DS4_CHECK(n_rows < o.state_.comp_cap(il));
         backend::CompressorStepParams cp;
@@ -334,11 +334,10 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
 
       // Raw window: positions [max(0, pos - swa + 1), pos], oldest first, in the raw ring.
       const int64_t first = std::max<int64_t>(0, pos - swa + 1);
-      const RawRing ring{L.raw.data(), raw_cap, first, static_cast<int>(pos - first + 1)};
-      s.attn_queries[j] = attention_query(cfg_, s.q.data() + i * Q, ring,
-                                          ratio != 0 ? L.comp.data() : nullptr, ratio != 0 ? L.n_comp : 0,
-                                          allowed, m.sinks, os.attn_scores.data() + slot * row_scores,
-                                          s.heads.data() + i * Q, pos, rp);
+      const RawRing ring{nullptr, raw_cap, first, static_cast<int>(pos - first + 1), L.raw.data()};
+      const CompRows comp{nullptr, ratio != 0 ? L.comp.data() : nullptr, ratio != 0 ? L.n_comp : 0};
+      s.attn_queries[j] = attention_query(cfg_, s.q.data() + i * Q, ring, comp, allowed, m.sinks,
+                                          os.attn_scores.data() + slot * row_scores, s.heads.data() + i * Q, pos, rp);
       // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
       // the live one, so its slot is never restored and not saved.
       if (capture_slots && i + 1 < n) state_.save_layer_frontier(il, slots_[i]);

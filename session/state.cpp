@@ -11,7 +11,8 @@ namespace ds4::session {
 namespace {
 
 struct LayerShape {
-  int64_t raw = 0, comp = 0, index = 0, cmp_state = 0, idx_state = 0;  // floats
+  int64_t raw = 0, comp = 0, index = 0;  // f16 elements
+  int64_t cmp_state = 0, idx_state = 0;  // floats
 };
 
 LayerShape layer_shape(const model::ModelConfig& cfg, uint32_t il, int64_t n_ctx, int64_t raw_cap) {
@@ -45,10 +46,11 @@ void put(std::vector<uint8_t>& out, const T* p, size_t n) {
   if (n) std::memcpy(out.data() + off, p, n * sizeof(T));
 }
 
-void put_dev(backend::Backend& be, std::vector<uint8_t>& out, const float* p, size_t n) {
+template <typename T>
+void put_dev(backend::Backend& be, std::vector<uint8_t>& out, const T* p, size_t n) {
   const size_t off = out.size();
-  out.resize(off + n * sizeof(float));
-  if (n) be.download(out.data() + off, p, n * sizeof(float));
+  out.resize(off + n * sizeof(T));
+  if (n) be.download(out.data() + off, p, n * sizeof(T));
 }
 
 template <typename T>
@@ -59,10 +61,11 @@ bool get(std::span<const uint8_t> in, size_t& off, T* p, size_t n) {
   return true;
 }
 
-bool get_dev(backend::Backend& be, std::span<const uint8_t> in, size_t& off, float* p, size_t n) {
-  if (off + n * sizeof(float) > in.size()) return false;
-  if (n) be.upload(p, in.data() + off, n * sizeof(float));
-  off += n * sizeof(float);
+template <typename T>
+bool get_dev(backend::Backend& be, std::span<const uint8_t> in, size_t& off, T* p, size_t n) {
+  if (off + n * sizeof(T) > in.size()) return false;
+  if (n) be.upload(p, in.data() + off, n * sizeof(T));
+  off += n * sizeof(T);
   return true;
 }
 
@@ -70,12 +73,13 @@ bool get_dev(backend::Backend& be, std::span<const uint8_t> in, size_t& off, flo
 
 uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
   const int64_t raw_cap = raw_cap_for(cfg, n_ctx);
-  uint64_t floats = 0;
+  uint64_t halves = 0, floats = 0;
   for (uint32_t il = 0; il < cfg.n_layer; ++il) {
     const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap);
-    floats += s.raw + s.comp + s.index + 2 * s.cmp_state + 2 * s.idx_state;
+    halves += s.raw + s.comp + s.index;
+    floats += 2 * s.cmp_state + 2 * s.idx_state;
   }
-  return floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
+  return halves * 2 + floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
 }
 
 State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be)
@@ -88,9 +92,9 @@ State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be)
     const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap_);
     LayerState& L = layers_[il];
     L.ratio = static_cast<int>(cfg.compress_ratio(il));
-    L.raw = backend::Array<float>(be, s.raw);
-    L.comp = backend::Array<float>(be, s.comp);
-    L.index = backend::Array<float>(be, s.index);
+    L.raw = backend::Array<uint16_t>(be, s.raw);
+    L.comp = backend::Array<uint16_t>(be, s.comp);
+    L.index = backend::Array<uint16_t>(be, s.index);
     L.cmp_kv = backend::Array<float>(be, s.cmp_state);
     L.cmp_score = backend::Array<float>(be, s.cmp_state);
     L.idx_kv = backend::Array<float>(be, s.idx_state);
@@ -237,9 +241,9 @@ uint64_t State::payload_bytes() const {
   uint64_t b = 8 + 4 * static_cast<uint64_t>(n) + 4 * logits_.size();
   for (const LayerState& L : layers_) {
     b += 16;
-    b += 4 * static_cast<uint64_t>(raw_live) * cfg_.head_dim;
-    b += 4 * static_cast<uint64_t>(L.n_comp) * cfg_.head_dim;
-    b += 4 * static_cast<uint64_t>(L.n_index) * cfg_.indexer_head_dim;
+    b += 2 * static_cast<uint64_t>(raw_live) * cfg_.head_dim;
+    b += 2 * static_cast<uint64_t>(L.n_comp) * cfg_.head_dim;
+    b += 2 * static_cast<uint64_t>(L.n_index) * cfg_.indexer_head_dim;
     b += 4 * (L.cmp_kv.size() + L.cmp_score.size() + L.idx_kv.size() + L.idx_score.size());
   }
   return b;

@@ -324,9 +324,10 @@ void Drafter::stage_attention(int st, int64_t pos) {
   const int64_t first = std::max<int64_t>(ring_start_, pos - W_);
   const session::RawRing ring{ring_.as<float>() + static_cast<int64_t>(st) * W_ * D, W_, first,
                               static_cast<int>(pos - first)};
+  const session::CompRows block{s.kv.data(), nullptr, n};  // f32 keys (FP8 round-tripped only)
   const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (ring.n + n);
   for (int i = 0; i < n; ++i) {
-    s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, ring, s.kv.data(), n, nullptr, am.sinks,
+    s.queries[i] = session::attention_query(cfg_, s.q.data() + i * Q, ring, block, nullptr, am.sinks,
                                             s.scores.data() + i * row_scores, s.heads.data() + i * Q, pos + i, rp);
   }
   be_.sink_attention(s.queries.data(), n);

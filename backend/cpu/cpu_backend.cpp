@@ -22,6 +22,7 @@
 #include "backend/row_math.h"
 #include "core/reduce.h"
 #include "core/threadpool.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 
 namespace ds4::backend {
@@ -46,8 +47,12 @@ using quant::BlockQ8K;
 // Multiply-adds below which sink attention runs on the caller alone (a pool job costs ~1 us
 // of hand-off on a 2-core AVX2 machine, i.e. a few thousand multiply-adds).
 constexpr int64_t kInlineAttnWork = 1 << 15;
+// Sink attention: at most this many heads of a query per task.
+constexpr int64_t kAttnHeadRun = 8;
 // Indexer scoring: about this many multiply-adds per parallel chunk (at least 16 rows).
 constexpr int64_t kIndexerChunkWork = 1 << 15;
+// Indexer head_dim limit: a row is widened from f16 into a stack buffer of this many floats.
+constexpr int kMaxIndexerDim = 1024;
 // Indexer rows (all queries together) below which the queries' top-k run on the caller.
 constexpr int64_t kInlineTopKRows = 4096;
 // Elements below which a row-wise or elementwise op (HC pre/post, RMSNorm, SwiGLU, the MoE
@@ -292,14 +297,15 @@ class CpuBackend final : public Backend {
     // about 2R exps per column, so wide heads are split over the pool.
     float* pooled = p.pooled;
     split_rows(D, 2 * R * kPoolExpElems, [&](int64_t jb, int64_t je) { pool_columns(p, W, jb, je); });
-    cpu::rms_norm_row(pooled, p.norm, p.out_row, D, p.eps);
-    cpu::rope_tail_rows(p.out_row, 1, D, p.n_rot, p.pos + 1 - R, p.rope, false);
+    // The row is built in place in pooled (each element reads only itself), then stored as f16.
+    cpu::rms_norm_row(pooled, p.norm, pooled, D, p.eps);
+    cpu::rope_tail_rows(pooled, 1, D, p.n_rot, p.pos + 1 - R, p.rope, false);
     if (p.indexer) {
-      for (int off = 0; off < D; off += quant::kHadamardDim) quant::indexer_qat_row(p.out_row + off);
+      for (int off = 0; off < D; off += quant::kHadamardDim) quant::indexer_qat_row(pooled + off);
     } else {
-      quant::fp8_e4m3_roundtrip(p.out_row, D - p.n_rot);
+      quant::fp8_e4m3_roundtrip(pooled, D - p.n_rot);
     }
-    quant::f16_round_row(p.out_row, D);  // the caches store f16-rounded rows
+    quant::f32_to_f16_row(pooled, p.out_row, D);  // the caches store f16 rows
     if (R == 4) {
       // The current window becomes the "previous" lane of the next one.
       std::memcpy(p.state_kv, p.state_kv + 4 * static_cast<int64_t>(W), sizeof(float) * 4 * W);
@@ -312,7 +318,10 @@ class CpuBackend final : public Backend {
   // query's top-k, the queries in parallel.
   void indexer_select(const IndexerSelectParams* p, int n) override {
     int64_t total = 0;
-    for (int i = 0; i < n; ++i) total += p[i].n_rows;
+    for (int i = 0; i < n; ++i) {
+      DS4_CHECK(p[i].head_dim <= kMaxIndexerDim);
+      total += p[i].n_rows;
+    }
     const int64_t per_row = std::max<int64_t>(1, static_cast<int64_t>(p[0].n_head) * p[0].head_dim);
     const int64_t grain = std::max<int64_t>(16, kIndexerChunkWork / per_row);
     pool_.parallel_for(total, grain, [&](int64_t b, int64_t e) {
@@ -322,7 +331,8 @@ class CpuBackend final : public Backend {
         while (t - base >= p[i].n_rows) base += p[i++].n_rows;
         const IndexerSelectParams& q = p[i];
         const int64_t c = t - base;
-        const float* row = q.rows + c * q.head_dim;
+        float row[kMaxIndexerDim];  // the f16 row widened exactly
+        cpu::f16_to_f32_row(q.rows + c * q.head_dim, row, q.head_dim);
         float sc = 0.0f;
         for (int k = 0; k < q.n_head; ++k) {
           const float d = cpu::dot_f32(row, q.q + static_cast<int64_t>(k) * q.head_dim, q.head_dim);
@@ -345,9 +355,17 @@ class CpuBackend final : public Backend {
       DS4_CHECK(p[i].n_head == nh);
       work += (p[i].n_raw + p[i].n_comp) * p[i].head_dim * nh;
     }
+    // Units in runs of heads of one query (a run widens each chunk of f16 keys once): about
+    // n_threads runs per query, at most kAttnHeadRun heads each. Heads are independent, so
+    // the split changes no bit.
     const int64_t units = static_cast<int64_t>(n) * nh;
-    pool_.parallel_for(units, work < kInlineAttnWork ? units : 1, [&](int64_t b, int64_t e) {
-      for (int64_t u = b; u < e; ++u) cpu::sink_attention_heads(p[u / nh], u % nh, u % nh + 1);
+    const int64_t run = std::clamp<int64_t>(nh / std::max(1, pool_.n_threads()), 1, kAttnHeadRun);
+    pool_.parallel_for(units, work < kInlineAttnWork ? units : run, [&](int64_t b, int64_t e) {
+      for (int64_t u = b; u < e;) {
+        const int64_t h = u % nh, end = std::min<int64_t>(nh, h + (e - u));
+        cpu::sink_attention_heads(p[u / nh], h, end);
+        u += end - h;
+      }
     });
   }
 

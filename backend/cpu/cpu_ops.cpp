@@ -2,11 +2,14 @@
 // Strict IEEE (-ffp-contract=off): every a*b+c below is two rounded operations.
 #include "backend/cpu/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/status.h"
 #include "quant/dot.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 #include "backend/cpu/kernels.h"
 
@@ -243,73 +246,113 @@ void hc_post_rows(const HcPostParams& p) {
   }
 }
 
-void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t h_end) {
+namespace {
+
+// Keys of element type K (float, or f16 bits widened exactly, chunk by chunk, into a stack
+// buffer): the heads [h_begin, h_end) of sink_attention_heads, the key chunks outer and the
+// heads inner, so a chunk of f16 keys is widened once per pass for all the heads. Per head the
+// operations are those of one head alone: the chunk size and the head range change no bit
+// (every dot is its own; the weighted sum chains through oh exactly, y = oh·1).
+template <typename K>
+void sink_heads(const SinkAttentionParams& p, const K* raw, const K* comp, int64_t h_begin, int64_t h_end) {
   const int D = p.head_dim;
   const float kq_scale = 1.0f / sqrtf(static_cast<float>(D));
   const int64_t n_all = p.n_raw + p.n_comp;
   // fn(keys, slots, n) for consecutive chunks of the keys in attention order (the raw window,
   // then the allowed compressed rows); slots index p.scores. Stack buffers: no allocation.
   constexpr int kChunk = 64;
+  constexpr bool kWiden = !std::is_same_v<K, float>;
+  constexpr int64_t kWideFloats = kWiden ? 16384 : 1;  // f16 keys widened per chunk (64 KiB)
+  const int chunk = kWiden ? static_cast<int>(std::min<int64_t>(kChunk, kWideFloats / D)) : kChunk;
+  DS4_CHECK(chunk >= 1);
   auto for_chunks = [&](auto&& fn) {
     const float* kp[kChunk];
     int64_t sl[kChunk];
+    [[maybe_unused]] float wide[kWideFloats];
     int n = 0;
+    auto add = [&](const K* key, int64_t slot) {
+      if constexpr (kWiden) {
+        f16_to_f32_row(key, wide + static_cast<int64_t>(n) * D, D);
+        kp[n] = wide + static_cast<int64_t>(n) * D;
+      } else {
+        kp[n] = key;
+      }
+      sl[n++] = slot;
+      if (n == chunk) {
+        fn(kp, sl, n);
+        n = 0;
+      }
+    };
     // Ring slot of the oldest key, then advanced with a wrap (no division per key).
     int64_t slot = p.n_raw > 0 ? p.raw_first % p.raw_cap : 0;
     for (int r = 0; r < p.n_raw; ++r) {
-      kp[n] = p.raw + slot * D;
+      add(raw + slot * D, r);
       if (++slot == p.raw_cap) slot = 0;
-      sl[n++] = r;
-      if (n == kChunk) {
-        fn(kp, sl, n);
-        n = 0;
-      }
     }
     for (int64_t c = 0; c < p.n_comp; ++c) {
       if (p.comp_allowed != nullptr && !p.comp_allowed[c]) continue;
-      kp[n] = p.comp + c * D;
-      sl[n++] = p.n_raw + c;
-      if (n == kChunk) {
-        fn(kp, sl, n);
-        n = 0;
-      }
+      add(comp + c * D, p.n_raw + c);
     }
     if (n > 0) fn(kp, sl, n);
   };
-  for (int64_t h = h_begin; h < h_end; ++h) {
-    const float* qh = p.q + h * D;
-    float* score = p.scores + h * n_all;
-    if (p.comp_allowed != nullptr) {
-      for (int64_t c = 0; c < p.n_comp; ++c)
-        if (!p.comp_allowed[c]) score[p.n_raw + c] = -1.0e30f;
+  constexpr int64_t kRun = 64;  // heads per pass (their running max, denominator, first flag)
+  for (int64_t h0 = h_begin; h0 < h_end; h0 += kRun) {
+    const int64_t nh = std::min(kRun, h_end - h0);
+    float mx[kRun], den[kRun];
+    for (int64_t g = 0; g < nh; ++g) {
+      float* score = p.scores + (h0 + g) * n_all;
+      if (p.comp_allowed != nullptr) {
+        for (int64_t c = 0; c < p.n_comp; ++c)
+          if (!p.comp_allowed[c]) score[p.n_raw + c] = -1.0e30f;
+      }
+      mx[g] = p.sinks[h0 + g];
     }
-    float mx = p.sinks[h];
     for_chunks([&](const float* const* kp, const int64_t* sl, int n) {
-      float d[kChunk];
-      dot_f32_many(qh, kp, n, D, d);
-      for (int t = 0; t < n; ++t) {
-        const float sc = d[t] * kq_scale;
-        score[sl[t]] = sc;
-        if (sc > mx) mx = sc;
+      for (int64_t g = 0; g < nh; ++g) {
+        float* score = p.scores + (h0 + g) * n_all;
+        float d[kChunk];
+        dot_f32_many(p.q + (h0 + g) * D, kp, n, D, d);
+        for (int t = 0; t < n; ++t) {
+          const float sc = d[t] * kq_scale;
+          score[sl[t]] = sc;
+          if (sc > mx[g]) mx[g] = sc;
+        }
       }
     });
-    float* oh = p.out + h * D;
-    float den = detmath::exp_f32(p.sinks[h] - mx);
+    for (int64_t g = 0; g < nh; ++g) den[g] = detmath::exp_f32(p.sinks[h0 + g] - mx[g]);
     bool first = true;
     // Chunks chain through oh: y = oh·1 is exact, so the per-element sequence is unchanged.
     for_chunks([&](const float* const* kp, const int64_t* sl, int n) {
-      float wv[kChunk];
-      for (int t = 0; t < n; ++t) wv[t] = score[sl[t]];
-      exp_sub_row(wv, mx, wv, n);
-      for (int t = 0; t < n; ++t) den += wv[t];
-      weighted_sum(first ? nullptr : oh, 1.0f, wv, kp, n, oh, D);
+      for (int64_t g = 0; g < nh; ++g) {
+        const float* score = p.scores + (h0 + g) * n_all;
+        float* oh = p.out + (h0 + g) * D;
+        float wv[kChunk];
+        for (int t = 0; t < n; ++t) wv[t] = score[sl[t]];
+        exp_sub_row(wv, mx[g], wv, n);
+        for (int t = 0; t < n; ++t) den[g] += wv[t];
+        weighted_sum(first ? nullptr : oh, 1.0f, wv, kp, n, oh, D);
+      }
       first = false;
     });
-    if (first)
-      for (int j = 0; j < D; ++j) oh[j] = 0.0f;
-    const float inv = 1.0f / den;
-    for (int j = 0; j < D; ++j) oh[j] *= inv;
-    if (p.n_rot > 0) rope_tail_rows(oh, 1, D, p.n_rot, p.pos, p.rope, true);
+    for (int64_t g = 0; g < nh; ++g) {
+      float* oh = p.out + (h0 + g) * D;
+      if (first)
+        for (int j = 0; j < D; ++j) oh[j] = 0.0f;
+      const float inv = 1.0f / den[g];
+      for (int j = 0; j < D; ++j) oh[j] *= inv;
+      if (p.n_rot > 0) rope_tail_rows(oh, 1, D, p.n_rot, p.pos, p.rope, true);
+    }
+  }
+}
+
+}  // namespace
+
+void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t h_end) {
+  DS4_CHECK(p.keys_one_kind());
+  if (p.f16_keys()) {
+    sink_heads(p, p.raw_f16, p.comp_f16, h_begin, h_end);
+  } else {
+    sink_heads(p, p.raw, p.comp, h_begin, h_end);
   }
 }
 
@@ -320,7 +363,7 @@ void attention_inputs_row(const AttentionInputsParams& p, int r) {
   float* kv = p.kv + static_cast<int64_t>(r) * D;
   rope_tail_rows(kv, 1, D, p.n_rot, pos, p.rope, false);
   quant::fp8_e4m3_roundtrip(kv, D - p.n_rot);
-  if (p.raw != nullptr) quant::f16_round_row(kv, p.raw + (pos % p.raw_cap) * D, D);
+  if (p.raw != nullptr) quant::f32_to_f16_row(kv, p.raw + (pos % p.raw_cap) * D, D);
   if (p.iq != nullptr && r >= p.idx_first) {
     const int nh = p.n_idx_head, dim = p.idx_dim;
     float* iq = p.iq + static_cast<int64_t>(r) * nh * dim;

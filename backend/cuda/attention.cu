@@ -19,6 +19,9 @@
 //  * RoPE angles come from core/rope.h (rope_angles on the host, rope_pair per pair on the
 //    device; the inverse uses -s); exp from core/detmath.h; FP8 / FP4 / f16 round trips from
 //    kv_sim_hd.h. The folder builds with --fmad=false: every a*b+c below is two roundings.
+//  * KV stores are f16: the ring row and the compressor's row are written as the bits of
+//    quant::f32_to_f16 (kvsim::f32_to_f16); sink keys are read through attn::load_key, exact
+//    for f16 (the target) and f32 (the drafter), one kernel instance per key type.
 //  * Multi-query ops take their host param arrays by value, kMaxBatch queries per launch.
 //  * Sink attention is two launches: the scores per (key tile, head group, query) into
 //    p.scores, then per (output-dim slice, head group, query) the max, exps, denominator and
@@ -130,7 +133,7 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane) {
 // ---- attention_inputs ---------------------------------------------------------------------------
 
 // One block per row: angles of the row's position once (shared), then q's heads, kv (RoPE,
-// FP8 of the non-RoPE dims by one warp per 64-block, the f16-rounded ring copy) and the
+// FP8 of the non-RoPE dims by one warp per 64-block, the f16 ring copy) and the
 // indexer query (RoPE, then one warp per head: Hadamard + FP4) and its weights.
 __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __grid_constant__ AttentionInputsParams p,
                                                                        const RopeAngles ang) {
@@ -153,8 +156,8 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
   for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps) warp_fp8_block(kv + b * kvsim::kFp8Block, lane);
   if (p.raw != nullptr) {
     __syncthreads();
-    float* dst = p.raw + (pos % p.raw_cap) * D;
-    for (int j = tid; j < D; j += kRowThreads) dst[j] = kvsim::f16_round(kv[j]);
+    uint16_t* dst = p.raw + (pos % p.raw_cap) * D;
+    for (int j = tid; j < D; j += kRowThreads) dst[j] = kvsim::f32_to_f16(kv[j]);
   }
   if (p.iq != nullptr && r >= p.idx_first) {
     const int nh = p.n_idx_head, dim = p.idx_dim;
@@ -174,7 +177,9 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
 
 // One block: the state update (row R + pm for ratio 4, pm otherwise), and when the step emits,
 // the pooled columns (one thread per column, rows in the CPU's order), RMS norm (the 64-lane
-// double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4, f16 round, and the ratio-4 lane shift.
+// double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4 (the row built in place in
+// p.pooled, each element by the thread that pooled it), the f16 store to out_row, and the
+// ratio-4 lane shift.
 __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
                                                                   const RopeAngles ang, bool emit) {
   __shared__ float s_scale;
@@ -258,9 +263,9 @@ __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_c
   }
   __syncthreads();
   const float scale = s_scale;
-  float* out = p.out_row;
+  float* out = p.pooled;
   for (int j = tid; j < D; j += kCompThreads) {
-    const float t = p.pooled[j] * scale;
+    const float t = out[j] * scale;
     out[j] = p.norm != nullptr ? t * p.norm[j] : t;
   }
   __syncthreads();
@@ -277,7 +282,7 @@ __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_c
     for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps) warp_fp8_block(out + b * kvsim::kFp8Block, lane);
   }
   __syncthreads();
-  for (int j = tid; j < D; j += kCompThreads) out[j] = kvsim::f16_round(out[j]);
+  for (int j = tid; j < D; j += kCompThreads) p.out_row[j] = kvsim::f32_to_f16(out[j]);
   if (R == 4) {
     // The current window becomes the previous lane of the next one (pooling read it above).
     for (int j = tid; j < 4 * W; j += kCompThreads) {
@@ -302,9 +307,18 @@ struct SinkBatch {
 __device__ __forceinline__ bool slot_used(const SinkAttentionParams& p, int64_t slot) {
   return slot < p.n_raw || p.comp_allowed == nullptr || p.comp_allowed[slot - p.n_raw] != 0;
 }
-__device__ __forceinline__ const float* slot_key(const SinkAttentionParams& p, int64_t slot) {
+// The key row of a used slot, in the query's key type K (float, or uint16_t f16 bits).
+template <typename K>
+__device__ __forceinline__ const K* slot_key(const SinkAttentionParams& p, int64_t slot);
+template <>
+__device__ __forceinline__ const float* slot_key<float>(const SinkAttentionParams& p, int64_t slot) {
   if (slot < p.n_raw) return p.raw + ((p.raw_first + slot) % p.raw_cap) * p.head_dim;
   return p.comp + (slot - p.n_raw) * p.head_dim;
+}
+template <>
+__device__ __forceinline__ const uint16_t* slot_key<uint16_t>(const SinkAttentionParams& p, int64_t slot) {
+  if (slot < p.n_raw) return p.raw_f16 + ((p.raw_first + slot) % p.raw_cap) * p.head_dim;
+  return p.comp_f16 + (slot - p.n_raw) * p.head_dim;
 }
 
 // Scores, one block per (tile of kScoreKeys slots, group of kScoreHeads heads, query): the
@@ -312,7 +326,8 @@ __device__ __forceinline__ const float* slot_key(const SinkAttentionParams& p, i
 // group's queries (in shared memory). Warp w takes slots 4w..4w+3 of the tile as two pairs,
 // one slot per half-warp; each head keeps its own four partials per lane, so every dot is
 // half_dot64's order (quant::dot_f32) exactly. Disallowed compressed rows get -1e30 (the CPU's
-// marker).
+// marker). K: the key type of every query of the batch.
+template <typename K>
 __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid_constant__ SinkBatch b) {
   __shared__ float qs[kScoreHeads * kAttnMaxD];  // [kScoreHeads][D], zeros past the last head
   const SinkQuery& sq = b.q[blockIdx.z];
@@ -340,7 +355,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
     const bool need = slot < n_all && slot_used(p, slot);
     if (!__any_sync(kFullMask, need)) continue;  // warp-uniform
     // A half without a key of its own redoes its partner's (used, so in range); result unused.
-    const float* key = slot_key(p, need ? slot : partner);
+    const K* key = slot_key<K>(p, need ? slot : partner);
     float acc[kScoreHeads][4];
 #pragma unroll
     for (int g = 0; g < kScoreHeads; ++g)
@@ -352,7 +367,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
       for (int c = 0; c < 4; ++c) {
         const int e = i + 16 * c + hl;
         if (e < D) {
-          const float kv = __ldg(key + e);
+          const float kv = attn::load_key(key, e);
 #pragma unroll
           for (int g = 0; g < kScoreHeads; ++g) acc[g][c] = __fadd_rn(acc[g][c], __fmul_rn(qs[g * D + e], kv));
         }
@@ -386,13 +401,14 @@ __device__ __forceinline__ void combine_step(float (&y)[kCombHeads], const float
 // pointer and exp per head in shared memory), then lane g of the last warp chains head g's
 // denominator (sink term first) while each of the other threads chains its dim's weighted sum
 // y = y + w_k·key_k[d] from y = 0 for every head of the group, reading each key element once.
-// Then y·(1/den), the inverse RoPE of the tail, the store.
+// Then y·(1/den), the inverse RoPE of the tail, the store. K: as sink_scores_kernel.
+template <typename K>
 __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid_constant__ SinkBatch b) {
   constexpr int kChunk = kCombThreads * kCombPer;
   constexpr int kWarps = kCombThreads / 32;
   static_assert(kCombHeads == 4, "the exps of a slot are one float4");
   __shared__ float4 cw[kChunk];  // exp(score - mx) of compacted slot i, head g in component g
-  __shared__ const float* ckey[kChunk];
+  __shared__ const K* ckey[kChunk];
   __shared__ float os[kCombHeads][kCombSlice];
   __shared__ float red[kCombHeads][kWarps];
   __shared__ float smx[kCombHeads], sden[kCombHeads];
@@ -468,7 +484,7 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
 #pragma unroll
     for (int k = 0; k < kCombPer; ++k) {
       if (used_bits & (1u << k)) {
-        ckey[at] = slot_key(p, s0 + k);
+        ckey[at] = slot_key<K>(p, s0 + k);
         float e[kCombHeads];
 #pragma unroll
         for (int g = 0; g < kCombHeads; ++g)
@@ -488,11 +504,11 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
       for (; i + kCombLoads <= total; i += kCombLoads) {
         float kv[kCombLoads];
 #pragma unroll
-        for (int u = 0; u < kCombLoads; ++u) kv[u] = __ldg(ckey[i + u] + j);
+        for (int u = 0; u < kCombLoads; ++u) kv[u] = attn::load_key(ckey[i + u], j);
 #pragma unroll
         for (int u = 0; u < kCombLoads; ++u) combine_step(y, cw[i + u], kv[u]);
       }
-      for (; i < total; ++i) combine_step(y, cw[i], __ldg(ckey[i] + j));
+      for (; i < total; ++i) combine_step(y, cw[i], attn::load_key(ckey[i], j));
     }
     __syncthreads();  // cw / ckey are rewritten by the next chunk
   }
@@ -569,16 +585,22 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
     SinkBatch batch{};
     int max_heads = 0, max_slices = 0;
     int64_t max_slots = 0;
+    const bool f16 = p[b0].f16_keys();  // one key type per call (the target's or the drafter's)
     for (int i = 0; i < nb; ++i) {
       const SinkAttentionParams& q = p[b0 + i];
+      const bool raw_ok = f16 ? q.raw_f16 != nullptr : q.raw != nullptr;
+      const bool comp_ok = f16 ? q.comp_f16 != nullptr : q.comp != nullptr;
       if (q.n_head <= 0 || q.head_dim <= 0 || q.head_dim > kAttnMaxD || q.n_raw < 0 || q.n_comp < 0 ||
-          (q.n_raw > 0 && (q.raw == nullptr || q.raw_cap <= 0 || q.raw_first < 0)) ||
-          (q.n_comp > 0 && q.comp == nullptr) || !rot_ok(q.n_rot, q.head_dim) || q.q == nullptr ||
+          !q.keys_one_kind() || q.f16_keys() != f16 ||
+          (q.n_raw > 0 && (!raw_ok || q.raw_cap <= 0 || q.raw_first < 0)) ||
+          (q.n_comp > 0 && !comp_ok) || !rot_ok(q.n_rot, q.head_dim) || q.q == nullptr ||
           q.sinks == nullptr || q.out == nullptr || (q.n_raw + q.n_comp > 0 && q.scores == nullptr))
         return invalid_argument("cuda: sink_attention: unsupported arguments (query %d: heads %d x %d (head_dim <= "
-                                "%d), raw %d of ring %lld, comp %lld, n_rot %d)",
+                                "%d), raw %d of ring %lld, comp %lld, n_rot %d, %s keys; keys of one type, "
+                                "that of query 0)",
                                 b0 + i, q.n_head, q.head_dim, kAttnMaxD, q.n_raw, static_cast<long long>(q.raw_cap),
-                                static_cast<long long>(q.n_comp), q.n_rot);
+                                static_cast<long long>(q.n_comp), q.n_rot,
+                                !q.keys_one_kind() ? "mixed" : (q.f16_keys() ? "f16" : "f32"));
       batch.q[i].p = q;
       batch.q[i].ang = angles_for(q.rope, q.n_rot);
       batch.q[i].kq_scale = 1.0f / sqrtf(static_cast<float>(q.head_dim));
@@ -595,15 +617,23 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
     if (max_slots > 0) {
       const int64_t tiles = (max_slots + kScoreKeys - 1) / kScoreKeys;
       if (tiles > 0x7fffffff) return invalid_argument("cuda: sink_attention: too many keys (%s)", shapes);
-      sink_scores_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>((max_heads + kScoreHeads - 1) / kScoreHeads),
-                                static_cast<unsigned>(nb)),
-                           kScoreThreads, 0, stream>>>(batch);
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((max_heads + kScoreHeads - 1) / kScoreHeads),
+                      static_cast<unsigned>(nb));
+      if (f16) {
+        sink_scores_kernel<uint16_t><<<grid, kScoreThreads, 0, stream>>>(batch);
+      } else {
+        sink_scores_kernel<float><<<grid, kScoreThreads, 0, stream>>>(batch);
+      }
       const Status s = launch_result("sink_attention (scores)", shapes);
       if (!s.ok()) return s;
     }
-    sink_combine_kernel<<<dim3(static_cast<unsigned>(max_slices), static_cast<unsigned>((max_heads + kCombHeads - 1) / kCombHeads),
-                               static_cast<unsigned>(nb)),
-                          kCombThreads, 0, stream>>>(batch);
+    const dim3 grid(static_cast<unsigned>(max_slices), static_cast<unsigned>((max_heads + kCombHeads - 1) / kCombHeads),
+                    static_cast<unsigned>(nb));
+    if (f16) {
+      sink_combine_kernel<uint16_t><<<grid, kCombThreads, 0, stream>>>(batch);
+    } else {
+      sink_combine_kernel<float><<<grid, kCombThreads, 0, stream>>>(batch);
+    }
     const Status s = launch_result("sink_attention", shapes);
     if (!s.ok()) return s;
   }

@@ -1,19 +1,24 @@
 // backend/cuda/attention_common.cuh — device helpers shared by attention.cu and indexer.cu.
 //
 // Role: the canonical 64-lane dot on a half-warp, an ordered block prefix sum, the
-// launch-status check and the per-launch query count of the multi-query ops.
+// launch-status check, the per-launch query count of the multi-query ops, and the key loads
+// from f32 or f16 stores (the target's KV rows are f16 bits, the drafter's keys f32).
 // Invariants: half_dot64 is quant::dot_f32's operation sequence exactly (half-warp lane hl
 // runs the partials p[hl], p[hl+16], p[hl+32], p[hl+48]: partial l sums elements i ≡ l mod 64
 // in increasing i, the n % 64 tail included; then the halving tree 32, 16 in-thread and
 // 8, 4, 2, 1 by shuffles within the 16 lanes);
-// block_scan_counts is exact integer arithmetic in thread order.
+// block_scan_counts is exact integer arithmetic in thread order; load_key widens an f16 key
+// exactly (quant::f16_to_f32's value, NaN payloads included), so f16 keys give the bits of the
+// same keys stored as f32.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_sim_hd.h"
 #include "core/status.h"
 
 namespace ds4::cuda::attn {
@@ -40,6 +45,14 @@ __device__ __forceinline__ float tree64_half(float (&p)[4]) {
   return d;
 }
 
+// Element e of a key row, as f32: f32 keys as they are; f16 keys by the hardware conversion
+// when finite (exact), by kvsim's (the CPU's NaN payload rule) for ±inf / NaN.
+__device__ __forceinline__ float load_key(const float* k, int64_t e) { return __ldg(k + e); }
+__device__ __forceinline__ float load_key(const uint16_t* k, int64_t e) {
+  const uint16_t h = __ldg(reinterpret_cast<const unsigned short*>(k) + e);
+  return (h & 0x7c00u) != 0x7c00u ? __half2float(__ushort_as_half(h)) : kvsim::f16_to_f32(h);
+}
+
 // quant::dot_f32(a, b, n) on a half-warp (hl = lane & 15; both halves of the warp call it
 // together). The result is valid on hl == 0.
 __device__ __forceinline__ float half_dot64(const float* a, const float* b, int n, int hl) {
@@ -49,6 +62,18 @@ __device__ __forceinline__ float half_dot64(const float* a, const float* b, int 
     for (int c = 0; c < 4; ++c) {
       const int e = i + 16 * c + hl;
       if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(a[e], b[e]));
+    }
+  }
+  return tree64_half(p);
+}
+// The same with a an f16 row (widened by load_key).
+__device__ __forceinline__ float half_dot64(const uint16_t* a, const float* b, int n, int hl) {
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < n; i += 64) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int e = i + 16 * c + hl;
+      if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(load_key(a, e), b[e]));
     }
   }
   return tree64_half(p);

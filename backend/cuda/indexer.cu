@@ -3,6 +3,7 @@
 //
 // Role: device twin of cpu_backend.cpp's indexer_select (scores) and top_k_mask, bit for bit.
 // Invariants:
+//  * Rows are f16 bits (the State's indexer store), widened exactly (attn::load_key).
 //  * Score of row c: sc = 0; for each head k in order: d = dot_f32(row, q_k) (the canonical
 //    64-lane order on a half-warp, attention_common.cuh), sc = sc + (d > 0 ? d : 0)·w[k] on
 //    lane 0 — the CPU's expression. No FMA (the folder builds with --fmad=false).
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
   for (int64_t base = first; base < p.n_rows; base += halves) {
     const int64_t c = base + half;
     const bool valid = c < p.n_rows;
-    const float* row = p.rows + (valid ? c : 0) * p.head_dim;
+    const uint16_t* row = p.rows + (valid ? c : 0) * p.head_dim;  // f16 bits, widened exactly
     float sc = 0.0f;
     if (p.head_dim == kFastDim) {
       // The row's lane elements stay in registers across the heads: the same products and
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
       // the tree). kFastDim is a multiple of 64: no tail.
       float r[kFastDim / 16];
 #pragma unroll
-      for (int g = 0; g < kFastDim / 16; ++g) r[g] = row[g * 16 + hl];
+      for (int g = 0; g < kFastDim / 16; ++g) r[g] = attn::load_key(row, g * 16 + hl);
       for (int k = 0; k < p.n_head; ++k) {
         const float* qk = smem + k * kFastDim;
         float d4[4] = {0.0f, 0.0f, 0.0f, 0.0f};

@@ -3,7 +3,7 @@
 //
 // Role: the FP8-E4M3 / FP4-E2M1 block round trips (block scale from the block's amax, then
 // each element's clamp, nearest grid value and rescale), the Hadamard-128 butterfly scale and
-// f16_round, written once so that attention.cu's warp-parallel kernels and the host test
+// f16_round / f32_to_f16, written once so that attention.cu's warp-parallel kernels and the host test
 // (tests/cuda/kv_sim_hd_test.cpp, which compares the sequential row forms below with quant::
 // bit for bit) share them. The block scale is ldexpf(1, detmath::ceil_log2_f32(amax / max)),
 // the definition the CPU oracle uses.
@@ -131,6 +131,21 @@ DS4_HD float f16_round(float x) {
   }
   const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
   return f32_from_bits(r | sign);
+}
+
+// quant::f32_to_f16(x): the bits of f16_round(x) (a value on the f16 grid, ±inf or the quiet
+// NaN), repacked; so f16_to_f32(f32_to_f16(x)) == f16_round(x) bit for bit.
+DS4_HD uint16_t f32_to_f16(float x) {
+  const uint32_t u = f32_bits(f16_round(x));
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  if (a == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // inf
+  if (a < 0x38800000u) {
+    // Zero or an f16 subnormal: a multiple of 2^-24 below 2^-14, so a·2^24 is an exact integer.
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(f32_from_bits(a) * 16777216.0f));
+  }
+  return static_cast<uint16_t>(sign | (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu));
 }
 
 // Sequential row forms (the host test's subjects; the kernels run the same steps in parallel).

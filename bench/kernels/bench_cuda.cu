@@ -509,6 +509,8 @@ int main(int argc, char** argv) {
   // Sink attention (ops.h sink_attention) at Flash widths, 64 heads x 512, one query: a full
   // raw window of 128 rows plus 256 compressed rows (ratio 4 at the 1K frontier), and at 8K
   // (2048 compressed rows) all allowed or the indexer's 512 allowed. Gaussian keys and queries.
+  // Keys as the target stores them (f16), and the 8K case once more as f32 keys (the drafter's
+  // kind, and the layout before the f16 stores).
   {
     const int nh = 64, D = 512, n_raw = 128;
     const int64_t max_comp = 2048;
@@ -522,20 +524,30 @@ int main(int argc, char** argv) {
     uint8_t* dallow = nullptr;
     CK(cudaMalloc(&dv, hv.size() * sizeof(float)));
     CK(cudaMemcpy(dv, hv.data(), hv.size() * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<uint16_t> hk(static_cast<size_t>((n_raw + max_comp) * D));  // the keys as f16
+    for (size_t i = 0; i < hk.size(); ++i) hk[i] = ds4::quant::f32_to_f16(hv[i]);
+    uint16_t* dk = nullptr;
+    CK(cudaMalloc(&dk, hk.size() * sizeof(uint16_t)));
+    CK(cudaMemcpy(dk, hk.data(), hk.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
     CK(cudaMalloc(&dallow, max_comp));
     CK(cudaMemcpy(dallow, allow.data(), max_comp, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&dsc, sizeof(float) * nh * (n_raw + max_comp)));
     CK(cudaMalloc(&dout, sizeof(float) * nh * D));
     CK(cudaMalloc(&dsink, sizeof(float) * nh));
     CK(cudaMemcpy(dsink, hv.data(), sizeof(float) * nh, cudaMemcpyHostToDevice));
-    auto sink_case = [&](const char* name, int64_t n_comp, bool masked) {
+    auto sink_case = [&](const char* name, int64_t n_comp, bool masked, bool f32_keys = false) {
       ds4::backend::SinkAttentionParams p;
       p.q = dv + (n_raw + max_comp) * D;
-      p.raw = dv;
+      if (f32_keys) {
+        p.raw = dv;
+        p.comp = dv + n_raw * D;
+      } else {
+        p.raw_f16 = dk;
+        p.comp_f16 = dk + n_raw * D;
+      }
       p.raw_cap = n_raw;
       p.raw_first = 1000;
       p.n_raw = n_raw;
-      p.comp = dv + n_raw * D;
       p.n_comp = n_comp;
       p.comp_allowed = masked ? dallow : nullptr;
       p.sinks = dsink;
@@ -552,7 +564,9 @@ int main(int argc, char** argv) {
     sink_case("sink_attention 64x512 raw 128 + comp 2048 (8K)", 2048, false);
     sink_case("sink_attention 64x512 raw 128 + 512 of 2048 (8K)", 2048, true);
     sink_case("sink_attention 64x512 raw 128 only", 0, false);
+    sink_case("sink_attention 64x512 raw 128 + comp 2048 (8K), f32 keys", 2048, false, true);
     CK(cudaFree(dv));
+    CK(cudaFree(dk));
     CK(cudaFree(dallow));
     CK(cudaFree(dsc));
     CK(cudaFree(dout));

@@ -8,6 +8,8 @@
 // and through the ops.h launcher on device copies of the same buffers, and compares every
 // output buffer's BITS (allowed masks byte for byte); a mismatch names the op, the buffer, the
 // element and both values. Without a usable GPU every test skips with probe_device's reason.
+// The KV stores are f16 (the raw ring, the compressor's rows, the indexer rows, the sink keys
+// of the target); sink attention also runs on f32 keys (the DSpark drafter's ring and block).
 // The CPU must compute its transcendentals by core/detmath.h and core/rope.h (the definitions
 // the device code uses) for the ops with exp / sin / cos to match.
 #include <gtest/gtest.h>
@@ -88,6 +90,28 @@ void expect_bits(const Mirror<float>& m, const std::string& what) {
   EXPECT_EQ(0u, bad) << what << ": " << bad << " of " << m.size() << " elements differ";
 }
 
+// f16 stores: every 16-bit pattern equal.
+void expect_bits(const Mirror<uint16_t>& m, const std::string& what) {
+  const std::vector<uint16_t> got = m.fetch();
+  const std::vector<uint16_t>& want = m.host();
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      if (bad < 6)
+        ADD_FAILURE() << what << " [" << i << "]: gpu 0x" << std::hex << got[i] << " cpu 0x" << want[i] << std::dec;
+      ++bad;
+    }
+  }
+  EXPECT_EQ(0u, bad) << what << ": " << bad << " of " << m.size() << " f16 elements differ";
+}
+
+// f16 bits of values (the stores' contents).
+std::vector<uint16_t> to_f16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  quant::f32_to_f16_row(x.data(), h.data(), static_cast<int64_t>(x.size()));
+  return h;
+}
+
 std::vector<float> gaussian(size_t n, std::mt19937& rng, float scale = 1.0f) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(n);
@@ -164,7 +188,7 @@ TEST_F(CudaAttentionOps, AttentionInputsBitsEqualCpu) {
     const int64_t q_stride = static_cast<int64_t>(c.n_head) * D + 16;
     Mirror<float> q(gaussian(c.with_q ? c.n_rows * q_stride : 1, rng, 2.0f));
     Mirror<float> kv(kv_like(static_cast<size_t>(c.n_rows) * D, rng));
-    Mirror<float> raw(gaussian(c.with_raw ? c.raw_cap * D : 1, rng));
+    Mirror<uint16_t> raw(to_f16(gaussian(c.with_raw ? c.raw_cap * D : 1, rng)));  // f16 ring
     const int idim = 128;
     Mirror<float> iq(gaussian(c.with_iq ? static_cast<size_t>(c.n_rows) * c.n_idx_head * idim : 1, rng, 3.0f));
     Mirror<float> iw(gaussian(c.with_iq ? static_cast<size_t>(c.n_rows) * c.n_idx_head : 1, rng));
@@ -247,7 +271,7 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
     Mirror<uint16_t> ape(ape_h);
     Mirror<float> norm(gaussian(D, rng, 0.3f));
     const int max_rows = c.steps / R + 2;
-    Mirror<float> out(std::vector<float>(static_cast<size_t>(max_rows) * D, 0.0f));
+    Mirror<uint16_t> out(std::vector<uint16_t>(static_cast<size_t>(max_rows) * D, 0));  // f16 rows
     Mirror<float> pooled(std::vector<float>(D, 0.0f));
     int emitted = 0;
     for (int t = 0; t < c.steps; ++t) {
@@ -313,7 +337,8 @@ void run_indexer_case(backend::Backend& cpu, const char* name, int n_head, int h
   std::vector<float> rows_h = gaussian(static_cast<size_t>(max_rows) * head_dim, rng);
   for (int64_t c = 0; c < max_rows; c += 97)  // all-zero rows: score exactly 0
     std::fill(rows_h.begin() + c * head_dim, rows_h.begin() + (c + 1) * head_dim, 0.0f);
-  std::vector<Mirror<float>> qv, wv, scores, rows;
+  std::vector<Mirror<float>> qv, wv, scores;
+  std::vector<Mirror<uint16_t>> rows;  // f16 indexer rows
   std::vector<Mirror<int32_t>> order;
   std::vector<Mirror<uint8_t>> allowed;
   for (int i = 0; i < n; ++i) {
@@ -321,7 +346,7 @@ void run_indexer_case(backend::Backend& cpu, const char* name, int n_head, int h
     if (qs[i].distinct > 0)
       for (int64_t c = qs[i].distinct; c < qs[i].n_rows; ++c)
         std::copy_n(r.begin() + (c % qs[i].distinct) * head_dim, head_dim, r.begin() + c * head_dim);
-    rows.emplace_back(std::move(r));
+    rows.emplace_back(to_f16(r));
     qv.emplace_back(gaussian(static_cast<size_t>(n_head) * head_dim, rng));
     std::vector<float> w = gaussian(n_head, rng, 0.1f);
     if (i % 2 == 1)
@@ -395,20 +420,25 @@ struct SinkQuerySpec {
   int64_t pos;
 };
 
+// f16: the keys are f16 stores (the target); otherwise f32 (the drafter).
 void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head_dim, int64_t raw_cap, bool yarn,
-                   const std::vector<SinkQuerySpec>& qs, std::mt19937& rng) {
-  SCOPED_TRACE(name);
+                   const std::vector<SinkQuerySpec>& qs, std::mt19937& rng, bool f16) {
+  SCOPED_TRACE(std::string(name) + (f16 ? " (f16 keys)" : " (f32 keys)"));
   const int n = static_cast<int>(qs.size());
   const int D = head_dim;
-  Mirror<float> raw(kv_like(static_cast<size_t>(raw_cap) * D, rng));
+  const std::vector<float> raw_v = kv_like(static_cast<size_t>(raw_cap) * D, rng);
+  Mirror<float> raw(raw_v);
+  Mirror<uint16_t> raw16(to_f16(raw_v));
   Mirror<float> sinks(gaussian(n_head, rng, 2.0f));
   std::vector<Mirror<float>> q, comp, scores, out;
+  std::vector<Mirror<uint16_t>> comp16;
   std::vector<Mirror<uint8_t>> allowed;
   std::vector<SinkAttentionParams> hp(n), dp(n);
   for (int i = 0; i < n; ++i) {
     const SinkQuerySpec& s = qs[i];
     q.emplace_back(gaussian(static_cast<size_t>(n_head) * D, rng, 1.5f));
     comp.emplace_back(kv_like(static_cast<size_t>(std::max<int64_t>(s.n_comp, 1)) * D, rng));
+    comp16.emplace_back(to_f16(comp.back().host()));
     std::vector<uint8_t> a(std::max<int64_t>(s.n_comp, 1), 1);
     std::uniform_int_distribution<int> pct(0, 99);
     for (auto& x : a) x = pct(rng) < s.allowed_pct ? 1 : 0;
@@ -427,8 +457,13 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
     p.rope = rope_yarn(yarn);
     hp[i] = dp[i] = p;
     hp[i].q = q[i].h(), dp[i].q = q[i].d();
-    hp[i].raw = raw.h(), dp[i].raw = raw.d();
-    hp[i].comp = comp[i].h(), dp[i].comp = comp[i].d();
+    if (f16) {
+      hp[i].raw_f16 = raw16.h(), dp[i].raw_f16 = raw16.d();
+      hp[i].comp_f16 = comp16[i].h(), dp[i].comp_f16 = comp16[i].d();
+    } else {
+      hp[i].raw = raw.h(), dp[i].raw = raw.d();
+      hp[i].comp = comp[i].h(), dp[i].comp = comp[i].d();
+    }
     hp[i].comp_allowed = s.allowed_pct < 0 ? nullptr : allowed[i].h();
     dp[i].comp_allowed = s.allowed_pct < 0 ? nullptr : allowed[i].d();
     hp[i].sinks = sinks.h(), dp[i].sinks = sinks.d();
@@ -450,38 +485,40 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
 }
 
 TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
-  std::mt19937 rng(128);
-  // Tiny: ring of 16 wrapping, masks, no keys at all, no de-rotation, 10 queries (2 launches).
-  run_sink_case(*cpu_, "tiny", 4, 128, 16, false,
-                {{16, 9, 20, 60, 64, 24},
-                 {5, 30, 0, -1, 64, 34},
-                 {0, 0, 0, -1, 64, 0},
-                 {3, 14, 40, 0, 64, 16},
-                 {16, 100, 33, -1, 0, 115},
-                 {1, 15, 7, 50, 64, 15},
-                 {12, 4, 18, 90, 64, 15},
-                 {0, 0, 25, 40, 64, 99},
-                 {16, 17, 1, 100, 64, 32},
-                 {8, 2, 3, 30, 64, 9}},
-                rng);
-  run_sink_case(*cpu_, "flash-yarn", 64, 512, 128, true,
-                {{128, 999873, 2000, 25, 64, 1000000},
-                 {128, 999874, 300, -1, 64, 1000001},
-                 {77, 999930, 5000, 10, 64, 1000006}},
-                rng);
-  run_sink_case(*cpu_, "flash-dense", 64, 512, 128, false, {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}},
-                rng);
-  // The 1K frontier of the bench (128 raw + 256 compressed, every row allowed) next to a masked 8K one.
-  run_sink_case(*cpu_, "flash-1k", 64, 512, 128, true, {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}},
-                rng);
-  // Odd shapes for the score tiles (32 slots), head groups (4 heads) and dim slices (64 dims,
-  // cut at 64s - 1 when an odd head_dim is de-rotated): 5 heads, head_dims 135 / 65 / 1,
-  // chunks of the combine pass (768 slots) overrun, one slot, masks dropping whole tiles.
-  run_sink_case(*cpu_, "odd-135", 5, 135, 20, false,
-                {{20, 33, 900, 50, 16, 56}, {7, 3, 33, -1, 0, 12}, {0, 0, 1, -1, 16, 7}, {20, 1, 1700, 3, 134, 40}},
-                rng);
-  run_sink_case(*cpu_, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng);
-  run_sink_case(*cpu_, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng);
+  for (const bool f16 : {true, false}) {
+    std::mt19937 rng(128);
+    // Tiny: ring of 16 wrapping, masks, no keys at all, no de-rotation, 10 queries (2 launches).
+    run_sink_case(*cpu_, "tiny", 4, 128, 16, false,
+                  {{16, 9, 20, 60, 64, 24},
+                   {5, 30, 0, -1, 64, 34},
+                   {0, 0, 0, -1, 64, 0},
+                   {3, 14, 40, 0, 64, 16},
+                   {16, 100, 33, -1, 0, 115},
+                   {1, 15, 7, 50, 64, 15},
+                   {12, 4, 18, 90, 64, 15},
+                   {0, 0, 25, 40, 64, 99},
+                   {16, 17, 1, 100, 64, 32},
+                   {8, 2, 3, 30, 64, 9}},
+                  rng, f16);
+    run_sink_case(*cpu_, "flash-yarn", 64, 512, 128, true,
+                  {{128, 999873, 2000, 25, 64, 1000000},
+                   {128, 999874, 300, -1, 64, 1000001},
+                   {77, 999930, 5000, 10, 64, 1000006}},
+                  rng, f16);
+    run_sink_case(*cpu_, "flash-dense", 64, 512, 128, false,
+                  {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}}, rng, f16);
+    // The 1K frontier of the bench (128 raw + 256 compressed, every row allowed) next to a masked 8K one.
+    run_sink_case(*cpu_, "flash-1k", 64, 512, 128, true,
+                  {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}}, rng, f16);
+    // Odd shapes for the score tiles (32 slots), head groups (4 heads) and dim slices (64 dims,
+    // cut at 64s - 1 when an odd head_dim is de-rotated): 5 heads, head_dims 135 / 65 / 1,
+    // chunks of the combine pass (768 slots) overrun, one slot, masks dropping whole tiles.
+    run_sink_case(*cpu_, "odd-135", 5, 135, 20, false,
+                  {{20, 33, 900, 50, 16, 56}, {7, 3, 33, -1, 0, 12}, {0, 0, 1, -1, 16, 7}, {20, 1, 1700, 3, 134, 40}},
+                  rng, f16);
+    run_sink_case(*cpu_, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng, f16);
+    run_sink_case(*cpu_, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng, f16);
+  }
 }
 
 // Arguments the kernels do not support come back as an error Status naming the op and the
@@ -511,14 +548,16 @@ TEST(CudaAttentionArgs, UnsupportedShapesAreErrorsNotAborts) {
   cs.head_dim = 192;  // not a multiple of 128 for the indexer
   cs.n_rot = 64;
   cs.indexer = true;
-  cs.state_kv = cs.state_score = cs.pooled = cs.out_row = fake;
+  cs.state_kv = cs.state_score = cs.pooled = fake;
+  cs.out_row = reinterpret_cast<uint16_t*>(fake);
   cs.kv_cur = cs.sc_cur = cs.norm = fake;
   cs.ape = reinterpret_cast<const uint16_t*>(fake);
   expect_error(compressor_step(cs, nullptr), "compressor_step", "head_dim 192");
 
   IndexerSelectParams is[2];
   for (auto& q : is) {
-    q.q = q.w = q.rows = q.scores = fake;
+    q.q = q.w = q.scores = fake;
+    q.rows = reinterpret_cast<const uint16_t*>(fake);
     q.order = reinterpret_cast<int32_t*>(fake);
     q.allowed = reinterpret_cast<uint8_t*>(fake);
     q.n_rows = 100;
@@ -534,6 +573,17 @@ TEST(CudaAttentionArgs, UnsupportedShapesAreErrorsNotAborts) {
   sa.n_head = 4;
   sa.head_dim = 2048;  // above the per-block limit
   expect_error(sink_attention(&sa, 1, nullptr), "sink_attention", "heads 4 x 2048");
+  // Keys of one type per query and per call: f32 and f16 mixed are refused.
+  sa.head_dim = 128;
+  sa.n_raw = 4;
+  sa.raw_cap = 4;
+  sa.raw = fake;
+  sa.raw_f16 = reinterpret_cast<const uint16_t*>(fake);
+  expect_error(sink_attention(&sa, 1, nullptr), "sink_attention", "mixed keys");
+  SinkAttentionParams pair[2] = {sa, sa};
+  pair[0].raw_f16 = nullptr;  // query 0: f32 keys
+  pair[1].raw = nullptr;      // query 1: f16 keys
+  expect_error(sink_attention(pair, 2, nullptr), "sink_attention", "query 1");
 }
 
 }  // namespace

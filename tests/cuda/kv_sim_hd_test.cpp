@@ -100,6 +100,26 @@ TEST(KvSimHd, F16RoundEqualsQuant) {
   EXPECT_EQ(0u, bad);
 }
 
+TEST(KvSimHd, F32ToF16EqualsQuant) {
+  // The f16 stores' write: the same bits as quant::f32_to_f16 on the patterns above (every
+  // exponent, both rounding boundaries, subnormals, ±inf, NaNs), and so a round trip through
+  // the store gives f16_round's value.
+  size_t bad = 0;
+  for (uint32_t hi = 0; hi < (1u << 23); ++hi) {
+    for (uint32_t lo : {0x000u, 0x0ffu, 0x100u, 0x101u, 0x1ffu}) {
+      const float x = from_bits((hi << 9) | lo);
+      const uint16_t want = quant::f32_to_f16(x);
+      const uint16_t got = kvsim::f32_to_f16(x);
+      if (got != want || bits(kvsim::f16_to_f32(got)) != bits(quant::f16_round(x))) {
+        if (bad < 5)
+          ADD_FAILURE() << "f32_to_f16(0x" << std::hex << bits(x) << "): hd 0x" << got << " quant 0x" << want;
+        ++bad;
+      }
+    }
+  }
+  EXPECT_EQ(0u, bad);
+}
+
 TEST(KvSimHd, Fp8RowEqualsQuant) {
   for (uint32_t seed = 1; seed <= 8; ++seed) {
     const std::vector<float> x = test_rows(512 * 16, seed);

@@ -35,6 +35,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "model/profiles.h"
+#include "quant/half.h"
 #include "session/session.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
@@ -171,8 +172,7 @@ int main(int argc, char** argv) {
       const auto& sel = rec.route_sel()[il];
       std::memcpy(&experts[static_cast<size_t>((il * T + t) * NU)], sel.data(), NU * sizeof(int32_t));
       const session::LayerState& L = s.state().layers()[il];
-      std::memcpy(&raw_kv[static_cast<size_t>((il * T + t) * D)], L.raw.data() + (t % raw_cap) * D,
-                  D * sizeof(float));
+      quant::f16_to_f32_row(L.raw.data() + (t % raw_cap) * D, &raw_kv[static_cast<size_t>((il * T + t) * D)], D);
     }
     for (const auto& c : rec.idx_calls()) {
       if (c.layer >= NL || idxq[c.layer].empty()) return die("indexer call outside a ratio-4 layer");
@@ -204,12 +204,14 @@ int main(int argc, char** argv) {
     const session::LayerState& L = s.state().layers()[il];
     const std::string sfx = "_L" + std::to_string(il);
     if (L.ratio != 0) {
-      std::vector<float> comp(L.comp.host().begin(), L.comp.host().begin() + L.n_comp * D);
+      std::vector<float> comp(static_cast<size_t>(L.n_comp * D));  // the f16 store, widened
+      quant::f16_to_f32_row(L.comp.data(), comp.data(), L.n_comp * D);
       if (!write_raw(out + "/comp" + sfx + ".f32", comp)) return die("write comp");
       add("comp" + sfx, "f32", {L.n_comp, D});
     }
     if (L.ratio == 4) {
-      std::vector<float> index(L.index.host().begin(), L.index.host().begin() + L.n_index * IDX);
+      std::vector<float> index(static_cast<size_t>(L.n_index * IDX));
+      quant::f16_to_f32_row(L.index.data(), index.data(), L.n_index * IDX);
       if (!write_raw(out + "/index" + sfx + ".f32", index)) return die("write index");
       add("index" + sfx, "f32", {L.n_index, IDX});
       if (!write_raw(out + "/idxq" + sfx + ".f32", idxq[il])) return die("write idxq");

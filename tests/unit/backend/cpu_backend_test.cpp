@@ -10,6 +10,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/reduce.h"
+#include "quant/dot.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 
 namespace ds4::backend {
@@ -109,12 +111,12 @@ TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
   const int D = 128, W = 2 * D, R = 4;
   std::vector<float> skv(8 * W, 0.0f), ssc(8 * W, -1.0e30f);
   std::vector<uint16_t> ape(R * W, quant::f32_to_f16(0.0f));
-  std::vector<float> norm(D, 1.0f), pooled(D), out(D);
+  std::vector<float> norm(D, 1.0f), pooled(D);
+  std::vector<uint16_t> out(D, 0xffffu);  // f16 row; the NaN sentinel: written only by the emitting step
   RopeParams rp;
   // Window 0: token t has kv = t+1 everywhere, equal scores: the pooled value is the mean of
   // the current lane (1+2+3+4)/4 = 2.5 because the previous lane is still empty.
   int emitted = 0;
-  std::fill(out.begin(), out.end(), 7.0f);  // the row is written only by the emitting step
   for (int t = 0; t < 4; ++t) {
     std::vector<float> kv(W, static_cast<float>(t + 1)), sc(W, 0.0f);
     CompressorStepParams p;
@@ -134,10 +136,16 @@ TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
     p.out_row = out.data();
     be->compressor_step(p);
     emitted += compressor_emits(t, R);
-    EXPECT_EQ(out[0] != 7.0f, compressor_emits(t, R)) << t;
+    EXPECT_EQ(out[0] != 0xffffu, compressor_emits(t, R)) << t;
   }
   EXPECT_EQ(emitted, 1);
-  for (int j = 0; j < D; ++j) EXPECT_FLOAT_EQ(pooled[j], 2.5f);
+  // The row: pooled 2.5 everywhere, normed, roped at position 0, FP8 on the non-RoPE dims, f16.
+  std::vector<float> want(D, 2.5f);
+  cpu::rms_norm_row(want.data(), norm.data(), want.data(), D, 1e-6f);
+  cpu::rope_tail_rows(want.data(), 1, D, 64, 0, rp, false);
+  quant::fp8_e4m3_roundtrip(want.data(), D - 64);
+  for (int j = 0; j < D; ++j) EXPECT_EQ(out[j], quant::f32_to_f16(want[j])) << j;
+  EXPECT_EQ(quant::f16_to_f32(out[0]), 1.0f);
   // State rows 4..7 moved to 0..3.
   for (int r = 0; r < 4; ++r) EXPECT_EQ(skv[r * W], static_cast<float>(r + 1));
 }
@@ -146,10 +154,10 @@ TEST(CpuBackend, IndexerTopKPrefersLowIndexOnTies) {
   auto be = make_cpu_backend(2);
   const int n = 40, hd = 128;
   // All rows identical except rows 7 and 30 which score higher: top-4 = {7, 30, 0, 1}.
-  std::vector<float> rows(n * hd, 0.5f);
+  std::vector<uint16_t> rows(n * hd, quant::f32_to_f16(0.5f));  // f16 rows
   for (int j = 0; j < hd; ++j) {
-    rows[7 * hd + j] = 1.0f;
-    rows[30 * hd + j] = 1.0f;
+    rows[7 * hd + j] = quant::f32_to_f16(1.0f);
+    rows[30 * hd + j] = quant::f32_to_f16(1.0f);
   }
   std::vector<float> q(hd, 1.0f), w(1, 1.0f), scores(n);
   std::vector<int32_t> order(n);
@@ -211,18 +219,24 @@ TEST(CpuBackend, SinkAttentionMatchesFormula) {
 
 // A batch of independent attention queries (different key counts, compressed rows with and
 // without a mask, sizes on both sides of the inline threshold) gives, per query, the bits of
-// that query alone on one thread, at any thread count.
+// that query alone on one thread, at any thread count; with the keys as f16 bits (the target's
+// stores) it gives the bits of the same (f16-valued) keys as f32 (the drafter's kind).
 TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
   for (const int D : {32, 128}) {
     const int nh = 8, n_q = 6, n_comp = 24;
-    const auto kv = randv(static_cast<size_t>(64) * D, 21);
-    const auto comp = randv(static_cast<size_t>(n_comp) * D, 22);
+    auto kv = randv(static_cast<size_t>(64) * D, 21);
+    auto comp = randv(static_cast<size_t>(n_comp) * D, 22);
+    std::vector<uint16_t> kv16(kv.size()), comp16(comp.size());
+    quant::f32_to_f16_row(kv.data(), kv16.data(), static_cast<int64_t>(kv.size()));
+    quant::f32_to_f16_row(comp.data(), comp16.data(), static_cast<int64_t>(comp.size()));
+    quant::f16_to_f32_row(kv16.data(), kv.data(), static_cast<int64_t>(kv.size()));
+    quant::f16_to_f32_row(comp16.data(), comp.data(), static_cast<int64_t>(comp.size()));
     const auto qs = randv(static_cast<size_t>(n_q) * nh * D, 23);
     const auto sinks = randv(nh, 24);
     std::vector<uint8_t> mask(n_comp);
     for (int c = 0; c < n_comp; ++c) mask[c] = (c * 7) % 3 != 0;
     const int64_t stride = static_cast<int64_t>(nh) * (64 + n_comp);
-    auto queries = [&](std::vector<float>& scores, std::vector<float>& out) {
+    auto queries = [&](std::vector<float>& scores, std::vector<float>& out, bool f16 = false) {
       scores.assign(static_cast<size_t>(n_q) * stride, 0.0f);
       out.assign(static_cast<size_t>(n_q) * nh * D, 0.0f);
       std::vector<SinkAttentionParams> p(n_q);
@@ -240,6 +254,11 @@ TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
         p[i].head_dim = D;
         p[i].scores = scores.data() + i * stride;
         p[i].out = out.data() + static_cast<size_t>(i) * nh * D;
+        if (f16) {
+          p[i].raw_f16 = kv16.data();
+          p[i].comp_f16 = p[i].comp != nullptr ? comp16.data() : nullptr;
+          p[i].raw = p[i].comp = nullptr;
+        }
       }
       return p;
     };
@@ -254,6 +273,11 @@ TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
       be->sink_attention(batch.data(), n_q);
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
           << "D " << D << ", threads " << threads;
+      std::vector<float> s3, got16;
+      auto batch16 = queries(s3, got16, true);
+      be->sink_attention(batch16.data(), n_q);
+      EXPECT_EQ(0, std::memcmp(got16.data(), want.data(), want.size() * sizeof(float)))
+          << "f16 keys, D " << D << ", threads " << threads;
     }
   }
 }
@@ -261,7 +285,9 @@ TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
 // Likewise for the indexer: every query of a batch selects what it selects alone.
 TEST(CpuBackend, BatchedIndexerSelectEqualsSingleQueries) {
   const int hd = 128, nh = 4, n_q = 5, max_rows = 220, top_k = 16;
-  const auto rows = randv(static_cast<size_t>(max_rows) * hd, 31);
+  const auto rowsf = randv(static_cast<size_t>(max_rows) * hd, 31);
+  std::vector<uint16_t> rows(rowsf.size());  // the f16 indexer store
+  quant::f32_to_f16_row(rowsf.data(), rows.data(), static_cast<int64_t>(rows.size()));
   const auto qs = randv(static_cast<size_t>(n_q) * nh * hd, 32);
   const auto ws = randv(static_cast<size_t>(n_q) * nh, 33);
   auto queries = [&](std::vector<float>& scores, std::vector<int32_t>& order, std::vector<uint8_t>& allowed) {
@@ -293,6 +319,17 @@ TEST(CpuBackend, BatchedIndexerSelectEqualsSingleQueries) {
     int picked = 0;
     for (int64_t c = 0; c < single[i].n_rows; ++c) picked += want[i * max_rows + c];
     EXPECT_EQ(picked, top_k);
+  }
+  // A score is Σ_k relu(dot_f32(row widened from f16, q_k))·w_k in head order.
+  for (int64_t c = 0; c < single[0].n_rows; c += 17) {
+    float row[hd];
+    quant::f16_to_f32_row(rows.data() + c * hd, row, hd);
+    float sc = 0.0f;
+    for (int k = 0; k < nh; ++k) {
+      const float d = quant::dot_f32(row, qs.data() + k * hd, hd);
+      sc += (d > 0.0f ? d : 0.0f) * ws[k];
+    }
+    EXPECT_EQ(sc, sc1[c]) << "row " << c;
   }
   for (const int threads : {1, 2, 4}) {
     auto be = make_cpu_backend(threads);

@@ -4,7 +4,9 @@
 // their plain scalar definitions, on every ISA the machine supports.
 //
 //  * sink_attention_heads == the per-key loop (quant::dot_f32, one axpy per key), with more
-//    keys than one internal chunk (64) and with an allowed mask on the compressed rows;
+//    keys than one internal chunk (64) and with an allowed mask on the compressed rows; with
+//    f16 keys (the target's stores) == the same keys widened to f32 (the drafter's kind),
+//    across the f16 path's smaller chunks;
 //  * hc_pre_finish_rows on 1..11 rows == hc_split_sinkhorn + stream sum row by row;
 //  * rms_norm_rows == rms_norm_row per row for odd widths, every ISA.
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/detmath.h"
 #include "quant/dot.h"
+#include "quant/half.h"
 
 namespace ds4::backend {
 namespace {
@@ -124,6 +127,52 @@ TEST(CpuRowHelpers, SinkAttentionHeadsEqualPerKeyLoop) {
       cpu::sink_attention_heads(g, 0, 1);
       cpu::sink_attention_heads(g, 1, nh);
       EXPECT_TRUE(same_bits(want_out.data(), out.data(), out.size()));
+      EXPECT_TRUE(same_bits(want_scores.data(), scores.data(), scores.size()));
+    });
+  }
+}
+
+// f16 keys (raw_f16 / comp_f16) give the bits of the same values as f32 keys: widths whose f16
+// chunk (16384 / D keys) is below the 64 keys of the f32 chunk, so chunk edges differ too.
+TEST(CpuRowHelpers, SinkAttentionHeadsF16KeysEqualF32Keys) {
+  const int nh = 2;
+  for (const auto& [D, n_raw, n_comp, masked] : {std::tuple{520, 40, 70, true}, std::tuple{512, 33, 0, false},
+                                                 std::tuple{1000, 3, 50, false}}) {
+    SCOPED_TRACE(testing::Message() << "D " << D << ", " << n_raw << " raw, " << n_comp << " comp");
+    const auto q = randv(static_cast<size_t>(nh) * D, 11, 2.0f);
+    auto raw = randv(static_cast<size_t>(n_raw) * D + 1, 12);
+    auto comp = randv(static_cast<size_t>(n_comp) * D + 1, 13);
+    std::vector<uint16_t> raw16(raw.size()), comp16(comp.size());
+    quant::f32_to_f16_row(raw.data(), raw16.data(), static_cast<int64_t>(raw.size()));
+    quant::f32_to_f16_row(comp.data(), comp16.data(), static_cast<int64_t>(comp.size()));
+    quant::f16_to_f32_row(raw16.data(), raw.data(), static_cast<int64_t>(raw.size()));
+    quant::f16_to_f32_row(comp16.data(), comp.data(), static_cast<int64_t>(comp.size()));
+    std::vector<uint8_t> allowed(n_comp);
+    for (int c = 0; c < n_comp; ++c) allowed[c] = (c % 4) != 2;
+    const float sinks[2] = {0.1f, -0.7f};
+    SinkAttentionParams p;
+    p.q = q.data();
+    p.raw_cap = n_raw;
+    p.raw_first = 77;
+    p.n_raw = n_raw;
+    p.n_comp = n_comp;
+    p.comp_allowed = masked ? allowed.data() : nullptr;
+    p.sinks = sinks;
+    p.n_head = nh;
+    p.head_dim = D;
+    p.n_rot = 64;
+    p.pos = 500;
+    const size_t n_scores = static_cast<size_t>(nh) * (n_raw + n_comp);
+    for_each_isa([&] {
+      std::vector<float> want_scores(n_scores, 7.0f), want(static_cast<size_t>(nh) * D, 7.0f);
+      std::vector<float> scores(n_scores, 5.0f), got(want.size(), 5.0f);
+      SinkAttentionParams a = p, b = p;
+      a.raw = raw.data(), a.comp = comp.data(), a.scores = want_scores.data(), a.out = want.data();
+      b.raw_f16 = raw16.data(), b.comp_f16 = comp16.data(), b.scores = scores.data(), b.out = got.data();
+      ASSERT_TRUE(b.f16_keys() && b.keys_one_kind() && !a.f16_keys());
+      cpu::sink_attention_heads(a, 0, nh);
+      cpu::sink_attention_heads(b, 0, nh);
+      EXPECT_TRUE(same_bits(want.data(), got.data(), got.size()));
       EXPECT_TRUE(same_bits(want_scores.data(), scores.data(), scores.size()));
     });
   }

@@ -3,6 +3,7 @@
 // The state lives in CPU backend buffers; the tests read and write them through the host view.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/backend.h"
@@ -54,13 +55,13 @@ TEST(SessionState, FrontierRestoresCountersAndCompressorStatesOnly) {
   s.layers()[2].n_comp = 3;
   s.layers()[2].cmp_kv.host()[5] = -7.0f;
   s.layers()[3].cmp_score.host()[0] = 4.0f;
-  s.layers()[2].comp.host()[0] = 9.0f;  // append-only rows are not part of a frontier
+  s.layers()[2].comp.host()[0] = 0x4880;  // f16 9.0: append-only rows are not part of a frontier
   s.restore_frontier(f);
   EXPECT_EQ(s.tokens().size(), 10u);
   EXPECT_EQ(s.layers()[2].n_comp, 2);
   EXPECT_EQ(s.layers()[2].cmp_kv.host()[5], 1.5f);
   EXPECT_EQ(s.layers()[3].cmp_score.host()[0], kNegInf);
-  EXPECT_EQ(s.layers()[2].comp.host()[0], 9.0f);
+  EXPECT_EQ(s.layers()[2].comp.host()[0], 0x4880);
   EXPECT_EQ(f.states.size(), s.frontier_state_floats());
 }
 
@@ -73,12 +74,15 @@ TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
   a.set_has_logits(true);
   for (size_t il = 0; il < a.layers().size(); ++il) {
     LayerState& L = a.layers()[il];
-    for (size_t j = 0; j < L.raw.size(); ++j) L.raw.host()[j] = static_cast<float>(j % 97) + il;
+    for (size_t j = 0; j < L.raw.size(); ++j) L.raw.host()[j] = static_cast<uint16_t>(j % 97 + il);
     if (L.ratio != 0) {
       L.n_comp = 50 / L.ratio;
-      for (size_t j = 0; j < L.comp.size(); ++j) L.comp.host()[j] = static_cast<float>(j % 13);
+      for (size_t j = 0; j < L.comp.size(); ++j) L.comp.host()[j] = static_cast<uint16_t>(0x3c00 + j % 13);
     }
-    if (L.ratio == 4) L.n_index = L.n_comp;
+    if (L.ratio == 4) {
+      L.n_index = L.n_comp;
+      for (size_t j = 0; j < L.index.size(); ++j) L.index.host()[j] = static_cast<uint16_t>(0xbc00 + j % 7);
+    }
   }
   std::vector<uint8_t> bytes;
   a.serialize(bytes);
@@ -90,18 +94,48 @@ TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
   EXPECT_EQ(again, bytes);
   EXPECT_EQ(b.layers()[2].n_comp, 12);
   EXPECT_EQ(b.logits().host()[17], 2.5f);
+  // The visible KV rows come back bit for bit (f16 in the payload as in the store).
+  for (size_t il = 0; il < a.layers().size(); ++il) {
+    const LayerState& A = a.layers()[il];
+    const LayerState& B = b.layers()[il];
+    for (int64_t j = 0; j < A.n_comp * static_cast<int64_t>(cfg.head_dim); ++j)
+      ASSERT_EQ(A.comp.host()[j], B.comp.host()[j]) << il;
+    for (int64_t j = 0; j < A.n_index * static_cast<int64_t>(cfg.indexer_head_dim); ++j)
+      ASSERT_EQ(A.index.host()[j], B.index.host()[j]) << il;
+    for (int64_t p = 0; p < 50; ++p) {
+      const int64_t row = (p % a.raw_cap()) * cfg.head_dim;
+      if (p >= 50 - std::min<int64_t>(50, cfg.n_swa))
+        ASSERT_EQ(A.raw.host()[row], B.raw.host()[row]) << il << " pos " << p;
+    }
+  }
   // A truncated or foreign payload is rejected.
   bytes.pop_back();
   EXPECT_FALSE(b.deserialize(bytes));
+}
+
+TEST(SessionState, EstimateEqualsWhatTheStateAllocates) {
+  const model::ModelConfig cfg = model::tiny_profile();
+  auto be = backend::make_cpu_backend(1);
+  for (const int64_t n_ctx : {40, 1000}) {
+    State s(cfg, n_ctx, *be);
+    uint64_t bytes = s.tokens().capacity() * sizeof(int32_t) + s.logits().bytes();
+    for (const LayerState& L : s.layers()) {
+      bytes += L.raw.bytes() + L.comp.bytes() + L.index.bytes();
+      bytes += L.cmp_kv.bytes() + L.cmp_score.bytes() + L.idx_kv.bytes() + L.idx_score.bytes();
+      EXPECT_EQ(L.raw.bytes(), L.raw.size() * 2);  // the KV rows are f16
+    }
+    EXPECT_EQ(State::estimate_bytes(cfg, n_ctx), bytes) << n_ctx;
+  }
 }
 
 TEST(SessionState, EstimateGrowsWithContextAtTheSpecRate) {
   const model::ModelConfig cfg = model::flash_profile();
   const uint64_t a = State::estimate_bytes(cfg, 4096);
   const uint64_t b = State::estimate_bytes(cfg, 8192);
-  // §6.1: 13 760 B/token of compressed KV (f32) + 4 B token id per token.
+  // §6.1: 13 760 B/token of compressed KV as f32; stored as f16 here: 6 880 B/token + 4 B
+  // token id per token.
   const double per_token = static_cast<double>(b - a) / 4096.0;
-  EXPECT_NEAR(per_token, 13760.0 + 4.0, 2.0);
+  EXPECT_NEAR(per_token, 6880.0 + 4.0, 1.0);
 }
 
 // Byte-level views of a host-addressable Array, whatever its element type (the KV rows may be
