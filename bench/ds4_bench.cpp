@@ -186,6 +186,17 @@ std::vector<int> frontiers(const Options& o) {
   return out;
 }
 
+// The CSV stream (stdout when path is empty) with its header written; nullptr when the file
+// cannot be opened.
+FILE* open_csv(const std::string& path) {
+  FILE* csv = path.empty() ? stdout : std::fopen(path.c_str(), "w");
+  if (csv == nullptr) return nullptr;
+  std::fprintf(csv, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
+                    "logits_sha256,backend\n");
+  std::fflush(csv);
+  return csv;
+}
+
 // --fill-ctx: one fresh session per context, filled synthetically, then a timed greedy decode.
 // A context whose session does not fit memory (kResource from new_session: needed vs free) is
 // reported and skipped; any other error stops the run.
@@ -285,34 +296,18 @@ int main_impl(int argc, char** argv) {
     return fail("model file '" + model + "' does not exist" +
                 (o.model.empty() ? " (no -m given; this is the default model)" : ""));
   }
-  if (!o.fill_list.empty()) {
-    eo.model_path = model;
-    Expected<std::unique_ptr<Engine>> engine = Engine::open(eo);
-    if (!engine.ok()) return fail(engine.status().message());
-    std::fprintf(stderr, "%s\n", backend_line("ds4-bench", (*engine)->info()).c_str());
-    FILE* csv = stdout;
-    if (!o.csv.empty()) {
-      csv = std::fopen(o.csv.c_str(), "w");
-      if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
-    }
-    std::fprintf(csv, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
-                      "logits_sha256,backend\n");
-    std::fflush(csv);
-    const int rc = run_fill(**engine, o, csv);
-    if (csv != stdout) std::fclose(csv);
-    return rc;
-  }
+  const bool fill = !o.fill_list.empty();
   std::string text;
-  {
+  if (!fill) {  // the sweep's inputs are checked before the (slow) model load
     std::ifstream in(o.prompt_file, std::ios::binary);
     if (!in) return fail("cannot read prompt file '" + o.prompt_file + "'");
     std::ostringstream ss;
     ss << in.rdbuf();
     text = ss.str();
-  }
-  if (!o.dump_dir.empty()) {
-    std::filesystem::create_directories(o.dump_dir, ec);
-    if (ec) return fail("cannot create '" + o.dump_dir + "': " + ec.message());
+    if (!o.dump_dir.empty()) {
+      std::filesystem::create_directories(o.dump_dir, ec);
+      if (ec) return fail("cannot create '" + o.dump_dir + "': " + ec.message());
+    }
   }
 
   eo.model_path = model;
@@ -320,6 +315,13 @@ int main_impl(int argc, char** argv) {
   if (!engine.ok()) return fail(engine.status().message());
   const std::string backend = (*engine)->info().backend;
   std::fprintf(stderr, "%s\n", backend_line("ds4-bench", (*engine)->info()).c_str());
+  if (fill) {
+    FILE* csv = open_csv(o.csv);
+    if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
+    const int rc = run_fill(**engine, o, csv);
+    if (csv != stdout) std::fclose(csv);
+    return rc;
+  }
   const TextCodec* codec = &(*engine)->text();
 
   std::vector<int32_t> tokens;
@@ -335,14 +337,8 @@ int main_impl(int argc, char** argv) {
   if (!session.ok()) return fail(session.status().message());
   Session& s = **session;
 
-  FILE* csv = stdout;
-  if (!o.csv.empty()) {
-    csv = std::fopen(o.csv.c_str(), "w");
-    if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
-  }
-  std::fprintf(csv, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
-                    "logits_sha256,backend\n");
-  std::fflush(csv);
+  FILE* csv = open_csv(o.csv);
+  if (csv == nullptr) return fail("cannot write CSV file '" + o.csv + "'");
 
   GenerateOptions probe;
   probe.max_tokens = o.gen_tokens;
