@@ -231,15 +231,8 @@ TEST(Markov, BackendAddArgmaxEqualsMarkovArgmax) {
   }
 }
 
-class DrafterTest : public ::testing::Test {
+class DrafterTest : public SharedStackTest {
  protected:
-  static void SetUpTestSuite() { stack_ = new Stack(Stack::open(7)); }
-  static void TearDownTestSuite() {
-    delete stack_;
-    stack_ = nullptr;
-  }
-  static Stack* stack_;
-
   // Deterministic fake captures: row p = f(p).
   std::vector<float> hidden_rows(const speculative::Drafter& d, int64_t pos0, int n) {
     std::vector<float> h(static_cast<size_t>(n) * d.capture_width());
@@ -249,7 +242,6 @@ class DrafterTest : public ::testing::Test {
     return h;
   }
 };
-Stack* DrafterTest::stack_ = nullptr;
 
 TEST_F(DrafterTest, RingBatchInvarianceGapAndTruncate) {
   auto a = stack_->drafter(3);

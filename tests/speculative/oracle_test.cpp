@@ -198,16 +198,7 @@ speculative::SpecConfig oracle_config(bool fold, bool scheduler, bool replay) {
   return cfg;
 }
 
-class OracleRuntimeTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { stack_ = new Stack(Stack::open(7)); }
-  static void TearDownTestSuite() {
-    delete stack_;
-    stack_ = nullptr;
-  }
-  static Stack* stack_;
-};
-Stack* OracleRuntimeTest::stack_ = nullptr;
+class OracleRuntimeTest : public SharedStackTest {};
 
 TEST_F(OracleRuntimeTest, HitRateOneAcceptsEveryDraftZeroNone) {
   const uint32_t V = stack_->model->config().n_vocab;
@@ -224,7 +215,9 @@ TEST_F(OracleRuntimeTest, HitRateOneAcceptsEveryDraftZeroNone) {
     EXPECT_EQ(one.stats.accepted_draft_tokens, one.stats.proposed_tokens);
     EXPECT_EQ(one.stats.first_misses, 0);
     EXPECT_EQ(one.stats.partial_accepts, 0);
-    if (c.fold) EXPECT_GT(one.stats.folded_seeds, 0);
+    if (c.fold) {
+      EXPECT_GT(one.stats.folded_seeds, 0);
+    }
     const OracleRun zero = run_oracle(*stack_, prompt, 96, 0.0f, oracle_config(c.fold, c.scheduler, c.replay));
     EXPECT_TRUE(zero.same_state);
     EXPECT_GT(zero.stats.proposed_tokens, 0);

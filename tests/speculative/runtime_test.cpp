@@ -169,19 +169,7 @@ speculative::SpecConfig config_for(const Combo& c, float flat_conf) {
   return cfg;
 }
 
-class RuntimeTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { stack_ = new Stack(Stack::open(7)); }
-  static void TearDownTestSuite() {
-    delete stack_;
-    stack_ = nullptr;
-  }
-  static Stack* stack_;
-
- public:
-  static Stack* stack() { return stack_; }
-};
-Stack* RuntimeTest::stack_ = nullptr;
+class RuntimeTest : public SharedStackTest {};
 
 constexpr int64_t kCtx = 512;
 

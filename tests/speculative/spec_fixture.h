@@ -135,4 +135,18 @@ class TestSession final : public Session {
   std::unique_ptr<session::ModelSession> s_;
 };
 
+// A test suite sharing one Stack (seed 7): the model and drafter loads happen once per suite.
+class SharedStackTest : public ::testing::Test {
+ public:
+  static Stack* stack() { return stack_; }
+
+ protected:
+  static void SetUpTestSuite() { stack_ = new Stack(Stack::open(7)); }
+  static void TearDownTestSuite() {
+    delete stack_;
+    stack_ = nullptr;
+  }
+  static inline Stack* stack_ = nullptr;
+};
+
 }  // namespace ds4::spec_test
