@@ -222,7 +222,9 @@ TEST(DetmathCeilLog2, ExactAtPowersOfTwoAndTheirNeighbours) {
     ASSERT_EQ(ceil_log2_f32(v), e) << "2^" << e;
     ASSERT_EQ(ceil_log2_f32(std::nextafter(v, inf)), e + 1) << "above 2^" << e;
     // Below 2^e: e, except below 2^-148, where the neighbour is 2^-149 itself.
-    if (e > -148) ASSERT_EQ(ceil_log2_f32(std::nextafter(v, 0.0f)), e) << "below 2^" << e;
+    if (e > -148) {
+      ASSERT_EQ(ceil_log2_f32(std::nextafter(v, 0.0f)), e) << "below 2^" << e;
+    }
   }
   EXPECT_EQ(ceil_log2_f32(FLT_MAX), 128);
   EXPECT_EQ(ceil_log2_f32(inf), 128);

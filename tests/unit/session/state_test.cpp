@@ -104,8 +104,9 @@ TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
       ASSERT_EQ(A.index.host()[j], B.index.host()[j]) << il;
     for (int64_t p = 0; p < 50; ++p) {
       const int64_t row = (p % a.raw_cap()) * cfg.head_dim;
-      if (p >= 50 - std::min<int64_t>(50, cfg.n_swa))
+      if (p >= 50 - std::min<int64_t>(50, cfg.n_swa)) {
         ASSERT_EQ(A.raw.host()[row], B.raw.host()[row]) << il << " pos " << p;
+      }
     }
   }
   // A truncated or foreign payload is rejected.
