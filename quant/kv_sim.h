@@ -6,7 +6,9 @@
 // (the exact ceil, core/detmath.h's ceil_log2_f32, not libm's rounded log2f), clamp, nearest
 // representable magnitude by absolute difference with exact ties to the EVEN table index, x = (sign·value)·scale with
 // sign = (v < 0 ? -1 : +1) (so -0.0 comes back as +0.0).
-// Invariants: in-place, no allocation; results depend only on the row itself.
+// The indexer rows are stored in FP4 form (fp4_row_bytes below): the codes and block exponents
+// of that round trip, written by the same pass, which decode to exactly the f16 rows' values.
+// Invariants: in-place, no allocation (but fp4_value_table's one table); results depend only on the row itself.
 #pragma once
 
 #include <cstdint>

@@ -301,6 +301,7 @@ class CpuBackend final : public Backend {
     cpu::rms_norm_row(pooled, p.norm, pooled, D, p.eps);
     cpu::rope_tail_rows(pooled, 1, D, p.n_rot, p.pos + 1 - R, p.rope, false);
     if (p.indexer) {
+      DS4_CHECK(p.out_fp4 != nullptr);
       quant::indexer_qat_row_store(pooled, D, p.out_fp4);  // the indexer cache stores FP4
     } else {
       quant::fp8_e4m3_roundtrip(pooled, D - p.n_rot);

@@ -3,7 +3,8 @@
 //
 // Role: the FP8-E4M3 / FP4-E2M1 block round trips (block scale from the block's amax, then
 // each element's clamp, nearest grid value and rescale), the Hadamard-128 butterfly scale and
-// f16_round / f32_to_f16, written once so that attention.cu's warp-parallel kernels and the host test
+// f16_round / f32_to_f16, the indexer rows' FP4 store (fp4_code, fp4_stored_value: quant/
+// kv_sim.h's layout and values), written once so that attention.cu's warp-parallel kernels and the host test
 // (tests/cuda/kv_sim_hd_test.cpp, which compares the sequential row forms below with quant::
 // bit for bit) share them. The block scale is ldexpf(1, detmath::ceil_log2_f32(amax / max)),
 // the definition the CPU oracle uses.
