@@ -193,7 +193,8 @@ struct AttentionInputsParams {
 // One compressor step (§4.4) on precomputed projections of the current token. The token closes
 // a window exactly when compressor_emits(pos, ratio); then the op writes the pooled, normed,
 // roped (at pos + 1 - ratio), quantization-simulated row as f16 to `out_row` (the next row of
-// the caller's compressed / indexer cache); the row is built in f32 in `pooled`. The caller knows from pos and ratio
+// the caller's compressed cache; an indexer row goes to `out_fp4` as its FP4 store,
+// quant::fp4_row_bytes(head_dim) bytes, whose values are that f16 row's); the row is built in f32 in `pooled`. The caller knows from pos and ratio
 // alone whether a row was appended, without reading anything back.
 struct CompressorStepParams {
   float* state_kv = nullptr;     // [coff*ratio, width] f32
@@ -210,7 +211,8 @@ struct CompressorStepParams {
   RopeParams rope;
   bool indexer = false;          // true: Hadamard+FP4 row; false: FP8 on the non-RoPE dims
   float* pooled = nullptr;       // scratch [head_dim] f32 (pooled, then the row before f16)
-  uint16_t* out_row = nullptr;   // [head_dim] f16, written only when the step emits
+  uint16_t* out_row = nullptr;   // [head_dim] f16 (indexer false), written only when the step emits
+  uint8_t* out_fp4 = nullptr;    // [fp4_row_bytes(head_dim)] FP4 store (indexer true), same
 };
 
 // Whether the compressor step at pos closes a window (and so appends a row).
@@ -222,7 +224,7 @@ constexpr bool compressor_emits(int64_t pos, int ratio) { return (pos + 1) % rat
 struct IndexerSelectParams {
   const float* q = nullptr;       // [n_head, head_dim] roped + QAT'd indexer query
   const float* w = nullptr;       // [n_head] head weights (already scaled)
-  const uint16_t* rows = nullptr; // [n_rows, head_dim] f16 indexer compressed rows
+  const uint8_t* rows = nullptr;  // [n_rows, fp4_row_bytes(head_dim)] FP4 stores of the indexer rows
   int64_t n_rows = 0;
   int n_head = 0;
   int head_dim = 0;

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "quant/kv_sim.h"
+
 namespace ds4::backend {
 
 const char* op_class_name(OpClass c) {
@@ -93,15 +95,16 @@ OpCost op_cost(const CompressorStepParams& p) {
   const uint64_t width = coff * u(p.head_dim);
   const uint64_t state = coff * u(p.ratio) * width * kF32;
   // Both states read and their current row written; the projections; the APE row (F16).
-  return {OpClass::kAttention, 2 * state + 4 * width * kF32 + u(p.ratio) * width * kHalf + u(p.head_dim) * kHalf};
+  const uint64_t row = p.indexer ? u(quant::fp4_row_bytes(p.head_dim)) : u(p.head_dim) * kHalf;  // FP4 or f16
+  return {OpClass::kAttention, 2 * state + 4 * width * kF32 + u(p.ratio) * width * kHalf + row};
 }
 
 OpCost op_cost(const IndexerSelectParams* p, int n) {
   uint64_t b = 0;
   for (int i = 0; i < n; ++i) {
     const uint64_t rows = u(p[i].n_rows);
-    // The f16 rows, the scores written and read by the top-k, the order and the allowed mask.
-    b += rows * u(p[i].head_dim) * kHalf + rows * (2 * kF32 + 4 + 1) +
+    // The FP4 rows, the scores written and read by the top-k, the order and the allowed mask.
+    b += rows * u(quant::fp4_row_bytes(p[i].head_dim)) + rows * (2 * kF32 + 4 + 1) +
          u(p[i].n_head) * (u(p[i].head_dim) + 1) * kF32;
   }
   return {OpClass::kIndexer, b};

@@ -10,9 +10,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/detmath.h"
 #include "core/status.h"
+#include "quant/half.h"
 
 namespace ds4::quant {
 
@@ -77,8 +79,11 @@ float grid_nearest(float a) {
 // (KvRoundtrips.RowsEqualThePerElementDefinition); `ax < max ? ax : max` equals
 // fmin(ax, max) here because arithmetic results are never signaling NaNs. Branch-free: the
 // branchy scalar loop mispredicted on every sign and range change (4-5% of a tiny verify).
-template <int kMbits, int kMinNormalExp, int kBlock>
-void round_block(float* x, float max, float min_amax) {
+// With kCodes (E2M1 only), the same pass also writes the block's store (quant/kv_sim.h,
+// indexer FP4 rows): the exponent byte k + 127 of scale = 2^k, and per element the code
+// (sign < 0) << 3 | grid index of g, g being the very magnitude the value is built from.
+template <int kMbits, int kMinNormalExp, int kBlock, bool kCodes = false>
+void round_block(float* x, float max, float min_amax, uint8_t* codes = nullptr, uint8_t* exp_byte = nullptr) {
   static_assert(kBlock % 8 == 0);
   typedef float F8 __attribute__((vector_size(32)));
   typedef uint32_t U8 __attribute__((vector_size(32)));
@@ -98,7 +103,10 @@ void round_block(float* x, float max, float min_amax) {
   float amax = 0.0f;
   for (int l = 0; l < 8; ++l) amax = m[l] > amax ? m[l] : amax;
   if (amax < min_amax) amax = min_amax;
-  const float scale = ldexpf(1.0f, detmath::ceil_log2_f32(amax / max));
+  const int e = detmath::ceil_log2_f32(amax / max);  // -126 .. 128 (128: amax is inf)
+  const float scale = ldexpf(1.0f, e);
+  if constexpr (kCodes) *exp_byte = static_cast<uint8_t>(e + 127);
+  [[maybe_unused]] I8 code[kBlock / 8];
   for (int k = 0; k < kBlock / 8; ++k) {
     F8 t = v[k] / scale;
     t = t > max ? F8{} + max : t;
@@ -111,9 +119,24 @@ void round_block(float* x, float max, float min_amax) {
     const F8 normal = (F8)bits;
     const F8 sub = (a + kBig) - kBig;
     const I8 is_normal = a >= kMinNormal;
-    v[k] = sign * (is_normal ? normal : sub) * scale;
+    const F8 g = is_normal ? normal : sub;
+    v[k] = sign * g * scale;
+    if constexpr (kCodes) {
+      static_assert(kMbits == 1 && kMinNormalExp == 0, "codes are E2M1 grid indices");
+      // Index of g in {0, .5, 1, 1.5, 2, 3, 4, 6}: 2g below 1, else from the f32 bits (exponent
+      // and the one kept mantissa bit: 1.0 = 0x3f800000 -> 0xfe -> 2, ..., 6.0 -> 0x103 -> 7).
+      const I8 low = __builtin_convertvector(g * 2.0f, I8);
+      const I8 high = (I8)(((U8)g >> 22) - 0xfcu);
+      const I8 idx = g < 1.0f ? low : high;
+      code[k] = idx | (sign < 0.0f ? I8{} + 8 : I8{});
+    }
   }
   std::memcpy(x, v, sizeof v);
+  if constexpr (kCodes) {
+    int32_t c[kBlock];
+    std::memcpy(c, code, sizeof c);
+    for (int j = 0; j < kBlock / 2; ++j) codes[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
+  }
 }
 
 }  // namespace
@@ -154,6 +177,71 @@ void fp4_e2m1_roundtrip_row(float* x, int n) {
   }
 }
 
+void fp4_e2m1_roundtrip_row_store(float* x, int n, uint8_t* store) {
+  DS4_CHECK(n >= 0 && n % kFp4BlockSize == 0);
+  uint8_t* exps = store + n / 2;
+  for (int off = 0; off < n; off += kFp4BlockSize) {
+    round_block<1, 0, kFp4BlockSize, true>(x + off, kE2M1Max, kFp4MinAmax, store + off / 2, exps + off / kFp4BlockSize);
+  }
+}
+
+float fp4_stored_value(int code, int exp_byte) {
+  DS4_CHECK(code >= 0 && code < 16 && exp_byte >= 0 && exp_byte < 256);
+  const float sign = (code & 8) != 0 ? -1.0f : 1.0f;
+  return f16_round(sign * kE2M1[code & 7] * ldexpf(1.0f, exp_byte - 127));
+}
+
+const float* fp4_value_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256 * 16);
+    for (int e = 0; e < 256; ++e) {
+      for (int c = 0; c < 16; ++c) t[static_cast<size_t>(e * 16 + c)] = fp4_stored_value(c, e);
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+// A table lookup per element (bit-exact on any ISA). With GCC on x86, 8 elements at a time:
+// the block's 16 table values as two 8-lane vectors and a two-input shuffle by the codes
+// (vpermps / vpermt2ps in the AVX2 / AVX-512 clones).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+void fp4_row_decode(const uint8_t* store, int n, float* out, const float* table) {
+  typedef float F8 __attribute__((vector_size(32)));
+  typedef int32_t I8 __attribute__((vector_size(32)));
+  const I8 shift = {0, 4, 8, 12, 16, 20, 24, 28};
+  const uint8_t* exps = store + n / 2;
+  for (int b = 0; b < n / kFp4BlockSize; ++b) {
+    F8 lo, hi;
+    std::memcpy(&lo, table + static_cast<int>(exps[b]) * 16, sizeof lo);
+    std::memcpy(&hi, table + static_cast<int>(exps[b]) * 16 + 8, sizeof hi);
+    const uint8_t* c = store + b * (kFp4BlockSize / 2);
+    float* o = out + b * kFp4BlockSize;
+    for (int q = 0; q < kFp4BlockSize / 8; ++q) {
+      uint32_t w;  // codes of elements 8q .. 8q+7, element 8q in the low nibble
+      std::memcpy(&w, c + 4 * q, sizeof w);
+      const I8 idx = ((I8{} + static_cast<int32_t>(w)) >> shift) & 15;
+      const F8 v = __builtin_shuffle(lo, hi, idx);
+      std::memcpy(o + 8 * q, &v, sizeof v);
+    }
+  }
+}
+#else
+void fp4_row_decode(const uint8_t* store, int n, float* out, const float* table) {
+  const uint8_t* exps = store + n / 2;
+  for (int b = 0; b < n / kFp4BlockSize; ++b) {
+    const float* t = table + static_cast<int>(exps[b]) * 16;
+    const uint8_t* c = store + b * (kFp4BlockSize / 2);
+    float* o = out + b * kFp4BlockSize;
+    for (int j = 0; j < kFp4BlockSize / 2; ++j) {
+      o[2 * j] = t[c[j] & 15];
+      o[2 * j + 1] = t[c[j] >> 4];
+    }
+  }
+}
+#endif
+
 void hadamard128_inplace(float* x) {
   for (int stride = 1; stride < kHadamardDim; stride <<= 1) {
     for (int base = 0; base < kHadamardDim; base += 2 * stride) {
@@ -171,6 +259,12 @@ void hadamard128_inplace(float* x) {
 void indexer_qat_row(float* x128) {
   hadamard128_inplace(x128);
   fp4_e2m1_roundtrip_row(x128, kHadamardDim);
+}
+
+void indexer_qat_row_store(float* x, int n, uint8_t* store) {
+  DS4_CHECK(n >= 0 && n % kHadamardDim == 0);
+  for (int off = 0; off < n; off += kHadamardDim) hadamard128_inplace(x + off);
+  fp4_e2m1_roundtrip_row_store(x, n, store);
 }
 
 }  // namespace ds4::quant

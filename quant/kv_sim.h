@@ -6,7 +6,9 @@
 // (the exact ceil, core/detmath.h's ceil_log2_f32, not libm's rounded log2f), clamp, nearest
 // representable magnitude by absolute difference with exact ties to the EVEN table index, x = (sign·value)·scale with
 // sign = (v < 0 ? -1 : +1) (so -0.0 comes back as +0.0).
-// Invariants: in-place, no allocation; results depend only on the row itself.
+// The indexer rows are stored in FP4 form (fp4_row_bytes below): the codes and block exponents
+// of that round trip, written by the same pass, which decode to exactly the f16 rows' values.
+// Invariants: in-place, no allocation (but fp4_value_table's one table); results depend only on the row itself.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,23 @@ float e2m1_nearest(float v);
 // FP4 round trip of x[0..n) in blocks of 32 (n % 32 == 0).
 void fp4_e2m1_roundtrip_row(float* x, int n);
 
+// FP4 store of an indexer row of n values (n % 32 == 0), fp4_row_bytes(n) bytes: n/2 code
+// bytes (element 2j in the low nibble of byte j, 2j+1 in the high one; code = (sign < 0) << 3
+// | E2M1 index) then n/32 exponent bytes (block b's scale 2^k as k + 127: 1 .. 255, 255 for
+// the inf scale of a block holding ±inf). Lossless for the indexer's f16 rows: the value of
+// (code, byte) is f16_round((sign·e2m1_value(index))·ldexpf(1, byte − 127)), exactly the f16
+// row value of that element (the round trip's own expression, then the f16 store's rounding).
+// All-zero bytes decode to +0.0.
+constexpr int fp4_row_bytes(int n) { return n / 2 + n / kFp4BlockSize; }
+// fp4_e2m1_roundtrip_row(x, n) (the same values, bit for bit) that also writes the store.
+void fp4_e2m1_roundtrip_row_store(float* x, int n, uint8_t* store);
+// The stored value of code (0..15) under exponent byte exp_byte (0..255), as above.
+float fp4_stored_value(int code, int exp_byte);
+// [256 exponent bytes][16 codes] of fp4_stored_value, built once (thread-safe).
+const float* fp4_value_table();
+// The n values of a store (table = fp4_value_table()).
+void fp4_row_decode(const uint8_t* store, int n, float* out, const float* table);
+
 // Unnormalized fast Walsh–Hadamard transform over 128 values (strides 1, 2, ..., 64; each
 // butterfly writes (a+b, a−b)), then every value multiplied by kHadamardScale.
 // Applying it twice returns x up to rounding (H·H = I with this scale).
@@ -47,5 +66,8 @@ void hadamard128_inplace(float* x);
 
 // Indexer QAT of one 128-wide row: hadamard128_inplace then fp4_e2m1_roundtrip_row(x, 128).
 void indexer_qat_row(float* x128);
+// Indexer QAT of a row of n (multiple of 128) values, each 128 as indexer_qat_row, writing
+// the FP4 store of the whole row too (fp4_row_bytes(n) bytes).
+void indexer_qat_row_store(float* x, int n, uint8_t* store);
 
 }  // namespace ds4::quant

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "quant/kv_sim.h"
 #include "session/block.h"
 #include "session/scratch.h"
 #include "session/session.h"
@@ -284,7 +285,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       // is appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
       auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
                           const uint16_t* ape, const float* norm, int r, int64_t dim,
-                          bool indexer, uint16_t* rows, int64_t& n_rows) {
+                          uint16_t* rows, uint8_t* fp4_rows, int64_t& n_rows) {
         const bool emits = backend::compressor_emits(pos, r);
         if (emits) DS4_CHECK(n_rows < o.state_.comp_cap(il));
         backend::CompressorStepParams cp;
@@ -300,20 +301,21 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         cp.pos = pos;
         cp.eps = eps;
         cp.rope = rp;
-        cp.indexer = indexer;
+        cp.indexer = fp4_rows != nullptr;
         cp.pooled = os.pooled.data();
-        cp.out_row = rows + n_rows * dim;
+        if (rows != nullptr) cp.out_row = rows + n_rows * dim;
+        if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
         be_.compressor_step(cp);
         if (emits) ++n_rows;
       };
       if (ratio != 0) {
         compress(L.cmp_kv.data(), L.cmp_score.data(), s.ckv.data() + i * W, s.csc.data() + i * W,
-                 m.cmp_ape, m.cmp_norm, ratio, D, false, L.comp.data(), L.n_comp);
+                 m.cmp_ape, m.cmp_norm, ratio, D, L.comp.data(), nullptr, L.n_comp);
       }
       const uint8_t* allowed = nullptr;
       if (ratio == 4) {
         compress(L.idx_kv.data(), L.idx_score.data(), s.ikv.data() + i * IW,
-                 s.isc.data() + i * IW, m.idx_cmp_ape, m.idx_cmp_norm, 4, IDX, true,
+                 s.isc.data() + i * IW, m.idx_cmp_ape, m.idx_cmp_norm, 4, IDX, nullptr,
                  L.index.data(), L.n_index);
         if (L.n_index > top_k) {
           DS4_CHECK(i >= first_idx_row);  // its query was prepared by attention_inputs

@@ -5,13 +5,15 @@
 #include <cstring>
 
 #include "core/status.h"
+#include "quant/kv_sim.h"
 
 namespace ds4::session {
 
 namespace {
 
 struct LayerShape {
-  int64_t raw = 0, comp = 0, index = 0;  // f16 elements
+  int64_t raw = 0, comp = 0;             // f16 elements
+  int64_t index = 0;                     // bytes (FP4 stores)
   int64_t cmp_state = 0, idx_state = 0;  // floats
 };
 
@@ -26,7 +28,7 @@ LayerShape layer_shape(const model::ModelConfig& cfg, uint32_t il, int64_t n_ctx
     s.comp = cap * d;
     s.cmp_state = coff * ratio * coff * d;
     if (ratio == 4) {
-      s.index = cap * cfg.indexer_head_dim;
+      s.index = cap * quant::fp4_row_bytes(static_cast<int>(cfg.indexer_head_dim));
       s.idx_state = 2 * 4 * 2 * static_cast<int64_t>(cfg.indexer_head_dim);
     }
   }
@@ -73,13 +75,14 @@ bool get_dev(backend::Backend& be, std::span<const uint8_t> in, size_t& off, T* 
 
 uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
   const int64_t raw_cap = raw_cap_for(cfg, n_ctx);
-  uint64_t halves = 0, floats = 0;
+  uint64_t bytes = 0, halves = 0, floats = 0;
   for (uint32_t il = 0; il < cfg.n_layer; ++il) {
     const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap);
-    halves += s.raw + s.comp + s.index;
+    halves += s.raw + s.comp;
+    bytes += s.index;
     floats += 2 * s.cmp_state + 2 * s.idx_state;
   }
-  return halves * 2 + floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
+  return bytes + halves * 2 + floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
 }
 
 State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be)
@@ -94,7 +97,7 @@ State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be)
     L.ratio = static_cast<int>(cfg.compress_ratio(il));
     L.raw = backend::Array<uint16_t>(be, s.raw);
     L.comp = backend::Array<uint16_t>(be, s.comp);
-    L.index = backend::Array<uint16_t>(be, s.index);
+    L.index = backend::Array<uint8_t>(be, s.index);
     L.cmp_kv = backend::Array<float>(be, s.cmp_state);
     L.cmp_score = backend::Array<float>(be, s.cmp_state);
     L.idx_kv = backend::Array<float>(be, s.idx_state);
@@ -130,7 +133,7 @@ void State::fill_synthetic(int64_t n, int32_t token) {
   DS4_CHECK(n >= 0 && n <= n_ctx_ && token >= 0 && static_cast<uint64_t>(token) < cfg_.n_vocab);
   reset();
   for (LayerState& L : layers_) {
-    // Zero bytes read as +0.0 in f32 and f16 alike: finite keys, equal indexer scores.
+    // Zero bytes read as +0.0 in f16 and in an FP4 store alike: finite keys, equal indexer scores.
     if (!L.raw.empty()) be_.fill_bytes(L.raw.data(), L.raw.bytes(), 0);
     if (!L.comp.empty()) be_.fill_bytes(L.comp.data(), L.comp.bytes(), 0);
     if (!L.index.empty()) be_.fill_bytes(L.index.data(), L.index.bytes(), 0);
@@ -236,6 +239,7 @@ void State::restore_frontier(const Frontier& f) {
 }
 
 uint64_t State::payload_bytes() const {
+  const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg_.indexer_head_dim));
   const int64_t n = static_cast<int64_t>(tokens_.size());
   const int64_t raw_live = std::min<int64_t>(n, std::min<int64_t>(cfg_.n_swa, n_ctx_));
   uint64_t b = 8 + 4 * static_cast<uint64_t>(n) + 4 * logits_.size();
@@ -243,13 +247,14 @@ uint64_t State::payload_bytes() const {
     b += 16;
     b += 2 * static_cast<uint64_t>(raw_live) * cfg_.head_dim;
     b += 2 * static_cast<uint64_t>(L.n_comp) * cfg_.head_dim;
-    b += 2 * static_cast<uint64_t>(L.n_index) * cfg_.indexer_head_dim;
+    b += static_cast<uint64_t>(L.n_index) * idx_row;
     b += 4 * (L.cmp_kv.size() + L.cmp_score.size() + L.idx_kv.size() + L.idx_score.size());
   }
   return b;
 }
 
 void State::serialize(std::vector<uint8_t>& out) const {
+  const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg_.indexer_head_dim));
   out.clear();
   out.reserve(payload_bytes());
   const int64_t n = static_cast<int64_t>(tokens_.size());
@@ -263,7 +268,7 @@ void State::serialize(std::vector<uint8_t>& out) const {
     put(out, &L.n_index, 1);
     for (int64_t p = n - raw_live; p < n; ++p) put_dev(be_, out, L.raw.data() + (p % raw_cap_) * d, d);
     put_dev(be_, out, L.comp.data(), L.n_comp * d);
-    put_dev(be_, out, L.index.data(), L.n_index * cfg_.indexer_head_dim);
+    put_dev(be_, out, L.index.data(), L.n_index * idx_row);
     put_dev(be_, out, L.cmp_kv.data(), L.cmp_kv.size());
     put_dev(be_, out, L.cmp_score.data(), L.cmp_score.size());
     put_dev(be_, out, L.idx_kv.data(), L.idx_kv.size());
@@ -272,6 +277,7 @@ void State::serialize(std::vector<uint8_t>& out) const {
 }
 
 bool State::deserialize(std::span<const uint8_t> in) {
+  const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg_.indexer_head_dim));
   size_t off = 0;
   int64_t n = 0;
   if (!get(in, off, &n, 1) || n < 0 || n > n_ctx_) return false;
@@ -293,7 +299,7 @@ bool State::deserialize(std::span<const uint8_t> in) {
       if (!get_dev(be_, in, off, L.raw.data() + (p % raw_cap_) * d, d)) return false;
     }
     if (!get_dev(be_, in, off, L.comp.data(), L.n_comp * d)) return false;
-    if (!get_dev(be_, in, off, L.index.data(), L.n_index * cfg_.indexer_head_dim)) return false;
+    if (!get_dev(be_, in, off, L.index.data(), L.n_index * idx_row)) return false;
     if (!get_dev(be_, in, off, L.cmp_kv.data(), L.cmp_kv.size())) return false;
     if (!get_dev(be_, in, off, L.cmp_score.data(), L.cmp_score.size())) return false;
     if (!get_dev(be_, in, off, L.idx_kv.data(), L.idx_kv.size())) return false;

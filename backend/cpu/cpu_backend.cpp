@@ -301,11 +301,12 @@ class CpuBackend final : public Backend {
     cpu::rms_norm_row(pooled, p.norm, pooled, D, p.eps);
     cpu::rope_tail_rows(pooled, 1, D, p.n_rot, p.pos + 1 - R, p.rope, false);
     if (p.indexer) {
-      for (int off = 0; off < D; off += quant::kHadamardDim) quant::indexer_qat_row(pooled + off);
+      DS4_CHECK(p.out_fp4 != nullptr);
+      quant::indexer_qat_row_store(pooled, D, p.out_fp4);  // the indexer cache stores FP4
     } else {
       quant::fp8_e4m3_roundtrip(pooled, D - p.n_rot);
+      quant::f32_to_f16_row(pooled, p.out_row, D);  // the compressed cache stores f16 rows
     }
-    quant::f32_to_f16_row(pooled, p.out_row, D);  // the caches store f16 rows
     if (R == 4) {
       // The current window becomes the "previous" lane of the next one.
       std::memcpy(p.state_kv, p.state_kv + 4 * static_cast<int64_t>(W), sizeof(float) * 4 * W);
@@ -319,11 +320,12 @@ class CpuBackend final : public Backend {
   void indexer_select(const IndexerSelectParams* p, int n) override {
     int64_t total = 0;
     for (int i = 0; i < n; ++i) {
-      DS4_CHECK(p[i].head_dim <= kMaxIndexerDim);
+      DS4_CHECK(p[i].head_dim <= kMaxIndexerDim && p[i].head_dim % quant::kFp4BlockSize == 0);
       total += p[i].n_rows;
     }
     const int64_t per_row = std::max<int64_t>(1, static_cast<int64_t>(p[0].n_head) * p[0].head_dim);
     const int64_t grain = std::max<int64_t>(16, kIndexerChunkWork / per_row);
+    const float* fp4 = quant::fp4_value_table();
     pool_.parallel_for(total, grain, [&](int64_t b, int64_t e) {
       int i = 0;
       int64_t base = 0;  // first pair of query i
@@ -331,8 +333,8 @@ class CpuBackend final : public Backend {
         while (t - base >= p[i].n_rows) base += p[i++].n_rows;
         const IndexerSelectParams& q = p[i];
         const int64_t c = t - base;
-        float row[kMaxIndexerDim];  // the f16 row widened exactly
-        cpu::f16_to_f32_row(q.rows + c * q.head_dim, row, q.head_dim);
+        float row[kMaxIndexerDim];  // the row's values (those of its f16 form) from its FP4 store
+        quant::fp4_row_decode(q.rows + c * quant::fp4_row_bytes(q.head_dim), q.head_dim, row, fp4);
         float sc = 0.0f;
         for (int k = 0; k < q.n_head; ++k) {
           const float d = cpu::dot_f32(row, q.q + static_cast<int64_t>(k) * q.head_dim, q.head_dim);

@@ -96,7 +96,10 @@ __device__ __forceinline__ void warp_fp8_block(float* x, int lane) {
 // butterflies of strides 1..16 pair lanes (lower lane a + b, upper lane a − b), strides 32 and
 // 64 pair registers; then the scale and the FP4 round trip of the four 32-blocks (block j =
 // register j of every lane).
-__device__ __forceinline__ void warp_indexer_qat(float* x, int lane) {
+// With store non-null, also the FP4 store of the 128 values: codes to store[0, 64), the four
+// exponent bytes to exps[0..3] (kvsim::indexer_qat_row_store's bytes).
+__device__ __forceinline__ void warp_indexer_qat(float* x, int lane, uint8_t* store = nullptr,
+                                                 uint8_t* exps = nullptr) {
   float v[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) v[j] = x[lane + 32 * j];
@@ -125,8 +128,16 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane) {
   for (int j = 0; j < 4; ++j) {
     v[j] = v[j] * kvsim::kHadamardScale;
     const float m = warp_amax(kvsim::amax_step(0.0f, v[j]));
-    const float sc = kvsim::block_scale(m, kvsim::kE2M1Max, kvsim::kFp4MinAmax);
+    const int k = kvsim::block_exp(m, kvsim::kE2M1Max, kvsim::kFp4MinAmax);
+    const float sc = kvsim::pow2f(k);
     x[lane + 32 * j] = kvsim::fp4_elem(v[j], sc);
+    if (store != nullptr) {
+      // The FP4 store (kv_sim_hd.h): element lane + 32j's code; even lanes pack their pair.
+      const uint32_t code = kvsim::fp4_code(v[j], sc);
+      const uint32_t next = __shfl_down_sync(kFullMask, code, 1);
+      if ((lane & 1) == 0) store[16 * j + lane / 2] = static_cast<uint8_t>(code | (next << 4));
+      if (lane == 0) exps[j] = static_cast<uint8_t>(k + 127);
+    }
   }
 }
 
@@ -178,8 +189,8 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
 // One block: the state update (row R + pm for ratio 4, pm otherwise), and when the step emits,
 // the pooled columns (one thread per column, rows in the CPU's order), RMS norm (the 64-lane
 // double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4 (the row built in place in
-// p.pooled, each element by the thread that pooled it), the f16 store to out_row, and the
-// ratio-4 lane shift.
+// p.pooled, each element by the thread that pooled it), the f16 store to out_row (or the
+// indexer row's FP4 store to out_fp4), and the ratio-4 lane shift.
 __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
                                                                   const RopeAngles ang, bool emit) {
   __shared__ float s_scale;
@@ -277,12 +288,18 @@ __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_c
   }
   __syncthreads();
   if (p.indexer) {
-    for (int b = warp; b < D / kvsim::kHadamardDim; b += nwarps) warp_indexer_qat(out + b * kvsim::kHadamardDim, lane);
+    // The row's FP4 store (quant::fp4_row_bytes(D)): codes [0, D/2), exponent bytes after.
+    for (int b = warp; b < D / kvsim::kHadamardDim; b += nwarps) {
+      warp_indexer_qat(out + b * kvsim::kHadamardDim, lane, p.out_fp4 + b * (kvsim::kHadamardDim / 2),
+                       p.out_fp4 + D / 2 + b * (kvsim::kHadamardDim / kvsim::kFp4Block));
+    }
   } else {
     for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps) warp_fp8_block(out + b * kvsim::kFp8Block, lane);
   }
   __syncthreads();
-  for (int j = tid; j < D; j += kCompThreads) p.out_row[j] = kvsim::f32_to_f16(out[j]);
+  if (!p.indexer) {
+    for (int j = tid; j < D; j += kCompThreads) p.out_row[j] = kvsim::f32_to_f16(out[j]);
+  }
   if (R == 4) {
     // The current window becomes the previous lane of the next one (pooling read it above).
     for (int j = tid; j < 4 * W; j += kCompThreads) {
@@ -570,7 +587,7 @@ Status compressor_step(const CompressorStepParams& p, Stream stream) {
   const bool emit = backend::compressor_emits(p.pos, p.ratio);
   if (p.ratio <= 0 || p.head_dim <= 0 || p.pos < 0 || !rot_ok(p.n_rot, p.head_dim) || p.state_kv == nullptr ||
       p.state_score == nullptr || p.kv_cur == nullptr || p.sc_cur == nullptr || p.ape == nullptr ||
-      (emit && (p.pooled == nullptr || p.out_row == nullptr)) ||
+      (emit && (p.pooled == nullptr || (p.indexer ? p.out_fp4 == nullptr : p.out_row == nullptr))) ||
       (p.indexer ? p.head_dim % kvsim::kHadamardDim != 0 : (p.head_dim - p.n_rot) % kvsim::kFp8Block != 0))
     return invalid_argument("cuda: compressor_step: unsupported arguments (%s; need an even n_rot <= head_dim, "
                             "head_dim %% 128 == 0 (indexer) or (head_dim - n_rot) %% 64 == 0)",

@@ -3,7 +3,8 @@
 //
 // Role: device twin of cpu_backend.cpp's indexer_select (scores) and top_k_mask, bit for bit.
 // Invariants:
-//  * Rows are f16 bits (the State's indexer store), widened exactly (attn::load_key).
+//  * Rows are FP4 stores (the State's indexer rows: codes + per-32 exponent bytes, kv_sim_hd.h),
+//    decoded to exactly the values of the former f16 rows (kvsim::fp4_stored_value).
 //  * Score of row c: sc = 0; for each head k in order: d = dot_f32(row, q_k) (the canonical
 //    64-lane order on a half-warp, attention_common.cuh), sc = sc + (d > 0 ? d : 0)·w[k] on
 //    lane 0 — the CPU's expression. No FMA (the folder builds with --fmad=false).
@@ -25,7 +26,6 @@ namespace ds4::cuda {
 namespace {
 
 using attn::block_scan_counts;
-using attn::half_dot64;
 using attn::kMaxBatch;
 using attn::launch_result;
 using backend::IndexerSelectParams;
@@ -40,6 +40,29 @@ struct IndexerBatch {
   IndexerSelectParams q[kMaxBatch];
 };
 
+// quant::fp4_row_bytes: the bytes of one row's FP4 store of n values.
+__host__ __device__ constexpr int fp4_row_bytes(int n) { return n / 2 + n / kvsim::kFp4Block; }
+
+// Element e of an FP4 row store of n values (kv_sim_hd.h): the f16 row's value, exactly.
+__device__ __forceinline__ float load_fp4(const uint8_t* row, int n, int e) {
+  const uint32_t byte = __ldg(row + e / 2);
+  const uint32_t code = (e & 1) != 0 ? byte >> 4 : byte & 15u;
+  return kvsim::fp4_stored_value(code, __ldg(row + n / 2 + e / kvsim::kFp4Block));
+}
+
+// attn::half_dot64 with a the decoded FP4 row (the same products and adds, element order).
+__device__ __forceinline__ float half_dot64_fp4(const uint8_t* a, const float* b, int n, int hl) {
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < n; i += 64) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int e = i + 16 * c + hl;
+      if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(load_fp4(a, n, e), b[e]));
+    }
+  }
+  return attn::tree64_half(p);
+}
+
 // Scores: blockIdx.y picks the query; a half-warp per indexer row, the query's heads (in
 // dynamic shared memory, then its weights) dotted in head order, the score summed on lane 0.
 __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __grid_constant__ IndexerBatch b) {
@@ -50,6 +73,7 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
   for (int i = threadIdx.x; i < p.n_head; i += kIdxThreads) smem[nq + i] = p.w[i];
   __syncthreads();
   const float* w = smem + nq;
+  const int64_t row_bytes = fp4_row_bytes(p.head_dim);
   const int lane = threadIdx.x & 31, hl = lane & 15, half = lane >> 4;
   const int64_t halves = static_cast<int64_t>(gridDim.x) * (kIdxThreads / 16);
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * kIdxThreads + (threadIdx.x & ~31)) / 16;
@@ -57,7 +81,7 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
   for (int64_t base = first; base < p.n_rows; base += halves) {
     const int64_t c = base + half;
     const bool valid = c < p.n_rows;
-    const uint16_t* row = p.rows + (valid ? c : 0) * p.head_dim;  // f16 bits, widened exactly
+    const uint8_t* row = p.rows + (valid ? c : 0) * row_bytes;  // FP4 store, decoded exactly
     float sc = 0.0f;
     if (p.head_dim == kFastDim) {
       // The row's lane elements stay in registers across the heads: the same products and
@@ -65,7 +89,7 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
       // the tree). kFastDim is a multiple of 64: no tail.
       float r[kFastDim / 16];
 #pragma unroll
-      for (int g = 0; g < kFastDim / 16; ++g) r[g] = attn::load_key(row, g * 16 + hl);
+      for (int g = 0; g < kFastDim / 16; ++g) r[g] = load_fp4(row, kFastDim, g * 16 + hl);
       for (int k = 0; k < p.n_head; ++k) {
         const float* qk = smem + k * kFastDim;
         float d4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -77,7 +101,7 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
       }
     } else {
       for (int k = 0; k < p.n_head; ++k) {
-        const float d = half_dot64(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
+        const float d = half_dot64_fp4(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
         const float t = (d > 0.0f ? d : 0.0f) * w[k];
         sc = sc + t;
       }
@@ -173,10 +197,11 @@ Status indexer_select(const IndexerSelectParams* p, int n, Stream stream) {
     size_t smem = 0;
     for (int i = 0; i < nb; ++i) {
       const IndexerSelectParams& q = p[b0 + i];
-      if (q.n_rows <= 0 || q.n_head <= 0 || q.head_dim <= 0 || q.top_k <= 0 || q.n_rows > INT32_MAX ||
+      if (q.n_rows <= 0 || q.n_head <= 0 || q.head_dim <= 0 || q.head_dim % kvsim::kFp4Block != 0 || q.top_k <= 0 ||
+          q.n_rows > INT32_MAX ||
           q.q == nullptr || q.w == nullptr || q.rows == nullptr || q.scores == nullptr || q.allowed == nullptr)
         return invalid_argument("cuda: indexer_select: unsupported arguments (query %d: rows %lld, heads %d x %d, "
-                                "top_k %d)",
+                                "top_k %d; head_dim a multiple of 32)",
                                 b0 + i, static_cast<long long>(q.n_rows), q.n_head, q.head_dim, q.top_k);
       batch.q[i] = q;
       max_rows = q.n_rows > max_rows ? q.n_rows : max_rows;

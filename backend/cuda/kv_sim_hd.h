@@ -3,7 +3,8 @@
 //
 // Role: the FP8-E4M3 / FP4-E2M1 block round trips (block scale from the block's amax, then
 // each element's clamp, nearest grid value and rescale), the Hadamard-128 butterfly scale and
-// f16_round / f32_to_f16, written once so that attention.cu's warp-parallel kernels and the host test
+// f16_round / f32_to_f16, the indexer rows' FP4 store (fp4_code, fp4_stored_value: quant/
+// kv_sim.h's layout and values), written once so that attention.cu's warp-parallel kernels and the host test
 // (tests/cuda/kv_sim_hd_test.cpp, which compares the sequential row forms below with quant::
 // bit for bit) share them. The block scale is ldexpf(1, detmath::ceil_log2_f32(amax / max)),
 // the definition the CPU oracle uses.
@@ -85,16 +86,21 @@ DS4_HD float amax_step(float m, float v) {
   return av > m ? av : m;
 }
 
-// The block scale from the block's amax: ldexpf(1, ceil_log2(max(amax, min_amax) / max)).
-DS4_HD float block_scale(float amax, float max, float min_amax) {
+// The exponent k of the block scale 2^k from the block's amax: ceil_log2(max(amax, min_amax)
+// / max) (-126 .. 128 for E2M1; 128 when amax is inf).
+DS4_HD int block_exp(float amax, float max, float min_amax) {
   if (amax < min_amax) amax = min_amax;
-  return pow2f(detmath::ceil_log2_f32(amax / max));
+  return detmath::ceil_log2_f32(amax / max);
 }
+
+// The block scale from the block's amax: ldexpf(1, ceil_log2(max(amax, min_amax) / max)).
+DS4_HD float block_scale(float amax, float max, float min_amax) { return pow2f(block_exp(amax, max, min_amax)); }
 
 // One element of a block round trip onto a grid of kMbits mantissa bits whose smallest
 // normal value is 2^kMinNormalExp (E4M3: <3, -6>, E2M1: <1, 0>): kv_sim's round_block lane.
+// Its parts: the grid magnitude g, and *sign = ±1; the value is sign * g * scale.
 template <int kMbits, int kMinNormalExp>
-DS4_HD float round_elem(float v, float scale, float max) {
+DS4_HD float round_elem_parts(float v, float scale, float max, float* sign_out) {
   constexpr uint32_t kDrop = 23 - kMbits;
   constexpr uint32_t kHalf = (1u << (kDrop - 1)) - 1u;
   const float kMinNormal = pow2f(kMinNormalExp);
@@ -109,12 +115,38 @@ DS4_HD float round_elem(float v, float scale, float max) {
   bits = (bits + kHalf + ((bits >> kDrop) & 1u)) & ~((1u << kDrop) - 1u);
   const float normal = f32_from_bits(bits);
   const float sub = (a + kBig) - kBig;
-  const float g = a >= kMinNormal ? normal : sub;
+  *sign_out = sign;
+  return a >= kMinNormal ? normal : sub;
+}
+
+template <int kMbits, int kMinNormalExp>
+DS4_HD float round_elem(float v, float scale, float max) {
+  float sign;
+  const float g = round_elem_parts<kMbits, kMinNormalExp>(v, scale, max, &sign);
   return sign * g * scale;
 }
 
 DS4_HD float fp8_elem(float v, float scale) { return round_elem<3, -6>(v, scale, kE4M3Max); }
 DS4_HD float fp4_elem(float v, float scale) { return round_elem<1, 0>(v, scale, kE2M1Max); }
+
+// ---- FP4 store of the indexer rows (quant/kv_sim.h: fp4_row_bytes, fp4_stored_value) ----
+// Per row of n values: n/2 code bytes (element 2j low nibble, 2j+1 high), then n/32 exponent
+// bytes (k + 127 of the block's scale 2^k). code = (sign < 0) << 3 | E2M1 index of g.
+
+// E2M1 index of a grid magnitude g in {0, .5, 1, 1.5, 2, 3, 4, 6}, and back.
+DS4_HD uint32_t e2m1_index(float g) {
+  return g < 1.0f ? static_cast<uint32_t>(g * 2.0f) : (f32_bits(g) >> 22) - 0xfcu;
+}
+DS4_HD float e2m1_magnitude(uint32_t index) {
+  return index < 2u ? static_cast<float>(index) * 0.5f : f32_from_bits((index + 0xfcu) << 22);
+}
+
+// The code of fp4_elem(v, scale): the sign and magnitude that value is built from.
+DS4_HD uint32_t fp4_code(float v, float scale) {
+  float sign;
+  const float g = round_elem_parts<1, 0>(v, scale, kE2M1Max, &sign);
+  return (sign < 0.0f ? 8u : 0u) | e2m1_index(g);
+}
 
 // quant::f16_round(x) = f16_to_f32(f32_to_f16(x)): nearest even onto the f16 grid, |x| >=
 // 65520 to ±inf, NaN to the quiet NaN 0x7fc00000 with x's sign.
@@ -148,6 +180,13 @@ DS4_HD uint16_t f32_to_f16(float x) {
   return static_cast<uint16_t>(sign | (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu));
 }
 
+// The value of a stored element: f16_round((sign * g) * 2^(exp_byte - 127)), fp4_elem's
+// expression on the stored parts, then the f16 rounding of the former f16 store.
+DS4_HD float fp4_stored_value(uint32_t code, uint32_t exp_byte) {
+  const float sign = (code & 8u) != 0 ? -1.0f : 1.0f;
+  return f16_round(sign * e2m1_magnitude(code & 7u) * pow2f(static_cast<int>(exp_byte) - 127));
+}
+
 // Sequential row forms (the host test's subjects; the kernels run the same steps in parallel).
 DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
   for (int off = 0; off < n_leading; off += kFp8Block) {
@@ -155,6 +194,33 @@ DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
     for (int i = 0; i < kFp8Block; ++i) m = amax_step(m, x[off + i]);
     const float s = block_scale(m, kE4M3Max, kFp8MinAmax);
     for (int i = 0; i < kFp8Block; ++i) x[off + i] = fp8_elem(x[off + i], s);
+  }
+}
+
+// indexer_qat_row of the 128 values at x that also writes their FP4 store (68 bytes; the
+// codes at store[0, 64), the four exponent bytes at store[exps_off + 0..3]).
+DS4_HD void indexer_qat_row_store(float* x, uint8_t* store, int exps_off) {
+  for (int stride = 1; stride < kHadamardDim; stride <<= 1) {
+    for (int base = 0; base < kHadamardDim; base += 2 * stride) {
+      for (int i = 0; i < stride; ++i) {
+        const float a = x[base + i];
+        const float b = x[base + stride + i];
+        x[base + i] = a + b;
+        x[base + stride + i] = a - b;
+      }
+    }
+  }
+  for (int i = 0; i < kHadamardDim; ++i) x[i] = x[i] * kHadamardScale;
+  for (int off = 0; off < kHadamardDim; off += kFp4Block) {
+    float m = 0.0f;
+    for (int i = 0; i < kFp4Block; ++i) m = amax_step(m, x[off + i]);
+    const int k = block_exp(m, kE2M1Max, kFp4MinAmax);
+    const float s = pow2f(k);
+    store[exps_off + off / kFp4Block] = static_cast<uint8_t>(k + 127);
+    for (int i = 0; i < kFp4Block; i += 2) {
+      store[(off + i) / 2] = static_cast<uint8_t>(fp4_code(x[off + i], s) | (fp4_code(x[off + i + 1], s) << 4));
+    }
+    for (int i = 0; i < kFp4Block; ++i) x[off + i] = fp4_elem(x[off + i], s);
   }
 }
 

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/ops.h"
 #include "quant/half.h"
+#include "quant/kv_sim.h"
 #include "tests/cuda/device_buf.h"
 
 namespace ds4::cuda {
@@ -103,6 +104,31 @@ void expect_bits(const Mirror<uint16_t>& m, const std::string& what) {
     }
   }
   EXPECT_EQ(0u, bad) << what << ": " << bad << " of " << m.size() << " f16 elements differ";
+}
+
+// FP4 stores (the indexer rows): every byte equal.
+void expect_bits(const Mirror<uint8_t>& m, const std::string& what) {
+  const std::vector<uint8_t> got = m.fetch();
+  const std::vector<uint8_t>& want = m.host();
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      if (bad < 6)
+        ADD_FAILURE() << what << " [" << i << "]: gpu 0x" << std::hex << int{got[i]} << " cpu 0x" << int{want[i]}
+                      << std::dec;
+      ++bad;
+    }
+  }
+  EXPECT_EQ(0u, bad) << what << ": " << bad << " of " << m.size() << " bytes differ";
+}
+
+// The FP4 stores of rows of head_dim values (each row through quant's FP4 round trip).
+std::vector<uint8_t> to_fp4(std::vector<float> x, int head_dim) {
+  const int rb = quant::fp4_row_bytes(head_dim);
+  std::vector<uint8_t> out(x.size() / head_dim * rb);
+  for (size_t r = 0; r < x.size() / head_dim; ++r)
+    quant::fp4_e2m1_roundtrip_row_store(x.data() + r * head_dim, head_dim, out.data() + r * rb);
+  return out;
 }
 
 // f16 bits of values (the stores' contents).
@@ -272,6 +298,8 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
     Mirror<float> norm(gaussian(D, rng, 0.3f));
     const int max_rows = c.steps / R + 2;
     Mirror<uint16_t> out(std::vector<uint16_t>(static_cast<size_t>(max_rows) * D, 0));  // f16 rows
+    const int rb = quant::fp4_row_bytes(D);
+    Mirror<uint8_t> out4(std::vector<uint8_t>(static_cast<size_t>(max_rows) * rb, 0));  // indexer FP4 stores
     Mirror<float> pooled(std::vector<float>(D, 0.0f));
     int emitted = 0;
     for (int t = 0; t < c.steps; ++t) {
@@ -296,8 +324,13 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
       hp.ape = ape.h(), dp.ape = ape.d();
       hp.norm = norm.h(), dp.norm = norm.d();
       hp.pooled = pooled.h(), dp.pooled = pooled.d();
-      hp.out_row = out.h() + static_cast<size_t>(emitted) * D;
-      dp.out_row = out.d() + static_cast<size_t>(emitted) * D;
+      if (c.indexer) {
+        hp.out_fp4 = out4.h() + static_cast<size_t>(emitted) * rb;
+        dp.out_fp4 = out4.d() + static_cast<size_t>(emitted) * rb;
+      } else {
+        hp.out_row = out.h() + static_cast<size_t>(emitted) * D;
+        dp.out_row = out.d() + static_cast<size_t>(emitted) * D;
+      }
       cpu_->compressor_step(hp);
       const Status s = compressor_step(dp, nullptr);
       ASSERT_TRUE(s.ok()) << s.to_string();
@@ -307,6 +340,7 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
         const std::string op = std::string("compressor_step ") + c.name + " pos " + std::to_string(pos);
         expect_bits(pooled, op + " pooled");
         expect_bits(out, op + " out rows");
+        expect_bits(out4, op + " out FP4 rows");
       }
     }
     ASSERT_GE(emitted, 1) << "the case must close at least one window";
@@ -315,6 +349,12 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
     expect_bits(skv, op + " state_kv");
     expect_bits(ssc, op + " state_score");
     expect_bits(out, op + " out rows");
+    expect_bits(out4, op + " out FP4 rows");
+    if (c.indexer) {  // the stores are the rows: nonzero codes were written
+      size_t nonzero = 0;
+      for (uint8_t b : out4.host()) nonzero += b != 0;
+      EXPECT_GT(nonzero, static_cast<size_t>(emitted) * rb / 2);
+    }
   }
 }
 
@@ -338,7 +378,7 @@ void run_indexer_case(backend::Backend& cpu, const char* name, int n_head, int h
   for (int64_t c = 0; c < max_rows; c += 97)  // all-zero rows: score exactly 0
     std::fill(rows_h.begin() + c * head_dim, rows_h.begin() + (c + 1) * head_dim, 0.0f);
   std::vector<Mirror<float>> qv, wv, scores;
-  std::vector<Mirror<uint16_t>> rows;  // f16 indexer rows
+  std::vector<Mirror<uint8_t>> rows;  // FP4 indexer stores
   std::vector<Mirror<int32_t>> order;
   std::vector<Mirror<uint8_t>> allowed;
   for (int i = 0; i < n; ++i) {
@@ -346,7 +386,7 @@ void run_indexer_case(backend::Backend& cpu, const char* name, int n_head, int h
     if (qs[i].distinct > 0)
       for (int64_t c = qs[i].distinct; c < qs[i].n_rows; ++c)
         std::copy_n(r.begin() + (c % qs[i].distinct) * head_dim, head_dim, r.begin() + c * head_dim);
-    rows.emplace_back(to_f16(r));
+    rows.emplace_back(to_fp4(r, head_dim));
     qv.emplace_back(gaussian(static_cast<size_t>(n_head) * head_dim, rng));
     std::vector<float> w = gaussian(n_head, rng, 0.1f);
     if (i % 2 == 1)
@@ -405,7 +445,7 @@ TEST_F(CudaAttentionOps, IndexerSelectScoresAndMaskEqualCpu) {
   for (int i = 0; i < 11; ++i) many.push_back({50 + 7 * i, 4 + i, i % 3 == 0 ? 0 : 2 + i});
   run_indexer_case(*cpu_, "tiny-11-queries", 2, 128, many, rng);
   // A head_dim off the register fast path, with a 64-lane tail of 8.
-  run_indexer_case(*cpu_, "dim-136", 3, 136, {{300, 20, 0}, {90, 12, 6}}, rng);
+  run_indexer_case(*cpu_, "dim-160", 3, 160, {{300, 20, 0}, {90, 12, 6}}, rng);
   run_indexer_case(*cpu_, "flash", 64, 128, {{4096, 512, 0}, {3000, 512, 700}, {65536, 512, 0}}, rng);
 }
 
@@ -549,7 +589,7 @@ TEST(CudaAttentionArgs, UnsupportedShapesAreErrorsNotAborts) {
   cs.n_rot = 64;
   cs.indexer = true;
   cs.state_kv = cs.state_score = cs.pooled = fake;
-  cs.out_row = reinterpret_cast<uint16_t*>(fake);
+  cs.out_fp4 = reinterpret_cast<uint8_t*>(fake);
   cs.kv_cur = cs.sc_cur = cs.norm = fake;
   cs.ape = reinterpret_cast<const uint16_t*>(fake);
   expect_error(compressor_step(cs, nullptr), "compressor_step", "head_dim 192");
@@ -557,7 +597,7 @@ TEST(CudaAttentionArgs, UnsupportedShapesAreErrorsNotAborts) {
   IndexerSelectParams is[2];
   for (auto& q : is) {
     q.q = q.w = q.scores = fake;
-    q.rows = reinterpret_cast<const uint16_t*>(fake);
+    q.rows = reinterpret_cast<const uint8_t*>(fake);
     q.order = reinterpret_cast<int32_t*>(fake);
     q.allowed = reinterpret_cast<uint8_t*>(fake);
     q.n_rows = 100;

@@ -142,6 +142,55 @@ TEST(KvSimHd, IndexerQatRowEqualsQuant) {
   }
 }
 
+// The FP4 store of the indexer rows: kvsim's codes and exponent bytes (the compressor
+// kernel's) are quant's, byte for byte, and so are the values each (code, byte) stands for
+// (the indexer kernel's decode).
+TEST(KvSimHd, Fp4StoreEqualsQuant) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    std::vector<float> x = test_rows(128 * 64, seed + 200);
+    for (size_t i = 0; i < x.size(); i += 997) x[i] = (i & 1) ? -inf : inf;  // inf scales
+    for (size_t i = 4096; i < 4096 + 32; ++i) x[i] = 3.0e38f * ((i & 1) ? -1.0f : 1.0f);
+    // The FP4 part alone (the specials reach it unmixed), block by block.
+    std::vector<uint8_t> want(quant::fp4_row_bytes(128)), got(want.size());
+    size_t bad = 0;
+    for (size_t off = 0; off < x.size(); off += 128) {
+      std::vector<float> w(x.begin() + off, x.begin() + off + 128);
+      quant::fp4_e2m1_roundtrip_row_store(w.data(), 128, want.data());
+      for (int b = 0; b < 4; ++b) {
+        float m = 0.0f;
+        for (int i = 0; i < 32; ++i) m = kvsim::amax_step(m, x[off + 32 * b + i]);
+        const int k = kvsim::block_exp(m, kvsim::kE2M1Max, kvsim::kFp4MinAmax);
+        got[64 + b] = static_cast<uint8_t>(k + 127);
+        for (int i = 0; i < 32; i += 2) {
+          got[16 * b + i / 2] = static_cast<uint8_t>(kvsim::fp4_code(x[off + 32 * b + i], kvsim::pow2f(k)) |
+                                                     (kvsim::fp4_code(x[off + 32 * b + i + 1], kvsim::pow2f(k)) << 4));
+        }
+      }
+      bad += want != got;
+    }
+    EXPECT_EQ(0u, bad) << "fp4 codes, seed " << seed;
+    // The indexer row (Hadamard + FP4) with its store.
+    std::vector<float> vq = x, vk = x;
+    bad = 0;
+    for (size_t off = 0; off < x.size(); off += 128) {
+      quant::indexer_qat_row_store(vq.data() + off, 128, want.data());
+      kvsim::indexer_qat_row_store(vk.data() + off, got.data(), 64);
+      bad += want != got;
+    }
+    EXPECT_EQ(0u, bad) << "indexer_qat_row_store, seed " << seed;
+    EXPECT_EQ(0u, mismatches(vk, vq, "indexer_qat_row_store values")) << "seed " << seed;
+  }
+  for (uint32_t e = 0; e < 256; ++e) {
+    for (uint32_t c = 0; c < 16; ++c) {
+      ASSERT_EQ(bits(kvsim::fp4_stored_value(c, e)), bits(quant::fp4_stored_value(static_cast<int>(c), static_cast<int>(e))))
+          << "code " << c << ", exponent byte " << e;
+    }
+  }
+  for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(kvsim::e2m1_magnitude(i), quant::e2m1_value(static_cast<int>(i)));
+  for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(kvsim::e2m1_index(quant::e2m1_value(static_cast<int>(i))), i);
+}
+
 // The block scale is 2^ceil(log2(amax / max)) exactly: a power of two maps to itself, the
 // next float above it to the next power (where ceilf(log2f(.)) would round down).
 TEST(KvSimHd, BlockScaleIsExactAtPowersOfTwo) {

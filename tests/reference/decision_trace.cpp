@@ -36,6 +36,7 @@
 #include "model/model.h"
 #include "model/profiles.h"
 #include "quant/half.h"
+#include "quant/kv_sim.h"
 #include "session/session.h"
 #include "tools/ds4-gguf/ds4_gguf.h"
 
@@ -210,8 +211,12 @@ int main(int argc, char** argv) {
       add("comp" + sfx, "f32", {L.n_comp, D});
     }
     if (L.ratio == 4) {
-      std::vector<float> index(static_cast<size_t>(L.n_index * IDX));
-      quant::f16_to_f32_row(L.index.data(), index.data(), L.n_index * IDX);
+      std::vector<float> index(static_cast<size_t>(L.n_index * IDX));  // the FP4 stores, decoded
+      const int idx_row = quant::fp4_row_bytes(static_cast<int>(IDX));
+      for (int64_t r = 0; r < L.n_index; ++r) {
+        quant::fp4_row_decode(L.index.data() + r * idx_row, static_cast<int>(IDX), index.data() + r * IDX,
+                              quant::fp4_value_table());
+      }
       if (!write_raw(out + "/index" + sfx + ".f32", index)) return die("write index");
       add("index" + sfx, "f32", {L.n_index, IDX});
       if (!write_raw(out + "/idxq" + sfx + ".f32", idxq[il])) return die("write idxq");

@@ -150,14 +150,86 @@ TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(skv[r * W], static_cast<float>(r + 1));
 }
 
+// The indexer row of a compressor step (Hadamard + FP4) goes to out_fp4 as the FP4 store of
+// its f16 row: the store decodes to f16_round of the row built in pooled, and that row is
+// the QAT of the normed, roped pooled row. Four tokens with the same kv pool to kv exactly.
+TEST(CpuBackend, CompressorIndexerRowIsTheFp4StoreOfTheF16Row) {
+  auto be = make_cpu_backend(1);
+  const int D = 128, W = 2 * D, R = 4, n_rot = 64;
+  const int row_bytes = quant::fp4_row_bytes(D);
+  std::vector<float> skv(8 * W, 0.0f), ssc(8 * W, -1.0e30f);
+  std::vector<uint16_t> ape(R * W, quant::f32_to_f16(0.0f));
+  const auto norm = randv(D, 41);
+  std::vector<float> pooled(D);
+  std::vector<uint8_t> out(2 * row_bytes, 0x5a);
+  RopeParams rp;
+  for (int win = 0; win < 2; ++win) {
+    const auto kv = randv(W, 42 + win, win == 0 ? 1.0f : 1.0e-3f);
+    std::vector<float> sc(W, 0.0f);
+    for (int t = 4 * win; t < 4 * win + 4; ++t) {
+      CompressorStepParams p;
+      p.state_kv = skv.data();
+      p.state_score = ssc.data();
+      p.kv_cur = kv.data();
+      p.sc_cur = sc.data();
+      p.ape = ape.data();
+      p.norm = norm.data();
+      p.ratio = R;
+      p.head_dim = D;
+      p.n_rot = n_rot;
+      p.pos = t;
+      p.rope = rp;
+      p.indexer = true;
+      p.pooled = pooled.data();
+      p.out_fp4 = out.data() + win * row_bytes;
+      be->compressor_step(p);
+      EXPECT_EQ(out[win * row_bytes + row_bytes - 1] != 0x5a, compressor_emits(t, R)) << t;
+    }
+    if (win == 1) continue;  // the second window also pools the first: its row is checked by decode only
+    std::vector<float> want(kv.begin() + D, kv.end());  // the current lane of the window
+    cpu::rms_norm_row(want.data(), norm.data(), want.data(), D, 1e-6f);
+    cpu::rope_tail_rows(want.data(), 1, D, n_rot, 0, rp, false);
+    quant::indexer_qat_row(want.data());
+    EXPECT_EQ(0, std::memcmp(want.data(), pooled.data(), sizeof(float) * D));
+  }
+  for (int win = 0; win < 2; ++win) {
+    std::vector<float> dec(D);
+    quant::fp4_row_decode(out.data() + win * row_bytes, D, dec.data(), quant::fp4_value_table());
+    if (win == 1) {
+      for (int j = 0; j < D; ++j) {
+        const float f = quant::f16_round(pooled[j]);
+        EXPECT_EQ(0, std::memcmp(&dec[j], &f, 4)) << j;
+      }
+    }
+    int nonzero = 0;
+    for (float v : dec) nonzero += v != 0.0f;
+    EXPECT_GT(nonzero, D / 2) << win;
+  }
+  std::vector<float> want(D);  // window 0 again, from its inputs
+  {
+    const auto kv = randv(W, 42, 1.0f);
+    std::copy(kv.begin() + D, kv.end(), want.begin());
+    cpu::rms_norm_row(want.data(), norm.data(), want.data(), D, 1e-6f);
+    cpu::rope_tail_rows(want.data(), 1, D, n_rot, 0, rp, false);
+    quant::indexer_qat_row(want.data());
+    std::vector<float> dec(D);
+    quant::fp4_row_decode(out.data(), D, dec.data(), quant::fp4_value_table());
+    for (int j = 0; j < D; ++j) {
+      const float f = quant::f16_round(want[j]);
+      EXPECT_EQ(0, std::memcmp(&dec[j], &f, 4)) << j;
+    }
+  }
+}
+
 TEST(CpuBackend, IndexerTopKPrefersLowIndexOnTies) {
   auto be = make_cpu_backend(2);
   const int n = 40, hd = 128;
   // All rows identical except rows 7 and 30 which score higher: top-4 = {7, 30, 0, 1}.
-  std::vector<uint16_t> rows(n * hd, quant::f32_to_f16(0.5f));  // f16 rows
-  for (int j = 0; j < hd; ++j) {
-    rows[7 * hd + j] = quant::f32_to_f16(1.0f);
-    rows[30 * hd + j] = quant::f32_to_f16(1.0f);
+  const int rb = quant::fp4_row_bytes(hd);
+  std::vector<uint8_t> rows(static_cast<size_t>(n) * rb);  // FP4 stores
+  for (int c = 0; c < n; ++c) {
+    std::vector<float> v(hd, c == 7 || c == 30 ? 1.0f : 0.5f);  // exact E2M1 values at their scale
+    quant::fp4_e2m1_roundtrip_row_store(v.data(), hd, rows.data() + c * rb);
   }
   std::vector<float> q(hd, 1.0f), w(1, 1.0f), scores(n);
   std::vector<int32_t> order(n);
@@ -285,9 +357,10 @@ TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
 // Likewise for the indexer: every query of a batch selects what it selects alone.
 TEST(CpuBackend, BatchedIndexerSelectEqualsSingleQueries) {
   const int hd = 128, nh = 4, n_q = 5, max_rows = 220, top_k = 16;
-  const auto rowsf = randv(static_cast<size_t>(max_rows) * hd, 31);
-  std::vector<uint16_t> rows(rowsf.size());  // the f16 indexer store
-  quant::f32_to_f16_row(rowsf.data(), rows.data(), static_cast<int64_t>(rows.size()));
+  auto rowsf = randv(static_cast<size_t>(max_rows) * hd, 31);  // becomes the QAT'd rows
+  const int rb = quant::fp4_row_bytes(hd);
+  std::vector<uint8_t> rows(static_cast<size_t>(max_rows) * rb);  // the FP4 indexer store
+  for (int c = 0; c < max_rows; ++c) quant::indexer_qat_row_store(rowsf.data() + c * hd, hd, rows.data() + c * rb);
   const auto qs = randv(static_cast<size_t>(n_q) * nh * hd, 32);
   const auto ws = randv(static_cast<size_t>(n_q) * nh, 33);
   auto queries = [&](std::vector<float>& scores, std::vector<int32_t>& order, std::vector<uint8_t>& allowed) {
@@ -320,10 +393,10 @@ TEST(CpuBackend, BatchedIndexerSelectEqualsSingleQueries) {
     for (int64_t c = 0; c < single[i].n_rows; ++c) picked += want[i * max_rows + c];
     EXPECT_EQ(picked, top_k);
   }
-  // A score is Σ_k relu(dot_f32(row widened from f16, q_k))·w_k in head order.
+  // A score is Σ_k relu(dot_f32(the f16-rounded QAT row, q_k))·w_k in head order.
   for (int64_t c = 0; c < single[0].n_rows; c += 17) {
     float row[hd];
-    quant::f16_to_f32_row(rows.data() + c * hd, row, hd);
+    quant::f16_round_row(rowsf.data() + c * hd, row, hd);
     float sc = 0.0f;
     for (int k = 0; k < nh; ++k) {
       const float d = quant::dot_f32(row, qs.data() + k * hd, hd);

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/profiles.h"
+#include "quant/kv_sim.h"
 #include "session/state.h"
 
 namespace ds4::session {
@@ -81,7 +82,7 @@ TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
     }
     if (L.ratio == 4) {
       L.n_index = L.n_comp;
-      for (size_t j = 0; j < L.index.size(); ++j) L.index.host()[j] = static_cast<uint16_t>(0xbc00 + j % 7);
+      for (size_t j = 0; j < L.index.size(); ++j) L.index.host()[j] = static_cast<uint8_t>(0x30 + j % 251);
     }
   }
   std::vector<uint8_t> bytes;
@@ -100,8 +101,8 @@ TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
     const LayerState& B = b.layers()[il];
     for (int64_t j = 0; j < A.n_comp * static_cast<int64_t>(cfg.head_dim); ++j)
       ASSERT_EQ(A.comp.host()[j], B.comp.host()[j]) << il;
-    for (int64_t j = 0; j < A.n_index * static_cast<int64_t>(cfg.indexer_head_dim); ++j)
-      ASSERT_EQ(A.index.host()[j], B.index.host()[j]) << il;
+    const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg.indexer_head_dim));  // FP4 stores
+    for (int64_t j = 0; j < A.n_index * idx_row; ++j) ASSERT_EQ(A.index.host()[j], B.index.host()[j]) << il;
     for (int64_t p = 0; p < 50; ++p) {
       const int64_t row = (p % a.raw_cap()) * cfg.head_dim;
       if (p >= 50 - std::min<int64_t>(50, cfg.n_swa)) {
@@ -124,6 +125,10 @@ TEST(SessionState, EstimateEqualsWhatTheStateAllocates) {
       bytes += L.raw.bytes() + L.comp.bytes() + L.index.bytes();
       bytes += L.cmp_kv.bytes() + L.cmp_score.bytes() + L.idx_kv.bytes() + L.idx_score.bytes();
       EXPECT_EQ(L.raw.bytes(), L.raw.size() * 2);  // the KV rows are f16
+      if (L.ratio == 4) {  // the indexer rows FP4 stores: 68 bytes per 128 values
+        EXPECT_EQ(L.index.bytes(), static_cast<uint64_t>(s.comp_cap(static_cast<int>(&L - s.layers().data()))) *
+                                       quant::fp4_row_bytes(static_cast<int>(cfg.indexer_head_dim)));
+      }
     }
     EXPECT_EQ(State::estimate_bytes(cfg, n_ctx), bytes) << n_ctx;
   }
@@ -133,10 +138,14 @@ TEST(SessionState, EstimateGrowsWithContextAtTheSpecRate) {
   const model::ModelConfig cfg = model::flash_profile();
   const uint64_t a = State::estimate_bytes(cfg, 4096);
   const uint64_t b = State::estimate_bytes(cfg, 8192);
-  // §6.1: 13 760 B/token of compressed KV as f32; stored as f16 here: 6 880 B/token + 4 B
-  // token id per token.
+  // §6.1: 13 760 B/token of compressed KV as f32; stored as f16 here: 6 880 B/token, less
+  // the indexer rows' share stored as FP4 (per ratio-4 layer a 128-value row per 4 tokens: 64
+  // B/token as f16, 17 as FP4: 21 layers, 987 B), plus the 4 B token id per token: 5 897.
+  int ratio4 = 0;
+  for (uint32_t il = 0; il < cfg.n_layer; ++il) ratio4 += cfg.compress_ratio(il) == 4;
+  EXPECT_EQ(ratio4, 21);
   const double per_token = static_cast<double>(b - a) / 4096.0;
-  EXPECT_NEAR(per_token, 6880.0 + 4.0, 1.0);
+  EXPECT_NEAR(per_token, 6880.0 - ratio4 * (64.0 - 17.0) + 4.0, 1.0);
 }
 
 // Byte-level views of a host-addressable Array, whatever its element type (the KV rows may be
