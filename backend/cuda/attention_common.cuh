@@ -54,26 +54,16 @@ __device__ __forceinline__ float load_key(const uint16_t* k, int64_t e) {
 }
 
 // quant::dot_f32(a, b, n) on a half-warp (hl = lane & 15; both halves of the warp call it
-// together). The result is valid on hl == 0.
-__device__ __forceinline__ float half_dot64(const float* a, const float* b, int n, int hl) {
+// together), element e of a read as load(e) (a row of f32, f16 bits or an FP4 store: every
+// form reads the same floats). The result is valid on hl == 0.
+template <class Load>
+__device__ __forceinline__ float half_dot64(const Load& load, const float* b, int n, int hl) {
   float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // p[c] = partial hl + 16·c
   for (int i = 0; i < n; i += 64) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int e = i + 16 * c + hl;
-      if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(a[e], b[e]));
-    }
-  }
-  return tree64_half(p);
-}
-// The same with a an f16 row (widened by load_key).
-__device__ __forceinline__ float half_dot64(const uint16_t* a, const float* b, int n, int hl) {
-  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < n; i += 64) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int e = i + 16 * c + hl;
-      if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(load_key(a, e), b[e]));
+      if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(load(e), b[e]));
     }
   }
   return tree64_half(p);

@@ -50,18 +50,6 @@ __device__ __forceinline__ float load_fp4(const uint8_t* row, int n, int e) {
   return kvsim::fp4_stored_value(code, __ldg(row + n / 2 + e / kvsim::kFp4Block));
 }
 
-// attn::half_dot64 with a the decoded FP4 row (the same products and adds, element order).
-__device__ __forceinline__ float half_dot64_fp4(const uint8_t* a, const float* b, int n, int hl) {
-  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < n; i += 64) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int e = i + 16 * c + hl;
-      if (e < n) p[c] = __fadd_rn(p[c], __fmul_rn(load_fp4(a, n, e), b[e]));
-    }
-  }
-  return attn::tree64_half(p);
-}
 
 // Scores: blockIdx.y picks the query; a half-warp per indexer row, the query's heads (in
 // dynamic shared memory, then its weights) dotted in head order, the score summed on lane 0.
@@ -101,7 +89,8 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __gri
       }
     } else {
       for (int k = 0; k < p.n_head; ++k) {
-        const float d = half_dot64_fp4(row, smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
+        const float d = attn::half_dot64([&](int e) { return load_fp4(row, p.head_dim, e); },
+                                          smem + static_cast<int64_t>(k) * p.head_dim, p.head_dim, hl);
         const float t = (d > 0.0f ? d : 0.0f) * w[k];
         sc = sc + t;
       }

@@ -197,9 +197,9 @@ DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
   }
 }
 
-// indexer_qat_row of the 128 values at x that also writes their FP4 store (68 bytes; the
-// codes at store[0, 64), the four exponent bytes at store[exps_off + 0..3]).
-DS4_HD void indexer_qat_row_store(float* x, uint8_t* store, int exps_off) {
+// The unnormalized Walsh-Hadamard butterfly of 128 values in place, then the 1/sqrt(128)
+// scale (quant::hadamard128_inplace's sequence).
+DS4_HD void hadamard128(float* x) {
   for (int stride = 1; stride < kHadamardDim; stride <<= 1) {
     for (int base = 0; base < kHadamardDim; base += 2 * stride) {
       for (int i = 0; i < stride; ++i) {
@@ -211,6 +211,12 @@ DS4_HD void indexer_qat_row_store(float* x, uint8_t* store, int exps_off) {
     }
   }
   for (int i = 0; i < kHadamardDim; ++i) x[i] = x[i] * kHadamardScale;
+}
+
+// indexer_qat_row of the 128 values at x that also writes their FP4 store (68 bytes; the
+// codes at store[0, 64), the four exponent bytes at store[exps_off + 0..3]).
+DS4_HD void indexer_qat_row_store(float* x, uint8_t* store, int exps_off) {
+  hadamard128(x);
   for (int off = 0; off < kHadamardDim; off += kFp4Block) {
     float m = 0.0f;
     for (int i = 0; i < kFp4Block; ++i) m = amax_step(m, x[off + i]);
@@ -225,17 +231,7 @@ DS4_HD void indexer_qat_row_store(float* x, uint8_t* store, int exps_off) {
 }
 
 DS4_HD void indexer_qat_row(float* x) {
-  for (int stride = 1; stride < kHadamardDim; stride <<= 1) {
-    for (int base = 0; base < kHadamardDim; base += 2 * stride) {
-      for (int i = 0; i < stride; ++i) {
-        const float a = x[base + i];
-        const float b = x[base + stride + i];
-        x[base + i] = a + b;
-        x[base + stride + i] = a - b;
-      }
-    }
-  }
-  for (int i = 0; i < kHadamardDim; ++i) x[i] = x[i] * kHadamardScale;
+  hadamard128(x);
   for (int off = 0; off < kHadamardDim; off += kFp4Block) {
     float m = 0.0f;
     for (int i = 0; i < kFp4Block; ++i) m = amax_step(m, x[off + i]);
