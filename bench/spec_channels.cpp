@@ -3,49 +3,25 @@
 //
 // Loads the target + drafter ONCE. For each channel (a JSONL prompt set, one object per line
 // with a "text" field; the channel name is the file stem) it takes the first --prompts
-// prompts, tokenizes each as plain text (BOS + text, cut to --max-prompt-tokens), and for each
-// policy configuration and prompt runs, in this order, a plain greedy generation and a DSpark
-// one, each in a NEW session (the speculative decoder is created before the prefill).
-// Generation is greedy with EOS excluded (banned), so every run yields exactly --gen-tokens
-// tokens (the same convention as ds4-bench's probe). Timings are GenerateStats::gen_s (the
-// prefill is not timed). --repeat N runs the plain/DSpark pair N times per prompt and counts
-// each side's fastest run: on a shared host, interference only ever adds time, so the minimum
-// of alternated runs is the steadiest estimate (every run is still checked for identity).
-// Policies (--policies; default baseline,fold,grid,backoff,margin,all,costall,costlookup): baseline =
-// scheduler on, fold off, flat --confidence; fold, grid (--grid thresholds), backoff, margin
-// (--margin-gate) = baseline + that one knob; all = every knob on. Opt-in: noscheduler = baseline with the scheduler off;
-// cost = baseline + the cost gate (speculative/policies.h; costs from --cost-* / DS4_DSPARK_COST_*, or
-// measured on this machine first with --calibrate, engine calibrate_dspark_costs()),
-// costfold = cost + fold, costall = all + the cost gate, costlookup = costall + prompt-lookup
-// drafts (the engine's default).
-// The "model" column is the clock-free ratio: tokens / cost of the run's counters at the
-// cost-gate costs (decode 1, verify(n), proposal, rejected proposal).
-// --in-cycle adds, under each row, where the wall clock departs from that model: the measured
-// time of the DSpark run's decodes, verifies and proposals over what the model charges for
-// them, in units of the paired (first) plain run's time per token, and the share of the run
-// spent outside the three (gates, sync, commit, bookkeeping). Also in the CSV (incycle_*).
+// prompts (BOS + text, cut to --max-prompt-tokens) and, per policy and prompt, runs a plain
+// greedy generation then a speculative one, each in a NEW session (the decoder is made before
+// the prefill). EOS is banned, so every run yields exactly --gen-tokens tokens; timings are
+// GenerateStats::gen_s (prefill untimed). --repeat N alternates the pair N times and keeps
+// each side's fastest run (interference on a shared host only adds time).
+// Policies are engine/speculative.h's presets (--help lists them and the default set); the
+// "model" column is the clock-free ratio at the cost gate's costs, and --in-cycle shows where
+// the wall clock departs from it. --oracle LIST adds rows oracle<h>: the same cycle with the
+// oracle proposer (a measurement tool, speculative/oracle_proposer.h; docs/CUDA.md says what
+// its figures mean); it needs no drafter.
 //
 // Invariants checked (exit 1 on any failure, after printing the table):
-//   * every DSpark output equals the plain output token for token;
+//   * every speculative output equals the plain output token for token;
 //   * every plain run of a prompt gives the same tokens (plain determinism);
-//   * the final next-token logits of the DSpark session equal the plain session's bit for bit
-//     (speculative.h: the final session state is identical).
-// Output: a table per channel x policy on stdout (tokens/s plain and DSpark, ratio, acceptance
-// rate, accepted drafts, tokens and verify rows per cycle, DSpark time split from
-// stats_report()), then one "ALL" row per policy (sums over the channels), optionally --csv FILE (same rows)
-// and --outputs-dir DIR (<channel>.jsonl with prompt/output texts, for
-// tools/ngram_similarity/ngram_similarity.py).
-//
-// --oracle LIST (a measurement tool; engine new_oracle_speculative_decoder): after the
-// policies, one row per hit rate h, named oracle<h>: the same speculative cycle (policy
-// --oracle-policy, default fold) with the oracle proposer instead of the drafter: drafts are the
-// plain run's greedy continuation of the same prompt, each drafted position right with
-// probability h (deterministic per seed, position and draft index) and wrong otherwise. Its
-// proposals cost nothing, so its tokens/s is what the cycle pays at that acceptance with a free
-// drafter (the "model" column prices them as drafter proposals); they never overlap the seed's
-// decode (--overlap is ignored for them). It needs no drafter: when the
-// default support file is absent (the generated full-shape Flash file has none) or --policies
-// is "none", only the oracle rows run.
+//   * the final next-token logits of the speculative session equal the plain session's bit
+//     for bit (speculative.h: the final session state is identical).
+// Output: a table per channel x policy on stdout, one "ALL" row per policy (sums over the
+// channels), optionally --csv FILE (same rows) and --outputs-dir DIR (<channel>.jsonl with
+// prompt/output texts, for tools/ngram_similarity/ngram_similarity.py).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
