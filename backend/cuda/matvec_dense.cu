@@ -9,15 +9,14 @@
 // weight from DRAM once per call (tiles staged in shared memory by the whole CTA serve all r
 // rows); narrower ones run one CTA per (output row, activation row). Then the
 // halving tree: h = 32 inside the thread (p[t] + p[t+32]), h = 16, 8, 4, 2, 1 by shuffles
-// (lane t gets p[t+h]). --fmad=false keeps mul and add apart.
+// (lane t gets p[t+h]): lanes64.cuh's dot_step and tree64. --fmad=false keeps mul and add apart.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/lanes64.cuh"
 
 namespace ds4::cuda {
 
 namespace {
-
-using detail::kFullMask;
 
 template <bool kF16>
 __device__ __forceinline__ float load_w1(const uint8_t* row, int64_t i) {
@@ -167,10 +166,8 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
 #pragma unroll
         for (int k = 0; k < kXRows; ++k) {
           if (k < r) {
-            const float a0 = __fmul_rn(w0, xr[k * kT + i]);
-            const float a1 = __fmul_rn(w1, xr[k * kT + i + 32]);
-            p0[k] = __fadd_rn(p0[k], a0);
-            p1[k] = __fadd_rn(p1[k], a1);
+            p0[k] = detail::dot_step(p0[k], w0, xr[k * kT + i]);
+            p1[k] = detail::dot_step(p1[k], w1, xr[k * kT + i + 32]);
           }
         }
       }
@@ -190,21 +187,13 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
   for (int k = 0; k < kXRows; ++k) {
     if (k < r) {
       const float* xk = x + k * xs;
-      if (h0) p0[k] = __fadd_rn(p0[k], __fmul_rn(wt0, xk[m + t]));
-      if (h1) p1[k] = __fadd_rn(p1[k], __fmul_rn(wt1, xk[m + t + 32]));
+      if (h0) p0[k] = detail::dot_step(p0[k], wt0, xk[m + t]);
+      if (h1) p1[k] = detail::dot_step(p1[k], wt1, xk[m + t + 32]);
     }
   }
   // The halving tree: h = 32 in-thread, then 16, 8, 4, 2, 1 by shuffles (lane t gets p[t + h]).
 #pragma unroll
-  for (int k = 0; k < kXRows; ++k) p0[k] = __fadd_rn(p0[k], p1[k]);
-#pragma unroll
-  for (int h = 16; h >= 1; h /= 2) {
-#pragma unroll
-    for (int k = 0; k < kXRows; ++k) {
-      const float hi = __shfl_down_sync(kFullMask, p0[k], h);
-      p0[k] = __fadd_rn(p0[k], hi);
-    }
-  }
+  for (int k = 0; k < kXRows; ++k) p0[k] = detail::tree64(p0[k], p1[k]);
   if (t != 0 || o >= n_out) return;
 #pragma unroll
   for (int k = 0; k < kXRows; ++k)

@@ -7,8 +7,9 @@
 // n % 64 tail included), then the halving tree 32, 16, 8, 4, 2, 1. One CTA per row: all its
 // threads stage the row through shared memory in coalesced chunks (the next chunk in flight
 // while the current one is summed), warp 0's lane t runs partials t and t + 32 (h = 32 of the
-// tree in-thread, the rest by shuffles); the scale and the elementwise products then run on
-// every thread. Rows are independent, so r rows cost about what one does.
+// tree in-thread, the rest by shuffles: lanes64.cuh's pieces, shared with hc.cu's fused HC
+// kernels); the scale and the elementwise products then run on every thread. Rows are
+// independent, so r rows cost about what one does.
 // top_two: core/reduce.h's definition. The maximum, the second maximum (counting ties) and
 // the first index holding the maximum are order-free over non-NaN values, so a tree over
 // (top1, top2, first id) pairs gives the scalar loop's id and margin bit for bit (signed
@@ -17,6 +18,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/lanes64.cuh"
 #include "backend/cuda/ops.h"
 
 namespace ds4::cuda {
@@ -72,24 +74,16 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
       const float* q = xs[step & 1];
 #pragma unroll 4
       for (int i = 0; i < cnt; i += 64) {  // element c + i + l belongs to lane l (c, i ≡ 0 mod 64)
-        if (i + lane < cnt) {
-          const double v = static_cast<double>(q[i + lane]);
-          p0 = __dadd_rn(p0, __dmul_rn(v, v));
-        }
-        if (i + lane + 32 < cnt) {
-          const double v = static_cast<double>(q[i + lane + 32]);
-          p1 = __dadd_rn(p1, __dmul_rn(v, v));
-        }
+        if (i + lane < cnt) p0 = detail::sumsq_step(p0, q[i + lane]);
+        if (i + lane + 32 < cnt) p1 = detail::sumsq_step(p1, q[i + lane + 32]);
       }
     }
     if (more) stash((step + 1) & 1);
     __syncthreads();
   }
   if (tid < 32) {
-    p0 = __dadd_rn(p0, p1);  // h = 32
-#pragma unroll
-    for (int h = 16; h >= 1; h /= 2) p0 = __dadd_rn(p0, __shfl_down_sync(kFullMask, p0, h));
-    if (lane == 0) s_scale = 1.0f / sqrtf(static_cast<float>(p0 / static_cast<double>(n)) + eps);
+    p0 = detail::tree64(p0, p1);
+    if (lane == 0) s_scale = detail::rms_scale(p0, n, eps);
   }
   __syncthreads();
   const float scale = s_scale;
