@@ -30,6 +30,9 @@ struct BackendOptions {
   // GB/s, and the gaps between ops and at host round trips; the report goes to stderr when the
   // backend is destroyed. Ignored by the CPU backend.
   bool cuda_profile = false;
+  // CUDA: HC pre / collapse as one fused kernel per call (false: the three-launch path, for A/B;
+  // same bits). Ignored by the CPU backend.
+  bool cuda_hc_fused = true;
 };
 
 // Names make_backend() accepts, in preference order ("cpu" first).

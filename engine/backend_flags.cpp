@@ -50,7 +50,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .flag("--cuda-profile", &f->cuda_profile,
             "CUDA: time every op on the device (events) and print, at exit, per op and op class the "
             "time, bytes and GB/s, the ops per token and the gaps between ops and at token boundaries",
-            "DS4_CUDA_GAP_PROFILE");
+            "DS4_CUDA_GAP_PROFILE")
+      .option("--cuda-hc-fused", &f->cuda_hc_fused,
+              "CUDA: HC pre / collapse as one fused kernel per call (1) or the three-launch path (0: "
+              "norm, mix matvec, finish; for A/B timing). Same bits either way",
+              "DS4_CUDA_HC_FUSED", "0|1");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -63,6 +67,10 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
     return invalid_argument("--device must be a GPU index >= 0, got %d%s", f.device, origin(t, "--device").c_str());
   }
   if (f.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", f.threads);
+  if (f.cuda_hc_fused != 0 && f.cuda_hc_fused != 1) {
+    return invalid_argument("--cuda-hc-fused must be 0 or 1, got %d%s", f.cuda_hc_fused,
+                            origin(t, "--cuda-hc-fused").c_str());
+  }
 
   // The shorthand replaces an environment or default --backend; on the command line next to
   // --backend it must agree with it (auto agrees with either).
@@ -93,6 +101,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->f32_activations = f.f32_activations;
   options->cuda_sync = f.cuda_sync;
   options->cuda_profile = f.cuda_profile;
+  options->cuda_hc_fused = f.cuda_hc_fused != 0;
   return Status();
 }
 

@@ -2,7 +2,8 @@
 // Engine (`ds4`, `ds4-bench`, `ds4-bench-spec`, `ds4-bench-batch`, `ds4-server`): where the
 // model runs (--backend, --device, the --cpu / --cuda shorthands), the CPU's kernel path and
 // thread count (--isa, -t/--threads), the reference numerics (--f32-activations) and the CUDA
-// debugging / measuring switches (--cuda-sync, --cuda-profile = DS4_CUDA_GAP_PROFILE), with their
+// debugging / measuring switches (--cuda-sync, --cuda-profile = DS4_CUDA_GAP_PROFILE, the A/B
+// switch --cuda-hc-fused = DS4_CUDA_HC_FUSED), with their
 // DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
 // EngineOptions.
 //
@@ -36,6 +37,7 @@ struct BackendFlags {
   bool f32_activations = false;  // --f32-activations
   bool cuda_sync = false;        // --cuda-sync: wait after every CUDA op (debugging)
   bool cuda_profile = false;     // --cuda-profile (DS4_CUDA_GAP_PROFILE): the op-timeline profiler
+  int cuda_hc_fused = 1;         // --cuda-hc-fused (DS4_CUDA_HC_FUSED): 1 fused HC kernels, 0 three launches
 };
 
 // Registers the backend flags on `t`, bound to *f (whose current values are the defaults).

@@ -6,9 +6,11 @@
 // each forwarded to backend/cuda/ops.h. All work runs on one non-blocking stream in issue
 // order, so an op sees every earlier upload and op, and a download sees every earlier op.
 // Invariants: nothing here allocates inside an op except the one-time growth of the matmul
-// activation scratch (a new, larger shape); an op that fails ends the process with one message:
-// a launch error names the op and its shapes; a device fault surfaces at the next
-// synchronization, unless sync_each_op (--cuda-sync) makes every op wait and name itself.
+// activation scratch (a new, larger shape); the fused HC ops' counters are allocated once at
+// start-up (--cuda-hc-fused 0: none, the three-launch HC path); an op that fails ends the
+// process with one message: a launch error names the op and its shapes; a device fault
+// surfaces at the next synchronization, unless sync_each_op (--cuda-sync) makes every op wait
+// and name itself.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -155,11 +157,14 @@ class CudaWeightSet final : public WeightSet {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op)
-      : info_(info), stream_(stream), sync_each_op_(sync_each_op) {}
+  // hc_tickets: the fused HC kernels' counters (ops.h kHcTicketRows, zeroed), or nullptr for
+  // the three-launch HC path; owned from here on.
+  CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op, uint32_t* hc_tickets)
+      : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets) {}
   ~CudaBackend() override {
     (void)cuda::stream_sync(stream_);  // a fault here was reported by the call that caused it
     cuda::device_free(scratch_.data);
+    cuda::device_free(hc_tickets_);
     cuda::stream_destroy(stream_);
   }
 
@@ -222,7 +227,8 @@ class CudaBackend final : public Backend {
     op(cuda::rms_norm(p, stream_), "rms_norm", "n %lld, %d rows", ll(p.n), p.n_rows);
   }
   void hc_pre(const HcPreParams& p) override {
-    op(cuda::hc_pre(p, stream_), "hc_pre", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
+    op(cuda::hc_pre(p, stream_, hc_tickets_), "hc_pre", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
+       p.n_rows);
   }
   void hc_post(const HcPostParams& p) override {
     op(cuda::hc_post(p, stream_), "hc_post", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
@@ -252,7 +258,7 @@ class CudaBackend final : public Backend {
        gguf::type_name(p.gate.type), ll(p.gate.n_in), ll(p.gate.n_out), ll(p.gate.n_expert), p.n_used);
   }
   void hc_collapse(const HcCollapseParams& p) override {
-    op(cuda::hc_collapse(p, stream_), "hc_collapse", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
+    op(cuda::hc_collapse(p, stream_, hc_tickets_), "hc_collapse", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
        p.n_rows);
   }
   void embed(const EmbedParams& p) override {
@@ -328,17 +334,31 @@ class CudaBackend final : public Backend {
   cuda::DeviceInfo info_;
   cuda::Stream stream_ = nullptr;
   bool sync_each_op_ = false;
+  uint32_t* hc_tickets_ = nullptr;  // [kHcTicketRows] zero between ops; nullptr: unfused HC ops
   cuda::OpScratch scratch_;
 };
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile) {
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile, bool hc_fused) {
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
-  std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op));
+  uint32_t* tickets = nullptr;  // the fused HC kernels' counters: allocated and zeroed once
+  if (hc_fused) {
+    const size_t bytes = sizeof(uint32_t) * cuda::kHcTicketRows;
+    void* p = nullptr;
+    Status s = cuda::device_alloc(&p, bytes);
+    if (s.ok()) s = cuda::memset_async(p, 0, bytes, stream);
+    if (!s.ok()) {
+      cuda::device_free(p);
+      cuda::stream_destroy(stream);
+      return s;
+    }
+    tickets = static_cast<uint32_t*>(p);
+  }
+  std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op, tickets));
   if (!profile) return be;
   // 2 events per op, 32K ops between read-backs (a Flash decode token issues ~1-2K ops).
   auto clock = make_cuda_event_clock(stream, 65536);

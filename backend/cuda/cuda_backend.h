@@ -19,6 +19,8 @@ namespace ds4::backend {
 // sync_each_op: wait for every op, so a device fault names the op that caused it (debugging).
 // profile: wrap it in the op-timeline profiler (backend/op_profile.h; report on stderr when the
 // backend is destroyed). Off, the ops run with no profiling code at all.
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false);
+// hc_fused: HC pre / collapse as one fused kernel per call (ops.h; false: the three-launch path).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
+                                                     bool hc_fused = true);
 
 }  // namespace ds4::backend

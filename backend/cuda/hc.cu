@@ -3,14 +3,25 @@
 //
 // Role: hc_pre / hc_post / hc_collapse of ops.h, bit-identical to backend/cpu (cpu_backend.cpp
 // hc_pre / hc_collapse, cpu_ops.cpp hc_pre_finish_rows / hc_post_rows).
-// Layout: the norm and the mix matvec are the tested launchers of cuda_kernels.h (rms_norm
-// unweighted, matvec_f16). The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on
-// one warp, a lane per HC row / column (sinkhorn_row_warp: the CPU's scalar sequence per
-// value); every block of a row's stream sum recomputes it into shared memory instead of a
-// second launch, and only the row's first block writes post / comb. Stream sums are elementwise: y = 0 (or f·post), then
-// y = y + w[h]·x[h] for h in stream order — kernels.h weighted_sum's sequence per element.
-// Invariants: no allocation (flat / mix scratch come in the params), asynchronous on the stream.
+// Layout, fused (tickets given; the CudaBackend's default): ONE launch per call, grid (rows,
+// output groups). Each block recomputes its row's RMS statistic (thread t of the first 64
+// runs lane partial t of rms_norm's order; the row is L2-resident), then each 64-thread pair
+// runs one mix output's F16 dot on the normalized values flat[i] = x[i]·scale on the fly
+// (lane partial t again, matvec_f16's order; both through lanes64.cuh), and writes mix. A
+// per-row ticket (atomicAdd after a fence) elects the last block of the row, which runs the
+// Sinkhorn (pre) or the sigmoid weights (collapse) and the weighted stream sum; it resets the
+// ticket, so the counters are zero between calls. flat is not written (nothing reads it).
+// Layout, three launches (tickets nullptr; DS4_CUDA_HC_FUSED=0): the tested launchers of
+// cuda_kernels.h (rms_norm unweighted -> flat, matvec_f16 -> mix), then the finish kernel.
+// The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on one warp, a lane per HC
+// row / column (sinkhorn_row_warp: the CPU's scalar sequence per value). Stream sums are
+// elementwise: y = 0 (or f·post), then y = y + w[h]·x[h] for h in stream order — kernels.h
+// weighted_sum's sequence per element.
+// Invariants: no allocation (flat / mix scratch come in the params, the tickets from the
+// caller), asynchronous on the stream; a fused launch covers at most kHcTicketRows rows (more
+// rows: several launches in stream order, each leaving its counters zero).
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/lanes64.cuh"
 #include "backend/row_math.h"
 #include "backend/cuda/ops.h"
 
@@ -149,34 +160,230 @@ __global__ void __launch_bounds__(kThreads) hc_collapse_kernel(const float* __re
   }
 }
 
+// ---- Fused: one launch per call -----------------------------------------------------------
+
+constexpr int kPair = 64;      // threads of one 64-lane reduction: thread t runs lane partial t
+constexpr int kMaxPairs = 4;   // mix outputs per block at most (256 threads)
+constexpr int kMaxMix = 2 * backend::rowmath::kMaxHc + backend::rowmath::kMaxHc * backend::rowmath::kMaxHc;
+
+enum class HcKind { kPre, kCollapse };
+
+struct FusedArgs {
+  const float* x;        // [rows, n_hc·n_embd]
+  const uint8_t* fn;     // F16 [mix_dim rows of n_hc·n_embd], fn_row_bytes apart
+  size_t fn_row_bytes;
+  const float* base;     // [mix_dim]
+  const float* scale3;   // pre: [3]
+  float scale1;          // collapse
+  int n_hc;
+  int64_t n_embd;
+  int mix_dim;           // pre: 2·n_hc + n_hc²; collapse: n_hc
+  int iters;             // pre: Sinkhorn iterations
+  float norm_eps, hc_eps;
+  float* mix;            // [rows, mix_dim]
+  float* y;              // [rows, n_embd]
+  float* post;           // pre: [rows, n_hc]
+  float* comb;           // pre: [rows, n_hc²]
+  uint32_t* tickets;     // [rows]: zero on entry, zero again when the launch ends
+};
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// grid (rows, ceil(mix_dim / pairs)), blockDim = 64·pairs. Block (row, g): pair q computes
+// mix output g·pairs + q; the row's last block to finish finishes the row.
+template <HcKind kKind>
+__global__ void __launch_bounds__(kMaxPairs * kPair) hc_fused_kernel(const FusedArgs a) {
+  __shared__ double sq_hi[32];
+  __shared__ float dot_hi[kMaxPairs][32];
+  __shared__ float s_scale;
+  __shared__ bool s_last;
+  __shared__ float mix_s[kMaxMix];
+  __shared__ float w_s[backend::rowmath::kMaxHc];  // stream weights: pre (pre) or sigmoid (collapse)
+  __shared__ float post_s[backend::rowmath::kMaxHc];
+  __shared__ float comb_s[backend::rowmath::kMaxHc * backend::rowmath::kMaxHc];
+  const int tid = threadIdx.x, t = tid & (kPair - 1), pair = tid / kPair, lane = tid & 31;
+  const int64_t row = blockIdx.x;
+  const int64_t n = static_cast<int64_t>(a.n_hc) * a.n_embd;
+  const float* xr = a.x + row * n;
+  const int o = static_cast<int>(blockIdx.y) * (static_cast<int>(blockDim.x) / kPair) + pair;
+  const bool has_out = o < a.mix_dim;  // uniform over the pair
+  const uint16_t* wr =
+      reinterpret_cast<const uint16_t*>(a.fn + static_cast<size_t>(has_out ? o : 0) * a.fn_row_bytes);
+
+  // The pair's weight row (2n bytes) on its way to the L2 while the statistic runs.
+  if (has_out) {
+    const char* wb = reinterpret_cast<const char*>(wr);
+    for (int64_t b = static_cast<int64_t>(t) * 128; b < 2 * n; b += kPair * 128) prefetch_l2(wb + b);
+  }
+
+  // 1. The RMS statistic (rms_norm's order): thread t < 64 sums x[i]² for i ≡ t mod 64.
+  double sq = 0.0;
+  if (tid < kPair) {
+#pragma unroll 8
+    for (int64_t i = t; i < n; i += kPair) sq = detail::sumsq_step(sq, __ldg(xr + i));
+    if (tid >= 32) sq_hi[lane] = sq;
+  }
+  __syncthreads();
+  if (tid < 32) {
+    sq = detail::tree64(sq, sq_hi[lane]);
+    if (lane == 0) s_scale = detail::rms_scale(sq, n, a.norm_eps);
+  }
+  __syncthreads();
+  const float scale = s_scale;
+
+  // 2. The pair's mix output (matvec_f16's order) on flat[i] = x[i]·scale, rms_norm's product.
+  float acc = 0.0f;
+  if (has_out) {
+#pragma unroll 8
+    for (int64_t i = t; i < n; i += kPair) {
+      const float f = __fmul_rn(__ldg(xr + i), scale);
+      acc = detail::dot_step(acc, detail::f16_to_f32(__ldg(wr + i)), f);
+    }
+    if (t >= 32) dot_hi[pair][lane] = acc;
+  }
+  __syncthreads();
+  if (has_out && t < 32) {
+    acc = detail::tree64(acc, dot_hi[pair][lane]);
+    if (lane == 0) {
+      a.mix[row * a.mix_dim + o] = acc;
+      __threadfence();
+    }
+  }
+
+  // 3. The ticket: release (this block's mix stores, then a device fence, then the count), and
+  // the last of the row's gridDim.y blocks goes on.
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    const unsigned prev = atomicAdd(a.tickets + row, 1u);
+    s_last = prev == gridDim.y - 1;
+    if (s_last) {
+      __threadfence();        // acquire: every block's mix is visible below
+      a.tickets[row] = 0u;    // the next launch (stream order) starts from zero
+    }
+  }
+  __syncthreads();
+  if (!s_last) return;
+  for (int i = tid; i < a.mix_dim; i += blockDim.x) mix_s[i] = __ldcg(a.mix + row * a.mix_dim + i);
+  __syncthreads();
+
+  // 4. The row's stream weights, then y = 0 + w[0]·x[0] + w[1]·x[1] + ... per element.
+  const int nh = a.n_hc;
+  if constexpr (kKind == HcKind::kPre) {
+    const int nn = nh * nh;
+    if (tid < 32) sinkhorn_row_warp(mix_s, a.scale3, a.base, nh, a.iters, a.hc_eps, w_s, post_s, comb_s);
+    __syncthreads();
+    for (int i = tid; i < nh; i += blockDim.x) a.post[row * nh + i] = post_s[i];
+    for (int i = tid; i < nn; i += blockDim.x) a.comb[row * nn + i] = comb_s[i];
+  } else {
+    if (tid < nh) w_s[tid] = detmath::sigmoid_f32(mix_s[tid] * a.scale1 + a.base[tid]) + a.hc_eps;
+    __syncthreads();
+  }
+  const int64_t E = a.n_embd;
+  float* yr = a.y + row * E;
+  constexpr int kU = 4;  // elements per thread in flight
+  const int64_t step = static_cast<int64_t>(blockDim.x);
+  for (int64_t d0 = tid; d0 < E; d0 += kU * step) {
+    float sum[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) sum[u] = 0.0f;
+    for (int h = 0; h < nh; ++h) {
+      const float wh = w_s[h];
+      float v[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t d = d0 + u * step;
+        v[u] = d < E ? __ldg(xr + h * E + d) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) sum[u] = sum[u] + wh * v[u];
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t d = d0 + u * step;
+      if (d < E) yr[d] = sum[u];
+    }
+  }
+}
+
 Status hc_shape_error(const char* op, int n_hc, int64_t n_embd, int n_rows, const char* why) {
   return invalid_argument("cuda: %s: unsupported shape (n_hc %d, n_embd %lld, rows %d): %s", op, n_hc,
                           static_cast<long long>(n_embd), n_rows, why);
 }
 
-// The flatten-norm + F16 mix matvec shared by pre and collapse: flat = rms_norm(x) (unweighted),
-// mix[i] = fn · flat[i] (rows mix_dim apart).
+// fn must be the F16 [n_hc·n_embd -> mix_dim] projection, 2-byte aligned rows.
+Status check_fn(const char* op, const backend::Matrix& fn, int64_t hc_dim, int64_t mix_dim) {
+  if (fn.type != GgmlType::kF16 || fn.n_in != hc_dim || fn.n_out != mix_dim || fn.data == nullptr ||
+      reinterpret_cast<uintptr_t>(fn.data) % 2 != 0 || fn.row_bytes < static_cast<size_t>(2 * hc_dim) ||
+      fn.row_bytes % 2 != 0)
+    return invalid_argument("cuda: %s: fn must be F16 [%lld -> %lld] with aligned rows (got type %u, [%lld -> %lld], "
+                            "row_bytes %zu)", op, static_cast<long long>(hc_dim), static_cast<long long>(mix_dim),
+                            static_cast<unsigned>(fn.type), static_cast<long long>(fn.n_in),
+                            static_cast<long long>(fn.n_out), fn.row_bytes);
+  return Status();
+}
+
+// The three-launch path's flatten-norm + F16 mix matvec, shared by pre and collapse:
+// flat = rms_norm(x) (unweighted), mix[i] = fn · flat[i] (rows mix_dim apart).
 Status norm_and_mix(const char* op, const float* x, const backend::Matrix& fn, int n_hc, int64_t n_embd,
                     int n_rows, float eps, float* flat, float* mix, int64_t mix_dim, Stream stream) {
   const int64_t hc_dim = n_hc * n_embd;
-  if (fn.type != GgmlType::kF16 || fn.n_in != hc_dim || fn.n_out != mix_dim)
-    return invalid_argument("cuda: %s: fn must be F16 [%lld -> %lld] (got type %u, [%lld -> %lld])", op,
-                            static_cast<long long>(hc_dim), static_cast<long long>(mix_dim),
-                            static_cast<unsigned>(fn.type), static_cast<long long>(fn.n_in),
-                            static_cast<long long>(fn.n_out));
-  Status s = rms_norm(x, nullptr, flat, hc_dim, hc_dim, n_rows, eps, stream);
+  const Status c = check_fn(op, fn, hc_dim, mix_dim);
+  if (!c.ok()) return c;
+  const Status s = rms_norm(x, nullptr, flat, hc_dim, hc_dim, n_rows, eps, stream);
   if (!s.ok()) return s;
   const Weights w{fn.data, fn.row_bytes, fn.n_in, fn.n_out};
   return matvec_f16(w, flat, hc_dim, n_rows, mix, mix_dim, stream);
 }
 
+// Mix outputs per block: two for decode-sized calls (more blocks per row, shorter serial work
+// each), four for batches (fewer recomputations of each row's statistic).
+int fused_pairs(int n_rows, int mix_dim) {
+  const int pairs = n_rows <= 32 ? 2 : kMaxPairs;
+  return pairs < mix_dim ? pairs : mix_dim;
+}
+
+// The fused kernel over n_rows rows, in launches of at most kHcTicketRows rows (one counter
+// each); a's pointers are those of row 0.
+template <HcKind kKind>
+Status launch_fused(const char* op, const FusedArgs& a, int n_rows, Stream stream) {
+  const int64_t hc_dim = static_cast<int64_t>(a.n_hc) * a.n_embd;
+  const int pairs = fused_pairs(n_rows, a.mix_dim);
+  const unsigned groups = static_cast<unsigned>((a.mix_dim + pairs - 1) / pairs);
+  for (int r0 = 0; r0 < n_rows; r0 += kHcTicketRows) {
+    const int rr = n_rows - r0 < kHcTicketRows ? n_rows - r0 : kHcTicketRows;
+    FusedArgs b = a;
+    b.x += r0 * hc_dim;
+    b.mix += static_cast<int64_t>(r0) * a.mix_dim;
+    b.y += r0 * a.n_embd;
+    if constexpr (kKind == HcKind::kPre) {
+      b.post += static_cast<int64_t>(r0) * a.n_hc;
+      b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
+    }
+    hc_fused_kernel<kKind><<<dim3(static_cast<unsigned>(rr), groups), pairs * kPair, 0, stream>>>(b);
+    const Status s = launch_status(op, hc_dim, a.mix_dim, rr);
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
 }  // namespace
 
-Status hc_pre(const backend::HcPreParams& p, Stream stream) {
+Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets) {
   if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_pre", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
   const int64_t mix_dim = 2 * p.n_hc + static_cast<int64_t>(p.n_hc) * p.n_hc;
+  if (tickets != nullptr) {
+    Status s = check_fn("hc_pre", p.fn, p.n_hc * p.n_embd, mix_dim);
+    if (!s.ok()) return s;
+    const FusedArgs a{p.x,      static_cast<const uint8_t*>(p.fn.data), p.fn.row_bytes, p.base, p.scale, 0.0f,
+                      p.n_hc,   p.n_embd, static_cast<int>(mix_dim), p.sinkhorn_iters, p.norm_eps, p.hc_eps,
+                      p.mix,    p.y,      p.post, p.comb, tickets};
+    return launch_fused<HcKind::kPre>("hc_pre (fused)", a, p.n_rows, stream);
+  }
   Status s = norm_and_mix("hc_pre", p.x, p.fn, p.n_hc, p.n_embd, p.n_rows, p.norm_eps, p.flat, p.mix, mix_dim,
                           stream);
   if (!s.ok()) return s;
@@ -195,10 +402,17 @@ Status hc_post(const backend::HcPostParams& p, Stream stream) {
   return launch_status("hc_post", p.n_hc * p.n_embd, p.n_hc * p.n_embd, p.n_rows);
 }
 
-Status hc_collapse(const backend::HcCollapseParams& p, Stream stream) {
+Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets) {
   if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_collapse", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
+  if (tickets != nullptr) {
+    Status s = check_fn("hc_collapse", p.fn, p.n_hc * p.n_embd, p.n_hc);
+    if (!s.ok()) return s;
+    const FusedArgs a{p.x,    static_cast<const uint8_t*>(p.fn.data), p.fn.row_bytes, p.base, nullptr, p.scale,
+                      p.n_hc, p.n_embd, p.n_hc, 0, p.norm_eps, p.hc_eps, p.mix, p.y, nullptr, nullptr, tickets};
+    return launch_fused<HcKind::kCollapse>("hc_collapse (fused)", a, p.n_rows, stream);
+  }
   Status s = norm_and_mix("hc_collapse", p.x, p.fn, p.n_hc, p.n_embd, p.n_rows, p.norm_eps, p.flat, p.mix,
                           p.n_hc, stream);
   if (!s.ok()) return s;

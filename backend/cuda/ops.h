@@ -49,9 +49,15 @@ Status matmul_grouped(const backend::MatmulParams* p, int n, const OpScratch& sc
 
 // ---- hc.cu ---------------------------------------------------------------------------------
 Status rms_norm(const backend::RmsNormParams& p, Stream stream);
-Status hc_pre(const backend::HcPreParams& p, Stream stream);
+// HC pre / collapse. With `tickets` (kHcTicketRows uint32 counters in device memory, zero
+// before the first call; CudaBackend allocates them once) ONE fused launch per kHcTicketRows
+// rows, leaving the counters zero and p.flat unwritten; calls sharing the counters must be
+// ordered (one stream). nullptr: the three-launch path (rms_norm -> flat, matvec_f16 -> mix,
+// finish), kept for A/B (DS4_CUDA_HC_FUSED=0). Same bits either way (mix included).
+inline constexpr int kHcTicketRows = 4096;
+Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets = nullptr);
 Status hc_post(const backend::HcPostParams& p, Stream stream);
-Status hc_collapse(const backend::HcCollapseParams& p, Stream stream);
+Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets = nullptr);
 
 // ---- elementwise.cu ------------------------------------------------------------------------
 Status embed(const backend::EmbedParams& p, Stream stream);

@@ -6,7 +6,8 @@
 // (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds; the
 // grouped output LoRA 8 x Q8_0 4096x1024 through ops.h matmul_grouped, and as 8 matmul calls,
 // "loop", both including the activation quantization);
-// per small op its time in microseconds (the read-outs top_k and argmax+margin included); the
+// per small op its time in microseconds (the read-outs top_k and argmax+margin included; HC pre
+// and collapse at Flash shape fused vs the three-launch path, fn from DRAM); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
 // DISTINCT expert bytes the call reads. Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
@@ -468,6 +469,85 @@ int main(int argc, char** argv) {
   small("rms_norm 4096 x1", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 1, 1e-6f)); });
   small("rms_norm 4096 x8", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 8, 1e-6f)); });
   small("rms_norm 16384 x1 (hc flatten)", [&](int) { ok(cuda::rms_norm(x, nullptr, out, 16384, 0, 1, 1e-6f)); });
+  // HC pre / collapse at the Flash shape (n_hc 4, n_embd 4096: fn F16 [16384 -> 24] / [-> 4]):
+  // the fused kernel (ops.h, counters given) against the three launches (rms_norm, matvec_f16,
+  // finish). fn rotates over copies (>= 4x the L2, so every call reads it from DRAM, as decode
+  // does per layer); x is one buffer (L2-resident, as after hc_post).
+  {
+    const int nhc = 4;
+    const int64_t E = 4096, HC = nhc * E, kMix = 2 * nhc + nhc * nhc;
+    const int kR = 8;
+    const size_t rb = quant::row_bytes(GgmlType::kF16, HC);
+    std::vector<float> hx(static_cast<size_t>(kR * HC)), hb(kMix);
+    std::mt19937 rng(13);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& f : hx) f = g(rng);
+    for (auto& f : hb) f = 0.1f * g(rng);
+    const float hs[3] = {0.05f, 0.05f, 0.05f};
+    float *dx = nullptr, *dflat = nullptr, *dmix = nullptr, *dy = nullptr, *dpost = nullptr, *dcomb = nullptr;
+    float *dscale = nullptr, *dbase = nullptr;
+    uint32_t* tickets = nullptr;
+    CK(cudaMalloc(&dx, hx.size() * sizeof(float)));
+    CK(cudaMemcpy(dx, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dflat, sizeof(float) * kR * HC));
+    CK(cudaMalloc(&dmix, sizeof(float) * kR * kMix));
+    CK(cudaMalloc(&dy, sizeof(float) * kR * E));
+    CK(cudaMalloc(&dpost, sizeof(float) * kR * nhc));
+    CK(cudaMalloc(&dcomb, sizeof(float) * kR * nhc * nhc));
+    CK(cudaMalloc(&dscale, sizeof hs));
+    CK(cudaMemcpy(dscale, hs, sizeof hs, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dbase, sizeof(float) * kMix));
+    CK(cudaMemcpy(dbase, hb.data(), sizeof(float) * kMix, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&tickets, sizeof(uint32_t) * cuda::kHcTicketRows));
+    CK(cudaMemset(tickets, 0, sizeof(uint32_t) * cuda::kHcTicketRows));
+    for (const int64_t n_out : {kMix, static_cast<int64_t>(nhc)}) {
+      const bool pre = n_out == kMix;
+      const size_t bytes = rb * n_out;
+      const int copies = static_cast<int>(std::max<size_t>(1, (4 * info.l2_bytes + bytes - 1) / bytes));
+      std::vector<float> hw(static_cast<size_t>(HC * n_out));
+      for (auto& f : hw) f = 0.05f * g(rng);
+      std::vector<uint8_t> host(bytes);
+      quant::quantize_row(GgmlType::kF16, hw.data(), host.data(), HC * n_out);
+      std::vector<void*> w(copies);
+      for (auto& wp : w) {
+        CK(cudaMalloc(&wp, bytes));
+        CK(cudaMemcpy(wp, host.data(), bytes, cudaMemcpyHostToDevice));
+      }
+      for (int r : pre ? std::vector<int>{1, 8} : std::vector<int>{1}) {
+        if (!rows_selected(r)) continue;
+        for (bool fused : {true, false}) {
+          const std::string name = std::string(pre ? "hc_pre" : "hc_collapse") + " 4x4096 x" + std::to_string(r) +
+                                   (fused ? " fused" : " 3-launch");
+          if (!selected(name.c_str())) continue;
+          uint32_t* tk = fused ? tickets : nullptr;
+          const ds4::backend::Matrix m{nullptr, GgmlType::kF16, HC, n_out, rb};
+          auto fn = [&](int i) {
+            if (pre) {
+              ds4::backend::HcPreParams p;
+              p.x = dx, p.fn = m, p.fn.data = static_cast<const uint8_t*>(w[i % copies]);
+              p.scale = dscale, p.base = dbase;
+              p.n_hc = nhc, p.n_embd = E, p.n_rows = r;
+              p.flat = dflat, p.mix = dmix, p.y = dy, p.post = dpost, p.comb = dcomb;
+              ok(cuda::hc_pre(p, nullptr, tk));
+            } else {
+              ds4::backend::HcCollapseParams p;
+              p.x = dx, p.fn = m, p.fn.data = static_cast<const uint8_t*>(w[i % copies]);
+              p.scale = 0.05f, p.base = dbase;
+              p.n_hc = nhc, p.n_embd = E, p.n_rows = r;
+              p.flat = dflat, p.mix = dmix, p.y = dy;
+              ok(cuda::hc_collapse(p, nullptr, tk));
+            }
+          };
+          std::printf("%-40s %10.2f\n", name.c_str(), time_per_call(fn, std::max(copies, 50)) * 1e6);
+        }
+      }
+      for (void* wp : w) CK(cudaFree(wp));
+    }
+    for (void* ptr : {static_cast<void*>(dx), static_cast<void*>(dflat), static_cast<void*>(dmix),
+                    static_cast<void*>(dy), static_cast<void*>(dpost), static_cast<void*>(dcomb),
+                    static_cast<void*>(dscale), static_cast<void*>(dbase), static_cast<void*>(tickets)})
+      CK(cudaFree(ptr));
+  }
   small("top_two 129280 (Flash vocab)", [&](int) {
     ok(cuda::top_two(x, 129280, -1, reinterpret_cast<cuda::TopTwoResult*>(sink)));
   });

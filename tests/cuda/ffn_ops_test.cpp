@@ -6,6 +6,8 @@
 // runs the op through backend::make_cpu_backend on host buffers and through the CUDA launcher
 // on device copies, and compares every output's BITS (scratch outputs such as the flattened
 // norm and the mix too), naming the op, the shape, the element and both values on a mismatch.
+// HC pre / collapse run on both paths of ops.h: the three launches and the fused kernel (which
+// must also leave its counters zero and flat unwritten).
 // matmul_grouped (the grouped output LoRA: one launch pair for all groups) is checked the same
 // way at the Flash shape and odd ones.
 // Without a usable GPU these tests skip with the reason probe_device gives.
@@ -126,39 +128,73 @@ std::string tag(const char* op, int64_t n_embd, int rows) {
 
 // ---- HC ---------------------------------------------------------------------------------------
 
+// HC pre and collapse run both paths of ops.h: the three launches (rms_norm -> flat,
+// matvec_f16 -> mix, finish) and the fused kernel (one launch per kHcTicketRows rows, given the
+// zeroed counters). Both must give the CPU's bits for mix and every output; the fused one must
+// leave the counters zero (the next call relies on it) and flat unwritten. Shapes: the tiny
+// n_embd 64, a row length with a tail (n_hc·n_embd = 400, not a multiple of 64), Flash's 4096,
+// 1..8 and 11 rows, and at n_embd 64 more rows than one fused launch takes.
+std::vector<int> hc_row_counts(int64_t n_embd) {
+  std::vector<int> r(std::begin(kRowCounts), std::end(kRowCounts));
+  if (n_embd == 64) r.push_back(kHcTicketRows + 5);
+  return r;
+}
+
+// The fused path's counters must be zero after every call; flat keeps out_buf's pattern.
+void expect_fused_leftovers(const Dual<uint32_t>& tickets, const Dual<float>& flat, const std::string& t) {
+  const auto tk = tickets.device_values();
+  EXPECT_EQ(0, std::count_if(tk.begin(), tk.end(), [](uint32_t v) { return v != 0; })) << t << " tickets";
+  const auto fl = flat.device_values();
+  size_t written = 0;
+  for (float v : fl) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    written += b != 0x5a5a5a5au;
+  }
+  EXPECT_EQ(0u, written) << t << " flat must stay unwritten on the fused path";
+}
+
 TEST_F(FfnOps, HcPreBitsEqualCpu) {
   const int n_hc = 4;
   const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
-  for (int64_t n_embd : {64, 4096}) {
+  auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
+  for (int64_t n_embd : {64, 100, 4096}) {
     const int64_t hc_dim = n_hc * n_embd;
     auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 11 + n_embd));
     auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
     auto base = dual(gaussian(mix_dim, 12));
-    for (int rows : kRowCounts) {
+    for (int rows : hc_row_counts(n_embd)) {
       auto x = dual(gaussian(rows * hc_dim, 100 + rows));
-      auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * mix_dim);
-      auto y = out_buf<float>(rows * n_embd), post = out_buf<float>(rows * n_hc), comb = out_buf<float>(rows * n_hc * n_hc);
-      backend::HcPreParams p;
-      p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, mix_dim, quant::row_bytes(GgmlType::kF16, hc_dim)};
-      p.n_hc = n_hc;
-      p.n_embd = n_embd;
-      p.n_rows = rows;
-      backend::HcPreParams c = p;
-      c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
-      c.y = y.hp(), c.post = post.hp(), c.comb = comb.hp();
-      cpu_->hc_pre(c);
-      backend::HcPreParams g = p;
-      g.fn.data = fn.dp();
-      g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
-      g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp();
-      expect_ok(hc_pre(g, nullptr));
-      sync();
-      const std::string t = tag("hc_pre", n_embd, rows);
-      same(flat, t + " flat");
-      same(mix, t + " mix");
-      same(post, t + " post");
-      same(comb, t + " comb");
-      same(y, t + " y");
+      for (bool fused : {false, true}) {
+        auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * mix_dim);
+        auto y = out_buf<float>(rows * n_embd), post = out_buf<float>(rows * n_hc);
+        auto comb = out_buf<float>(rows * n_hc * n_hc);
+        backend::HcPreParams p;
+        p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, mix_dim, quant::row_bytes(GgmlType::kF16, hc_dim)};
+        p.n_hc = n_hc;
+        p.n_embd = n_embd;
+        p.n_rows = rows;
+        backend::HcPreParams c = p;
+        c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
+        c.y = y.hp(), c.post = post.hp(), c.comb = comb.hp();
+        cpu_->hc_pre(c);
+        backend::HcPreParams g = p;
+        g.fn.data = fn.dp();
+        g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
+        g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp();
+        expect_ok(hc_pre(g, nullptr, fused ? tickets.dp() : nullptr));
+        sync();
+        const std::string t = tag(fused ? "hc_pre (fused)" : "hc_pre", n_embd, rows);
+        if (fused) {
+          expect_fused_leftovers(tickets, flat, t);
+        } else {
+          same(flat, t + " flat");
+        }
+        same(mix, t + " mix");
+        same(post, t + " post");
+        same(comb, t + " comb");
+        same(y, t + " y");
+      }
     }
   }
 }
@@ -188,27 +224,34 @@ TEST_F(FfnOps, HcPostBitsEqualCpu) {
 
 TEST_F(FfnOps, HcCollapseBitsEqualCpu) {
   const int n_hc = 4;
-  for (int64_t n_embd : {64, 4096}) {
+  auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
+  for (int64_t n_embd : {64, 100, 4096}) {
     const int64_t hc_dim = n_hc * n_embd;
     auto fn = dual(random_weights(GgmlType::kF16, hc_dim, n_hc, 21 + n_embd));
     auto base = dual(gaussian(n_hc, 22));
-    for (int rows : kRowCounts) {
+    for (int rows : hc_row_counts(n_embd)) {
       auto x = dual(gaussian(rows * hc_dim, 600 + rows));
-      auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * n_hc), y = out_buf<float>(rows * n_embd);
-      backend::HcCollapseParams p;
-      p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, n_hc, quant::row_bytes(GgmlType::kF16, hc_dim)};
-      p.scale = 0.37f, p.n_hc = n_hc, p.n_embd = n_embd, p.n_rows = rows;
-      backend::HcCollapseParams c = p, g = p;
-      c.x = x.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp(), c.y = y.hp();
-      g.fn.data = fn.dp();
-      g.x = x.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp(), g.y = y.dp();
-      cpu_->hc_collapse(c);
-      expect_ok(hc_collapse(g, nullptr));
-      sync();
-      const std::string t = tag("hc_collapse", n_embd, rows);
-      same(flat, t + " flat");
-      same(mix, t + " mix");
-      same(y, t + " y");
+      for (bool fused : {false, true}) {
+        auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * n_hc), y = out_buf<float>(rows * n_embd);
+        backend::HcCollapseParams p;
+        p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, n_hc, quant::row_bytes(GgmlType::kF16, hc_dim)};
+        p.scale = 0.37f, p.n_hc = n_hc, p.n_embd = n_embd, p.n_rows = rows;
+        backend::HcCollapseParams c = p, g = p;
+        c.x = x.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp(), c.y = y.hp();
+        g.fn.data = fn.dp();
+        g.x = x.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp(), g.y = y.dp();
+        cpu_->hc_collapse(c);
+        expect_ok(hc_collapse(g, nullptr, fused ? tickets.dp() : nullptr));
+        sync();
+        const std::string t = tag(fused ? "hc_collapse (fused)" : "hc_collapse", n_embd, rows);
+        if (fused) {
+          expect_fused_leftovers(tickets, flat, t);
+        } else {
+          same(flat, t + " flat");
+        }
+        same(mix, t + " mix");
+        same(y, t + " y");
+      }
     }
   }
 }

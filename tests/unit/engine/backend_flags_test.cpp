@@ -1,6 +1,7 @@
 // tests/unit/engine/backend_flags_test.cpp — the one backend flag table (engine/backend_flags.h):
 // what a command line or an environment mirror turns into EngineOptions (backend, device,
-// threads, ISA, numerics), the shorthands' precedence, and the errors for bad values.
+// threads, ISA, numerics, the CUDA switches), the shorthands' precedence, and the errors for
+// bad values.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -63,6 +64,22 @@ TEST(BackendFlags, CudaProfileFromTheFlagAndItsMirror) {
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_GAP_PROFILE", "1"}}).ok());
   EXPECT_TRUE(eo.cuda_profile);
   EXPECT_FALSE(eo.cuda_sync);
+}
+
+TEST(BackendFlags, CudaHcFusedFromTheFlagAndItsMirror) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_hc_fused);  // the fused HC kernels by default
+  ASSERT_TRUE(apply({"--cuda-hc-fused", "0"}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_hc_fused);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "0"}}).ok());
+  EXPECT_FALSE(eo.cuda_hc_fused);
+  ASSERT_TRUE(apply({"--cuda-hc-fused", "1"}, &eo, {{"DS4_CUDA_HC_FUSED", "0"}}).ok());
+  EXPECT_TRUE(eo.cuda_hc_fused);  // the command line wins
+  const Status s = apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "2"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--cuda-hc-fused must be 0 or 1, got 2 (from DS4_CUDA_HC_FUSED)"), std::string::npos)
+      << s.message();
 }
 
 TEST(BackendFlags, BackendFromTheCommandLineAndTheEnvironment) {
@@ -165,7 +182,7 @@ TEST(BackendFlags, HelpListsEveryFlagAndMirror) {
   const std::string h = t.help();
   for (const char* s : {"--backend", "DS4_BACKEND", "--device", "DS4_DEVICE", "--cpu", "--cuda", "--threads",
                         "DS4_THREADS", "--isa", "DS4_CPU_ISA", "--f32-activations", "DS4_F32_ACTIVATIONS",
-                        "This build has: cpu"}) {
+                        "--cuda-hc-fused", "DS4_CUDA_HC_FUSED", "This build has: cpu"}) {
     EXPECT_NE(h.find(s), std::string::npos) << s;
   }
 }
