@@ -192,10 +192,12 @@ struct AttentionInputsParams {
 
 // One compressor step (§4.4) on precomputed projections of the current token. The token closes
 // a window exactly when compressor_emits(pos, ratio); then the op writes the pooled, normed,
-// roped (at pos + 1 - ratio), quantization-simulated row as f16 to `out_row` (the next row of
-// the caller's compressed cache; an indexer row goes to `out_fp4` as its FP4 store,
-// quant::fp4_row_bytes(head_dim) bytes, whose values are that f16 row's); the row is built in f32 in `pooled`. The caller knows from pos and ratio
-// alone whether a row was appended, without reading anything back.
+// roped (at pos + 1 - ratio), quantization-simulated row to the next row of the caller's
+// compressed cache: an attention row to `out_fp8` as its FP8 store (quant::fp8_row_bytes(
+// head_dim, n_rot) bytes), an indexer row to `out_fp4` as its FP4 store (quant::fp4_row_bytes(
+// head_dim) bytes); either decodes to exactly the values of the row's f16 form. The row is
+// built in f32 in `pooled`. The caller knows from pos and ratio alone whether a row was
+// appended, without reading anything back.
 struct CompressorStepParams {
   float* state_kv = nullptr;     // [coff*ratio, width] f32
   float* state_score = nullptr;  // [coff*ratio, width] f32
@@ -210,8 +212,8 @@ struct CompressorStepParams {
   float eps = 1e-6f;
   RopeParams rope;
   bool indexer = false;          // true: Hadamard+FP4 row; false: FP8 on the non-RoPE dims
-  float* pooled = nullptr;       // scratch [head_dim] f32 (pooled, then the row before f16)
-  uint16_t* out_row = nullptr;   // [head_dim] f16 (indexer false), written only when the step emits
+  float* pooled = nullptr;       // scratch [head_dim] f32 (pooled, then the row before its store)
+  uint8_t* out_fp8 = nullptr;    // [fp8_row_bytes(head_dim, n_rot)] FP8 store (indexer false), written only when the step emits
   uint8_t* out_fp4 = nullptr;    // [fp4_row_bytes(head_dim)] FP4 store (indexer true), same
 };
 
@@ -238,9 +240,10 @@ struct IndexerSelectParams {
 // de-rotated at the query's position. The raw rows are a ring: positions raw_first ..
 // raw_first + n_raw - 1, oldest first, position p at raw + (p % raw_cap) * head_dim. The op
 // takes a batch of independent queries, each with its own keys, scratch and output.
-// Keys are f32 (raw, comp: the drafter's ring and block rows) or f16 bits (raw_f16, comp_f16:
-// the target's KV stores), never both kinds in one query; f16 keys are widened exactly, so a
-// query's result is the bits it gets from the same keys as f32.
+// Keys are f32 (raw, comp: the drafter's ring and block rows) or the target's KV stores
+// (raw_f16: f16 bits; comp_fp8: FP8 stores, quant::fp8_row_bytes(head_dim, n_rot) bytes per
+// row, laid out with this query's head_dim and n_rot), never both kinds in one query; stored
+// keys are decoded exactly, so a query's result is the bits it gets from the same keys as f32.
 struct SinkAttentionParams {
   const float* q = nullptr;             // [n_head, head_dim]
   const float* raw = nullptr;           // [raw_cap, head_dim] f32 raw row ring, or
@@ -249,7 +252,7 @@ struct SinkAttentionParams {
   int64_t raw_first = 0;                // position of the first (oldest) key
   int n_raw = 0;
   const float* comp = nullptr;          // [n_comp, head_dim] f32, or
-  const uint16_t* comp_f16 = nullptr;   // [n_comp, head_dim] f16 bits
+  const uint8_t* comp_fp8 = nullptr;    // [n_comp, fp8_row_bytes(head_dim, n_rot)] FP8 stores
   int64_t n_comp = 0;
   const uint8_t* comp_allowed = nullptr;  // [n_comp] or nullptr (all allowed)
   const float* sinks = nullptr;         // [n_head]
@@ -261,9 +264,9 @@ struct SinkAttentionParams {
   int n_rot = 0;
   int64_t pos = 0;
   RopeParams rope;
-  bool f16_keys() const { return raw_f16 != nullptr || comp_f16 != nullptr; }
-  // Whether the key pointers are one kind (f32 or f16, not both).
-  bool keys_one_kind() const { return !f16_keys() || (raw == nullptr && comp == nullptr); }
+  bool stored_keys() const { return raw_f16 != nullptr || comp_fp8 != nullptr; }
+  // Whether the key pointers are one kind (f32 or stored, not both).
+  bool keys_one_kind() const { return !stored_keys() || (raw == nullptr && comp == nullptr); }
   const float* raw_row(int r) const { return raw + ((raw_first + r) % raw_cap) * head_dim; }
 };
 

@@ -95,7 +95,7 @@ OpCost op_cost(const CompressorStepParams& p) {
   const uint64_t width = coff * u(p.head_dim);
   const uint64_t state = coff * u(p.ratio) * width * kF32;
   // Both states read and their current row written; the projections; the APE row (F16).
-  const uint64_t row = p.indexer ? u(quant::fp4_row_bytes(p.head_dim)) : u(p.head_dim) * kHalf;  // FP4 or f16
+  const uint64_t row = u(p.indexer ? quant::fp4_row_bytes(p.head_dim) : quant::fp8_row_bytes(p.head_dim, p.n_rot));
   return {OpClass::kAttention, 2 * state + 4 * width * kF32 + u(p.ratio) * width * kHalf + row};
 }
 
@@ -114,7 +114,11 @@ OpCost op_cost(const SinkAttentionParams* p, int n) {
   uint64_t b = 0;
   for (int i = 0; i < n; ++i) {
     const uint64_t keys = u(p[i].n_raw) + u(p[i].n_comp);
-    b += keys * u(p[i].head_dim) * (p[i].f16_keys() ? kHalf : kF32) + (p[i].comp_allowed ? u(p[i].n_comp) : 0) +
+    // Raw keys f16 or f32; compressed keys FP8 stores or f32.
+    const bool stored = p[i].stored_keys();
+    const uint64_t comp_row = stored ? u(quant::fp8_row_bytes(p[i].head_dim, p[i].n_rot)) : u(p[i].head_dim) * kF32;
+    b += u(p[i].n_raw) * u(p[i].head_dim) * (stored ? kHalf : kF32) + u(p[i].n_comp) * comp_row +
+         (p[i].comp_allowed ? u(p[i].n_comp) : 0) +
          2 * u(p[i].n_head) * u(p[i].head_dim) * kF32 + u(p[i].n_head) * keys * kF32 * 2;
   }
   return {OpClass::kAttention, b};

@@ -1,9 +1,10 @@
 // engine/state_file.h — the session-state file: a disk KV cache entry that restores a Session
 // to a token prefix without prefilling it (ds4-server --kv-cache-dir; usable by any frontend).
 //
-// Format (little-endian, version 3; version 2 stored the indexer rows as f16, version 1 all KV rows as f32):
+// Format (little-endian, version 4; version 3 stored the compressed rows as f16, version 2 the
+// indexer rows too, version 1 all KV rows as f32):
 //   0  char[8]  magic "DS4STATE"
-//   8  u32      version (3)
+//   8  u32      version (4)
 //  12  u32      reserved (0)
 //  16  u64      model identity (ModelInfo::model_id: GGUF metadata + tensor table + sampled
 //               tensor bytes + numerics options; another model or numerics => another id)
@@ -11,7 +12,8 @@
 //  32  i64      n_tokens
 //  40  u64      payload bytes
 //  48  i32[n_tokens] token ids
-//  ..  payload  session::State::serialize (tokens, logits, live KV rows as f16, indexer rows as FP4 stores, compressor states)
+//  ..  payload  session::State::serialize (tokens, logits, live raw KV rows as f16, compressed rows as
+//               FP8 stores, indexer rows as FP4 stores, compressor states)
 //  end u64      checksum: FNV-1a-64 over 64-bit little-endian words of every byte before it
 //               (a zero-padded last word), seeded with the length
 // Invariants:
@@ -35,7 +37,7 @@
 
 namespace ds4 {
 
-inline constexpr uint32_t kStateFileVersion = 3;
+inline constexpr uint32_t kStateFileVersion = 4;
 inline constexpr uint64_t kStateHeaderBytes = 48;
 inline constexpr const char* kStateFileSuffix = ".ds4state";
 

@@ -79,9 +79,10 @@ float grid_nearest(float a) {
 // (KvRoundtrips.RowsEqualThePerElementDefinition); `ax < max ? ax : max` equals
 // fmin(ax, max) here because arithmetic results are never signaling NaNs. Branch-free: the
 // branchy scalar loop mispredicted on every sign and range change (4-5% of a tiny verify).
-// With kCodes (E2M1 only), the same pass also writes the block's store (quant/kv_sim.h,
-// indexer FP4 rows): the exponent byte k + 127 of scale = 2^k, and per element the code
-// (sign < 0) << 3 | grid index of g, g being the very magnitude the value is built from.
+// With kCodes, the same pass also writes the block's store (quant/kv_sim.h: the indexer FP4
+// rows, the compressed FP8 rows): the exponent byte k + 127 of scale = 2^k, and per element
+// the code (sign < 0) << 3 | grid index of g (E2M1, two per byte) or (sign < 0) << 7 | grid
+// index of g (E4M3, one byte each), g being the very magnitude the value is built from.
 template <int kMbits, int kMinNormalExp, int kBlock, bool kCodes = false>
 void round_block(float* x, float max, float min_amax, uint8_t* codes = nullptr, uint8_t* exp_byte = nullptr) {
   static_assert(kBlock % 8 == 0);
@@ -121,22 +122,45 @@ void round_block(float* x, float max, float min_amax, uint8_t* codes = nullptr, 
     const I8 is_normal = a >= kMinNormal;
     const F8 g = is_normal ? normal : sub;
     v[k] = sign * g * scale;
-    if constexpr (kCodes) {
-      static_assert(kMbits == 1 && kMinNormalExp == 0, "codes are E2M1 grid indices");
+    if constexpr (kCodes && kMbits == 1) {
+      static_assert(kMinNormalExp == 0, "E2M1 grid indices");
       // Index of g in {0, .5, 1, 1.5, 2, 3, 4, 6}: 2g below 1, else from the f32 bits (exponent
       // and the one kept mantissa bit: 1.0 = 0x3f800000 -> 0xfe -> 2, ..., 6.0 -> 0x103 -> 7).
       const I8 low = __builtin_convertvector(g * 2.0f, I8);
       const I8 high = (I8)(((U8)g >> 22) - 0xfcu);
       const I8 idx = g < 1.0f ? low : high;
       code[k] = idx | (sign < 0.0f ? I8{} + 8 : I8{});
+    } else if constexpr (kCodes) {
+      static_assert(kMbits == 3 && kMinNormalExp == -6, "E4M3 grid indices");
+      // Index e·8 + m of g on the E4M3FN grid: 512g (= m, e = 0) below 2^-6, else from the f32
+      // bits (biased exponent − 120 and the three kept mantissa bits: 2^-6 = 0x3c800000 ->
+      // 0x3c8 − 960 = 8, 1.0 -> 56, 448 = 0x43e00000 -> 126).
+      const I8 low = __builtin_convertvector(g * 512.0f, I8);
+      const I8 high = (I8)(((U8)g >> 20) - 960u);
+      const I8 idx = g < kMinNormal ? low : high;
+      code[k] = idx | (sign < 0.0f ? I8{} + 128 : I8{});
     }
   }
   std::memcpy(x, v, sizeof v);
   if constexpr (kCodes) {
     int32_t c[kBlock];
     std::memcpy(c, code, sizeof c);
-    for (int j = 0; j < kBlock / 2; ++j) codes[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
+    if constexpr (kMbits == 1) {
+      for (int j = 0; j < kBlock / 2; ++j) codes[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
+    } else {
+      for (int j = 0; j < kBlock; ++j) codes[j] = static_cast<uint8_t>(c[j]);
+    }
   }
+}
+
+// The E4M3FN magnitude of index i (0..127) by its formula: m·2^-9 if e == 0 else the f32 with
+// biased exponent e + 120 and mantissa m << 20, i.e. (1 + m/8)·2^(e−7) (kE4M3.v[i] for i < 127).
+inline float e4m3_magnitude(uint32_t i) {
+  const uint32_t e = i >> 3, m = i & 7u;
+  uint32_t b = ((e + 120u) << 23) | (m << 20);
+  float normal;
+  std::memcpy(&normal, &b, sizeof normal);
+  return e == 0 ? static_cast<float>(m) * 0x1p-9f : normal;
 }
 
 }  // namespace
@@ -158,6 +182,79 @@ void fp8_e4m3_roundtrip(float* x, int n_leading) {
     round_block<3, -6, kFp8BlockSize>(x + off, kE4M3Max, kFp8MinAmax);
   }
 }
+
+void fp8_kv_row_store(float* x, int head_dim, int n_rot, uint8_t* store) {
+  const int lead = head_dim - n_rot;
+  DS4_CHECK(n_rot >= 0 && lead >= 0 && lead % kFp8BlockSize == 0);
+  uint8_t* exps = store + lead;
+  for (int off = 0; off < lead; off += kFp8BlockSize) {
+    round_block<3, -6, kFp8BlockSize, true>(x + off, kE4M3Max, kFp8MinAmax, store + off, exps + off / kFp8BlockSize);
+  }
+  const int rope = fp8_rope_offset(lead);
+  if (rope > lead + lead / kFp8BlockSize) store[rope - 1] = 0;
+  for (int i = 0; i < n_rot; ++i) {
+    const uint16_t h = f32_to_f16(x[lead + i]);
+    std::memcpy(store + rope + 2 * i, &h, sizeof h);
+  }
+}
+
+float fp8_stored_value(int code, int exp_byte) {
+  DS4_CHECK(code >= 0 && code < 256 && exp_byte >= 0 && exp_byte < 256);
+  const float sign = (code & 128) != 0 ? -1.0f : 1.0f;
+  return f16_round(sign * e4m3_magnitude(static_cast<uint32_t>(code) & 127u) * ldexpf(1.0f, exp_byte - 127));
+}
+
+// Per 64-block: the scale once, then each code's value (sign·g)·scale and its f16 rounding
+// (quant/half.cpp's f16_round_row lanes), 8 elements at a time with GCC (target clones
+// x86-64-v4 / avx2 / default on x86); every lane runs fp8_stored_value's operations (the same
+// magnitude, product order and rounding), so the values are its bits for every (code, byte)
+// (Fp8Store.DecodeEqualsStoredValueForEveryCodeAndByte). Then the RoPE dims widened.
+#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+void fp8_row_decode(const uint8_t* store, int head_dim, int n_rot, float* out) {
+  typedef float F8 __attribute__((vector_size(32)));
+  typedef uint32_t U8 __attribute__((vector_size(32)));
+  typedef int32_t I8 __attribute__((vector_size(32)));
+  typedef uint8_t B8 __attribute__((vector_size(8)));
+  const int lead = head_dim - n_rot;
+  const uint8_t* exps = store + lead;
+  for (int b = 0; b < lead / kFp8BlockSize; ++b) {
+    const float scale = ldexpf(1.0f, static_cast<int>(exps[b]) - 127);
+    for (int q = 0; q < kFp8BlockSize / 8; ++q) {
+      const int at = b * kFp8BlockSize + 8 * q;
+      B8 cb;
+      std::memcpy(&cb, store + at, sizeof cb);
+      const U8 c = __builtin_convertvector(cb, U8);
+      const U8 e = (c >> 3) & 15u, m = c & 7u;
+      const U8 normal = ((e + 120u) << 23) | (m << 20);
+      const F8 sub = __builtin_convertvector(m, F8) * 0x1p-9f;
+      const F8 g = e == 0u ? sub : (F8)normal;
+      const F8 sign = (c & 128u) != 0u ? F8{} - 1.0f : F8{} + 1.0f;
+      const U8 x = (U8)(sign * g * scale);
+      // f16_round: nearest even on the f16 grid, |x| >= 65520 to inf, NaN to the quiet NaN.
+      const U8 sgn = x & 0x80000000u;
+      const U8 a = x & 0x7fffffffu;
+      const U8 rn = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+      const F8 rs = ((F8)a + 0.5f) - 0.5f;
+      U8 r = (I8)(a < 0x38800000u) ? (U8)rs : rn;
+      r = (I8)(a >= 0x477ff000u) ? U8{} + 0x7f800000u : r;
+      r = (I8)(a > 0x7f800000u) ? U8{} + 0x7fc00000u : r;
+      r |= sgn;
+      std::memcpy(out + at, &r, sizeof r);
+    }
+  }
+  f16_to_f32_row(reinterpret_cast<const uint16_t*>(store + fp8_rope_offset(lead)), out + lead, n_rot);
+}
+#else
+void fp8_row_decode(const uint8_t* store, int head_dim, int n_rot, float* out) {
+  const int lead = head_dim - n_rot;
+  const uint8_t* exps = store + lead;
+  for (int i = 0; i < lead; ++i) out[i] = fp8_stored_value(store[i], exps[i / kFp8BlockSize]);
+  f16_to_f32_row(reinterpret_cast<const uint16_t*>(store + fp8_rope_offset(lead)), out + lead, n_rot);
+}
+#endif
 
 float e2m1_value(int i) {
   DS4_CHECK(i >= 0 && i < 8);

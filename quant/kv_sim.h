@@ -6,8 +6,9 @@
 // (the exact ceil, core/detmath.h's ceil_log2_f32, not libm's rounded log2f), clamp, nearest
 // representable magnitude by absolute difference with exact ties to the EVEN table index, x = (sign·value)·scale with
 // sign = (v < 0 ? -1 : +1) (so -0.0 comes back as +0.0).
-// The indexer rows are stored in FP4 form (fp4_row_bytes below): the codes and block exponents
-// of that round trip, written by the same pass, which decode to exactly the f16 rows' values.
+// The indexer rows are stored in FP4 form (fp4_row_bytes below) and the compressed KV rows in
+// FP8 form (fp8_row_bytes): the codes and block exponents of those round trips, written by the
+// same pass, which decode to exactly the f16 rows' values.
 // Invariants: in-place, no allocation (but fp4_value_table's one table); results depend only on the row itself.
 #pragma once
 
@@ -34,6 +35,29 @@ float e4m3_nearest(float v);
 // FP8 round trip of x[0 .. n_leading) in blocks of 64 (n_leading % 64 == 0; ds4 passes
 // head_dim − n_rot = 448 for the 512-wide KV rows). Elements past n_leading are untouched.
 void fp8_e4m3_roundtrip(float* x, int n_leading);
+
+// FP8 store of a compressed KV row of head_dim values whose last n_rot are the RoPE dims
+// (lead = head_dim − n_rot, lead % 64 == 0), fp8_row_bytes(head_dim, n_rot) bytes:
+//   [0, lead)                 element i's code: (sign < 0) << 7 | E4M3 index (0..126);
+//   [lead, lead + lead/64)    block b's exponent byte: k + 127 of its scale 2^k (105 .. 255 for
+//                             the round trip's scales, amax >= 1e-4; 255 = the inf scale of a
+//                             block holding ±inf);
+//   a zero byte when that ends odd (fp8_rope_offset is even: the f16 dims stay 2-aligned);
+//   [fp8_rope_offset(lead), + 2·n_rot)  the RoPE dims as f16 bits (quant::f32_to_f16).
+// Lossless for the compressed rows' f16 form: element i < lead decodes to
+// f16_round((sign·e4m3_value(index))·ldexpf(1, byte − 127)), exactly the f16 row's value (the
+// round trip's own expression, then the f16 store's rounding); a RoPE dim to its f16 value.
+// All-zero bytes decode to +0.0. Flash (512, 64): 584 bytes instead of 1,024 as f16.
+constexpr int fp8_rope_offset(int lead) { return (lead + lead / kFp8BlockSize + 1) & ~1; }
+constexpr int fp8_row_bytes(int head_dim, int n_rot) { return fp8_rope_offset(head_dim - n_rot) + 2 * n_rot; }
+// fp8_e4m3_roundtrip(x, head_dim − n_rot) (the same values, bit for bit) that also writes the
+// row's FP8 store (the RoPE dims of x, untouched, as f16).
+void fp8_kv_row_store(float* x, int head_dim, int n_rot, uint8_t* store);
+// The stored value of code (0..255) under exponent byte exp_byte (0..255), as above. Index 127
+// (E4M3FN's NaN, never written) decodes as the formula's 480·2^k.
+float fp8_stored_value(int code, int exp_byte);
+// The head_dim values of a store (store 2-byte aligned, as every row of an array of stores is).
+void fp8_row_decode(const uint8_t* store, int head_dim, int n_rot, float* out);
 
 // E2M1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} by index 0..7.
 float e2m1_value(int i);

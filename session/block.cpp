@@ -109,7 +109,7 @@ backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const 
   ap.raw_first = ring.first;
   ap.n_raw = ring.n;
   ap.comp = comp.f32;
-  ap.comp_f16 = comp.f16;
+  ap.comp_fp8 = comp.fp8;
   ap.n_comp = comp.n;
   ap.comp_allowed = allowed;
   ap.sinks = sinks;

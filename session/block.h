@@ -180,10 +180,11 @@ struct RawRing {
   int n = 0;
   const uint16_t* base_f16 = nullptr;
 };
-// A query's compressed keys: rows [0, n) of f32 (f32) or f16 (f16) values, one pointer set.
+// A query's compressed keys: rows [0, n) of f32 values (f32: the drafter) or FP8 stores (fp8:
+// the target's State::comp, quant::fp8_row_bytes(head_dim, n_rot) bytes each), one pointer set.
 struct CompRows {
   const float* f32 = nullptr;
-  const uint16_t* f16 = nullptr;
+  const uint8_t* fp8 = nullptr;
   int64_t n = 0;
 };
 

@@ -285,7 +285,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       // is appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
       auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
                           const uint16_t* ape, const float* norm, int r, int64_t dim,
-                          uint16_t* rows, uint8_t* fp4_rows, int64_t& n_rows) {
+                          uint8_t* fp8_rows, uint8_t* fp4_rows, int64_t& n_rows) {
         const bool emits = backend::compressor_emits(pos, r);
         if (emits) DS4_CHECK(n_rows < o.state_.comp_cap(il));
         backend::CompressorStepParams cp;
@@ -303,7 +303,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         cp.rope = rp;
         cp.indexer = fp4_rows != nullptr;
         cp.pooled = os.pooled.data();
-        if (rows != nullptr) cp.out_row = rows + n_rows * dim;
+        if (fp8_rows != nullptr) cp.out_fp8 = fp8_rows + n_rows * quant::fp8_row_bytes(static_cast<int>(dim), n_rot);
         if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
         be_.compressor_step(cp);
         if (emits) ++n_rows;

@@ -12,8 +12,8 @@ namespace ds4::session {
 namespace {
 
 struct LayerShape {
-  int64_t raw = 0, comp = 0;             // f16 elements
-  int64_t index = 0;                     // bytes (FP4 stores)
+  int64_t raw = 0;                       // f16 elements
+  int64_t comp = 0, index = 0;           // bytes (FP8 stores, FP4 stores)
   int64_t cmp_state = 0, idx_state = 0;  // floats
 };
 
@@ -25,7 +25,7 @@ LayerShape layer_shape(const model::ModelConfig& cfg, uint32_t il, int64_t n_ctx
   if (ratio != 0) {
     const int64_t cap = n_ctx / ratio + 2;
     const int64_t coff = ratio == 4 ? 2 : 1;
-    s.comp = cap * d;
+    s.comp = cap * quant::fp8_row_bytes(static_cast<int>(d), static_cast<int>(cfg.n_rot));
     s.cmp_state = coff * ratio * coff * d;
     if (ratio == 4) {
       s.index = cap * quant::fp4_row_bytes(static_cast<int>(cfg.indexer_head_dim));
@@ -78,8 +78,8 @@ uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
   uint64_t bytes = 0, halves = 0, floats = 0;
   for (uint32_t il = 0; il < cfg.n_layer; ++il) {
     const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap);
-    halves += s.raw + s.comp;
-    bytes += s.index;
+    halves += s.raw;
+    bytes += s.comp + s.index;
     floats += 2 * s.cmp_state + 2 * s.idx_state;
   }
   return bytes + halves * 2 + floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
@@ -96,7 +96,7 @@ State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be)
     LayerState& L = layers_[il];
     L.ratio = static_cast<int>(cfg.compress_ratio(il));
     L.raw = backend::Array<uint16_t>(be, s.raw);
-    L.comp = backend::Array<uint16_t>(be, s.comp);
+    L.comp = backend::Array<uint8_t>(be, s.comp);
     L.index = backend::Array<uint8_t>(be, s.index);
     L.cmp_kv = backend::Array<float>(be, s.cmp_state);
     L.cmp_score = backend::Array<float>(be, s.cmp_state);
@@ -133,7 +133,7 @@ void State::fill_synthetic(int64_t n, int32_t token) {
   DS4_CHECK(n >= 0 && n <= n_ctx_ && token >= 0 && static_cast<uint64_t>(token) < cfg_.n_vocab);
   reset();
   for (LayerState& L : layers_) {
-    // Zero bytes read as +0.0 in f16 and in an FP4 store alike: finite keys, equal indexer scores.
+    // Zero bytes read as +0.0 in f16 and in FP8 / FP4 stores alike: finite keys, equal indexer scores.
     if (!L.raw.empty()) be_.fill_bytes(L.raw.data(), L.raw.bytes(), 0);
     if (!L.comp.empty()) be_.fill_bytes(L.comp.data(), L.comp.bytes(), 0);
     if (!L.index.empty()) be_.fill_bytes(L.index.data(), L.index.bytes(), 0);
@@ -240,13 +240,14 @@ void State::restore_frontier(const Frontier& f) {
 
 uint64_t State::payload_bytes() const {
   const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg_.indexer_head_dim));
+  const int64_t comp_row = quant::fp8_row_bytes(static_cast<int>(cfg_.head_dim), static_cast<int>(cfg_.n_rot));
   const int64_t n = static_cast<int64_t>(tokens_.size());
   const int64_t raw_live = std::min<int64_t>(n, std::min<int64_t>(cfg_.n_swa, n_ctx_));
   uint64_t b = 8 + 4 * static_cast<uint64_t>(n) + 4 * logits_.size();
   for (const LayerState& L : layers_) {
     b += 16;
     b += 2 * static_cast<uint64_t>(raw_live) * cfg_.head_dim;
-    b += 2 * static_cast<uint64_t>(L.n_comp) * cfg_.head_dim;
+    b += static_cast<uint64_t>(L.n_comp) * comp_row;
     b += static_cast<uint64_t>(L.n_index) * idx_row;
     b += 4 * (L.cmp_kv.size() + L.cmp_score.size() + L.idx_kv.size() + L.idx_score.size());
   }
@@ -255,6 +256,7 @@ uint64_t State::payload_bytes() const {
 
 void State::serialize(std::vector<uint8_t>& out) const {
   const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg_.indexer_head_dim));
+  const int64_t comp_row = quant::fp8_row_bytes(static_cast<int>(cfg_.head_dim), static_cast<int>(cfg_.n_rot));
   out.clear();
   out.reserve(payload_bytes());
   const int64_t n = static_cast<int64_t>(tokens_.size());
@@ -267,7 +269,7 @@ void State::serialize(std::vector<uint8_t>& out) const {
     put(out, &L.n_comp, 1);
     put(out, &L.n_index, 1);
     for (int64_t p = n - raw_live; p < n; ++p) put_dev(be_, out, L.raw.data() + (p % raw_cap_) * d, d);
-    put_dev(be_, out, L.comp.data(), L.n_comp * d);
+    put_dev(be_, out, L.comp.data(), L.n_comp * comp_row);
     put_dev(be_, out, L.index.data(), L.n_index * idx_row);
     put_dev(be_, out, L.cmp_kv.data(), L.cmp_kv.size());
     put_dev(be_, out, L.cmp_score.data(), L.cmp_score.size());
@@ -278,6 +280,7 @@ void State::serialize(std::vector<uint8_t>& out) const {
 
 bool State::deserialize(std::span<const uint8_t> in) {
   const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg_.indexer_head_dim));
+  const int64_t comp_row = quant::fp8_row_bytes(static_cast<int>(cfg_.head_dim), static_cast<int>(cfg_.n_rot));
   size_t off = 0;
   int64_t n = 0;
   if (!get(in, off, &n, 1) || n < 0 || n > n_ctx_) return false;
@@ -298,7 +301,7 @@ bool State::deserialize(std::span<const uint8_t> in) {
     for (int64_t p = n - raw_live; p < n; ++p) {
       if (!get_dev(be_, in, off, L.raw.data() + (p % raw_cap_) * d, d)) return false;
     }
-    if (!get_dev(be_, in, off, L.comp.data(), L.n_comp * d)) return false;
+    if (!get_dev(be_, in, off, L.comp.data(), L.n_comp * comp_row)) return false;
     if (!get_dev(be_, in, off, L.index.data(), L.n_index * idx_row)) return false;
     if (!get_dev(be_, in, off, L.cmp_kv.data(), L.cmp_kv.size())) return false;
     if (!get_dev(be_, in, off, L.cmp_score.data(), L.cmp_score.size())) return false;

@@ -4,11 +4,13 @@
 // Role: owns, per layer, the raw KV ring, the append-only compressed and indexer rows, the
 // compressor states and their row counters; plus the token history and the last logits.
 // Memory: every row and state array (and the logits) is a backend Array; the counters and
-// the token history are host values. The KV rows (raw, compressed) are stored as IEEE f16
-// bits: every value written there is f16-rounded already (§4.3-§4.5), so the f16 store holds
-// exactly the f32 values the ops read, in half the bytes. The indexer rows are stored as FP4
-// codes and per-32 exponent bytes (quant::fp4_row_bytes, 68 bytes for 128 values), which
-// decode to exactly the f16 rows' values (quant/kv_sim.h). The State reads or writes its arrays only through
+// the token history are host values. The raw KV rows are stored as IEEE f16 bits: every value
+// written there is f16-rounded already (§4.3-§4.5), so the f16 store holds exactly the f32
+// values the ops read, in half the bytes. The compressed rows are stored as FP8 codes and
+// per-64 exponent bytes plus their RoPE dims as f16 (quant::fp8_row_bytes, 584 bytes for
+// Flash's 512 values), the indexer rows as FP4 codes and per-32 exponent bytes
+// (quant::fp4_row_bytes, 68 bytes for 128 values); both decode to exactly the f16 rows' values
+// (quant/kv_sim.h). The State reads or writes its arrays only through
 // backend copies / fills / uploads / downloads, so it runs unchanged on a device backend.
 // Invariants:
 //  * raw rows are addressed by absolute position (ring slot pos % raw_cap); raw_cap =
@@ -51,7 +53,7 @@ struct LayerState {
   int64_t n_comp = 0;            // visible compressed attention rows
   int64_t n_index = 0;           // visible indexer rows (ratio 4)
   backend::Array<uint16_t> raw;     // [raw_cap, head_dim] f16 KV rows, slot = pos % raw_cap
-  backend::Array<uint16_t> comp;    // [comp_cap, head_dim] f16 compressed KV rows (ratio != 0)
+  backend::Array<uint8_t> comp;     // [comp_cap, fp8_row_bytes(head_dim, n_rot)] FP8 stores of the compressed KV rows (ratio != 0)
   backend::Array<uint8_t> index;    // [comp_cap, fp4_row_bytes(idx_dim)] FP4 stores of the indexer rows (ratio 4)
   backend::Array<float> cmp_kv;     // [coff*ratio, coff*head_dim] attention compressor state
   backend::Array<float> cmp_score;  // same shape
@@ -113,7 +115,7 @@ class State {
   void save_layer_frontier(int il, Frontier& f) const;
 
   // Canonical serialization: tokens, logits, per layer counters, live raw rows in position
-  // order, visible compressed rows (f16 bits) and indexer rows (FP4 stores), as stored;
+  // order, visible compressed rows (FP8 stores) and indexer rows (FP4 stores), as stored;
   // compressor states (f32).
   // Equal states <=> equal bytes.
   uint64_t payload_bytes() const;

@@ -297,15 +297,15 @@ class CpuBackend final : public Backend {
     // about 2R exps per column, so wide heads are split over the pool.
     float* pooled = p.pooled;
     split_rows(D, 2 * R * kPoolExpElems, [&](int64_t jb, int64_t je) { pool_columns(p, W, jb, je); });
-    // The row is built in place in pooled (each element reads only itself), then stored as f16.
+    // The row is built in place in pooled (each element reads only itself), then stored (FP4 / FP8).
     cpu::rms_norm_row(pooled, p.norm, pooled, D, p.eps);
     cpu::rope_tail_rows(pooled, 1, D, p.n_rot, p.pos + 1 - R, p.rope, false);
     if (p.indexer) {
       DS4_CHECK(p.out_fp4 != nullptr);
       quant::indexer_qat_row_store(pooled, D, p.out_fp4);  // the indexer cache stores FP4
     } else {
-      quant::fp8_e4m3_roundtrip(pooled, D - p.n_rot);
-      quant::f32_to_f16_row(pooled, p.out_row, D);  // the compressed cache stores f16 rows
+      DS4_CHECK(p.out_fp8 != nullptr);
+      quant::fp8_kv_row_store(pooled, D, p.n_rot, p.out_fp8);  // the compressed cache stores FP8
     }
     if (R == 4) {
       // The current window becomes the "previous" lane of the next one.

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "quant/dot.h"
 #include "quant/half.h"
+#include "quant/kv_sim.h"
 #include "quant/quant.h"
 #include "backend/cpu/kernels.h"
 
@@ -248,21 +249,25 @@ void hc_post_rows(const HcPostParams& p) {
 
 namespace {
 
-// Keys of element type K (float, or f16 bits widened exactly, chunk by chunk, into a stack
-// buffer): the heads [h_begin, h_end) of sink_attention_heads, the key chunks outer and the
-// heads inner, so a chunk of f16 keys is widened once per pass for all the heads. Per head the
-// operations are those of one head alone: the chunk size and the head range change no bit
-// (every dot is its own; the weighted sum chains through oh exactly, y = oh·1).
-template <typename K>
-void sink_heads(const SinkAttentionParams& p, const K* raw, const K* comp, int64_t h_begin, int64_t h_end) {
+// Keys of element types KR (raw rows) and KC (compressed rows): float, or the target's
+// stores (f16 bits, FP8 stores) decoded exactly, chunk by chunk, into a stack buffer. The heads
+// [h_begin, h_end) of sink_attention_heads, the key chunks outer and the heads inner, so a
+// chunk of stored keys is decoded once per pass for all the heads. Per head the operations are
+// those of one head alone: the chunk size and the head range change no bit (every dot is its
+// own; the weighted sum chains through oh exactly, y = oh·1).
+template <typename KR, typename KC>
+void sink_heads(const SinkAttentionParams& p, const KR* raw, const KC* comp, int64_t h_begin, int64_t h_end) {
+  static_assert(std::is_same_v<KR, float> == std::is_same_v<KC, float>, "f32 keys or stored keys");
   const int D = p.head_dim;
   const float kq_scale = 1.0f / sqrtf(static_cast<float>(D));
   const int64_t n_all = p.n_raw + p.n_comp;
+  // Elements per compressed row: D floats, or fp8_row_bytes(D, n_rot) bytes.
+  const int64_t comp_stride = std::is_same_v<KC, float> ? D : ds4::quant::fp8_row_bytes(D, p.n_rot);
   // fn(keys, slots, n) for consecutive chunks of the keys in attention order (the raw window,
   // then the allowed compressed rows); slots index p.scores. Stack buffers: no allocation.
   constexpr int kChunk = 64;
-  constexpr bool kWiden = !std::is_same_v<K, float>;
-  constexpr int64_t kWideFloats = kWiden ? 16384 : 1;  // f16 keys widened per chunk (64 KiB)
+  constexpr bool kWiden = !std::is_same_v<KR, float>;
+  constexpr int64_t kWideFloats = kWiden ? 16384 : 1;  // stored keys decoded per chunk (64 KiB)
   const int chunk = kWiden ? static_cast<int>(std::min<int64_t>(kChunk, kWideFloats / D)) : kChunk;
   DS4_CHECK(chunk >= 1);
   auto for_chunks = [&](auto&& fn) {
@@ -270,12 +275,18 @@ void sink_heads(const SinkAttentionParams& p, const K* raw, const K* comp, int64
     int64_t sl[kChunk];
     [[maybe_unused]] float wide[kWideFloats];
     int n = 0;
-    auto add = [&](const K* key, int64_t slot) {
-      if constexpr (kWiden) {
-        f16_to_f32_row(key, wide + static_cast<int64_t>(n) * D, D);
-        kp[n] = wide + static_cast<int64_t>(n) * D;
-      } else {
+    auto add = [&](const auto* key, int64_t slot) {
+      using K = std::remove_cv_t<std::remove_pointer_t<decltype(key)>>;
+      if constexpr (std::is_same_v<K, float>) {
         kp[n] = key;
+      } else {
+        float* w = wide + static_cast<int64_t>(n) * D;
+        if constexpr (std::is_same_v<K, uint16_t>) {
+          f16_to_f32_row(key, w, D);
+        } else {
+          ds4::quant::fp8_row_decode(key, D, p.n_rot, w);
+        }
+        kp[n] = w;
       }
       sl[n++] = slot;
       if (n == chunk) {
@@ -291,7 +302,7 @@ void sink_heads(const SinkAttentionParams& p, const K* raw, const K* comp, int64
     }
     for (int64_t c = 0; c < p.n_comp; ++c) {
       if (p.comp_allowed != nullptr && !p.comp_allowed[c]) continue;
-      add(comp + c * D, p.n_raw + c);
+      add(comp + c * comp_stride, p.n_raw + c);
     }
     if (n > 0) fn(kp, sl, n);
   };
@@ -349,8 +360,10 @@ void sink_heads(const SinkAttentionParams& p, const K* raw, const K* comp, int64
 
 void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t h_end) {
   DS4_CHECK(p.keys_one_kind());
-  if (p.f16_keys()) {
-    sink_heads(p, p.raw_f16, p.comp_f16, h_begin, h_end);
+  DS4_CHECK(p.comp_fp8 == nullptr ||
+            (p.n_rot >= 0 && p.n_rot <= p.head_dim && (p.head_dim - p.n_rot) % ds4::quant::kFp8BlockSize == 0));
+  if (p.stored_keys()) {
+    sink_heads(p, p.raw_f16, p.comp_fp8, h_begin, h_end);
   } else {
     sink_heads(p, p.raw, p.comp, h_begin, h_end);
   }

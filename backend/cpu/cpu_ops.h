@@ -55,8 +55,9 @@ void attention_inputs_row(const AttentionInputsParams& p, int r);
 // Sink attention (§4.5) of heads [h_begin, h_end): per head the scores of the raw rows then
 // the allowed compressed rows (disallowed: -1e30 in p.scores), running max from the sink,
 // den = exp(sink - mx) + Σ exp(s - mx) in key order, out = (Σ w·key in key order)·(1/den),
-// then (p.n_rot > 0) the head's tail de-rotated at p.pos. f16 keys (p.f16_keys()) are widened
-// exactly, chunk by chunk, into a stack buffer: the bits of the same keys as f32.
+// then (p.n_rot > 0) the head's tail de-rotated at p.pos. Stored keys (p.stored_keys(): f16
+// raw rows, FP8 compressed rows) are decoded exactly, chunk by chunk, into a stack buffer: the
+// bits of the same keys as f32.
 void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t h_end);
 
 }  // namespace ds4::backend::cpu

@@ -19,9 +19,10 @@
 //  * RoPE angles come from core/rope.h (rope_angles on the host, rope_pair per pair on the
 //    device; the inverse uses -s); exp from core/detmath.h; FP8 / FP4 / f16 round trips from
 //    kv_sim_hd.h. The folder builds with --fmad=false: every a*b+c below is two roundings.
-//  * KV stores are f16: the ring row and the compressor's row are written as the bits of
-//    quant::f32_to_f16 (kvsim::f32_to_f16); sink keys are read through attn::load_key, exact
-//    for f16 (the target) and f32 (the drafter), one kernel instance per key type.
+//  * The ring row is written as the bits of quant::f32_to_f16 (kvsim::f32_to_f16), the
+//    compressor's row as its FP8 store (kvsim::fp8_code / exponent bytes, the RoPE dims as f16:
+//    quant::fp8_kv_row_store's bytes); sink keys are read through attn::load_key, exact for the
+//    target's stores (attn::StoredKey) and f32 (the drafter), one kernel instance per key type.
 //  * Multi-query ops take their host param arrays by value, kMaxBatch queries per launch.
 //  * Sink attention is two launches: the scores per (key tile, head group, query) into
 //    p.scores, then per (output-dim slice, head group, query) the max, exps, denominator and
@@ -82,14 +83,23 @@ __device__ __forceinline__ float warp_amax(float m) {
   return m;
 }
 
-// FP8 round trip (quant::fp8_e4m3_roundtrip) of the 64-value block at x, by one warp.
-__device__ __forceinline__ void warp_fp8_block(float* x, int lane) {
+// FP8 round trip (quant::fp8_e4m3_roundtrip) of the 64-value block at x, by one warp. With
+// codes non-null, also the block's FP8 store: the 64 codes to codes[0, 64), the exponent byte
+// to *exp_byte (kvsim::fp8_kv_row_store's bytes).
+__device__ __forceinline__ void warp_fp8_block(float* x, int lane, uint8_t* codes = nullptr,
+                                               uint8_t* exp_byte = nullptr) {
   const float v0 = x[lane];
   const float v1 = x[lane + 32];
   const float m = warp_amax(kvsim::amax_step(kvsim::amax_step(0.0f, v0), v1));
-  const float sc = kvsim::block_scale(m, kvsim::kE4M3Max, kvsim::kFp8MinAmax);
+  const int k = kvsim::block_exp(m, kvsim::kE4M3Max, kvsim::kFp8MinAmax);
+  const float sc = kvsim::pow2f(k);
   x[lane] = kvsim::fp8_elem(v0, sc);
   x[lane + 32] = kvsim::fp8_elem(v1, sc);
+  if (codes != nullptr) {
+    codes[lane] = static_cast<uint8_t>(kvsim::fp8_code(v0, sc));
+    codes[lane + 32] = static_cast<uint8_t>(kvsim::fp8_code(v1, sc));
+    if (lane == 0) *exp_byte = static_cast<uint8_t>(k + 127);
+  }
 }
 
 // quant::indexer_qat_row of the 128 values at x, by one warp: lane holds x[lane + 32j]; the
@@ -189,7 +199,7 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
 // One block: the state update (row R + pm for ratio 4, pm otherwise), and when the step emits,
 // the pooled columns (one thread per column, rows in the CPU's order), RMS norm (the 64-lane
 // double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4 (the row built in place in
-// p.pooled, each element by the thread that pooled it), the f16 store to out_row (or the
+// p.pooled, each element by the thread that pooled it), the row's FP8 store to out_fp8 (or the
 // indexer row's FP4 store to out_fp4), and the ratio-4 lane shift.
 __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
                                                                   const RopeAngles ang, bool emit) {
@@ -294,12 +304,17 @@ __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_c
                        p.out_fp4 + D / 2 + b * (kvsim::kHadamardDim / kvsim::kFp4Block));
     }
   } else {
-    for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps) warp_fp8_block(out + b * kvsim::kFp8Block, lane);
+    // The row's FP8 store (quant::fp8_row_bytes(D, n_rot)): codes [0, lead), exponent bytes
+    // [lead, lead + lead/64), a zero pad byte when that ends odd, the RoPE dims as f16.
+    const int lead = D - p.n_rot;
+    for (int b = warp; b < lead / kvsim::kFp8Block; b += nwarps)
+      warp_fp8_block(out + b * kvsim::kFp8Block, lane, p.out_fp8 + b * kvsim::kFp8Block, p.out_fp8 + lead + b);
+    const int rope = kvsim::fp8_rope_offset(lead);
+    if (tid == 0 && rope > lead + lead / kvsim::kFp8Block) p.out_fp8[rope - 1] = 0;
+    uint16_t* tail = reinterpret_cast<uint16_t*>(p.out_fp8 + rope);  // 2-aligned: rope and row bytes are even
+    for (int j = tid; j < p.n_rot; j += kCompThreads) tail[j] = kvsim::f32_to_f16(out[lead + j]);
   }
   __syncthreads();
-  if (!p.indexer) {
-    for (int j = tid; j < D; j += kCompThreads) p.out_row[j] = kvsim::f32_to_f16(out[j]);
-  }
   if (R == 4) {
     // The current window becomes the previous lane of the next one (pooling read it above).
     for (int j = tid; j < 4 * W; j += kCompThreads) {
@@ -324,18 +339,21 @@ struct SinkBatch {
 __device__ __forceinline__ bool slot_used(const SinkAttentionParams& p, int64_t slot) {
   return slot < p.n_raw || p.comp_allowed == nullptr || p.comp_allowed[slot - p.n_raw] != 0;
 }
-// The key row of a used slot, in the query's key type K (float, or uint16_t f16 bits).
-template <typename K>
-__device__ __forceinline__ const K* slot_key(const SinkAttentionParams& p, int64_t slot);
+// The key row of a used slot, as the query's key type Key (const float*: f32 rows;
+// attn::StoredKey: the target's f16 raw rows and FP8 compressed rows).
+template <typename Key>
+__device__ __forceinline__ Key slot_key(const SinkAttentionParams& p, int64_t slot);
 template <>
-__device__ __forceinline__ const float* slot_key<float>(const SinkAttentionParams& p, int64_t slot) {
+__device__ __forceinline__ const float* slot_key<const float*>(const SinkAttentionParams& p, int64_t slot) {
   if (slot < p.n_raw) return p.raw + ((p.raw_first + slot) % p.raw_cap) * p.head_dim;
   return p.comp + (slot - p.n_raw) * p.head_dim;
 }
 template <>
-__device__ __forceinline__ const uint16_t* slot_key<uint16_t>(const SinkAttentionParams& p, int64_t slot) {
-  if (slot < p.n_raw) return p.raw_f16 + ((p.raw_first + slot) % p.raw_cap) * p.head_dim;
-  return p.comp_f16 + (slot - p.n_raw) * p.head_dim;
+__device__ __forceinline__ attn::StoredKey slot_key<attn::StoredKey>(const SinkAttentionParams& p, int64_t slot) {
+  if (slot < p.n_raw)
+    return {reinterpret_cast<const uint8_t*>(p.raw_f16 + ((p.raw_first + slot) % p.raw_cap) * p.head_dim), 0};
+  const int lead = p.head_dim - p.n_rot;
+  return {p.comp_fp8 + (slot - p.n_raw) * kvsim::fp8_row_bytes(p.head_dim, p.n_rot), lead};
 }
 
 // Scores, one block per (tile of kScoreKeys slots, group of kScoreHeads heads, query): the
@@ -343,8 +361,8 @@ __device__ __forceinline__ const uint16_t* slot_key<uint16_t>(const SinkAttentio
 // group's queries (in shared memory). Warp w takes slots 4w..4w+3 of the tile as two pairs,
 // one slot per half-warp; each head keeps its own four partials per lane, so every dot is
 // half_dot64's order (quant::dot_f32) exactly. Disallowed compressed rows get -1e30 (the CPU's
-// marker). K: the key type of every query of the batch.
-template <typename K>
+// marker). Key: the key type of every query of the batch (slot_key).
+template <typename Key>
 __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid_constant__ SinkBatch b) {
   __shared__ float qs[kScoreHeads * kAttnMaxD];  // [kScoreHeads][D], zeros past the last head
   const SinkQuery& sq = b.q[blockIdx.z];
@@ -372,7 +390,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
     const bool need = slot < n_all && slot_used(p, slot);
     if (!__any_sync(kFullMask, need)) continue;  // warp-uniform
     // A half without a key of its own redoes its partner's (used, so in range); result unused.
-    const K* key = slot_key<K>(p, need ? slot : partner);
+    const Key key = slot_key<Key>(p, need ? slot : partner);
     float acc[kScoreHeads][4];
 #pragma unroll
     for (int g = 0; g < kScoreHeads; ++g)
@@ -418,14 +436,14 @@ __device__ __forceinline__ void combine_step(float (&y)[kCombHeads], const float
 // pointer and exp per head in shared memory), then lane g of the last warp chains head g's
 // denominator (sink term first) while each of the other threads chains its dim's weighted sum
 // y = y + w_k·key_k[d] from y = 0 for every head of the group, reading each key element once.
-// Then y·(1/den), the inverse RoPE of the tail, the store. K: as sink_scores_kernel.
-template <typename K>
+// Then y·(1/den), the inverse RoPE of the tail, the store. Key: as sink_scores_kernel.
+template <typename Key>
 __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid_constant__ SinkBatch b) {
   constexpr int kChunk = kCombThreads * kCombPer;
   constexpr int kWarps = kCombThreads / 32;
   static_assert(kCombHeads == 4, "the exps of a slot are one float4");
   __shared__ float4 cw[kChunk];  // exp(score - mx) of compacted slot i, head g in component g
-  __shared__ const K* ckey[kChunk];
+  __shared__ Key ckey[kChunk];
   __shared__ float os[kCombHeads][kCombSlice];
   __shared__ float red[kCombHeads][kWarps];
   __shared__ float smx[kCombHeads], sden[kCombHeads];
@@ -501,7 +519,7 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
 #pragma unroll
     for (int k = 0; k < kCombPer; ++k) {
       if (used_bits & (1u << k)) {
-        ckey[at] = slot_key<K>(p, s0 + k);
+        ckey[at] = slot_key<Key>(p, s0 + k);
         float e[kCombHeads];
 #pragma unroll
         for (int g = 0; g < kCombHeads; ++g)
@@ -587,7 +605,7 @@ Status compressor_step(const CompressorStepParams& p, Stream stream) {
   const bool emit = backend::compressor_emits(p.pos, p.ratio);
   if (p.ratio <= 0 || p.head_dim <= 0 || p.pos < 0 || !rot_ok(p.n_rot, p.head_dim) || p.state_kv == nullptr ||
       p.state_score == nullptr || p.kv_cur == nullptr || p.sc_cur == nullptr || p.ape == nullptr ||
-      (emit && (p.pooled == nullptr || (p.indexer ? p.out_fp4 == nullptr : p.out_row == nullptr))) ||
+      (emit && (p.pooled == nullptr || (p.indexer ? p.out_fp4 == nullptr : p.out_fp8 == nullptr))) ||
       (p.indexer ? p.head_dim % kvsim::kHadamardDim != 0 : (p.head_dim - p.n_rot) % kvsim::kFp8Block != 0))
     return invalid_argument("cuda: compressor_step: unsupported arguments (%s; need an even n_rot <= head_dim, "
                             "head_dim %% 128 == 0 (indexer) or (head_dim - n_rot) %% 64 == 0)",
@@ -602,22 +620,23 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
     SinkBatch batch{};
     int max_heads = 0, max_slices = 0;
     int64_t max_slots = 0;
-    const bool f16 = p[b0].f16_keys();  // one key type per call (the target's or the drafter's)
+    const bool stored = p[b0].stored_keys();  // one key type per call (the target's or the drafter's)
     for (int i = 0; i < nb; ++i) {
       const SinkAttentionParams& q = p[b0 + i];
-      const bool raw_ok = f16 ? q.raw_f16 != nullptr : q.raw != nullptr;
-      const bool comp_ok = f16 ? q.comp_f16 != nullptr : q.comp != nullptr;
+      const bool raw_ok = stored ? q.raw_f16 != nullptr : q.raw != nullptr;
+      const bool comp_ok = stored ? q.comp_fp8 != nullptr && (q.head_dim - q.n_rot) % kvsim::kFp8Block == 0
+                                  : q.comp != nullptr;
       if (q.n_head <= 0 || q.head_dim <= 0 || q.head_dim > kAttnMaxD || q.n_raw < 0 || q.n_comp < 0 ||
-          !q.keys_one_kind() || q.f16_keys() != f16 ||
+          !q.keys_one_kind() || q.stored_keys() != stored ||
           (q.n_raw > 0 && (!raw_ok || q.raw_cap <= 0 || q.raw_first < 0)) ||
           (q.n_comp > 0 && !comp_ok) || !rot_ok(q.n_rot, q.head_dim) || q.q == nullptr ||
           q.sinks == nullptr || q.out == nullptr || (q.n_raw + q.n_comp > 0 && q.scores == nullptr))
         return invalid_argument("cuda: sink_attention: unsupported arguments (query %d: heads %d x %d (head_dim <= "
                                 "%d), raw %d of ring %lld, comp %lld, n_rot %d, %s keys; keys of one type, "
-                                "that of query 0)",
+                                "that of query 0; FP8 rows need (head_dim - n_rot) %% 64 == 0)",
                                 b0 + i, q.n_head, q.head_dim, kAttnMaxD, q.n_raw, static_cast<long long>(q.raw_cap),
                                 static_cast<long long>(q.n_comp), q.n_rot,
-                                !q.keys_one_kind() ? "mixed" : (q.f16_keys() ? "f16" : "f32"));
+                                !q.keys_one_kind() ? "mixed" : (q.stored_keys() ? "stored" : "f32"));
       batch.q[i].p = q;
       batch.q[i].ang = angles_for(q.rope, q.n_rot);
       batch.q[i].kq_scale = 1.0f / sqrtf(static_cast<float>(q.head_dim));
@@ -636,20 +655,20 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
       if (tiles > 0x7fffffff) return invalid_argument("cuda: sink_attention: too many keys (%s)", shapes);
       const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((max_heads + kScoreHeads - 1) / kScoreHeads),
                       static_cast<unsigned>(nb));
-      if (f16) {
-        sink_scores_kernel<uint16_t><<<grid, kScoreThreads, 0, stream>>>(batch);
+      if (stored) {
+        sink_scores_kernel<attn::StoredKey><<<grid, kScoreThreads, 0, stream>>>(batch);
       } else {
-        sink_scores_kernel<float><<<grid, kScoreThreads, 0, stream>>>(batch);
+        sink_scores_kernel<const float*><<<grid, kScoreThreads, 0, stream>>>(batch);
       }
       const Status s = launch_result("sink_attention (scores)", shapes);
       if (!s.ok()) return s;
     }
     const dim3 grid(static_cast<unsigned>(max_slices), static_cast<unsigned>((max_heads + kCombHeads - 1) / kCombHeads),
                     static_cast<unsigned>(nb));
-    if (f16) {
-      sink_combine_kernel<uint16_t><<<grid, kCombThreads, 0, stream>>>(batch);
+    if (stored) {
+      sink_combine_kernel<attn::StoredKey><<<grid, kCombThreads, 0, stream>>>(batch);
     } else {
-      sink_combine_kernel<float><<<grid, kCombThreads, 0, stream>>>(batch);
+      sink_combine_kernel<const float*><<<grid, kCombThreads, 0, stream>>>(batch);
     }
     const Status s = launch_result("sink_attention", shapes);
     if (!s.ok()) return s;

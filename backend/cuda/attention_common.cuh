@@ -2,14 +2,15 @@
 //
 // Role: the canonical 64-lane dot on a half-warp, an ordered block prefix sum, the
 // launch-status check, the per-launch query count of the multi-query ops, and the key loads
-// from f32 or f16 stores (the target's KV rows are f16 bits, the drafter's keys f32).
+// from f32 rows (the drafter's keys) or the target's stores (f16 raw rows, FP8 compressed rows).
 // Invariants: half_dot64 is quant::dot_f32's operation sequence exactly (half-warp lane hl
 // runs the partials p[hl], p[hl+16], p[hl+32], p[hl+48]: partial l sums elements i ≡ l mod 64
 // in increasing i, the n % 64 tail included; then the halving tree 32, 16 in-thread and
 // 8, 4, 2, 1 by shuffles within the 16 lanes);
 // block_scan_counts is exact integer arithmetic in thread order; load_key widens an f16 key
-// exactly (quant::f16_to_f32's value, NaN payloads included), so f16 keys give the bits of the
-// same keys stored as f32.
+// exactly (quant::f16_to_f32's value, NaN payloads included) and decodes an FP8 store's
+// element to its f16 row's value (kvsim::fp8_stored_value), so stored keys give the bits of
+// the same keys stored as f32.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -51,6 +52,19 @@ __device__ __forceinline__ float load_key(const float* k, int64_t e) { return __
 __device__ __forceinline__ float load_key(const uint16_t* k, int64_t e) {
   const uint16_t h = __ldg(reinterpret_cast<const unsigned short*>(k) + e);
   return (h & 0x7c00u) != 0x7c00u ? __half2float(__ushort_as_half(h)) : kvsim::f16_to_f32(h);
+}
+
+// A key row of the target's stores: a raw ring row of f16 bits (lead 0) or a compressed row's
+// FP8 store (lead = head_dim − n_rot: codes and exponent bytes of elements [0, lead), the RoPE
+// dims as f16 from kvsim::fp8_rope_offset(lead) on). Plain data (a __shared__ array holds it).
+struct StoredKey {
+  const uint8_t* row;
+  int lead;
+};
+__device__ __forceinline__ float load_key(const StoredKey& k, int64_t e) {
+  if (e < k.lead)
+    return kvsim::fp8_stored_value(__ldg(k.row + e), __ldg(k.row + k.lead + e / kvsim::kFp8Block));
+  return load_key(reinterpret_cast<const uint16_t*>(k.row + kvsim::fp8_rope_offset(k.lead)), e - k.lead);
 }
 
 // quant::dot_f32(a, b, n) on a half-warp (hl = lane & 15; both halves of the warp call it

@@ -3,8 +3,9 @@
 //
 // Role: the FP8-E4M3 / FP4-E2M1 block round trips (block scale from the block's amax, then
 // each element's clamp, nearest grid value and rescale), the Hadamard-128 butterfly scale and
-// f16_round / f32_to_f16, the indexer rows' FP4 store (fp4_code, fp4_stored_value: quant/
-// kv_sim.h's layout and values), written once so that attention.cu's warp-parallel kernels and the host test
+// f16_round / f32_to_f16, the indexer rows' FP4 store (fp4_code, fp4_stored_value) and the
+// compressed rows' FP8 store (fp8_code, fp8_stored_value, fp8_rope_offset: quant/kv_sim.h's
+// layouts and values), written once so that attention.cu's warp-parallel kernels and the host test
 // (tests/cuda/kv_sim_hd_test.cpp, which compares the sequential row forms below with quant::
 // bit for bit) share them. The block scale is ldexpf(1, detmath::ceil_log2_f32(amax / max)),
 // the definition the CPU oracle uses.
@@ -187,6 +188,38 @@ DS4_HD float fp4_stored_value(uint32_t code, uint32_t exp_byte) {
   return f16_round(sign * e2m1_magnitude(code & 7u) * pow2f(static_cast<int>(exp_byte) - 127));
 }
 
+// ---- FP8 store of the compressed KV rows (quant/kv_sim.h: fp8_row_bytes, fp8_stored_value) ----
+// Per row of head_dim values, lead = head_dim − n_rot: lead code bytes ((sign < 0) << 7 | E4M3
+// index), lead/64 exponent bytes (k + 127), a zero byte when that ends odd, then the n_rot
+// RoPE dims as f16 bits from fp8_rope_offset(lead) on.
+
+DS4_HD constexpr int fp8_rope_offset(int lead) { return (lead + lead / kFp8Block + 1) & ~1; }
+DS4_HD constexpr int fp8_row_bytes(int head_dim, int n_rot) { return fp8_rope_offset(head_dim - n_rot) + 2 * n_rot; }
+
+// E4M3FN index e·8 + m of a grid magnitude g (0 <= g <= 448), and back (index 127, never
+// written, by the same formula: 480).
+DS4_HD uint32_t e4m3_index(float g) {
+  return g < 0x1p-6f ? static_cast<uint32_t>(g * 512.0f) : (f32_bits(g) >> 20) - 960u;
+}
+DS4_HD float e4m3_magnitude(uint32_t index) {
+  const uint32_t e = index >> 3, m = index & 7u;
+  return e == 0 ? static_cast<float>(m) * 0x1p-9f : f32_from_bits(((e + 120u) << 23) | (m << 20));
+}
+
+// The code of fp8_elem(v, scale): the sign and magnitude that value is built from.
+DS4_HD uint32_t fp8_code(float v, float scale) {
+  float sign;
+  const float g = round_elem_parts<3, -6>(v, scale, kE4M3Max, &sign);
+  return (sign < 0.0f ? 128u : 0u) | e4m3_index(g);
+}
+
+// The value of a stored element: f16_round((sign * g) * 2^(exp_byte - 127)), fp8_elem's
+// expression on the stored parts, then the f16 rounding of the former f16 store.
+DS4_HD float fp8_stored_value(uint32_t code, uint32_t exp_byte) {
+  const float sign = (code & 128u) != 0 ? -1.0f : 1.0f;
+  return f16_round(sign * e4m3_magnitude(code & 127u) * pow2f(static_cast<int>(exp_byte) - 127));
+}
+
 // Sequential row forms (the host test's subjects; the kernels run the same steps in parallel).
 DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
   for (int off = 0; off < n_leading; off += kFp8Block) {
@@ -194,6 +227,28 @@ DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
     for (int i = 0; i < kFp8Block; ++i) m = amax_step(m, x[off + i]);
     const float s = block_scale(m, kE4M3Max, kFp8MinAmax);
     for (int i = 0; i < kFp8Block; ++i) x[off + i] = fp8_elem(x[off + i], s);
+  }
+}
+
+// fp8_roundtrip_row(x, head_dim − n_rot) that also writes the row's FP8 store (the RoPE dims
+// of x, untouched, as f16 bits).
+DS4_HD void fp8_kv_row_store(float* x, int head_dim, int n_rot, uint8_t* store) {
+  const int lead = head_dim - n_rot;
+  for (int off = 0; off < lead; off += kFp8Block) {
+    float m = 0.0f;
+    for (int i = 0; i < kFp8Block; ++i) m = amax_step(m, x[off + i]);
+    const int k = block_exp(m, kE4M3Max, kFp8MinAmax);
+    const float s = pow2f(k);
+    store[lead + off / kFp8Block] = static_cast<uint8_t>(k + 127);
+    for (int i = 0; i < kFp8Block; ++i) store[off + i] = static_cast<uint8_t>(fp8_code(x[off + i], s));
+    for (int i = 0; i < kFp8Block; ++i) x[off + i] = fp8_elem(x[off + i], s);
+  }
+  const int rope = fp8_rope_offset(lead);
+  if (rope > lead + lead / kFp8Block) store[rope - 1] = 0;
+  for (int i = 0; i < n_rot; ++i) {
+    const uint16_t h = f32_to_f16(x[lead + i]);
+    store[rope + 2 * i] = static_cast<uint8_t>(h & 0xffu);  // little-endian, as the host's f16 arrays
+    store[rope + 2 * i + 1] = static_cast<uint8_t>(h >> 8);
   }
 }
 

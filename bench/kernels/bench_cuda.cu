@@ -589,8 +589,8 @@ int main(int argc, char** argv) {
   // Sink attention (ops.h sink_attention) at Flash widths, 64 heads x 512, one query: a full
   // raw window of 128 rows plus 256 compressed rows (ratio 4 at the 1K frontier), and at 8K
   // (2048 compressed rows) all allowed or the indexer's 512 allowed. Gaussian keys and queries.
-  // Keys as the target stores them (f16), and the 8K case once more as f32 keys (the drafter's
-  // kind, and the layout before the f16 stores).
+  // Keys as the target stores them (f16 raw rows, FP8 compressed rows), and the 8K case once
+  // more as f32 keys (the drafter's kind, and the layout before the compact stores).
   {
     const int nh = 64, D = 512, n_raw = 128;
     const int64_t max_comp = 2048;
@@ -609,6 +609,15 @@ int main(int argc, char** argv) {
     uint16_t* dk = nullptr;
     CK(cudaMalloc(&dk, hk.size() * sizeof(uint16_t)));
     CK(cudaMemcpy(dk, hk.data(), hk.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    const int fp8_row = ds4::quant::fp8_row_bytes(D, 64);  // the compressed rows as FP8 stores
+    std::vector<uint8_t> h8(static_cast<size_t>(max_comp * fp8_row));
+    for (int64_t r = 0; r < max_comp; ++r) {
+      std::vector<float> row(hv.begin() + (n_raw + r) * D, hv.begin() + (n_raw + r + 1) * D);
+      ds4::quant::fp8_kv_row_store(row.data(), D, 64, h8.data() + r * fp8_row);
+    }
+    uint8_t* d8 = nullptr;
+    CK(cudaMalloc(&d8, h8.size()));
+    CK(cudaMemcpy(d8, h8.data(), h8.size(), cudaMemcpyHostToDevice));
     CK(cudaMalloc(&dallow, max_comp));
     CK(cudaMemcpy(dallow, allow.data(), max_comp, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&dsc, sizeof(float) * nh * (n_raw + max_comp)));
@@ -623,7 +632,7 @@ int main(int argc, char** argv) {
         p.comp = dv + n_raw * D;
       } else {
         p.raw_f16 = dk;
-        p.comp_f16 = dk + n_raw * D;
+        p.comp_fp8 = d8;
       }
       p.raw_cap = n_raw;
       p.raw_first = 1000;
@@ -647,6 +656,7 @@ int main(int argc, char** argv) {
     sink_case("sink_attention 64x512 raw 128 + comp 2048 (8K), f32 keys", 2048, false, true);
     CK(cudaFree(dv));
     CK(cudaFree(dk));
+    CK(cudaFree(d8));
     CK(cudaFree(dallow));
     CK(cudaFree(dsc));
     CK(cudaFree(dout));

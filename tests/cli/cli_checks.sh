@@ -115,8 +115,10 @@ case "$check" in
     [ "$(cut -d, -f2,4,7 "$f" | sed -n 2,4p | sort -u)" = "0,4,synthetic" ] || die "fill rows: $(cat "$f")"
     awk -F, 'NR >= 2 && NR <= 4 && !($5 > 0) { exit 1 }' "$f" || die "gen_tps not positive: $(cat "$f")"
     # State bytes grow with c; per token they approach the tiny shape's KV growth (780 bytes with
-    # f32 rows, 390 with f16) + 4 (token id) from above (the raw windows and states are fixed).
-    awk -F, 'NR == 3 && !($6 > prev) { exit 1 } NR == 4 && !($6 > prev && $6 / $1 > 394 && $6 / $1 < 1200) { exit 1 }
+    # f32 rows, 390 with f16, 201 with FP8 compressed and FP4 indexer rows: 3 ratio-4 layers x
+    # (194 / 4 + 17) + 3 ratio-128 layers x 194 / 128) + 4 (token id) from above (the raw windows
+    # and states are fixed).
+    awk -F, 'NR == 3 && !($6 > prev) { exit 1 } NR == 4 && !($6 > prev && $6 / $1 > 205 && $6 / $1 < 1200) { exit 1 }
              { prev = $6 }' "$f" || die "kvcache_bytes: $(cat "$f")"
     line=$(grep '^ds4-bench: backend ' "$err") || die "no backend line on stderr"
     [ "$(tail -4 "$f" | sed 's/^.*,"\([^"]*\)"$/\1/' | sort -u)" = "${line#ds4-bench: backend }" ] ||

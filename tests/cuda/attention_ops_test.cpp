@@ -8,8 +8,9 @@
 // and through the ops.h launcher on device copies of the same buffers, and compares every
 // output buffer's BITS (allowed masks byte for byte); a mismatch names the op, the buffer, the
 // element and both values. Without a usable GPU every test skips with probe_device's reason.
-// The KV stores are f16 (the raw ring, the compressor's rows, the indexer rows, the sink keys
-// of the target); sink attention also runs on f32 keys (the DSpark drafter's ring and block).
+// The KV stores are the target's: the raw ring f16, the compressor's rows FP8 stores, the
+// indexer rows FP4 stores (also the sink keys); sink attention also runs on f32 keys (the
+// DSpark drafter's ring and block).
 // The CPU must compute its transcendentals by core/detmath.h and core/rope.h (the definitions
 // the device code uses) for the ops with exp / sin / cos to match.
 #include <gtest/gtest.h>
@@ -128,6 +129,16 @@ std::vector<uint8_t> to_fp4(std::vector<float> x, int head_dim) {
   std::vector<uint8_t> out(x.size() / head_dim * rb);
   for (size_t r = 0; r < x.size() / head_dim; ++r)
     quant::fp4_e2m1_roundtrip_row_store(x.data() + r * head_dim, head_dim, out.data() + r * rb);
+  return out;
+}
+
+// The FP8 stores of rows of head_dim values (each row through quant's FP8 round trip of its
+// first head_dim - n_rot values, the RoPE dims as f16): the compressed rows as the State keeps them.
+std::vector<uint8_t> to_fp8(std::vector<float> x, int head_dim, int n_rot) {
+  const int rb = quant::fp8_row_bytes(head_dim, n_rot);
+  std::vector<uint8_t> out(x.size() / head_dim * rb);
+  for (size_t r = 0; r < x.size() / head_dim; ++r)
+    quant::fp8_kv_row_store(x.data() + r * head_dim, head_dim, n_rot, out.data() + r * rb);
   return out;
 }
 
@@ -297,7 +308,8 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
     Mirror<uint16_t> ape(ape_h);
     Mirror<float> norm(gaussian(D, rng, 0.3f));
     const int max_rows = c.steps / R + 2;
-    Mirror<uint16_t> out(std::vector<uint16_t>(static_cast<size_t>(max_rows) * D, 0));  // f16 rows
+    const int rb8 = quant::fp8_row_bytes(D, c.n_rot);
+    Mirror<uint8_t> out(std::vector<uint8_t>(static_cast<size_t>(max_rows) * rb8, 0));  // FP8 stores
     const int rb = quant::fp4_row_bytes(D);
     Mirror<uint8_t> out4(std::vector<uint8_t>(static_cast<size_t>(max_rows) * rb, 0));  // indexer FP4 stores
     Mirror<float> pooled(std::vector<float>(D, 0.0f));
@@ -328,8 +340,8 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
         hp.out_fp4 = out4.h() + static_cast<size_t>(emitted) * rb;
         dp.out_fp4 = out4.d() + static_cast<size_t>(emitted) * rb;
       } else {
-        hp.out_row = out.h() + static_cast<size_t>(emitted) * D;
-        dp.out_row = out.d() + static_cast<size_t>(emitted) * D;
+        hp.out_fp8 = out.h() + static_cast<size_t>(emitted) * rb8;
+        dp.out_fp8 = out.d() + static_cast<size_t>(emitted) * rb8;
       }
       cpu_->compressor_step(hp);
       const Status s = compressor_step(dp, nullptr);
@@ -339,7 +351,7 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
         sync();
         const std::string op = std::string("compressor_step ") + c.name + " pos " + std::to_string(pos);
         expect_bits(pooled, op + " pooled");
-        expect_bits(out, op + " out rows");
+        expect_bits(out, op + " out FP8 rows");
         expect_bits(out4, op + " out FP4 rows");
       }
     }
@@ -348,12 +360,12 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
     const std::string op = std::string("compressor_step ") + c.name + " final";
     expect_bits(skv, op + " state_kv");
     expect_bits(ssc, op + " state_score");
-    expect_bits(out, op + " out rows");
+    expect_bits(out, op + " out FP8 rows");
     expect_bits(out4, op + " out FP4 rows");
-    if (c.indexer) {  // the stores are the rows: nonzero codes were written
+    {  // the stores are the rows: nonzero codes were written
       size_t nonzero = 0;
-      for (uint8_t b : out4.host()) nonzero += b != 0;
-      EXPECT_GT(nonzero, static_cast<size_t>(emitted) * rb / 2);
+      for (uint8_t b : (c.indexer ? out4 : out).host()) nonzero += b != 0;
+      EXPECT_GT(nonzero, static_cast<size_t>(emitted) * (c.indexer ? rb : rb8) / 2);
     }
   }
 }
@@ -460,10 +472,11 @@ struct SinkQuerySpec {
   int64_t pos;
 };
 
-// f16: the keys are f16 stores (the target); otherwise f32 (the drafter).
+// stored: the keys are the target's stores (raw rows f16, compressed rows FP8 stores, which
+// need (head_dim - n_rot) % 64 == 0); otherwise f32 (the drafter).
 void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head_dim, int64_t raw_cap, bool yarn,
-                   const std::vector<SinkQuerySpec>& qs, std::mt19937& rng, bool f16) {
-  SCOPED_TRACE(std::string(name) + (f16 ? " (f16 keys)" : " (f32 keys)"));
+                   const std::vector<SinkQuerySpec>& qs, std::mt19937& rng, bool stored) {
+  SCOPED_TRACE(std::string(name) + (stored ? " (stored keys)" : " (f32 keys)"));
   const int n = static_cast<int>(qs.size());
   const int D = head_dim;
   const std::vector<float> raw_v = kv_like(static_cast<size_t>(raw_cap) * D, rng);
@@ -471,14 +484,14 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
   Mirror<uint16_t> raw16(to_f16(raw_v));
   Mirror<float> sinks(gaussian(n_head, rng, 2.0f));
   std::vector<Mirror<float>> q, comp, scores, out;
-  std::vector<Mirror<uint16_t>> comp16;
+  std::vector<Mirror<uint8_t>> comp8;
   std::vector<Mirror<uint8_t>> allowed;
   std::vector<SinkAttentionParams> hp(n), dp(n);
   for (int i = 0; i < n; ++i) {
     const SinkQuerySpec& s = qs[i];
     q.emplace_back(gaussian(static_cast<size_t>(n_head) * D, rng, 1.5f));
     comp.emplace_back(kv_like(static_cast<size_t>(std::max<int64_t>(s.n_comp, 1)) * D, rng));
-    comp16.emplace_back(to_f16(comp.back().host()));
+    comp8.emplace_back(to_fp8(comp.back().host(), D, s.n_rot));
     std::vector<uint8_t> a(std::max<int64_t>(s.n_comp, 1), 1);
     std::uniform_int_distribution<int> pct(0, 99);
     for (auto& x : a) x = pct(rng) < s.allowed_pct ? 1 : 0;
@@ -497,9 +510,9 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
     p.rope = rope_yarn(yarn);
     hp[i] = dp[i] = p;
     hp[i].q = q[i].h(), dp[i].q = q[i].d();
-    if (f16) {
+    if (stored) {
       hp[i].raw_f16 = raw16.h(), dp[i].raw_f16 = raw16.d();
-      hp[i].comp_f16 = comp16[i].h(), dp[i].comp_f16 = comp16[i].d();
+      hp[i].comp_fp8 = comp8[i].h(), dp[i].comp_fp8 = comp8[i].d();
     } else {
       hp[i].raw = raw.h(), dp[i].raw = raw.d();
       hp[i].comp = comp[i].h(), dp[i].comp = comp[i].d();
@@ -525,7 +538,7 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
 }
 
 TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
-  for (const bool f16 : {true, false}) {
+  for (const bool stored : {true, false}) {
     std::mt19937 rng(128);
     // Tiny: ring of 16 wrapping, masks, no keys at all, no de-rotation, 10 queries (2 launches).
     run_sink_case(*cpu_, "tiny", 4, 128, 16, false,
@@ -539,25 +552,36 @@ TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
                    {0, 0, 25, 40, 64, 99},
                    {16, 17, 1, 100, 64, 32},
                    {8, 2, 3, 30, 64, 9}},
-                  rng, f16);
+                  rng, stored);
     run_sink_case(*cpu_, "flash-yarn", 64, 512, 128, true,
                   {{128, 999873, 2000, 25, 64, 1000000},
                    {128, 999874, 300, -1, 64, 1000001},
                    {77, 999930, 5000, 10, 64, 1000006}},
-                  rng, f16);
+                  rng, stored);
     run_sink_case(*cpu_, "flash-dense", 64, 512, 128, false,
-                  {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}}, rng, f16);
+                  {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}}, rng, stored);
     // The 1K frontier of the bench (128 raw + 256 compressed, every row allowed) next to a masked 8K one.
     run_sink_case(*cpu_, "flash-1k", 64, 512, 128, true,
-                  {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}}, rng, f16);
+                  {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}}, rng, stored);
     // Odd shapes for the score tiles (32 slots), head groups (4 heads) and dim slices (64 dims,
     // cut at 64s - 1 when an odd head_dim is de-rotated): 5 heads, head_dims 135 / 65 / 1,
     // chunks of the combine pass (768 slots) overrun, one slot, masks dropping whole tiles.
-    run_sink_case(*cpu_, "odd-135", 5, 135, 20, false,
-                  {{20, 33, 900, 50, 16, 56}, {7, 3, 33, -1, 0, 12}, {0, 0, 1, -1, 16, 7}, {20, 1, 1700, 3, 134, 40}},
-                  rng, f16);
-    run_sink_case(*cpu_, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng, f16);
-    run_sink_case(*cpu_, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng, f16);
+    // FP8 rows need (head_dim - n_rot) % 64 == 0 (an even n_rot, so an even head_dim): the
+    // stored keys run the same shapes at head_dims 136 / 66 / 2, with FP8 parts of 2, 1 or 0
+    // blocks.
+    if (stored) {
+      run_sink_case(*cpu_, "odd-136", 5, 136, 20, false,
+                    {{20, 33, 900, 50, 8, 56}, {7, 3, 33, -1, 72, 12}, {0, 0, 1, -1, 136, 7}, {20, 1, 1700, 3, 8, 40}},
+                    rng, stored);
+      run_sink_case(*cpu_, "odd-66", 6, 66, 8, false, {{5, 5, 800, -1, 2, 12}, {8, 9, 70, 70, 66, 20}}, rng, stored);
+      run_sink_case(*cpu_, "dim-2", 3, 2, 4, false, {{4, 1, 5, 50, 2, 8}}, rng, stored);
+    } else {
+      run_sink_case(*cpu_, "odd-135", 5, 135, 20, false,
+                    {{20, 33, 900, 50, 16, 56}, {7, 3, 33, -1, 0, 12}, {0, 0, 1, -1, 16, 7}, {20, 1, 1700, 3, 134, 40}},
+                    rng, stored);
+      run_sink_case(*cpu_, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng, stored);
+      run_sink_case(*cpu_, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng, stored);
+    }
   }
 }
 
@@ -624,6 +648,13 @@ TEST(CudaAttentionArgs, UnsupportedShapesAreErrorsNotAborts) {
   pair[0].raw_f16 = nullptr;  // query 0: f32 keys
   pair[1].raw = nullptr;      // query 1: f16 keys
   expect_error(sink_attention(pair, 2, nullptr), "sink_attention", "query 1");
+  // FP8 compressed rows need (head_dim - n_rot) % 64 == 0.
+  SinkAttentionParams s8 = sa;
+  s8.raw = nullptr;
+  s8.comp_fp8 = reinterpret_cast<const uint8_t*>(fake);
+  s8.n_comp = 3;
+  s8.n_rot = 32;  // 96 FP8 dims
+  expect_error(sink_attention(&s8, 1, nullptr), "sink_attention", "comp 3, n_rot 32, stored keys");
 }
 
 }  // namespace

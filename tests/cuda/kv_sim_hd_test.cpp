@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/kv_sim_hd.h"
@@ -189,6 +190,46 @@ TEST(KvSimHd, Fp4StoreEqualsQuant) {
   }
   for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(kvsim::e2m1_magnitude(i), quant::e2m1_value(static_cast<int>(i)));
   for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(kvsim::e2m1_index(quant::e2m1_value(static_cast<int>(i))), i);
+}
+
+// The FP8 store of the compressed rows: kvsim's codes, exponent bytes, pad byte and f16 RoPE
+// dims (the compressor kernel's, per element: fp8_code under pow2f(block_exp)) are quant's byte
+// for byte, with the same round-trip values left in the row; every (code, byte) stands for the
+// same value (the attention kernels' decode, attn::load_key on an FP8 row).
+TEST(KvSimHd, Fp8StoreEqualsQuant) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& [D, n_rot] : {std::pair{512, 64}, std::pair{128, 64}, std::pair{192, 0}}) {
+    const int rb = quant::fp8_row_bytes(D, n_rot);
+    ASSERT_EQ(rb, kvsim::fp8_row_bytes(D, n_rot));
+    ASSERT_EQ(quant::fp8_rope_offset(D - n_rot), kvsim::fp8_rope_offset(D - n_rot));
+    for (uint32_t seed = 1; seed <= 8; ++seed) {
+      std::vector<float> x = test_rows(static_cast<size_t>(D) * 32, seed + 300);
+      for (size_t i = 0; i < x.size(); i += 997) x[i] = (i & 1) ? -inf : inf;  // inf scales, inf RoPE dims
+      for (size_t i = 1024; i < 1024 + 64; ++i) x[i] = 3.0e38f * ((i & 1) ? -1.0f : 1.0f);
+      std::vector<uint8_t> want(static_cast<size_t>(rb)), got(want.size());
+      std::vector<float> vq = x, vk = x;
+      size_t bad = 0;
+      for (size_t off = 0; off < x.size(); off += static_cast<size_t>(D)) {
+        std::fill(want.begin(), want.end(), static_cast<uint8_t>(0x5a));
+        std::fill(got.begin(), got.end(), static_cast<uint8_t>(0xa5));
+        quant::fp8_kv_row_store(vq.data() + off, D, n_rot, want.data());
+        kvsim::fp8_kv_row_store(vk.data() + off, D, n_rot, got.data());
+        bad += want != got;
+      }
+      EXPECT_EQ(0u, bad) << "fp8_kv_row_store bytes, D " << D << ", seed " << seed;
+      EXPECT_EQ(0u, mismatches(vk, vq, "fp8_kv_row_store values")) << "D " << D << ", seed " << seed;
+    }
+  }
+  for (uint32_t e = 0; e < 256; ++e) {
+    for (uint32_t c = 0; c < 256; ++c) {
+      ASSERT_EQ(bits(kvsim::fp8_stored_value(c, e)), bits(quant::fp8_stored_value(static_cast<int>(c), static_cast<int>(e))))
+          << "code " << c << ", exponent byte " << e;
+    }
+  }
+  for (uint32_t i = 0; i < 127; ++i) {
+    EXPECT_EQ(bits(kvsim::e4m3_magnitude(i)), bits(quant::e4m3_value(static_cast<int>(i)))) << i;
+    EXPECT_EQ(kvsim::e4m3_index(quant::e4m3_value(static_cast<int>(i))), i);
+  }
 }
 
 // The block scale is 2^ceil(log2(amax / max)) exactly: a power of two maps to itself, the

@@ -205,8 +205,12 @@ int main(int argc, char** argv) {
     const session::LayerState& L = s.state().layers()[il];
     const std::string sfx = "_L" + std::to_string(il);
     if (L.ratio != 0) {
-      std::vector<float> comp(static_cast<size_t>(L.n_comp * D));  // the f16 store, widened
-      quant::f16_to_f32_row(L.comp.data(), comp.data(), L.n_comp * D);
+      std::vector<float> comp(static_cast<size_t>(L.n_comp * D));  // the FP8 stores, decoded
+      const int nr = static_cast<int>(cfg.n_rot);
+      const int comp_row = quant::fp8_row_bytes(static_cast<int>(D), nr);
+      for (int64_t r = 0; r < L.n_comp; ++r) {
+        quant::fp8_row_decode(L.comp.data() + r * comp_row, static_cast<int>(D), nr, comp.data() + r * D);
+      }
       if (!write_raw(out + "/comp" + sfx + ".f32", comp)) return die("write comp");
       add("comp" + sfx, "f32", {L.n_comp, D});
     }

@@ -112,7 +112,8 @@ TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
   std::vector<float> skv(8 * W, 0.0f), ssc(8 * W, -1.0e30f);
   std::vector<uint16_t> ape(R * W, quant::f32_to_f16(0.0f));
   std::vector<float> norm(D, 1.0f), pooled(D);
-  std::vector<uint16_t> out(D, 0xffffu);  // f16 row; the NaN sentinel: written only by the emitting step
+  const int row_bytes = quant::fp8_row_bytes(D, 64);
+  std::vector<uint8_t> out(row_bytes, 0xa5);  // FP8 store; the sentinel: written only by the emitting step
   RopeParams rp;
   // Window 0: token t has kv = t+1 everywhere, equal scores: the pooled value is the mean of
   // the current lane (1+2+3+4)/4 = 2.5 because the previous lane is still empty.
@@ -133,19 +134,27 @@ TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
     p.rope = rp;
     p.indexer = false;
     p.pooled = pooled.data();
-    p.out_row = out.data();
+    p.out_fp8 = out.data();
     be->compressor_step(p);
     emitted += compressor_emits(t, R);
-    EXPECT_EQ(out[0] != 0xffffu, compressor_emits(t, R)) << t;
+    EXPECT_EQ(out[row_bytes - 1] != 0xa5, compressor_emits(t, R)) << t;
   }
   EXPECT_EQ(emitted, 1);
-  // The row: pooled 2.5 everywhere, normed, roped at position 0, FP8 on the non-RoPE dims, f16.
+  // The row: pooled 2.5 everywhere, normed, roped at position 0, FP8 on the non-RoPE dims; its
+  // FP8 store decodes to the f16 row of those values, and is the bytes of fp8_kv_row_store.
   std::vector<float> want(D, 2.5f);
   cpu::rms_norm_row(want.data(), norm.data(), want.data(), D, 1e-6f);
   cpu::rope_tail_rows(want.data(), 1, D, 64, 0, rp, false);
+  std::vector<uint8_t> want_store(row_bytes);
+  std::vector<float> stored = want;
+  quant::fp8_kv_row_store(stored.data(), D, 64, want_store.data());
   quant::fp8_e4m3_roundtrip(want.data(), D - 64);
-  for (int j = 0; j < D; ++j) EXPECT_EQ(out[j], quant::f32_to_f16(want[j])) << j;
-  EXPECT_EQ(quant::f16_to_f32(out[0]), 1.0f);
+  EXPECT_EQ(0, std::memcmp(want.data(), pooled.data(), sizeof(float) * D));
+  EXPECT_EQ(out, want_store);
+  std::vector<float> dec(D);
+  quant::fp8_row_decode(out.data(), D, 64, dec.data());
+  for (int j = 0; j < D; ++j) EXPECT_EQ(quant::f32_bits(dec[j]), quant::f32_bits(quant::f16_round(want[j]))) << j;
+  EXPECT_EQ(dec[0], 1.0f);
   // State rows 4..7 moved to 0..3.
   for (int r = 0; r < 4; ++r) EXPECT_EQ(skv[r * W], static_cast<float>(r + 1));
 }
@@ -291,24 +300,30 @@ TEST(CpuBackend, SinkAttentionMatchesFormula) {
 
 // A batch of independent attention queries (different key counts, compressed rows with and
 // without a mask, sizes on both sides of the inline threshold) gives, per query, the bits of
-// that query alone on one thread, at any thread count; with the keys as f16 bits (the target's
-// stores) it gives the bits of the same (f16-valued) keys as f32 (the drafter's kind).
+// that query alone on one thread, at any thread count; with the keys as the target stores them
+// (raw rows as f16 bits, compressed rows as FP8 stores) it gives the bits of the same
+// (decoded) keys as f32 (the drafter's kind). D 32 with n_rot 32: an FP8 store of f16 dims
+// only; D 128 with n_rot 64: one FP8 block and 64 f16 dims.
 TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
   for (const int D : {32, 128}) {
-    const int nh = 8, n_q = 6, n_comp = 24;
+    const int nh = 8, n_q = 6, n_comp = 24, n_rot = D == 32 ? 32 : 64;
+    const int rb = quant::fp8_row_bytes(D, n_rot);
     auto kv = randv(static_cast<size_t>(64) * D, 21);
     auto comp = randv(static_cast<size_t>(n_comp) * D, 22);
-    std::vector<uint16_t> kv16(kv.size()), comp16(comp.size());
+    std::vector<uint16_t> kv16(kv.size());
+    std::vector<uint8_t> comp8(static_cast<size_t>(n_comp) * rb);
     quant::f32_to_f16_row(kv.data(), kv16.data(), static_cast<int64_t>(kv.size()));
-    quant::f32_to_f16_row(comp.data(), comp16.data(), static_cast<int64_t>(comp.size()));
     quant::f16_to_f32_row(kv16.data(), kv.data(), static_cast<int64_t>(kv.size()));
-    quant::f16_to_f32_row(comp16.data(), comp.data(), static_cast<int64_t>(comp.size()));
+    for (int c = 0; c < n_comp; ++c) {
+      quant::fp8_kv_row_store(comp.data() + c * D, D, n_rot, comp8.data() + c * rb);
+      quant::fp8_row_decode(comp8.data() + c * rb, D, n_rot, comp.data() + c * D);
+    }
     const auto qs = randv(static_cast<size_t>(n_q) * nh * D, 23);
     const auto sinks = randv(nh, 24);
     std::vector<uint8_t> mask(n_comp);
     for (int c = 0; c < n_comp; ++c) mask[c] = (c * 7) % 3 != 0;
     const int64_t stride = static_cast<int64_t>(nh) * (64 + n_comp);
-    auto queries = [&](std::vector<float>& scores, std::vector<float>& out, bool f16 = false) {
+    auto queries = [&](std::vector<float>& scores, std::vector<float>& out, bool stored = false) {
       scores.assign(static_cast<size_t>(n_q) * stride, 0.0f);
       out.assign(static_cast<size_t>(n_q) * nh * D, 0.0f);
       std::vector<SinkAttentionParams> p(n_q);
@@ -326,9 +341,11 @@ TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
         p[i].head_dim = D;
         p[i].scores = scores.data() + i * stride;
         p[i].out = out.data() + static_cast<size_t>(i) * nh * D;
-        if (f16) {
+        p[i].n_rot = n_rot;
+        p[i].pos = 100 + i;
+        if (stored) {
           p[i].raw_f16 = kv16.data();
-          p[i].comp_f16 = p[i].comp != nullptr ? comp16.data() : nullptr;
+          p[i].comp_fp8 = p[i].comp != nullptr ? comp8.data() : nullptr;
           p[i].raw = p[i].comp = nullptr;
         }
       }
@@ -349,7 +366,7 @@ TEST(CpuBackend, BatchedSinkAttentionEqualsSingleQueries) {
       auto batch16 = queries(s3, got16, true);
       be->sink_attention(batch16.data(), n_q);
       EXPECT_EQ(0, std::memcmp(got16.data(), want.data(), want.size() * sizeof(float)))
-          << "f16 keys, D " << D << ", threads " << threads;
+          << "stored keys, D " << D << ", threads " << threads;
     }
   }
 }

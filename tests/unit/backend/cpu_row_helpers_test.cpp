@@ -5,8 +5,8 @@
 //
 //  * sink_attention_heads == the per-key loop (quant::dot_f32, one axpy per key), with more
 //    keys than one internal chunk (64) and with an allowed mask on the compressed rows; with
-//    f16 keys (the target's stores) == the same keys widened to f32 (the drafter's kind),
-//    across the f16 path's smaller chunks;
+//    stored keys (the target's f16 raw rows and FP8 compressed rows) == the same keys decoded
+//    to f32 (the drafter's kind), across the stored path's smaller chunks;
 //  * hc_pre_finish_rows on 1..11 rows == hc_split_sinkhorn + stream sum row by row;
 //  * rms_norm_rows == rms_norm_row per row for odd widths, every ISA.
 #include <gtest/gtest.h>
@@ -23,6 +23,7 @@
 #include "core/detmath.h"
 #include "quant/dot.h"
 #include "quant/half.h"
+#include "quant/kv_sim.h"
 
 namespace ds4::backend {
 namespace {
@@ -132,21 +133,27 @@ TEST(CpuRowHelpers, SinkAttentionHeadsEqualPerKeyLoop) {
   }
 }
 
-// f16 keys (raw_f16 / comp_f16) give the bits of the same values as f32 keys: widths whose f16
-// chunk (16384 / D keys) is below the 64 keys of the f32 chunk, so chunk edges differ too.
-TEST(CpuRowHelpers, SinkAttentionHeadsF16KeysEqualF32Keys) {
+// Stored keys (raw_f16 f16 rows, comp_fp8 FP8 stores) give the bits of the same values as f32
+// keys: widths whose stored chunk (16384 / D keys) is below the 64 keys of the f32 chunk, so
+// chunk edges differ too; FP8 stores of 8, 7 and 15 blocks.
+TEST(CpuRowHelpers, SinkAttentionHeadsStoredKeysEqualF32Keys) {
   const int nh = 2;
-  for (const auto& [D, n_raw, n_comp, masked] : {std::tuple{520, 40, 70, true}, std::tuple{512, 33, 0, false},
-                                                 std::tuple{1000, 3, 50, false}}) {
+  for (const auto& [D, n_rot, n_raw, n_comp, masked] :
+       {std::tuple{520, 8, 40, 70, true}, std::tuple{512, 64, 33, 0, false}, std::tuple{512, 64, 5, 9, true},
+        std::tuple{1000, 40, 3, 50, false}}) {
     SCOPED_TRACE(testing::Message() << "D " << D << ", " << n_raw << " raw, " << n_comp << " comp");
     const auto q = randv(static_cast<size_t>(nh) * D, 11, 2.0f);
     auto raw = randv(static_cast<size_t>(n_raw) * D + 1, 12);
     auto comp = randv(static_cast<size_t>(n_comp) * D + 1, 13);
-    std::vector<uint16_t> raw16(raw.size()), comp16(comp.size());
+    const int rb = quant::fp8_row_bytes(D, n_rot);
+    std::vector<uint16_t> raw16(raw.size());
+    std::vector<uint8_t> comp8(static_cast<size_t>(n_comp) * rb);
     quant::f32_to_f16_row(raw.data(), raw16.data(), static_cast<int64_t>(raw.size()));
-    quant::f32_to_f16_row(comp.data(), comp16.data(), static_cast<int64_t>(comp.size()));
     quant::f16_to_f32_row(raw16.data(), raw.data(), static_cast<int64_t>(raw.size()));
-    quant::f16_to_f32_row(comp16.data(), comp.data(), static_cast<int64_t>(comp.size()));
+    for (int c = 0; c < n_comp; ++c) {  // the compressed rows' FP8 stores, and their values as f32
+      quant::fp8_kv_row_store(comp.data() + static_cast<size_t>(c) * D, D, n_rot, comp8.data() + c * rb);
+      quant::fp8_row_decode(comp8.data() + c * rb, D, n_rot, comp.data() + static_cast<size_t>(c) * D);
+    }
     std::vector<uint8_t> allowed(n_comp);
     for (int c = 0; c < n_comp; ++c) allowed[c] = (c % 4) != 2;
     const float sinks[2] = {0.1f, -0.7f};
@@ -160,7 +167,7 @@ TEST(CpuRowHelpers, SinkAttentionHeadsF16KeysEqualF32Keys) {
     p.sinks = sinks;
     p.n_head = nh;
     p.head_dim = D;
-    p.n_rot = 64;
+    p.n_rot = n_rot;
     p.pos = 500;
     const size_t n_scores = static_cast<size_t>(nh) * (n_raw + n_comp);
     for_each_isa([&] {
@@ -168,8 +175,8 @@ TEST(CpuRowHelpers, SinkAttentionHeadsF16KeysEqualF32Keys) {
       std::vector<float> scores(n_scores, 5.0f), got(want.size(), 5.0f);
       SinkAttentionParams a = p, b = p;
       a.raw = raw.data(), a.comp = comp.data(), a.scores = want_scores.data(), a.out = want.data();
-      b.raw_f16 = raw16.data(), b.comp_f16 = comp16.data(), b.scores = scores.data(), b.out = got.data();
-      ASSERT_TRUE(b.f16_keys() && b.keys_one_kind() && !a.f16_keys());
+      b.raw_f16 = raw16.data(), b.comp_fp8 = comp8.data(), b.scores = scores.data(), b.out = got.data();
+      ASSERT_TRUE(b.stored_keys() && b.keys_one_kind() && !a.stored_keys());
       cpu::sink_attention_heads(a, 0, nh);
       cpu::sink_attention_heads(b, 0, nh);
       EXPECT_TRUE(same_bits(want.data(), got.data(), got.size()));

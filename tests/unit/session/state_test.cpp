@@ -56,13 +56,13 @@ TEST(SessionState, FrontierRestoresCountersAndCompressorStatesOnly) {
   s.layers()[2].n_comp = 3;
   s.layers()[2].cmp_kv.host()[5] = -7.0f;
   s.layers()[3].cmp_score.host()[0] = 4.0f;
-  s.layers()[2].comp.host()[0] = 0x4880;  // f16 9.0: append-only rows are not part of a frontier
+  s.layers()[2].comp.host()[0] = 0x48;  // append-only rows are not part of a frontier
   s.restore_frontier(f);
   EXPECT_EQ(s.tokens().size(), 10u);
   EXPECT_EQ(s.layers()[2].n_comp, 2);
   EXPECT_EQ(s.layers()[2].cmp_kv.host()[5], 1.5f);
   EXPECT_EQ(s.layers()[3].cmp_score.host()[0], kNegInf);
-  EXPECT_EQ(s.layers()[2].comp.host()[0], 0x4880);
+  EXPECT_EQ(s.layers()[2].comp.host()[0], 0x48);
   EXPECT_EQ(f.states.size(), s.frontier_state_floats());
 }
 
@@ -78,7 +78,7 @@ TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
     for (size_t j = 0; j < L.raw.size(); ++j) L.raw.host()[j] = static_cast<uint16_t>(j % 97 + il);
     if (L.ratio != 0) {
       L.n_comp = 50 / L.ratio;
-      for (size_t j = 0; j < L.comp.size(); ++j) L.comp.host()[j] = static_cast<uint16_t>(0x3c00 + j % 13);
+      for (size_t j = 0; j < L.comp.size(); ++j) L.comp.host()[j] = static_cast<uint8_t>(0x3c + j % 13);
     }
     if (L.ratio == 4) {
       L.n_index = L.n_comp;
@@ -95,12 +95,12 @@ TEST(SessionState, SerializeRoundTripsAndSizeMatchesPayloadBytes) {
   EXPECT_EQ(again, bytes);
   EXPECT_EQ(b.layers()[2].n_comp, 12);
   EXPECT_EQ(b.logits().host()[17], 2.5f);
-  // The visible KV rows come back bit for bit (f16 in the payload as in the store).
+  // The visible KV rows come back bit for bit (in the payload as in the store).
+  const int64_t comp_row = quant::fp8_row_bytes(static_cast<int>(cfg.head_dim), static_cast<int>(cfg.n_rot));
   for (size_t il = 0; il < a.layers().size(); ++il) {
     const LayerState& A = a.layers()[il];
     const LayerState& B = b.layers()[il];
-    for (int64_t j = 0; j < A.n_comp * static_cast<int64_t>(cfg.head_dim); ++j)
-      ASSERT_EQ(A.comp.host()[j], B.comp.host()[j]) << il;
+    for (int64_t j = 0; j < A.n_comp * comp_row; ++j) ASSERT_EQ(A.comp.host()[j], B.comp.host()[j]) << il;  // FP8 stores
     const int64_t idx_row = quant::fp4_row_bytes(static_cast<int>(cfg.indexer_head_dim));  // FP4 stores
     for (int64_t j = 0; j < A.n_index * idx_row; ++j) ASSERT_EQ(A.index.host()[j], B.index.host()[j]) << il;
     for (int64_t p = 0; p < 50; ++p) {
@@ -124,7 +124,12 @@ TEST(SessionState, EstimateEqualsWhatTheStateAllocates) {
     for (const LayerState& L : s.layers()) {
       bytes += L.raw.bytes() + L.comp.bytes() + L.index.bytes();
       bytes += L.cmp_kv.bytes() + L.cmp_score.bytes() + L.idx_kv.bytes() + L.idx_score.bytes();
-      EXPECT_EQ(L.raw.bytes(), L.raw.size() * 2);  // the KV rows are f16
+      EXPECT_EQ(L.raw.bytes(), L.raw.size() * 2);  // the raw KV rows are f16
+      if (L.ratio != 0) {  // the compressed rows FP8 stores: 194 bytes per 128 values (64 RoPE dims)
+        EXPECT_EQ(L.comp.bytes(), static_cast<uint64_t>(s.comp_cap(static_cast<int>(&L - s.layers().data()))) *
+                                      quant::fp8_row_bytes(static_cast<int>(cfg.head_dim), static_cast<int>(cfg.n_rot)));
+        EXPECT_EQ(quant::fp8_row_bytes(static_cast<int>(cfg.head_dim), static_cast<int>(cfg.n_rot)), 194);
+      }
       if (L.ratio == 4) {  // the indexer rows FP4 stores: 68 bytes per 128 values
         EXPECT_EQ(L.index.bytes(), static_cast<uint64_t>(s.comp_cap(static_cast<int>(&L - s.layers().data()))) *
                                        quant::fp4_row_bytes(static_cast<int>(cfg.indexer_head_dim)));
@@ -138,18 +143,25 @@ TEST(SessionState, EstimateGrowsWithContextAtTheSpecRate) {
   const model::ModelConfig cfg = model::flash_profile();
   const uint64_t a = State::estimate_bytes(cfg, 4096);
   const uint64_t b = State::estimate_bytes(cfg, 8192);
-  // §6.1: 13 760 B/token of compressed KV as f32; stored as f16 here: 6 880 B/token, less
-  // the indexer rows' share stored as FP4 (per ratio-4 layer a 128-value row per 4 tokens: 64
-  // B/token as f16, 17 as FP4: 21 layers, 987 B), plus the 4 B token id per token: 5 897.
-  int ratio4 = 0;
-  for (uint32_t il = 0; il < cfg.n_layer; ++il) ratio4 += cfg.compress_ratio(il) == 4;
+  // §6.1: 13 760 B/token of compressed KV as f32; as f16: 6 880 B/token. Stored here: the
+  // indexer rows as FP4 (per ratio-4 layer a 128-value row per 4 tokens: 64 B/token as f16, 17
+  // as FP4) and the compressed attention rows as FP8 (a 512-value row: 1,024 B as f16, 584 as
+  // FP8 — per ratio-4 layer 256 -> 146 B/token, per ratio-128 layer 8 -> 4.5625), plus the 4 B
+  // token id per token: 21·(146 + 17) + 20·4.5625 + 4 = 3 518.25.
+  int ratio4 = 0, ratio128 = 0;
+  for (uint32_t il = 0; il < cfg.n_layer; ++il) {
+    ratio4 += cfg.compress_ratio(il) == 4;
+    ratio128 += cfg.compress_ratio(il) == 128;
+  }
   EXPECT_EQ(ratio4, 21);
+  EXPECT_EQ(ratio128, 20);
+  EXPECT_EQ(quant::fp8_row_bytes(static_cast<int>(cfg.head_dim), static_cast<int>(cfg.n_rot)), 584);
   const double per_token = static_cast<double>(b - a) / 4096.0;
-  EXPECT_NEAR(per_token, 6880.0 - ratio4 * (64.0 - 17.0) + 4.0, 1.0);
+  EXPECT_NEAR(per_token, ratio4 * (584.0 / 4 + 17.0) + ratio128 * (584.0 / 128) + 4.0, 1.0);
 }
 
-// Byte-level views of a host-addressable Array, whatever its element type (the KV rows may be
-// f32 or f16).
+// Byte-level views of a host-addressable Array, whatever its element type (f16 raw rows, byte
+// stores, f32 states).
 template <typename T>
 void scribble(backend::Array<T>& a) {
   if (!a.empty()) std::memset(static_cast<void*>(a.host().data()), 0x42, a.bytes());
