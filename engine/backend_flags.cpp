@@ -50,7 +50,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .flag("--cuda-profile", &f->cuda_profile,
             "CUDA: time every op on the device (events) and print, at exit, per op and op class the "
             "time, bytes and GB/s, the ops per token and the gaps between ops and at token boundaries",
-            "DS4_CUDA_GAP_PROFILE");
+            "DS4_CUDA_GAP_PROFILE")
+      .option("--cuda-q8-r1", &f->cuda_q8_r1,
+              "CUDA: the Q8_0 matvec kernel for one activation row (decode): new (the staged kernel) or "
+              "old (the warp kernels before it), for A/B timing; both give the same bits",
+              "DS4_CUDA_Q8_R1", "new|old");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -63,6 +67,10 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
     return invalid_argument("--device must be a GPU index >= 0, got %d%s", f.device, origin(t, "--device").c_str());
   }
   if (f.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", f.threads);
+  if (f.cuda_q8_r1 != "new" && f.cuda_q8_r1 != "old") {
+    return invalid_argument("--cuda-q8-r1 must be new or old, got '%s'%s", f.cuda_q8_r1.c_str(),
+                            origin(t, "--cuda-q8-r1").c_str());
+  }
 
   // The shorthand replaces an environment or default --backend; on the command line next to
   // --backend it must agree with it (auto agrees with either).
@@ -93,6 +101,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->f32_activations = f.f32_activations;
   options->cuda_sync = f.cuda_sync;
   options->cuda_profile = f.cuda_profile;
+  options->cuda_q8_r1_old = f.cuda_q8_r1 == "old";
   return Status();
 }
 

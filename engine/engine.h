@@ -36,6 +36,7 @@ struct EngineOptions {
   int device = 0;                // GPU index (CUDA backend)
   bool cuda_sync = false;        // CUDA: wait after every op (a fault names its op; slow)
   bool cuda_profile = false;     // CUDA: op-timeline profiler, report on stderr at exit
+  bool cuda_q8_r1_old = false;   // CUDA: Q8_0 r = 1 matvecs on the old warp kernels (A/B; same bits)
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

@@ -18,7 +18,10 @@ namespace ds4::backend {
 // The CUDA backend on device `device` (kUnsupported without a usable Hopper GPU, saying why).
 // sync_each_op: wait for every op, so a device fault names the op that caused it (debugging).
 // profile: wrap it in the op-timeline profiler (backend/op_profile.h; report on stderr when the
-// backend is destroyed). Off, the ops run with no profiling code at all.
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false);
+// backend is destroyed). Off, the ops run with no profiling code at all. q8_r1_old: Q8_0
+// matvecs of one activation row on the old warp kernels (cuda::set_q8_0_r1_kernel, process-wide;
+// same bits, for A/B timing).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
+                                                     bool q8_r1_old = false);
 
 }  // namespace ds4::backend
