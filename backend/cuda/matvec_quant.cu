@@ -4,6 +4,10 @@
 // Role: matvec_q8_0 (and matvec_q8_0_mma) / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of
 // cuda_kernels.h, and the fused routed-expert FFN expert_gate_up / expert_down_sum (the expert
 // id read from device memory per pair; layout below, at its kernels).
+// Q8_0 at r = 1 (decode): the staged kernel q8_0_r1_kernel (and its grouped twin) by default,
+// for weights with 16-byte aligned rows (n_in a multiple of 256); Q8_0R1Kernel::kWarp (or
+// other shapes) takes the warp kernels below, as before it. Layout of the staged kernel at
+// its definition.
 // Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
 // rows: 4 warps per row, q8_0_split_kernel, and its grouped twin q8_0_split_grouped_kernel for
 // matvec_q8_0_grouped, any row count; Q8_0 with at least 4096 rows and r = 2..8: the
@@ -775,9 +779,8 @@ size_t r1_smem_bytes(int nb, int rw, int nw, int stages) {
 }
 
 template <int RW, int kStages>
-__global__ void __launch_bounds__(256) q8_0_r1_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
-                                                      int64_t n_out, const BlockQ8_0Act* __restrict__ x,
-                                                      float* __restrict__ y) {
+__device__ __forceinline__ void q8_0_r1_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out,
+                                             const BlockQ8_0Act* __restrict__ x, float* __restrict__ y) {
   constexpr int kStep = r1_step<RW>();
   constexpr int kRowBytes = r1_row_pieces<RW>() * 16;
   extern __shared__ __align__(16) uint8_t r1_smem[];
@@ -878,6 +881,21 @@ __global__ void __launch_bounds__(256) q8_0_r1_kernel(const uint8_t* __restrict_
   }
 }
 
+template <int RW, int kStages>
+__global__ void __launch_bounds__(256) q8_0_r1_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
+                                                      int64_t n_out, const BlockQ8_0Act* __restrict__ x,
+                                                      float* __restrict__ y) {
+  q8_0_r1_rows<RW, kStages>(w, row_bytes, nb, n_out, x, y);
+}
+
+// matvec_q8_0_grouped at r = 1: blockIdx.y = group, as q8_0_split_grouped_kernel.
+template <int RW, int kStages>
+__global__ void __launch_bounds__(256) q8_0_r1_grouped_kernel(Q8_0GroupArgs groups, size_t row_bytes, int nb,
+                                                              int64_t n_out) {
+  const Q8_0Group& gr = groups.g[blockIdx.y];
+  q8_0_r1_rows<RW, kStages>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, gr.x, gr.y);
+}
+
 // Shape of a q8_0_r1_kernel launch: rows per warp, warps per CTA, stages, shared memory.
 struct R1Launch {
   int rw = 8, nw = 1, stages = 1;
@@ -893,12 +911,15 @@ struct R1Dev {
 
 template <int RW, int S>
 cudaError_t r1_optin(int bytes) {
-  return cudaFuncSetAttribute(q8_0_r1_kernel<RW, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t e = cudaFuncSetAttribute(q8_0_r1_kernel<RW, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(q8_0_r1_grouped_kernel<RW, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-// False when the staged kernel cannot take the shape (rows or weights not 16-byte aligned,
-// n_in not a multiple of 256 elements' worth of 8 blocks, shared memory): the warp kernels run it.
-bool r1_launch_shape(const Weights& w, int nb, R1Launch* l) {
+// False when the staged kernel cannot take the shape (weights or rows not 16-byte aligned, n_in
+// not a multiple of 256, shared memory): the warp kernels run it. n_groups: matrices of this
+// shape in the launch (matvec_q8_0_grouped), counted for the CTAs-per-SM choice of rows per warp.
+bool r1_launch_shape(const Weights& w, int nb, R1Launch* l, int n_groups = 1) {
   static R1Dev devs[64];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
@@ -921,7 +942,7 @@ bool r1_launch_shape(const Weights& w, int nb, R1Launch* l) {
   // small matrices: 4096 -> 512 is 64 CTAs of 8 rows, 256 of 2).
   int rw = 2;
   for (int cand : {8, 4}) {
-    if ((w.n_out + cand - 1) / cand >= d.sms) {
+    if ((w.n_out + cand - 1) / cand * n_groups >= d.sms) {
       rw = cand;
       break;
     }
@@ -943,6 +964,20 @@ void launch_r1(const R1Launch& l, const uint8_t* w, size_t row_bytes, int nb, in
                const BlockQ8_0Act* x, float* y, Stream stream) {
   const dim3 block(32 * l.nw);
 #define DS4_R1(RW, S) q8_0_r1_kernel<RW, S><<<l.grid, block, l.smem, stream>>>(w, row_bytes, nb, n_out, x, y)
+  if (l.rw == 8) {
+    if (l.stages == 2) DS4_R1(8, 2); else DS4_R1(8, 1);
+  } else if (l.rw == 4) {
+    if (l.stages == 2) DS4_R1(4, 2); else DS4_R1(4, 1);
+  } else {
+    if (l.stages == 2) DS4_R1(2, 2); else DS4_R1(2, 1);
+  }
+#undef DS4_R1
+}
+
+void launch_r1_grouped(const R1Launch& l, const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int nb,
+                       int64_t n_out, Stream stream) {
+  const dim3 grid(l.grid, static_cast<unsigned>(n_groups)), block(32 * l.nw);
+#define DS4_R1(RW, S) q8_0_r1_grouped_kernel<RW, S><<<grid, block, l.smem, stream>>>(args, row_bytes, nb, n_out)
   if (l.rw == 8) {
     if (l.stages == 2) DS4_R1(8, 2); else DS4_R1(8, 1);
   } else if (l.rw == 4) {
@@ -1428,8 +1463,19 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
   for (int k0 = 0; k0 < r; k0 += kMaxRows) {
     const int rr = r - k0 < kMaxRows ? r - k0 : kMaxRows;
     Q8_0GroupArgs args{};
-    for (int g = 0; g < n_groups; ++g)
+    bool aligned16 = true;
+    for (int g = 0; g < n_groups; ++g) {
       args.g[g] = Q8_0Group{groups[g].w, groups[g].x + k0 * x_stride, groups[g].y + k0 * y_stride};
+      aligned16 = aligned16 && reinterpret_cast<uintptr_t>(groups[g].w) % 16 == 0;
+    }
+    R1Launch l;
+    if (rr == 1 && aligned16 && g_q8_0_r1.load(std::memory_order_relaxed) == static_cast<int>(Q8_0R1Kernel::kStaged) &&
+        r1_launch_shape(Weights{groups[0].w, row_bytes, n_in, n_out}, inb, &l, n_groups)) {
+      launch_r1_grouped(l, args, n_groups, row_bytes, inb, n_out, stream);
+      Status s = launch_status(op, n_in, n_out, rr);
+      if (!s.ok()) return s;
+      continue;
+    }
     switch (rr) {
 #define DS4_CASE(R)                                                                                   \
   case R:                                                                                             \
