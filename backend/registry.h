@@ -33,6 +33,10 @@ struct BackendOptions {
   // CUDA: HC pre / collapse as one fused kernel per call (false: the three-launch path, for A/B;
   // same bits). Ignored by the CPU backend.
   bool cuda_hc_fused = true;
+  // CUDA: Q8_0 matvecs of one activation row on the warp kernels that preceded the staged
+  // kernel (cuda::Q8_0R1Kernel::kWarp; process-wide, set when the backend is made). Same bits;
+  // for A/B timing (--cuda-q8-r1=old / DS4_CUDA_Q8_R1=old).
+  bool cuda_q8_r1_old = false;
 };
 
 // Names make_backend() accepts, in preference order ("cpu" first).

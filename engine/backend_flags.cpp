@@ -54,7 +54,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .option("--cuda-hc-fused", &f->cuda_hc_fused,
               "CUDA: HC pre / collapse as one fused kernel per call (1) or the three-launch path (0: "
               "norm, mix matvec, finish; for A/B timing). Same bits either way",
-              "DS4_CUDA_HC_FUSED", "0|1");
+              "DS4_CUDA_HC_FUSED", "0|1")
+      .option("--cuda-q8-r1", &f->cuda_q8_r1,
+              "CUDA: the Q8_0 matvec kernel for one activation row (decode): new (the staged kernel) or "
+              "old (the warp kernels before it), for A/B timing; both give the same bits",
+              "DS4_CUDA_Q8_R1", "new|old");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -70,6 +74,10 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   if (f.cuda_hc_fused != 0 && f.cuda_hc_fused != 1) {
     return invalid_argument("--cuda-hc-fused must be 0 or 1, got %d%s", f.cuda_hc_fused,
                             origin(t, "--cuda-hc-fused").c_str());
+  }
+  if (f.cuda_q8_r1 != "new" && f.cuda_q8_r1 != "old") {
+    return invalid_argument("--cuda-q8-r1 must be new or old, got '%s'%s", f.cuda_q8_r1.c_str(),
+                            origin(t, "--cuda-q8-r1").c_str());
   }
 
   // The shorthand replaces an environment or default --backend; on the command line next to
@@ -102,6 +110,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_sync = f.cuda_sync;
   options->cuda_profile = f.cuda_profile;
   options->cuda_hc_fused = f.cuda_hc_fused != 0;
+  options->cuda_q8_r1_old = f.cuda_q8_r1 == "old";
   return Status();
 }
 

@@ -20,7 +20,9 @@ namespace ds4::backend {
 // profile: wrap it in the op-timeline profiler (backend/op_profile.h; report on stderr when the
 // backend is destroyed). Off, the ops run with no profiling code at all.
 // hc_fused: HC pre / collapse as one fused kernel per call (ops.h; false: the three-launch path).
+// q8_r1_old: Q8_0 matvecs of one activation row on the old warp kernels (cuda::set_q8_0_r1_kernel,
+// process-wide; same bits, for A/B timing).
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
-                                                     bool hc_fused = true);
+                                                     bool hc_fused = true, bool q8_r1_old = false);
 
 }  // namespace ds4::backend

@@ -116,6 +116,14 @@ struct Q8_0Group {
 };
 Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
                            int64_t x_stride, int r, int64_t y_stride, Stream stream = nullptr);
+// matvec_q8_0's kernel for r = 1 (every variant gives the same bits): kStaged (default) the
+// staged kernel (q8_0_r1_kernel: rows tiled over a warp's lanes, weights through a cp.async
+// stage; shapes it cannot take fall back to the warp kernels), kWarp the kernels before it
+// (one warp or 4 warps per row). Process-wide; the backend sets it once at start-up
+// (--cuda-q8-r1 / DS4_CUDA_Q8_R1), tests and benchmarks switch it for A/B.
+enum class Q8_0R1Kernel { kStaged, kWarp };
+void set_q8_0_r1_kernel(Q8_0R1Kernel k);
+Q8_0R1Kernel q8_0_r1_kernel();
 // The same result from the tensor-core kernel alone, whatever r and n_out (matvec_q8_0 takes
 // it for r >= 2 on >= 4096 rows): for its parity tests and to benchmark it against the warp
 // kernels. Unsupported when the r activation rows do not fit its shared memory.

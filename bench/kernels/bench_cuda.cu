@@ -3,7 +3,8 @@
 // Role: the device's two ceilings first (a device-to-device copy, counting bytes read plus
 // written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
 // matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows
-// (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds; the
+// (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds, and
+// at r = 1 with the warp kernels that preceded the staged r = 1 kernel, "old"; the
 // grouped output LoRA 8 x Q8_0 4096x1024 through ops.h matmul_grouped, and as 8 matmul calls,
 // "loop", both including the activation quantization);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included; HC pre
@@ -354,6 +355,14 @@ int main(int argc, char** argv) {
       {"q8_0_attn_4096x1024", GgmlType::kQ8_0, 4096, 1024},
       {"q8_0_4096x8192", GgmlType::kQ8_0, 4096, 8192},
       {"q8_0_head_4096x129280", GgmlType::kQ8_0, 4096, 129280},
+      // The other Flash Q8_0 shapes decode runs at r = 1: attn_kv, attn_q_b, the output
+      // projections (grouped LoRA's second half, ungrouped), the shared expert.
+      {"q8_0_kv_4096x512", GgmlType::kQ8_0, 4096, 512},
+      {"q8_0_qb_1024x32768", GgmlType::kQ8_0, 1024, 32768},
+      {"q8_0_out_8192x4096", GgmlType::kQ8_0, 8192, 4096},
+      {"q8_0_out_32768x4096", GgmlType::kQ8_0, 32768, 4096},
+      {"q8_0_shexp_4096x2048", GgmlType::kQ8_0, 4096, 2048},
+      {"q8_0_shexp_2048x4096", GgmlType::kQ8_0, 2048, 4096},
       {"f16_hc_16384x24", GgmlType::kF16, 16384, 24},
       {"f16_4096x4096", GgmlType::kF16, 4096, 4096},
       {"f32_4096x4096", GgmlType::kF32, 4096, 4096},
@@ -400,11 +409,14 @@ int main(int argc, char** argv) {
     } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
       ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
     }
-    // Q8_0 twice: matvec_q8_0 as dispatched, then the tensor-core kernel forced (" mma").
-    const int variants = c.type == GgmlType::kQ8_0 ? 2 : 1;
+    // Q8_0 three times: matvec_q8_0 as dispatched, the tensor-core kernel forced (" mma"), and
+    // at r = 1 the warp kernels that preceded the staged r = 1 kernel (" old": Q8_0R1Kernel::kWarp).
+    const int variants = c.type == GgmlType::kQ8_0 ? 3 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
-      if (!rows_selected(r)) continue;
+      if (!rows_selected(r) || (v == 2 && r != 1)) continue;
+      const cuda::Q8_0R1Kernel r1_saved = cuda::q8_0_r1_kernel();
+      if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
         switch (c.type) {
@@ -427,8 +439,9 @@ int main(int argc, char** argv) {
         }
       };
       const double t = time_per_call(fn, std::max(copies, 8));
+      cuda::set_q8_0_r1_kernel(r1_saved);
       const double gbs = bytes / t / 1e9;
-      const std::string label = std::string(c.name) + (v == 1 ? " mma" : "");
+      const std::string label = std::string(c.name) + (v == 1 ? " mma" : v == 2 ? " old" : "");
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }
     for (void* p : w) CK(cudaFree(p));

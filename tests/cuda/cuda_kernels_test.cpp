@@ -188,16 +188,43 @@ void q8_0_case(const Shape& s, std::initializer_list<int> rs = {1, 2, 3, 4, 5, 6
       mma ? "q8_0 mma" : "q8_0", rs);
 }
 
+// Restores the process-wide r = 1 kernel choice (Q8_0R1Kernel) when a test ends.
+struct R1KernelScope {
+  explicit R1KernelScope(Q8_0R1Kernel k) : saved(q8_0_r1_kernel()) { set_q8_0_r1_kernel(k); }
+  ~R1KernelScope() { set_q8_0_r1_kernel(saved); }
+  Q8_0R1Kernel saved;
+};
+
 TEST_F(CudaKernels, MatvecQ8_0BitsEqualCpuForR1To8) {
   // Below 4096 rows the split kernel (4 warps per row); from 4096 rows r = 1 takes the
   // one-warp-per-row kernel and r = 2..8 the tensor-core kernel (tiles of 16 rows, chunks of 8
   // blocks; r = 11 is a tile of 8 rows then one of 3). 8224 inputs are 257 blocks: three
   // chunks of the warp kernel, the last of one block; for the mma kernel a one-block tail chunk
-  // and rows that are not 16-byte multiples (its 2-byte copy path).
+  // and rows that are not 16-byte multiples (its 2-byte copy path). Run with r = 1 on the warp
+  // kernels (Q8_0R1Kernel::kWarp); MatvecQ8_0R1StagedBitsEqualCpu covers the staged kernel.
+  R1KernelScope scope(Q8_0R1Kernel::kWarp);
   for (Shape s : {Shape{96, 13}, Shape{256, 256}, Shape{4096, 1024}, Shape{1056, 37}, Shape{8224, 11},
                   Shape{512, 4100}}) {
     q8_0_case(s);
   }
+}
+
+TEST_F(CudaKernels, MatvecQ8_0R1StagedBitsEqualCpu) {
+  // The staged r = 1 kernel (q8_0_r1_kernel; the default) on the shapes it takes (n_in a
+  // multiple of 256, so rows are 16-byte multiples): 8, 4 or 2 rows per warp by n_out against
+  // the SM count, one step per warp (1024 inputs), partial steps (256 = 8 blocks; 2304 = 72
+  // blocks), several steps per warp through the 2-stage ring (16384 x 2200, 32768 x 1100), a
+  // partial last CTA, and the Flash r = 1 shapes. r = 1..8 also runs the other kernels as
+  // before; shapes the staged kernel cannot take (96, 1056 inputs) fall back to them.
+  R1KernelScope scope(Q8_0R1Kernel::kStaged);
+  for (Shape s : {Shape{256, 256}, Shape{96, 13}, Shape{1056, 37}, Shape{1024, 4099}, Shape{2304, 13},
+                  Shape{2304, 1030}, Shape{4096, 1024}, Shape{4096, 512}, Shape{4096, 2048}, Shape{2048, 4096},
+                  Shape{8192, 4096}, Shape{32768, 261}, Shape{16384, 2200}, Shape{32768, 1100},
+                  Shape{4096, 20001}}) {
+    q8_0_case(s, {1, 2});
+  }
+  q8_0_case(Shape{1024, 32768}, {1});
+  q8_0_case(Shape{4096, 129280}, {1});
 }
 
 TEST_F(CudaKernels, MatvecQ8_0MmaBitsEqualCpu) {

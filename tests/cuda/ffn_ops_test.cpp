@@ -612,14 +612,21 @@ void grouped_case(backend::Backend& cpu, int n_groups, int64_t n_in, int64_t n_o
 TEST_F(FfnOps, MatmulGroupedBitsEqualCpu) {
   // Flash: 8 groups of 4096 -> 1024 (heads 8 x 4096 wide, o_lora_rank 1024), strides exact.
   for (int rows : kRowCounts) grouped_case(*cpu_, 8, 4096, 1024, rows, 0, false, 900 + rows);
+  // rows = 1 on the warp kernels too (Q8_0R1Kernel::kWarp; the default is the staged kernel).
+  const Q8_0R1Kernel saved = q8_0_r1_kernel();
+  set_q8_0_r1_kernel(Q8_0R1Kernel::kWarp);
+  grouped_case(*cpu_, 8, 4096, 1024, 1, 0, false, 901);
+  grouped_case(*cpu_, 3, 2304, 37, 1, 3, false, 902);
+  set_q8_0_r1_kernel(saved);
   // Odd shapes: a tail chunk of blocks, row counts not a multiple of the split kernel's 2 rows
   // per block, >= 4096 rows (where a lone matmul takes the tensor-core kernel), one group,
-  // padded strides, and a mixed list.
+  // padded strides, a mixed list, and 2304 inputs (72 blocks: the staged r = 1 kernel's
+  // partial step).
   struct Shape {
     int groups;
     int64_t n_in, n_out;
   };
-  for (const Shape sh : {Shape{3, 96, 37}, Shape{5, 4160, 3}, Shape{2, 64, 4101}, Shape{1, 128, 20},
+  for (const Shape sh : {Shape{3, 96, 37}, Shape{3, 2304, 37}, Shape{5, 4160, 3}, Shape{2, 64, 4101}, Shape{1, 128, 20},
                          Shape{kMaxMatvecGroups, 32, 9}}) {
     for (int rows : {1, 2, 5, 8, 11}) {
       grouped_case(*cpu_, sh.groups, sh.n_in, sh.n_out, rows, 3, false, 1000 + sh.groups * 16 + rows);

@@ -82,6 +82,19 @@ TEST(BackendFlags, CudaHcFusedFromTheFlagAndItsMirror) {
       << s.message();
 }
 
+TEST(BackendFlags, CudaQ8R1FromTheFlagAndItsMirror) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_q8_r1_old);
+  ASSERT_TRUE(apply({"--cuda-q8-r1", "old"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_q8_r1_old);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "old"}}).ok());
+  EXPECT_TRUE(eo.cuda_q8_r1_old);
+  ASSERT_TRUE(apply({"--cuda-q8-r1", "new"}, &eo, {{"DS4_CUDA_Q8_R1", "old"}}).ok());
+  EXPECT_FALSE(eo.cuda_q8_r1_old);  // the command line wins over the environment
+  EXPECT_FALSE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "fast"}}).ok());
+}
+
 TEST(BackendFlags, BackendFromTheCommandLineAndTheEnvironment) {
   EngineOptions eo;
   ASSERT_TRUE(apply({"--backend", "cpu"}, &eo).ok());
