@@ -37,6 +37,10 @@ struct BackendOptions {
   // kernel (cuda::Q8_0R1Kernel::kWarp; process-wide, set when the backend is made). Same bits;
   // for A/B timing (--cuda-q8-r1=old / DS4_CUDA_Q8_R1=old).
   bool cuda_q8_r1_old = false;
+  // CUDA: the staged kernel, but a Q8_0 matmul of one row quantizes its activation in a launch
+  // of its own first (cuda::Q8_0R1Kernel::kStagedPrequant) instead of in the matvec launch.
+  // Same bits; for A/B timing of the fusion (--cuda-q8-r1=new-prequant). cuda_q8_r1_old wins.
+  bool cuda_q8_r1_prequant = false;
 };
 
 // Names make_backend() accepts, in preference order ("cpu" first).

@@ -3,7 +3,7 @@
 // model runs (--backend, --device, the --cpu / --cuda shorthands), the CPU's kernel path and
 // thread count (--isa, -t/--threads), the reference numerics (--f32-activations) and the CUDA
 // debugging / measuring switches (--cuda-sync, --cuda-profile = DS4_CUDA_GAP_PROFILE, the A/B
-// switch --cuda-hc-fused = DS4_CUDA_HC_FUSED), with their
+// switches --cuda-hc-fused = DS4_CUDA_HC_FUSED, --cuda-q8-r1 = DS4_CUDA_Q8_R1), with their
 // DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
 // EngineOptions.
 //
@@ -38,7 +38,7 @@ struct BackendFlags {
   bool cuda_sync = false;        // --cuda-sync: wait after every CUDA op (debugging)
   bool cuda_profile = false;     // --cuda-profile (DS4_CUDA_GAP_PROFILE): the op-timeline profiler
   int cuda_hc_fused = 1;         // --cuda-hc-fused (DS4_CUDA_HC_FUSED): 1 fused HC kernels, 0 three launches
-  std::string cuda_q8_r1 = "new";  // --cuda-q8-r1 (DS4_CUDA_Q8_R1): new|old Q8_0 r = 1 kernel (A/B)
+  std::string cuda_q8_r1 = "new";  // --cuda-q8-r1 (DS4_CUDA_Q8_R1): new|new-prequant|old Q8_0 r = 1 path (A/B)
 };
 
 // Registers the backend flags on `t`, bound to *f (whose current values are the defaults).

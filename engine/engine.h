@@ -38,6 +38,7 @@ struct EngineOptions {
   bool cuda_profile = false;     // CUDA: op-timeline profiler, report on stderr at exit
   bool cuda_hc_fused = true;     // CUDA: HC pre / collapse as one fused kernel (false: 3 launches)
   bool cuda_q8_r1_old = false;   // CUDA: Q8_0 r = 1 matvecs on the old warp kernels (A/B; same bits)
+  bool cuda_q8_r1_prequant = false;  // CUDA: staged r = 1 kernel, activation quantized by its own launch (A/B)
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

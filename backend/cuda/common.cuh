@@ -1,7 +1,9 @@
 // backend/cuda/common.cuh — device helpers shared by the kernels of backend/cuda.
 //
 // Role: exact f16 -> f32, realigning word loads of 2-byte-aligned block fields, the
-// x86-compatible round-to-int of the activation quantizers, and the launch-error check.
+// x86-compatible round-to-int of the activation quantizers, the warp's Q8_0 activation block
+// (the one definition of its scale and codes: quantize_q8_0_act and the staged r = 1 matvec,
+// which quantizes its row itself, both call it), and the launch-error check.
 // Invariants: every helper is exact (no rounding beyond what its name says); nothing here
 // depends on FMA contraction (the whole folder builds with --fmad=false).
 #pragma once
@@ -51,6 +53,41 @@ __device__ __forceinline__ int quant_round(float v) {
   int q = __float2int_rn(v);
   q = q > 127 ? 127 : q;
   return q < -128 ? -128 : q;
+}
+
+// Maximum over the warp (every lane gets it). Order-free: fmaxf of non-NaN values.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int s = 16; s >= 1; s /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, s));
+  return v;
+}
+
+// One Q8_0 activation block (quant::quantize_q8_0_act, byte for byte) in pieces that any split
+// of the block's 32 elements combines — the one definition of the block's scale and codes:
+//   amax = the maximum of q8_0_act_mag(x) over the block (fmaxf, order-free: the magnitudes
+//          are non-negative, never -0, and NaN -> 0 never wins, as the CPU's strict '>' from 0
+//          skips it);
+//   d = q8_0_act_scale(amax, &id) = amax / 127, id = d != 0 ? 1 / d : 0 (IEEE divisions);
+//   code(x) = q8_0_act_code(x, id) = quant_round(x · id).
+// quantize_q8_0_act runs them a warp per block (q8_0_act_block); the staged r = 1 matvec
+// (matvec_quant.cu) a thread per block on its f32 row.
+__device__ __forceinline__ float q8_0_act_mag(float v) {
+  const float av = fabsf(v);
+  return av > 0.0f ? av : 0.0f;  // NaN -> 0: never the maximum
+}
+__device__ __forceinline__ float q8_0_act_scale(float amax, float* id) {
+  const float d = amax / 127.0f;
+  *id = d != 0.0f ? 1.0f / d : 0.0f;
+  return d;
+}
+__device__ __forceinline__ int8_t q8_0_act_code(float v, float id) { return static_cast<int8_t>(quant_round(v * id)); }
+
+// The warp form: lane l holds element l (v); returns lane l's code and sets *d to the block's
+// scale (every lane). Every lane of the warp must call it (shuffles).
+__device__ __forceinline__ int8_t q8_0_act_block(float v, float* d) {
+  float id;
+  *d = q8_0_act_scale(warp_max(q8_0_act_mag(v)), &id);
+  return q8_0_act_code(v, id);
 }
 
 // Expands the 4 low bits of s to byte masks (bit b -> byte b = 0xff).

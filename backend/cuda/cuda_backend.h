@@ -21,8 +21,11 @@ namespace ds4::backend {
 // backend is destroyed). Off, the ops run with no profiling code at all.
 // hc_fused: HC pre / collapse as one fused kernel per call (ops.h; false: the three-launch path).
 // q8_r1_old: Q8_0 matvecs of one activation row on the old warp kernels (cuda::set_q8_0_r1_kernel,
-// process-wide; same bits, for A/B timing).
+// process-wide; same bits, for A/B timing). q8_r1_prequant (unless q8_r1_old): the staged kernel
+// with the activation quantized by a launch of its own (Q8_0R1Kernel::kStagedPrequant; the
+// default quantizes it inside the matvec launch).
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
-                                                     bool hc_fused = true, bool q8_r1_old = false);
+                                                     bool hc_fused = true, bool q8_r1_old = false,
+                                                     bool q8_r1_prequant = false);
 
 }  // namespace ds4::backend

@@ -118,12 +118,30 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
                            int64_t x_stride, int r, int64_t y_stride, Stream stream = nullptr);
 // matvec_q8_0's kernel for r = 1 (every variant gives the same bits): kStaged (default) the
 // staged kernel (q8_0_r1_kernel: rows tiled over a warp's lanes, weights through a cp.async
-// stage; shapes it cannot take fall back to the warp kernels), kWarp the kernels before it
-// (one warp or 4 warps per row). Process-wide; the backend sets it once at start-up
-// (--cuda-q8-r1 / DS4_CUDA_Q8_R1), tests and benchmarks switch it for A/B.
-enum class Q8_0R1Kernel { kStaged, kWarp };
+// stage; shapes it cannot take fall back to the warp kernels), which also quantizes an f32 row
+// itself (matvec_q8_0_r1_f32: a Q8_0 matmul of one row is one launch); kStagedPrequant the
+// same kernel on rows quantize_q8_0_act wrote first (two launches per matmul; A/B of the
+// fusion); kWarp the kernels before it (one warp or 4 warps per row; two launches).
+// Process-wide; the backend sets it once at start-up (--cuda-q8-r1 / DS4_CUDA_Q8_R1), tests
+// and benchmarks switch it for A/B.
+enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant };
 void set_q8_0_r1_kernel(Q8_0R1Kernel k);
 Q8_0R1Kernel q8_0_r1_kernel();
+// One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),
+// the same bits, in ONE launch: the staged kernel quantizes x into its shared memory with
+// quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs only under kStaged,
+// for shapes the staged kernel takes and x 16-byte aligned; otherwise launches nothing and
+// sets *fused = false (the caller quantizes and calls matvec_q8_0; a bad shape is reported there).
+Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream = nullptr);
+// The grouped form (matvec_q8_0_grouped at r = 1 with f32 rows): group g computes
+// matvec_q8_0_r1_f32(Weights{w[g], row_bytes, n_in, n_out}, x[g], y[g]); one launch for all.
+struct Q8_0GroupF32 {
+  const void* w = nullptr;  // [n_out rows of row_bytes] Q8_0, 16-byte aligned for the fused kernel
+  const float* x = nullptr;  // [n_in] f32, one row (16-byte aligned for the fused kernel)
+  float* y = nullptr;        // [n_out] f32
+};
+Status matvec_q8_0_grouped_r1_f32(const Q8_0GroupF32* groups, int n_groups, size_t row_bytes, int64_t n_in,
+                                  int64_t n_out, bool* fused, Stream stream = nullptr);
 // The same result from the tensor-core kernel alone, whatever r and n_out (matvec_q8_0 takes
 // it for r >= 2 on >= 4096 rows): for its parity tests and to benchmark it against the warp
 // kernels. Unsupported when the r activation rows do not fit its shared memory.

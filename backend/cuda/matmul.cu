@@ -2,12 +2,14 @@
 // kernels of cuda_kernels.h.
 //
 // Role: MatmulParams dispatch on the weight type: Q8_0 weights quantize the activation rows to
-// Q8_0 blocks in the backend's scratch, then the r-row Q8_0 matvec; F16 / F32 weights take the
+// Q8_0 blocks in the backend's scratch, then the r-row Q8_0 matvec — except one row the staged
+// r = 1 kernel takes (Q8_0R1Kernel::kStaged, the default): it quantizes the f32 row itself, one
+// launch, scratch untouched (matvec_q8_0_r1_f32; the same bits); F16 / F32 weights take the
 // f32 rows directly. Rows run in tiles of kMaxRows (each row keeps its own accumulators, so a
 // tile boundary changes no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
 // output LoRA) take one quantization launch and one matvec launch for all groups (same
-// per-row kernel body, same bits); other group lists run matmul one by one. The CPU twin is
-// backend/cpu/matmul.cpp.
+// per-row kernel body, same bits; one fused launch at one row, as matmul); other group lists
+// run matmul one by one. The CPU twin is backend/cpu/matmul.cpp.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/ops.h"
@@ -28,6 +30,11 @@ Status matmul(const backend::MatmulParams& p, const OpScratch& scratch, Stream s
       if (need > scratch.bytes) {
         return internal_error("cuda: matmul Q8_0 (n_in %lld, rows %d) needs %zu scratch bytes, has %zu",
                               static_cast<long long>(m.n_in), p.n_rows, need, scratch.bytes);
+      }
+      if (p.n_rows == 1) {  // one launch when the staged kernel quantizes the row itself
+        bool fused = false;
+        DS4_RETURN_IF_ERROR(matvec_q8_0_r1_f32(w, p.x, p.y, &fused, stream));
+        if (fused) return Status();
       }
       auto* xq = static_cast<quant::BlockQ8_0Act*>(scratch.data);
       const int64_t nb = m.n_in / quant::kQK8_0;
@@ -88,6 +95,13 @@ Status matmul_grouped(const backend::MatmulParams* p, int n, const OpScratch& sc
   if (need > scratch.bytes) {
     return internal_error("cuda: matmul_grouped Q8_0 (%d x n_in %lld, rows %d) needs %zu scratch bytes, has %zu", n,
                           static_cast<long long>(m.n_in), rows, need, scratch.bytes);
+  }
+  if (rows == 1) {  // one launch when the staged kernel quantizes the rows itself
+    Q8_0GroupF32 fg[kMaxMatvecGroups];
+    for (int g = 0; g < n; ++g) fg[g] = Q8_0GroupF32{p[g].w.data, p[g].x, p[g].y};
+    bool fused = false;
+    DS4_RETURN_IF_ERROR(matvec_q8_0_grouped_r1_f32(fg, n, m.row_bytes, m.n_in, m.n_out, &fused, stream));
+    if (fused) return Status();
   }
   // Group g's activation rows at xq + g·rows·nb: the layout of n matmul calls, side by side.
   auto* xq = static_cast<quant::BlockQ8_0Act*>(scratch.data);

@@ -6,7 +6,9 @@
 // id read from device memory per pair; layout below, at its kernels).
 // Q8_0 at r = 1 (decode): the staged kernel q8_0_r1_kernel (and its grouped twin) by default,
 // for weights with 16-byte aligned rows (n_in a multiple of 256); Q8_0R1Kernel::kWarp (or
-// other shapes) takes the warp kernels below, as before it. Layout of the staged kernel at
+// other shapes) takes the warp kernels below, as before it. Under kStaged the staged kernel
+// also takes the f32 row and quantizes it itself (matvec_q8_0_r1_f32 / _grouped_r1_f32: the
+// Q8_0 matmul of one row in one launch, the quantizer's bits). Layout of the staged kernel at
 // its definition.
 // Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
 // rows: 4 warps per row, q8_0_split_kernel, and its grouped twin q8_0_split_grouped_kernel for
@@ -755,7 +757,8 @@ bool mma_launch_shape(size_t smem, int64_t n_tiles, unsigned* grid) {
 // RW, q = lane / RW) owns 8 consecutive blocks of row r in each step of 8·(32 / RW) blocks.
 // A CTA of nw warps covers RW rows; warp w takes steps w, w + nw, ... of the row (its stage
 // ring of kStages steps is filled by 16-byte cp.async, all of a warp's steps in flight when
-// they fit), the CTA's activation row is copied to shared memory once. A lane reads its 8
+// they fit), the CTA's activation row is copied to shared memory once (or, given as f32, is
+// quantized there by the CTA: the fused matmul, no quantize launch). A lane reads its 8
 // blocks (272 bytes, 16-byte aligned: rows are 16-byte multiples, the kernel's precondition)
 // as 17 16-byte words, computes each block's exact isum (8 dp4a) and the CPU's float term
 // s = f16(w.d) · x.d, t = s · (float)isum into the CTA's term buffer; after the last step one
@@ -778,9 +781,15 @@ size_t r1_smem_bytes(int nb, int rw, int nw, int stages) {
          4 * (static_cast<size_t>(r1_act_q_words(nb)) + nb + static_cast<size_t>(rw) * r1_ts_stride(nb));
 }
 
-template <int RW, int kStages>
+// X = BlockQ8_0Act: the quantized row, copied to shared memory (cp.async). X = float: the f32
+// row (16-byte aligned), quantized by the CTA into the same shared-memory layout (a thread per
+// block, common.cuh's q8_0_act_* pieces: quantize_q8_0_act's bits) while the first weight
+// stages are in flight — the fused matmul of one row, one launch.
+template <int RW, int kStages, class X>
 __device__ __forceinline__ void q8_0_r1_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out,
-                                             const BlockQ8_0Act* __restrict__ x, float* __restrict__ y) {
+                                             const X* __restrict__ x, float* __restrict__ y) {
+  constexpr bool kQuantize = std::is_same_v<X, float>;
+  static_assert(kQuantize || std::is_same_v<X, BlockQ8_0Act>, "activation row: f32 or Q8_0 blocks");
   constexpr int kStep = r1_step<RW>();
   constexpr int kRowBytes = r1_row_pieces<RW>() * 16;
   extern __shared__ __align__(16) uint8_t r1_smem[];
@@ -794,12 +803,14 @@ __device__ __forceinline__ void q8_0_r1_rows(const uint8_t* __restrict__ w, size
   const int ts_stride = r1_ts_stride(nb);
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * RW;
   // The activation row (block b: d → act_d[b], quant word k → act_q[8b + 4(b/8) + k]).
-  const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
-  for (int i = threadIdx.x; i < nb * 9; i += blockDim.x) {
-    const int b = i / 9, k = i - 9 * b;
-    cp_async4(k == 0 ? reinterpret_cast<uint32_t*>(act_d + b) : act_q + 8 * b + 4 * (b >> 3) + (k - 1), xw + i);
+  if constexpr (!kQuantize) {
+    const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
+    for (int i = threadIdx.x; i < nb * 9; i += blockDim.x) {
+      const int b = i / 9, k = i - 9 * b;
+      cp_async4(k == 0 ? reinterpret_cast<uint32_t*>(act_d + b) : act_q + 8 * b + 4 * (b >> 3) + (k - 1), xw + i);
+    }
+    cp_async_commit();
   }
-  cp_async_commit();
   const int n_steps = (nb + kStep - 1) / kStep;
   const int my_steps = warp < n_steps ? (n_steps - warp + nw - 1) / nw : 0;
   // The warp's k-th step (step warp + k·nw) into stage k % kStages: cnt / 8 · 17 pieces per row.
@@ -819,8 +830,42 @@ __device__ __forceinline__ void q8_0_r1_rows(const uint8_t* __restrict__ w, size
     if (s < my_steps) issue(s);
     cp_async_commit();
   }
-  cp_async_wait_group<kStages>();  // the activation group (the oldest) has landed
-  __syncthreads();                 // ... for every thread's copies
+  if constexpr (kQuantize) {
+    // Thread t quantizes blocks t, t + blockDim.x, ... whole (8 16-byte loads of x; x 16-byte
+    // aligned, the launcher's precondition): a warp instruction serves 32 blocks, so the
+    // quantization every CTA repeats costs ~10 warp instructions per block, not the warp form's
+    // ~60 (shuffles) — the same pieces, the same bits (common.cuh, q8_0_act_*).
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+      const float4* xb = reinterpret_cast<const float4*>(x) + 8 * b;
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float4 f = __ldg(xb + i);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+      }
+      float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 4 partial maxima (order-free), shorter chains
+#pragma unroll
+      for (int i = 0; i < 32; ++i) m[i & 3] = fmaxf(m[i & 3], detail::q8_0_act_mag(v[i]));
+      float id;
+      const float d = detail::q8_0_act_scale(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), &id);
+      uint32_t qw[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          word |= static_cast<uint32_t>(static_cast<uint8_t>(detail::q8_0_act_code(v[4 * k + j], id))) << (8 * j);
+        qw[k] = word;  // qs[4k .. 4k+3], little-endian as BlockQ8_0Act's bytes
+      }
+      uint4* dst = reinterpret_cast<uint4*>(act_q + 8 * b + 4 * (b >> 3));  // 16-byte aligned
+      dst[0] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
+      dst[1] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
+      act_d[b] = d;
+    }
+  } else {
+    cp_async_wait_group<kStages>();  // the activation group (the oldest) has landed
+  }
+  __syncthreads();  // ... for every thread's copies (or codes)
   for (int k = 0; k < my_steps; ++k) {
     cp_async_wait_group<kStages - 1>();  // step k's group is complete
     __syncwarp();
@@ -881,18 +926,24 @@ __device__ __forceinline__ void q8_0_r1_rows(const uint8_t* __restrict__ w, size
   }
 }
 
-template <int RW, int kStages>
+template <int RW, int kStages, class X>
 __global__ void __launch_bounds__(256) q8_0_r1_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
-                                                      int64_t n_out, const BlockQ8_0Act* __restrict__ x,
+                                                      int64_t n_out, const X* __restrict__ x,
                                                       float* __restrict__ y) {
   q8_0_r1_rows<RW, kStages>(w, row_bytes, nb, n_out, x, y);
 }
 
-// matvec_q8_0_grouped at r = 1: blockIdx.y = group, as q8_0_split_grouped_kernel.
-template <int RW, int kStages>
-__global__ void __launch_bounds__(256) q8_0_r1_grouped_kernel(Q8_0GroupArgs groups, size_t row_bytes, int nb,
+// The groups of matvec_q8_0_grouped_r1_f32, by value.
+struct Q8_0GroupF32Args {
+  Q8_0GroupF32 g[kMaxMatvecGroups];
+};
+
+// matvec_q8_0_grouped at r = 1: blockIdx.y = group, as q8_0_split_grouped_kernel. Args:
+// Q8_0GroupArgs (quantized rows) or Q8_0GroupF32Args (f32 rows, quantized in the kernel).
+template <int RW, int kStages, class Args>
+__global__ void __launch_bounds__(256) q8_0_r1_grouped_kernel(Args groups, size_t row_bytes, int nb,
                                                               int64_t n_out) {
-  const Q8_0Group& gr = groups.g[blockIdx.y];
+  const auto& gr = groups.g[blockIdx.y];
   q8_0_r1_rows<RW, kStages>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, gr.x, gr.y);
 }
 
@@ -911,9 +962,12 @@ struct R1Dev {
 
 template <int RW, int S>
 cudaError_t r1_optin(int bytes) {
-  const cudaError_t e = cudaFuncSetAttribute(q8_0_r1_kernel<RW, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(q8_0_r1_grouped_kernel<RW, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  cudaError_t e = cudaFuncSetAttribute(q8_0_r1_kernel<RW, S, BlockQ8_0Act>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_r1_kernel<RW, S, float>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_r1_grouped_kernel<RW, S, Q8_0GroupArgs>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_r1_grouped_kernel<RW, S, Q8_0GroupF32Args>, a, bytes);
+  return e;
 }
 
 // False when the staged kernel cannot take the shape (weights or rows not 16-byte aligned, n_in
@@ -960,10 +1014,11 @@ bool r1_launch_shape(const Weights& w, int nb, R1Launch* l, int n_groups = 1) {
   return true;
 }
 
-void launch_r1(const R1Launch& l, const uint8_t* w, size_t row_bytes, int nb, int64_t n_out,
-               const BlockQ8_0Act* x, float* y, Stream stream) {
+template <class X>
+void launch_r1(const R1Launch& l, const uint8_t* w, size_t row_bytes, int nb, int64_t n_out, const X* x, float* y,
+               Stream stream) {
   const dim3 block(32 * l.nw);
-#define DS4_R1(RW, S) q8_0_r1_kernel<RW, S><<<l.grid, block, l.smem, stream>>>(w, row_bytes, nb, n_out, x, y)
+#define DS4_R1(RW, S) q8_0_r1_kernel<RW, S, X><<<l.grid, block, l.smem, stream>>>(w, row_bytes, nb, n_out, x, y)
   if (l.rw == 8) {
     if (l.stages == 2) DS4_R1(8, 2); else DS4_R1(8, 1);
   } else if (l.rw == 4) {
@@ -974,10 +1029,11 @@ void launch_r1(const R1Launch& l, const uint8_t* w, size_t row_bytes, int nb, in
 #undef DS4_R1
 }
 
-void launch_r1_grouped(const R1Launch& l, const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int nb,
-                       int64_t n_out, Stream stream) {
+template <class Args>
+void launch_r1_grouped(const R1Launch& l, const Args& args, int n_groups, size_t row_bytes, int nb, int64_t n_out,
+                       Stream stream) {
   const dim3 grid(l.grid, static_cast<unsigned>(n_groups)), block(32 * l.nw);
-#define DS4_R1(RW, S) q8_0_r1_grouped_kernel<RW, S><<<grid, block, l.smem, stream>>>(args, row_bytes, nb, n_out)
+#define DS4_R1(RW, S) q8_0_r1_grouped_kernel<RW, S, Args><<<grid, block, l.smem, stream>>>(args, row_bytes, nb, n_out)
   if (l.rw == 8) {
     if (l.stages == 2) DS4_R1(8, 2); else DS4_R1(8, 1);
   } else if (l.rw == 4) {
@@ -989,6 +1045,19 @@ void launch_r1_grouped(const R1Launch& l, const Q8_0GroupArgs& args, int n_group
 }
 
 std::atomic<int> g_q8_0_r1{static_cast<int>(Q8_0R1Kernel::kStaged)};
+Q8_0R1Kernel r1_mode() { return static_cast<Q8_0R1Kernel>(g_q8_0_r1.load(std::memory_order_relaxed)); }
+bool r1_staged() { return r1_mode() != Q8_0R1Kernel::kWarp; }  // kStaged or kStagedPrequant
+
+// The fused launchers' shape check: the shapes matvec_q8_0 accepts (launch's checks) that the
+// staged kernel takes; anything else is left to the two-launch path (which reports bad shapes).
+// x: the f32 rows, which the kernel reads as 16-byte words.
+bool r1_fusable(const Weights& w, int64_t nb, R1Launch* l, bool x_aligned16, int n_groups = 1) {
+  if (r1_mode() != Q8_0R1Kernel::kStaged || !x_aligned16) return false;
+  if (w.n_in <= 0 || w.n_in % quant::kQK8_0 != 0 || w.n_out <= 0 || nb > (1 << 30) ||
+      w.row_bytes < static_cast<size_t>(nb) * sizeof(quant::BlockQ8_0))
+    return false;
+  return r1_launch_shape(w, static_cast<int>(nb), l, n_groups);
+}
 
 Status upload_iq2_tables() {
   // Once per device (the symbols are per-device); a failure is reported, not cached.
@@ -1055,8 +1124,7 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     }
     if constexpr (std::is_same_v<F, Q8_0Fmt>) {
       R1Launch l;
-      if (rr == 1 && g_q8_0_r1.load(std::memory_order_relaxed) == static_cast<int>(Q8_0R1Kernel::kStaged) &&
-          r1_launch_shape(w, inb, &l)) {
+      if (rr == 1 && r1_staged() && r1_launch_shape(w, inb, &l)) {
         launch_r1(l, wp, w.row_bytes, inb, w.n_out, xk, yk, stream);
         Status s = launch_status(op, w.n_in, w.n_out, rr);
         if (!s.ok()) return s;
@@ -1469,7 +1537,7 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
       aligned16 = aligned16 && reinterpret_cast<uintptr_t>(groups[g].w) % 16 == 0;
     }
     R1Launch l;
-    if (rr == 1 && aligned16 && g_q8_0_r1.load(std::memory_order_relaxed) == static_cast<int>(Q8_0R1Kernel::kStaged) &&
+    if (rr == 1 && aligned16 && r1_staged() &&
         r1_launch_shape(Weights{groups[0].w, row_bytes, n_in, n_out}, inb, &l, n_groups)) {
       launch_r1_grouped(l, args, n_groups, row_bytes, inb, n_out, stream);
       Status s = launch_status(op, n_in, n_out, rr);
@@ -1489,6 +1557,33 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
     if (!s.ok()) return s;
   }
   return Status();
+}
+Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream) {
+  *fused = false;
+  const int64_t nb = w.n_in / quant::kQK8_0;
+  R1Launch l;
+  if (!r1_fusable(w, nb, &l, reinterpret_cast<uintptr_t>(x) % 16 == 0)) return Status();
+  launch_r1(l, static_cast<const uint8_t*>(w.data), w.row_bytes, static_cast<int>(nb), w.n_out, x, y, stream);
+  *fused = true;
+  return launch_status("matvec_q8_0_r1_f32", w.n_in, w.n_out, 1);
+}
+Status matvec_q8_0_grouped_r1_f32(const Q8_0GroupF32* groups, int n_groups, size_t row_bytes, int64_t n_in,
+                                  int64_t n_out, bool* fused, Stream stream) {
+  *fused = false;
+  if (n_groups < 1 || n_groups > kMaxMatvecGroups) return Status();
+  Q8_0GroupF32Args args{};
+  bool x_aligned16 = true;
+  for (int g = 0; g < n_groups; ++g) {
+    if (reinterpret_cast<uintptr_t>(groups[g].w) % 16 != 0) return Status();
+    x_aligned16 = x_aligned16 && reinterpret_cast<uintptr_t>(groups[g].x) % 16 == 0;
+    args.g[g] = groups[g];
+  }
+  const int64_t nb = n_in / quant::kQK8_0;
+  R1Launch l;
+  if (!r1_fusable(Weights{groups[0].w, row_bytes, n_in, n_out}, nb, &l, x_aligned16, n_groups)) return Status();
+  launch_r1_grouped(l, args, n_groups, row_bytes, static_cast<int>(nb), n_out, stream);
+  *fused = true;
+  return launch_status("matvec_q8_0_grouped_r1_f32", n_in, n_out, 1);
 }
 Status matvec_q8_0_mma(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                        int64_t y_stride, Stream stream) {

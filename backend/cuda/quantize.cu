@@ -4,6 +4,8 @@
 // quant::quantize_q8_0_act / quantize_q8_k_act (and quantize_q8_0_act_grouped: several row
 // sets in one launch, blockIdx.y = group, the same warp body). One warp per block (32 or 256
 // elements).
+// Q8_0's block: common.cuh's q8_0_act_* pieces (here their warp form, q8_0_act_block), which
+// the staged r = 1 matvec of matvec_quant.cu also runs, a thread per block, on its f32 row.
 // Why it is exact in parallel: the block maximum of |x| is order-free (NaN never wins, as the
 // CPU's strict '>' from 0 skips it); Q8_K's signed maximum is the FIRST element whose |x|
 // equals it (a ballot picks the lowest lane, each lane its lowest index); the scale divisions
@@ -18,12 +20,7 @@ namespace {
 using quant::BlockQ8_0Act;
 using quant::BlockQ8K;
 using detail::kFullMask;
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int s = 16; s >= 1; s /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, s));
-  return v;
-}
+using detail::warp_max;
 
 // Warp w quantizes block (row w / nb, block w % nb).
 __device__ __forceinline__ void q8_0_act_warp(const float* __restrict__ x, int64_t x_stride, int64_t total,
@@ -32,14 +29,10 @@ __device__ __forceinline__ void q8_0_act_warp(const float* __restrict__ x, int64
   const int lane = threadIdx.x & 31;
   if (gw >= total) return;  // whole warps exit together
   const int64_t row = gw / nb, b = gw % nb;
-  const float v = x[row * x_stride + b * quant::kQK8_0 + lane];
-  float av = fabsf(v);
-  av = av > 0.0f ? av : 0.0f;  // NaN -> 0: never the maximum
-  const float amax = warp_max(av);
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  float d;
+  const int8_t q = detail::q8_0_act_block(x[row * x_stride + b * quant::kQK8_0 + lane], &d);
   BlockQ8_0Act* o = out + row * out_stride + b;
-  o->qs[lane] = static_cast<int8_t>(detail::quant_round(v * id));
+  o->qs[lane] = q;
   if (lane == 0) o->d = d;
 }
 

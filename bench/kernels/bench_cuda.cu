@@ -4,9 +4,12 @@
 // written, and a plain 16-byte-load read kernel), then every kernel of cuda_kernels.h: per
 // matvec the weight bytes streamed per call over its median time, for r = 1, 2, 4, 8 rows
 // (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds, and
-// at r = 1 with the warp kernels that preceded the staged r = 1 kernel, "old"; the
+// at r = 1 with the warp kernels that preceded the staged r = 1 kernel, "old", and the whole
+// one-row matmul with the activation quantization fused into the staged kernel, "mm fused",
+// vs its quantize launch + staged kernel, "mm unfused"; the
 // grouped output LoRA 8 x Q8_0 4096x1024 through ops.h matmul_grouped, and as 8 matmul calls,
-// "loop", both including the activation quantization);
+// "loop", both including the activation quantization, and at r = 1 "unfused", the quantize
+// launch before the staged kernel instead of the default single launch);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included; HC pre
 // and collapse at Flash shape fused vs the three-launch path, fn from DRAM); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
@@ -229,6 +232,8 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
 // whole op: activation quantization + matvec): 8 groups of Q8_0 4096 -> 1024, group g reading
 // columns [4096g, +4096) of x rows 32768 floats apart and writing columns [1024g, +1024) of y
 // rows 8192 apart. "loop": the same groups as 8 matmul calls (the path before one launch).
+// At r = 1 the default path is one launch (the staged kernel quantizes each group's row
+// itself); " unfused": the quantize launch then the staged kernel (Q8_0R1Kernel::kStagedPrequant).
 void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_gbs) {
   constexpr int kGroups = 8, kMaxR = 8;
   constexpr int64_t kIn = 4096, kOut = 1024;
@@ -256,9 +261,11 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
   void* scratch = nullptr;
   CK(cudaMalloc(&scratch, sbytes));
   const cuda::OpScratch sc{scratch, sbytes};
-  for (int v = 0; v < 2; ++v)
+  for (int v = 0; v < 3; ++v)
   for (int r : {1, 2, 4, 8}) {
-    if (!rows_selected(r)) continue;
+    if (!rows_selected(r) || (v == 2 && r != 1)) continue;
+    const cuda::Q8_0R1Kernel r1_saved = cuda::q8_0_r1_kernel();
+    if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
     auto fn = [&](int i) {
       const auto* base = static_cast<const uint8_t*>(w[i % copies]);
       for (int k = 0; k < kGroups; ++k) {
@@ -269,15 +276,16 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
         p[k].y_stride = ys;
         p[k].n_rows = r;
       }
-      if (v == 0) {
+      if (v != 1) {
         ok(cuda::matmul_grouped(p.data(), kGroups, sc, nullptr));
       } else {
         for (int k = 0; k < kGroups; ++k) ok(cuda::matmul(p[k], sc, nullptr));
       }
     };
     const double t = time_per_call(fn, std::max(copies, 8));
+    cuda::set_q8_0_r1_kernel(r1_saved);
     const double gbs = bytes / t / 1e9;
-    const std::string label = std::string(name) + (v == 1 ? " loop" : "");
+    const std::string label = std::string(name) + (v == 1 ? " loop" : v == 2 ? " unfused" : "");
     std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
   }
   for (void* q : w) CK(cudaFree(q));
@@ -409,19 +417,31 @@ int main(int argc, char** argv) {
     } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
       ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
     }
-    // Q8_0 three times: matvec_q8_0 as dispatched, the tensor-core kernel forced (" mma"), and
-    // at r = 1 the warp kernels that preceded the staged r = 1 kernel (" old": Q8_0R1Kernel::kWarp).
-    const int variants = c.type == GgmlType::kQ8_0 ? 3 : 1;
+    // Q8_0 five times: matvec_q8_0 as dispatched, the tensor-core kernel forced (" mma"), at
+    // r = 1 the warp kernels that preceded the staged r = 1 kernel (" old": Q8_0R1Kernel::kWarp),
+    // and at r = 1 the whole matmul of one f32 row (ops.h matmul: activation quantization
+    // included): " mm fused" the default, the staged kernel quantizing the row itself (one
+    // launch), " mm unfused" quantize_q8_0_act then the staged kernel (kStagedPrequant: two).
+    const int variants = c.type == GgmlType::kQ8_0 ? 5 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
-      if (!rows_selected(r) || (v == 2 && r != 1)) continue;
+      if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
       const cuda::Q8_0R1Kernel r1_saved = cuda::q8_0_r1_kernel();
       if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
+      if (v == 3) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStaged);
+      if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
+        if (v >= 3) {
+          ds4::backend::MatmulParams mp;
+          mp.w = ds4::backend::Matrix{static_cast<const uint8_t*>(w[i % copies]), GgmlType::kQ8_0, c.n_in, c.n_out, rb};
+          mp.x = dx, mp.x_stride = c.n_in, mp.y = dy, mp.y_stride = c.n_out, mp.n_rows = 1;
+          ok(cuda::matmul(mp, cuda::OpScratch{dq, cuda::matmul_scratch_bytes(c.n_in, 1)}, nullptr));
+          return;
+        }
         switch (c.type) {
           case GgmlType::kQ8_0:
-            ok((v == 0 ? cuda::matvec_q8_0 : cuda::matvec_q8_0_mma)(
+            ok((v == 1 ? cuda::matvec_q8_0_mma : cuda::matvec_q8_0)(
                 wv, static_cast<const quant::BlockQ8_0Act*>(dq), nb32, r, dy, c.n_out, nullptr));
             break;
           case GgmlType::kF16: ok(cuda::matvec_f16(wv, dx, c.n_in, r, dy, c.n_out)); break;
@@ -441,7 +461,8 @@ int main(int argc, char** argv) {
       const double t = time_per_call(fn, std::max(copies, 8));
       cuda::set_q8_0_r1_kernel(r1_saved);
       const double gbs = bytes / t / 1e9;
-      const std::string label = std::string(c.name) + (v == 1 ? " mma" : v == 2 ? " old" : "");
+      const char* const kVariant[] = {"", " mma", " old", " mm fused", " mm unfused"};
+      const std::string label = std::string(c.name) + kVariant[v];
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }
     for (void* p : w) CK(cudaFree(p));

@@ -6,9 +6,12 @@
 // compares every element's BITS with the CPU definition: quant's activation quantizers and
 // reference dots (quant/dot.h; backend/cpu's SIMD kernels are tested equal to them in
 // tests/kernels), backend/cpu's rms_norm_row and core/reduce.h's top_two_scalar.
+// The fused r = 1 Q8_0 matvec (matvec_q8_0_r1_f32: f32 row in, quantized inside the staged
+// kernel) is checked against the CPU and against the two launches it replaces.
 // Without a usable GPU every test skips with the reason probe_device gives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -225,6 +228,90 @@ TEST_F(CudaKernels, MatvecQ8_0R1StagedBitsEqualCpu) {
   }
   q8_0_case(Shape{1024, 32768}, {1});
   q8_0_case(Shape{4096, 129280}, {1});
+}
+
+// One f32 row through matvec_q8_0_r1_f32 (the staged kernel quantizing the row itself: the
+// fused Q8_0 matmul of one row) against the CPU (quant::quantize_q8_0_act then dot_q8_0) and
+// against the two launches it replaces (quantize_q8_0_act, then matvec_q8_0 on the staged
+// kernel: kStagedPrequant), bit for bit. The row carries every quantizer pattern
+// (activation_rows: ties, zero / -0 blocks, subnormals, a doubled maximum of both signs, NaN and
+// ±inf unless `finite`). Shapes the staged kernel does not take (n_in not a multiple of 256)
+// must launch nothing and say so (*fused false, y untouched); so must every shape under
+// kStagedPrequant and kWarp.
+void q8_0_r1_f32_case(const Shape& s, bool finite) {
+  SCOPED_TRACE(std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + (finite ? " finite" : " nan/inf"));
+  const int64_t nb = s.n_in / 32;
+  const bool takes = s.n_in % 256 == 0;
+  const auto x = activation_rows(1, s.n_in, static_cast<uint32_t>(s.n_in * 7 + s.n_out), finite);
+  std::vector<quant::BlockQ8_0Act> xq(nb);
+  quant::quantize_q8_0_act(x.data(), xq.data(), s.n_in);
+  const auto w = random_weights(GgmlType::kQ8_0, s, static_cast<uint64_t>(s.n_in * 17 + s.n_out));
+  std::vector<float> want(s.n_out);
+  const size_t rb = quant::row_bytes(GgmlType::kQ8_0, s.n_in);
+  for (int64_t o = 0; o < s.n_out; ++o)
+    want[o] = quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(w.data() + o * rb), xq.data(), nb);
+  auto dw = to_device(w);
+  auto dx = to_device(x);
+  const Weights wv{dw->as<uint8_t>(), rb, s.n_in, s.n_out};
+  DeviceBuf dy(sizeof(float) * s.n_out), dq(sizeof(quant::BlockQ8_0Act) * nb);
+  const std::string name = "q8_0 r1 " + std::to_string(s.n_in) + "x" + std::to_string(s.n_out);
+  std::vector<float> fused_y(s.n_out), split_y(s.n_out);
+  {
+    R1KernelScope scope(Q8_0R1Kernel::kStaged);
+    dy.poison();
+    bool fused = !takes;
+    const Status st = matvec_q8_0_r1_f32(wv, dx->as<float>(), dy.as<float>(), &fused);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(synchronize().ok());
+    EXPECT_EQ(takes, fused) << name << ": the staged kernel takes n_in a multiple of 256";
+    dy.get(fused_y.data(), fused_y.size() * sizeof(float));
+    if (takes) {
+      EXPECT_EQ(0u, bit_mismatches(fused_y.data(), want.data(), want.size(), name + " fused"));
+    }
+  }
+  {
+    R1KernelScope scope(Q8_0R1Kernel::kStagedPrequant);
+    dy.poison();
+    ASSERT_TRUE(quantize_q8_0_act(dx->as<float>(), s.n_in, 1, s.n_in, dq.as<quant::BlockQ8_0Act>(), nb).ok());
+    ASSERT_TRUE(matvec_q8_0(wv, dq.as<quant::BlockQ8_0Act>(), nb, 1, dy.as<float>(), s.n_out).ok());
+    ASSERT_TRUE(synchronize().ok());
+    dy.get(split_y.data(), split_y.size() * sizeof(float));
+    EXPECT_EQ(0u, bit_mismatches(split_y.data(), want.data(), want.size(), name + " two launches"));
+    if (takes) {
+      EXPECT_EQ(0u, bit_mismatches(fused_y.data(), split_y.data(), want.size(), name + " fused vs two"));
+    }
+  }
+  // Not fused: nothing launched, y keeps its poison (0xffffffff).
+  auto untouched = [&](Q8_0R1Kernel k, const char* mode) {
+    R1KernelScope scope(k);
+    dy.poison();
+    bool fused = true;
+    ASSERT_TRUE(matvec_q8_0_r1_f32(wv, dx->as<float>(), dy.as<float>(), &fused).ok());
+    ASSERT_TRUE(synchronize().ok());
+    EXPECT_FALSE(fused) << name << " " << mode;
+    const auto y = dy.get_vec<uint32_t>(static_cast<size_t>(s.n_out));
+    EXPECT_EQ(static_cast<ptrdiff_t>(y.size()), std::count(y.begin(), y.end(), 0xffffffffu)) << name << " " << mode;
+  };
+  if (!takes) untouched(Q8_0R1Kernel::kStaged, "staged, shape not taken");
+  untouched(Q8_0R1Kernel::kStagedPrequant, "prequant");
+  untouched(Q8_0R1Kernel::kWarp, "warp");
+}
+
+TEST_F(CudaKernels, MatvecQ8_0R1F32FusedBitsEqualCpuAndTwoLaunches) {
+  // The Flash r = 1 Q8_0 shapes (attn / output-LoRA halves 4096 -> 1024, attn_kv 4096 -> 512,
+  // attn_q_b 1024 -> 32768, the output projections 8192 / 32768 -> 4096, the shared expert
+  // 4096 <-> 2048, the head 4096 -> 129280; 8, 4 and 2 rows per warp, 1 and 2 stages), odd ones
+  // (one step of 8 blocks; 72 blocks: a partial step; a partial last CTA; several steps per
+  // warp; fewer rows than a warp's tile) and two the staged kernel does not take (96, 1056).
+  for (Shape s : {Shape{4096, 1024}, Shape{4096, 512}, Shape{1024, 32768}, Shape{8192, 4096},
+                  Shape{32768, 4096}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{256, 256}, Shape{2304, 13},
+                  Shape{2304, 1030}, Shape{1024, 4099}, Shape{16384, 2200}, Shape{32768, 261}, Shape{256, 1},
+                  Shape{96, 13}, Shape{1056, 37}}) {
+    q8_0_r1_f32_case(s, /*finite=*/true);
+    q8_0_r1_f32_case(s, /*finite=*/false);
+    if (HasFatalFailure()) return;
+  }
+  q8_0_r1_f32_case(Shape{4096, 129280}, /*finite=*/false);  // the head (550 MB of weights): once
 }
 
 TEST_F(CudaKernels, MatvecQ8_0MmaBitsEqualCpu) {

@@ -9,7 +9,8 @@
 // HC pre / collapse run on both paths of ops.h: the three launches and the fused kernel (which
 // must also leave its counters zero and flat unwritten).
 // matmul_grouped (the grouped output LoRA: one launch pair for all groups) is checked the same
-// way at the Flash shape and odd ones.
+// way at the Flash shape and odd ones; matmul of one Q8_0 row on every r = 1 path (the default
+// fuses the activation quantization into the staged kernel: one launch, scratch unwritten).
 // Without a usable GPU these tests skip with the reason probe_device gives.
 // The FfnMathHost tests need no GPU: they check ffn_math.h's host/device helpers (the code the
 // kernels run) against the CPU backend where no transcendental is involved.
@@ -564,14 +565,99 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
   }
 }
 
+// ---- Q8_0 matmul of one row (the fused path) ---------------------------------------------------
+
+// Whether any byte of a poisoned (0xff) device buffer changed.
+bool poison_changed(const DeviceBuf& b) {
+  const auto v = b.get_vec<uint8_t>(b.bytes());
+  return std::count(v.begin(), v.end(), uint8_t{0xff}) != static_cast<ptrdiff_t>(v.size());
+}
+
+// Restores the process-wide r = 1 kernel choice (Q8_0R1Kernel) when a scope ends.
+struct R1KernelScope {
+  explicit R1KernelScope(Q8_0R1Kernel k) : saved(q8_0_r1_kernel()) { set_q8_0_r1_kernel(k); }
+  ~R1KernelScope() { set_q8_0_r1_kernel(saved); }
+  Q8_0R1Kernel saved;
+};
+
+// matmul of ONE row on Q8_0 weights (n_out rows g·n_out.. of a larger matrix, x inside a padded
+// row) on every r = 1 path: kStaged (the default) must run it as one launch where the staged
+// kernel takes the shape (n_in a multiple of 256): the row quantized inside the matvec, the
+// scratch never written; kStagedPrequant and kWarp (and kStaged on other shapes, or an x not
+// 16-byte aligned: x_off floats into its buffer) the two launches through the scratch. All give
+// the CPU backend's bits.
+void matmul_r1_case(backend::Backend& cpu, int64_t n_in, int64_t n_out, uint64_t seed, int64_t x_off = 0) {
+  const int64_t g = 1, pad = 5;  // the second n_out rows of a 2·n_out-row matrix
+  const size_t rb = quant::row_bytes(GgmlType::kQ8_0, n_in);
+  const auto wh = random_weights(GgmlType::kQ8_0, n_in, 2 * n_out, seed);
+  auto wd = test_util::to_device(wh);
+  auto xv = gaussian(static_cast<size_t>(x_off + n_in + pad), static_cast<uint32_t>(seed) + 1);
+  float* row = xv.data() + x_off;
+  std::fill(row, row + std::min<int64_t>(32, n_in), 0.0f);  // an all-zero block: d = 0
+  if (n_in >= 128) row[70] = 1e-41f, row[100] = -row[99];  // a subnormal; a maximum of both signs
+  auto x = dual(std::move(xv));
+  const bool takes = n_in % 256 == 0 && x_off % 4 == 0;
+  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp}) {
+    const std::string what = "matmul q8_0 " + std::to_string(n_in) + "x" + std::to_string(n_out) + " rows=1 x+" +
+                             std::to_string(x_off) + " " +
+                             (k == Q8_0R1Kernel::kStaged ? "staged" : k == Q8_0R1Kernel::kWarp ? "warp" : "prequant");
+    auto y = out_buf<float>(static_cast<size_t>(n_out + pad));
+    backend::MatmulParams hp, dp;
+    for (int side = 0; side < 2; ++side) {
+      backend::MatmulParams& p = side == 0 ? hp : dp;
+      const uint8_t* base = side == 0 ? wh.data() : wd->as<uint8_t>();
+      p.w = backend::Matrix{base, GgmlType::kQ8_0, n_in, 2 * n_out, rb}.rows(g * n_out, n_out);
+      p.x = (side == 0 ? x.hp() : x.dp()) + x_off;
+      p.x_stride = n_in + pad;
+      p.y = side == 0 ? y.hp() : y.dp();
+      p.y_stride = n_out + pad;
+      p.n_rows = 1;
+    }
+    cpu.matmul(hp);
+    DeviceBuf scratch(matmul_scratch_bytes(n_in, 1));
+    scratch.poison();
+    {
+      R1KernelScope scope(k);
+      const Status s = matmul(dp, OpScratch{scratch.data(), scratch.bytes()}, nullptr);
+      ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
+      ASSERT_TRUE(synchronize().ok());
+    }
+    const auto got = y.device_values();
+    EXPECT_EQ(0u, bit_mismatches(got.data(), y.h.data(), y.h.size(), what)) << what;
+    EXPECT_EQ(!(takes && k == Q8_0R1Kernel::kStaged), poison_changed(scratch))
+        << what << ": one launch (scratch untouched) exactly when fused";
+  }
+}
+
+TEST_F(FfnOps, MatmulR1FusedBitsEqualCpu) {
+  // The Flash Q8_0 shapes decode runs at one row (attn_kv 4096 -> 512, the output-LoRA half
+  // 4096 -> 1024, attn_q_b 1024 -> 32768, the output projections 8192 / 32768 -> 4096, the
+  // shared expert 4096 <-> 2048), odd ones the staged kernel takes (72 blocks: a partial step;
+  // one output row; a partial last CTA) and ones it does not (96, 1056, 4160 inputs: not whole
+  // steps of 8 blocks), which keep the two launches.
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  for (const Shape sh : {Shape{4096, 512}, Shape{4096, 1024}, Shape{1024, 32768}, Shape{8192, 4096},
+                         Shape{32768, 4096}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{2304, 1030},
+                         Shape{256, 1}, Shape{1024, 4099}, Shape{96, 13}, Shape{1056, 37}, Shape{4160, 3}}) {
+    matmul_r1_case(*cpu_, sh.n_in, sh.n_out, 1300 + sh.n_in + sh.n_out);
+    if (HasFatalFailure()) return;
+  }
+  // x 4 bytes past 16-byte alignment: the fused kernel's 16-byte loads cannot take it.
+  matmul_r1_case(*cpu_, 4096, 1024, 1400, /*x_off=*/1);
+  matmul_r1_case(*cpu_, 4096, 1024, 1401, /*x_off=*/4);  // aligned again: fused
+}
+
 // ---- Grouped matmul (the attention output LoRA) ------------------------------------------------
 
 // matmul_grouped as session/block.cpp's attention_output calls it: group g reads columns
 // [g·n_in, +n_in) of x rows x_stride apart and writes columns [g·n_out, +n_out) of y rows
 // y_stride apart, its weights rows [g·n_out, +n_out) of one matrix. `mixed` gives the last
 // group half the rows (a list the one-launch path declines: the per-group loop).
+// scratch_written (when given): whether the op wrote its scratch (the fused one-row path does not).
 void grouped_case(backend::Backend& cpu, int n_groups, int64_t n_in, int64_t n_out, int rows, int64_t pad,
-                  bool mixed, uint64_t seed) {
+                  bool mixed, uint64_t seed, bool* scratch_written = nullptr) {
   const int64_t x_stride = n_groups * n_in + pad, y_stride = n_groups * n_out + pad;
   const auto wh = random_weights(GgmlType::kQ8_0, n_in, n_groups * n_out, seed);
   auto wd = test_util::to_device(wh);
@@ -599,10 +685,12 @@ void grouped_case(backend::Backend& cpu, int n_groups, int64_t n_in, int64_t n_o
   EXPECT_EQ(!mixed && n_groups >= 2 && aligned, grouped_q8_0(dp.data(), n_groups));
   cpu.matmul_grouped(hp.data(), n_groups);
   DeviceBuf scratch(matmul_grouped_scratch_bytes(dp.data(), n_groups));
+  scratch.poison();
   const OpScratch sc{scratch.data(), matmul_grouped_scratch_bytes(dp.data(), n_groups)};
   const Status s = matmul_grouped(dp.data(), n_groups, sc, nullptr);
   ASSERT_TRUE(s.ok()) << s.to_string();
   ASSERT_TRUE(synchronize().ok());
+  if (scratch_written != nullptr) *scratch_written = poison_changed(scratch);
   const auto got = y.device_values();
   const std::string what = "matmul_grouped " + std::to_string(n_groups) + "x(" + std::to_string(n_in) + "x" +
                            std::to_string(n_out) + ") rows=" + std::to_string(rows) + (mixed ? " mixed" : "");
@@ -612,12 +700,25 @@ void grouped_case(backend::Backend& cpu, int n_groups, int64_t n_in, int64_t n_o
 TEST_F(FfnOps, MatmulGroupedBitsEqualCpu) {
   // Flash: 8 groups of 4096 -> 1024 (heads 8 x 4096 wide, o_lora_rank 1024), strides exact.
   for (int rows : kRowCounts) grouped_case(*cpu_, 8, 4096, 1024, rows, 0, false, 900 + rows);
-  // rows = 1 on the warp kernels too (Q8_0R1Kernel::kWarp; the default is the staged kernel).
-  const Q8_0R1Kernel saved = q8_0_r1_kernel();
-  set_q8_0_r1_kernel(Q8_0R1Kernel::kWarp);
-  grouped_case(*cpu_, 8, 4096, 1024, 1, 0, false, 901);
-  grouped_case(*cpu_, 3, 2304, 37, 1, 3, false, 902);
-  set_q8_0_r1_kernel(saved);
+  // rows = 1 on every r = 1 path: the default (kStaged) fuses the quantization into the staged
+  // kernel, one launch that never writes the scratch; kStagedPrequant (the staged kernel after a
+  // quantize launch) and kWarp (the kernels before it) write it. A group list whose weights are
+  // not 16-byte aligned (2 x 64 inputs: 68-byte rows) or not whole steps (96 inputs) keeps the
+  // two launches under kStaged too.
+  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp}) {
+    R1KernelScope scope(k);
+    const bool fused = k == Q8_0R1Kernel::kStaged;
+    bool written = false;
+    grouped_case(*cpu_, 8, 4096, 1024, 1, 0, false, 901, &written);
+    EXPECT_EQ(!fused, written) << "8x(4096x1024) rows=1 mode " << static_cast<int>(k);
+    grouped_case(*cpu_, 3, 2304, 37, 1, 3, false, 902, &written);
+    EXPECT_EQ(!fused, written) << "3x(2304x37) rows=1 mode " << static_cast<int>(k);
+    grouped_case(*cpu_, 2, 64, 4101, 1, 3, false, 903, &written);
+    EXPECT_TRUE(written) << "2x(64x4101) rows=1 mode " << static_cast<int>(k);
+    grouped_case(*cpu_, 3, 96, 37, 1, 3, false, 904, &written);
+    EXPECT_TRUE(written) << "3x(96x37) rows=1 mode " << static_cast<int>(k);
+    if (HasFatalFailure()) return;
+  }
   // Odd shapes: a tail chunk of blocks, row counts not a multiple of the split kernel's 2 rows
   // per block, >= 4096 rows (where a lone matmul takes the tensor-core kernel), one group,
   // padded strides, a mixed list, and 2304 inputs (72 blocks: the staged r = 1 kernel's

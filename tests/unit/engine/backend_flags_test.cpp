@@ -92,7 +92,23 @@ TEST(BackendFlags, CudaQ8R1FromTheFlagAndItsMirror) {
   EXPECT_TRUE(eo.cuda_q8_r1_old);
   ASSERT_TRUE(apply({"--cuda-q8-r1", "new"}, &eo, {{"DS4_CUDA_Q8_R1", "old"}}).ok());
   EXPECT_FALSE(eo.cuda_q8_r1_old);  // the command line wins over the environment
+  EXPECT_FALSE(eo.cuda_q8_r1_prequant);
   EXPECT_FALSE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "fast"}}).ok());
+  // new-prequant: the staged kernel after its own quantize launch (the fusion's A/B).
+  ASSERT_TRUE(apply({"--cuda-q8-r1", "new-prequant"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_q8_r1_prequant);
+  EXPECT_FALSE(eo.cuda_q8_r1_old);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "new-prequant"}}).ok());
+  EXPECT_TRUE(eo.cuda_q8_r1_prequant);
+  ASSERT_TRUE(apply({"--cuda-q8-r1", "old"}, &eo, {{"DS4_CUDA_Q8_R1", "new-prequant"}}).ok());
+  EXPECT_TRUE(eo.cuda_q8_r1_old);
+  EXPECT_FALSE(eo.cuda_q8_r1_prequant);
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_q8_r1_prequant);
+  const Status s = apply({"--cuda-q8-r1", "prequant"}, &eo);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--cuda-q8-r1 must be new, new-prequant or old, got 'prequant'"), std::string::npos)
+      << s.message();
 }
 
 TEST(BackendFlags, BackendFromTheCommandLineAndTheEnvironment) {
