@@ -132,6 +132,7 @@ Q8_0R1Kernel q8_0_r1_kernel();
 // quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs only under kStaged,
 // for shapes the staged kernel takes and x 16-byte aligned; otherwise launches nothing and
 // sets *fused = false (the caller quantizes and calls matvec_q8_0; a bad shape is reported there).
+// x must not overlap y: every CTA reads all of x while others write y (no caller aliases them).
 Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream = nullptr);
 // The grouped form (matvec_q8_0_grouped at r = 1 with f32 rows): group g computes
 // matvec_q8_0_r1_f32(Weights{w[g], row_bytes, n_in, n_out}, x[g], y[g]); one launch for all.
