@@ -7,8 +7,8 @@
 # and the CUDA kernels' GB/s. bench-flash OUT=DIR (GPU machine): the full-shape Flash sweep
 # (scripts/bench_cuda_sweep.sh: roofline probe, decode and verify(r) sweeps, op profiles,
 # memory, long-context decode after a synthetic fill (ds4-bench --fill-ctx), DSpark with the
-# oracle proposer at hit rates 0.9 and 0.7) into DIR (STEPS=longctx,spec: those steps alone);
-# tools/bench_plots.py DIR draws its figures.
+# oracle proposer at hit rates 0.9 and 0.7 and a generated random drafter) into DIR
+# (STEPS=longctx,spec: those steps alone); tools/bench_plots.py DIR draws its figures.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -68,7 +68,7 @@ bench-cuda: setup build-cuda/build.ninja
 OUT ?= bench-flash-out
 bench-flash: build-cuda/build.ninja
 	cmake --build build-cuda -j $(JOBS) --target ds4-gguf ds4-bench bench_verify bench_cuda
-	-cmake --build build-cuda -j $(JOBS) --target ds4-bench-spec  # step 7; skipped when it cannot build
+	-cmake --build build-cuda -j $(JOBS) --target ds4-bench-spec ds4-dspark-gguf  # step 7; skipped when it cannot build
 	bash scripts/bench_cuda_sweep.sh $(OUT) build-cuda
 
 clean:

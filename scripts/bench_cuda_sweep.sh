@@ -2,11 +2,12 @@
 # scripts/bench_cuda_sweep.sh OUT [BUILD] — what `make bench-flash OUT=DIR` executes on a GPU
 # machine: every figure of the full-shape Flash measurements (docs/CUDA.md "Measuring"), into
 # one folder, with each step time-boxed (the whole sweep was ~6-8 minutes on an H100 with the
-# 30-layer file before step 7, most of it the weight uploads; step 7 adds one upload and, by
-# estimate, a minute or two of runs).
+# 30-layer file before step 7, most of it the weight uploads; step 7 adds one upload, the
+# drafter's generation once (~20 s on 2 cores here for 5.6 GB) and, by estimate, a few minutes
+# of runs: run it alone with STEPS=spec under a 10-minute command limit).
 #
 # Steps (BUILD holds the CUDA build: ds4-gguf, ds4-bench, bench_verify, bench_cuda, and
-# ds4-bench-spec for step 7):
+# ds4-bench-spec + ds4-dspark-gguf for step 7):
 #  1. the model: the full-shape Flash q2 file, `ds4-gguf generate --profile flash --quant q2
 #     --sparse-experts 8 --route-all --layers N` (routed-expert holes read as zeros; routing
 #     spreads over all 256 experts), reused when present. N = LAYERS, or by the device's free
@@ -32,11 +33,15 @@
 #     drafts are the plain run's greedy continuation, each drafted position right with
 #     probability h) on SPEC_PROMPTS prompts of each data/prompts channel, SPEC_GEN tokens
 #     each: tokens/s against plain decoding, acceptance, accepted drafts and verify rows per
-#     cycle, identity checked. The generated file has no drafter (random weights would accept
-#     ~nothing anyway), so only the oracle rows run, unless MTP=FILE names a support GGUF for
-#     the model: then the cost calibration (`--calibrate`: decode(1), verify(n) and a proposal
-#     in decode(1) units, '#' lines of spec.log) and the SPEC_POLICIES rows (default baseline:
-#     the drafter's cost per proposal at acceptance ~0) run too;
+#     cycle, identity checked. In the same run, a drafter: MTP=FILE names a support GGUF for
+#     the model; empty MTP (the default) generates a random Flash-width one for it,
+#     `ds4-dspark-gguf generate --target MODEL --fill random` (random valid blocks: seconds;
+#     cached beside the model as MODEL-dspark-random.gguf; its own time-boxed step
+#     spec_drafter_gen), whose acceptance is ~0; MTP=none runs the oracle rows alone. With a
+#     drafter, the cost calibration (`--calibrate`: decode(1), verify(n) and a proposal in
+#     decode(1) units, '#' lines of spec.log; the cost gate then uses these device figures) and
+#     the SPEC_POLICIES rows (default baseline,cost: at acceptance ~0, what the drafter's
+#     proposals cost against plain decoding, and what the calibrated cost gate keeps) run too;
 #  8. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
 #     session's context; the weights' size is in sweep.log ("weights on cuda").
 # STEPS (default all) picks steps 2-7 by name: roofline,decode,verify,profiles,longctx,spec
@@ -61,7 +66,7 @@ ORACLE=${ORACLE:-0.9,0.7}
 SPEC_PROMPTS=${SPEC_PROMPTS:-2}
 SPEC_GEN=${SPEC_GEN:-128}
 SPEC_MAX_PROMPT=${SPEC_MAX_PROMPT:-256}
-SPEC_POLICIES=${SPEC_POLICIES:-baseline}
+SPEC_POLICIES=${SPEC_POLICIES:-baseline,cost}
 MTP=${MTP:-}
 LONG_CTX=${LONG_CTX:-1K,16K,128K,1M}
 LONG_GEN=${LONG_GEN:-16}
@@ -102,6 +107,10 @@ bin() {
 GGUF=$(bin ds4-gguf); BENCH=$(bin ds4-bench); VERIFY=$(bin bench_verify); PROBE=$(bin bench_cuda)
 SPEC=""  # step 7 is skipped (with a line in sweep.log) when ds4-bench-spec was not built
 for p in "$BUILD/bin/ds4-bench-spec" "$BUILD/bench/ds4-bench-spec"; do [ -x "$p" ] && { SPEC=$p; break; }; done
+DSPARK_GGUF=""  # step 7 without MTP: the drafter's generator (absent: the oracle rows alone)
+for p in "$BUILD/bin/ds4-dspark-gguf" "$BUILD/tools/dspark-gguf/ds4-dspark-gguf"; do
+  [ -x "$p" ] && { DSPARK_GGUF=$p; break; }
+done
 
 have_smi=0
 command -v nvidia-smi >/dev/null && have_smi=1
@@ -192,12 +201,31 @@ if want longctx; then
   want decode || grep -h "weights on cuda" "$TMPD/longctx.log" | tail -1 | sed 's/^/weights: /' | tee -a "$LOG" >&2
 fi
 
-# 7. DSpark at full shape: the oracle rows (and the drafter's, given MTP).
+# 7. DSpark at full shape: the oracle rows, and the drafter's (MTP=FILE, else a generated random
+# one; MTP=none: no drafter rows).
 if want spec && [ -z "$SPEC" ]; then
   log "spec_oracle: ds4-bench-spec not found under $BUILD (it needs nlohmann_json at configure time): skipped"
 elif want spec; then
-  if [ -n "$MTP" ]; then
-    SPEC_DRAFTER=(--mtp "$MTP" --policies "$SPEC_POLICIES" --calibrate --calibrate-reps 10)
+  DRAFTER=""
+  if [ "$MTP" = none ]; then
+    log "spec: MTP=none: the oracle rows only"
+  elif [ -n "$MTP" ]; then
+    DRAFTER=$MTP
+  elif [ -z "$DSPARK_GGUF" ]; then
+    log "spec: ds4-dspark-gguf not found under $BUILD: no drafter, the oracle rows only"
+  else
+    DRAFTER="${MODEL%.gguf}-dspark-random.gguf"
+    if [ ! -f "$DRAFTER" ]; then
+      # The writer renames its temp file into place, so a killed run leaves no partial DRAFTER.
+      step spec_drafter_gen 0 300 "$TMPD/spec_drafter_gen.log" "$DSPARK_GGUF" generate --target "$MODEL" \
+        --fill random --seed 0 -o "$DRAFTER"
+      rm -f "$DRAFTER".tmp.*
+      [ -f "$DRAFTER" ] || { log "spec: generating the drafter failed: the oracle rows only"; DRAFTER=""; }
+    fi
+    [ -n "$DRAFTER" ] && log "drafter: $DRAFTER ($(du -h --apparent-size "$DRAFTER" | cut -f1))"
+  fi
+  if [ -n "$DRAFTER" ]; then
+    SPEC_DRAFTER=(--mtp "$DRAFTER" --policies "$SPEC_POLICIES" --calibrate --calibrate-reps 10)
   else
     SPEC_DRAFTER=(--policies none)
   fi

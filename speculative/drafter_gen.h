@@ -1,11 +1,17 @@
 // speculative/drafter_gen.h — deterministic random DSpark support GGUFs for a given target config
 // (`ds4-dspark-gguf generate`, tests).
 //
-// Invariants: the file bytes depend only on (target config, options); every value is a pure
-// function of (seed, tensor name, element index) through a counter-based hash. Shapes come from
+// Invariants: the file bytes depend only on (target config, options), never on the fill thread
+// count; every value is a pure function of (seed, tensor name, element or row index) through a
+// counter-based hash (rows are filled independently, so threads split rows). Shapes come from
 // drafter_tensor_specs(), so generated files always pass validate_drafter() unless a test
 // mutates them on purpose. Scales keep activations sane: norms ~1, projections ~1/sqrt(fan_in),
 // HC fns small, Markov bias O(0.5) logits.
+// Fill modes (quantized tensors only; F32/F16/BF16 are always the hashed floats): kQuantize runs
+// quant::quantize_row on hashed floats (realistic blocks; IQ2_XXS's scale search makes the
+// Flash-width experts take tens of minutes), kRandomBlocks writes quant::fill_random_blocks rows
+// (valid blocks at RMS ~ init_std, seeded per row: seconds), kAuto picks kQuantize up to
+// kAutoQuantizeMaxElements quantized elements (the tiny and small profiles), else kRandomBlocks.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +26,13 @@
 
 namespace ds4::speculative {
 
+enum class DrafterFill : uint8_t { kAuto = 0, kQuantize, kRandomBlocks };
+inline constexpr uint64_t kAutoQuantizeMaxElements = 1ull << 28;
+
 struct DrafterGenOptions {
   uint64_t seed = 0;
+  DrafterFill fill = DrafterFill::kAuto;
+  int threads = 0;                // fill threads (0: hardware concurrency); bytes do not depend on it
   int n_stages = 3;
   int block_size = 5;
   int markov_rank = 0;            // 0: 256 when n_embd >= 4096, else 64
@@ -49,9 +60,13 @@ struct DrafterGenOptions {
   std::vector<std::pair<std::string, std::vector<int64_t>>> extra_tensors;
 };
 
-// Fills defaults that depend on the target (rank, noise id, capture layers).
+// Fills defaults that depend on the target (rank, noise id, capture layers). `fill` stays as
+// given (kAuto is decided by generate_drafter from the quantized element count).
 DrafterGenOptions resolve_gen_options(const model::ModelConfig& target, DrafterGenOptions opt);
 Status generate_drafter(const model::ModelConfig& target, const DrafterGenOptions& opt,
                         const std::string& path);
+// The fill generate_drafter uses for (target, opt): opt.fill unless kAuto.
+DrafterFill resolved_fill(const model::ModelConfig& target, const DrafterGenOptions& opt);
+const char* drafter_fill_name(DrafterFill f);
 
 }  // namespace ds4::speculative

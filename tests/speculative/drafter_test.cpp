@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "quant/quant.h"
 #include "session/binding.h"
 #include "speculative/drafter.h"
 #include "speculative/drafter_gen.h"
@@ -182,6 +183,78 @@ TEST(DrafterGen, DeterministicPerSeed) {
   EXPECT_EQ(a, b);
   ASSERT_EQ(a.size(), c.size());
   EXPECT_NE(a, c);
+}
+
+// --fill random (the Flash-width drafter of the GPU sweep): the same bytes for the same seed
+// whatever the thread count, other bytes for another seed, a file that validates and runs, and
+// dequantized expert rows at the spec's RMS. Auto picks quantize for tiny, random for Flash.
+TEST(DrafterGen, RandomFillDeterministicValidAndAtTheSpecRms) {
+  const model::ModelConfig tiny = model::tiny_profile();
+  speculative::DrafterGenOptions opt;  // default types: IQ2_XXS gate/up, Q2_K down, Q8_0 dense
+  opt.fill = speculative::DrafterFill::kRandomBlocks;
+  opt.seed = 21;
+  opt.threads = 1;
+  ASSERT_TRUE(speculative::generate_drafter(tiny, opt, temp_path("rnd_a")).ok());
+  opt.threads = 3;
+  ASSERT_TRUE(speculative::generate_drafter(tiny, opt, temp_path("rnd_b")).ok());
+  opt.seed = 22;
+  ASSERT_TRUE(speculative::generate_drafter(tiny, opt, temp_path("rnd_c")).ok());
+  const auto a = file_bytes(temp_path("rnd_a")), b = file_bytes(temp_path("rnd_b")), c = file_bytes(temp_path("rnd_c"));
+  ASSERT_GT(a.size(), 100000u);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_NE(a, c);
+  EXPECT_EQ(errors_of(temp_path("rnd_a"), tiny), "");
+
+  // Quantize mode: the same layout (size), other bytes; thread count does not matter either.
+  opt.seed = 21;
+  opt.fill = speculative::DrafterFill::kQuantize;
+  opt.gate_up_type = GgmlType::kQ4_K;  // fast quantizers
+  opt.down_type = GgmlType::kQ4_K;
+  opt.threads = 1;
+  ASSERT_TRUE(speculative::generate_drafter(tiny, opt, temp_path("qnt_a")).ok());
+  opt.threads = 3;
+  ASSERT_TRUE(speculative::generate_drafter(tiny, opt, temp_path("qnt_b")).ok());
+  EXPECT_EQ(file_bytes(temp_path("qnt_a")), file_bytes(temp_path("qnt_b")));
+
+  // RMS of dequantized rows vs init_std (fill_random_blocks targets it within a few %).
+  auto f = gguf::File::open(temp_path("rnd_a"));
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  const std::pair<const char*, double> checks[] = {
+      {"mtp.0.ffn_gate_exps.weight", 1.0 / std::sqrt(static_cast<double>(tiny.n_embd))},   // IQ2_XXS
+      {"mtp.1.ffn_down_exps.weight", 1.0 / std::sqrt(static_cast<double>(tiny.n_ff_exp))},  // Q2_K
+      {"mtp.2.attn_q_b.weight", 1.0 / std::sqrt(static_cast<double>(tiny.q_lora_rank))},    // Q8_0
+  };
+  for (const auto& [name, want] : checks) {
+    const gguf::TensorInfo* t = (*f)->find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    const int64_t ne0 = t->ne[0], rows = 64;
+    std::vector<float> x(static_cast<size_t>(ne0 * rows));
+    const uint64_t rb = quant::row_bytes(t->type, ne0);
+    for (int64_t r = 0; r < rows; ++r) quant::dequantize_row(t->type, t->data + r * rb, x.data() + r * ne0, ne0);
+    double ss = 0;
+    for (float v : x) {
+      ASSERT_TRUE(std::isfinite(v)) << name;
+      ss += static_cast<double>(v) * v;
+    }
+    const double rms = std::sqrt(ss / static_cast<double>(x.size()));
+    EXPECT_GT(rms, 0.7 * want) << name;
+    EXPECT_LT(rms, 1.4 * want) << name;
+  }
+
+  // It loads and proposes.
+  Stack st = Stack::open(7);
+  auto d = speculative::load_drafter(*st.model, *st.backend, temp_path("rnd_a"));
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  std::vector<float> h((*d)->capture_width(), 0.25f);
+  (*d)->commit_rows(0, 1, h.data());
+  speculative::Proposal p;
+  (*d)->propose(3, 1, 5, {}, &p);
+  EXPECT_EQ(p.n, 5);
+
+  speculative::DrafterGenOptions autoopt;
+  EXPECT_EQ(speculative::resolved_fill(tiny, autoopt), speculative::DrafterFill::kQuantize);
+  EXPECT_EQ(speculative::resolved_fill(model::flash_profile(), autoopt), speculative::DrafterFill::kRandomBlocks);
 }
 
 TEST(Markov, ArgmaxTiesGoToSmallestId) {

@@ -1,7 +1,8 @@
 // tools/dspark-gguf/main.cpp — `ds4-dspark-gguf`: flag parsing only.
 //   generate --target TARGET.gguf --seed N -o FILE [--stages S] [--block-size B]
 //            [--markov-rank R] [--layers a,b,c] [--window W] [--dense-type q8_0|f16|f32|bf16]
-//            [--layout deepseek4|0731] [--source-revision REV]
+//            [--layout deepseek4|0731] [--source-revision REV] [--fill auto|quantize|random]
+//            [--threads T]   (same bytes for any T; --fill random: seconds at the Flash width)
 //   check    --target TARGET.gguf FILE      (exit 0 valid, 1 invalid, 2 unreadable; prints the
 //            metadata layout, the provenance and whether it names the target's checkpoint)
 //   bench    --target TARGET.gguf --drafter FILE [-n N] [--prompt-len P] [--threads T]
@@ -208,6 +209,15 @@ int main(int argc, char** argv) {
   gen->add_option("--source-revision", opt.source_revision,
                   "0731 layout: dspark.source.revision (default: the target's "
                   "general.source.revision, else the DeepSeek-V4-Flash-0731 revision)");
+  std::string fill = "auto";
+  gen->add_option("--fill", fill,
+                  "quantized tensors: quantize (real quantization of random floats; the Flash "
+                  "width's IQ2_XXS experts take tens of minutes), random (random valid blocks at "
+                  "the same RMS, seconds: for speed figures), auto (quantize for small targets)")
+      ->check(CLI::IsMember({"auto", "quantize", "random"}))
+      ->capture_default_str();
+  gen->add_option("--threads", opt.threads, "fill threads (0: all cores; the bytes do not depend on it)")
+      ->capture_default_str();
   std::string file;
   auto* chk = app.add_subcommand("check", "validate a support file against a target");
   chk->add_option("--target", target, "target model GGUF")->required();
@@ -255,12 +265,17 @@ int main(int argc, char** argv) {
     }
     opt.layout = layout == "0731" ? ds4::speculative::SupportLayout::kStandalone0731
                                   : ds4::speculative::SupportLayout::kDeepseek4Keys;
+    opt.fill = fill == "quantize" ? ds4::speculative::DrafterFill::kQuantize
+               : fill == "random"   ? ds4::speculative::DrafterFill::kRandomBlocks
+                                    : ds4::speculative::DrafterFill::kAuto;
+    ds4::Timer timer;
     const ds4::Status st = ds4::speculative::generate_drafter(*cfg, opt, out);
     if (!st.ok()) {
       std::fprintf(stderr, "ds4-dspark-gguf: %s\n", st.to_string().c_str());
       return 1;
     }
-    std::printf("wrote %s\n", out.c_str());
+    std::printf("wrote %s (fill %s, %.1f s)\n", out.c_str(),
+                ds4::speculative::drafter_fill_name(ds4::speculative::resolved_fill(*cfg, opt)), timer.seconds());
     return 0;
   }
   auto f = ds4::gguf::File::open(file);
