@@ -1014,34 +1014,37 @@ bool r1_launch_shape(const Weights& w, int nb, R1Launch* l, int n_groups = 1) {
   return true;
 }
 
+// Calls f(RW, S) with the launch's rows per warp and stage count as integral constants: the
+// kernels' template arguments, one switch for the plain and the grouped launch.
+template <class F>
+void with_r1_shape(const R1Launch& l, F&& f) {
+  using std::integral_constant;
+  const auto stages = [&](auto rw) {
+    if (l.stages == 2) f(rw, integral_constant<int, 2>{});
+    else f(rw, integral_constant<int, 1>{});
+  };
+  if (l.rw == 8) stages(integral_constant<int, 8>{});
+  else if (l.rw == 4) stages(integral_constant<int, 4>{});
+  else stages(integral_constant<int, 2>{});
+}
+
 template <class X>
 void launch_r1(const R1Launch& l, const uint8_t* w, size_t row_bytes, int nb, int64_t n_out, const X* x, float* y,
                Stream stream) {
-  const dim3 block(32 * l.nw);
-#define DS4_R1(RW, S) q8_0_r1_kernel<RW, S, X><<<l.grid, block, l.smem, stream>>>(w, row_bytes, nb, n_out, x, y)
-  if (l.rw == 8) {
-    if (l.stages == 2) DS4_R1(8, 2); else DS4_R1(8, 1);
-  } else if (l.rw == 4) {
-    if (l.stages == 2) DS4_R1(4, 2); else DS4_R1(4, 1);
-  } else {
-    if (l.stages == 2) DS4_R1(2, 2); else DS4_R1(2, 1);
-  }
-#undef DS4_R1
+  with_r1_shape(l, [&](auto rw, auto st) {
+    q8_0_r1_kernel<decltype(rw)::value, decltype(st)::value, X>
+        <<<l.grid, dim3(32 * l.nw), l.smem, stream>>>(w, row_bytes, nb, n_out, x, y);
+  });
 }
 
 template <class Args>
 void launch_r1_grouped(const R1Launch& l, const Args& args, int n_groups, size_t row_bytes, int nb, int64_t n_out,
                        Stream stream) {
-  const dim3 grid(l.grid, static_cast<unsigned>(n_groups)), block(32 * l.nw);
-#define DS4_R1(RW, S) q8_0_r1_grouped_kernel<RW, S, Args><<<grid, block, l.smem, stream>>>(args, row_bytes, nb, n_out)
-  if (l.rw == 8) {
-    if (l.stages == 2) DS4_R1(8, 2); else DS4_R1(8, 1);
-  } else if (l.rw == 4) {
-    if (l.stages == 2) DS4_R1(4, 2); else DS4_R1(4, 1);
-  } else {
-    if (l.stages == 2) DS4_R1(2, 2); else DS4_R1(2, 1);
-  }
-#undef DS4_R1
+  const dim3 grid(l.grid, static_cast<unsigned>(n_groups));
+  with_r1_shape(l, [&](auto rw, auto st) {
+    q8_0_r1_grouped_kernel<decltype(rw)::value, decltype(st)::value, Args>
+        <<<grid, dim3(32 * l.nw), l.smem, stream>>>(args, row_bytes, nb, n_out);
+  });
 }
 
 std::atomic<int> g_q8_0_r1{static_cast<int>(Q8_0R1Kernel::kStaged)};
