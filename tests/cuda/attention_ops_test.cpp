@@ -491,7 +491,8 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
     const SinkQuerySpec& s = qs[i];
     q.emplace_back(gaussian(static_cast<size_t>(n_head) * D, rng, 1.5f));
     comp.emplace_back(kv_like(static_cast<size_t>(std::max<int64_t>(s.n_comp, 1)) * D, rng));
-    comp8.emplace_back(to_fp8(comp.back().host(), D, s.n_rot));
+    // FP8 stores only for the stored-key runs: the f32 runs' odd head_dims have no FP8 form.
+    comp8.emplace_back(stored ? to_fp8(comp.back().host(), D, s.n_rot) : std::vector<uint8_t>(1, 0));
     std::vector<uint8_t> a(std::max<int64_t>(s.n_comp, 1), 1);
     std::uniform_int_distribution<int> pct(0, 99);
     for (auto& x : a) x = pct(rng) < s.allowed_pct ? 1 : 0;

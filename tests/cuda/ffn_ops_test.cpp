@@ -581,7 +581,7 @@ struct R1KernelScope {
 };
 
 // matmul of ONE row on Q8_0 weights (n_out rows g·n_out.. of a larger matrix, x inside a padded
-// row) on every r = 1 path: kStaged (the default) must run it as one launch where the staged
+// row) on every r = 1 path: kStaged must run it as one launch where the staged
 // kernel takes the shape (n_in a multiple of 256): the row quantized inside the matvec, the
 // scratch never written; kStagedPrequant and kWarp (and kStaged on other shapes, or an x not
 // 16-byte aligned: x_off floats into its buffer) the two launches through the scratch. All give
@@ -634,13 +634,14 @@ TEST_F(FfnOps, MatmulR1FusedBitsEqualCpu) {
   // 4096 -> 1024, attn_q_b 1024 -> 32768, the output projections 8192 / 32768 -> 4096, the
   // shared expert 4096 <-> 2048), odd ones the staged kernel takes (72 blocks: a partial step;
   // one output row; a partial last CTA) and ones it does not (96, 1056, 4160 inputs: not whole
-  // steps of 8 blocks), which keep the two launches.
+  // steps of 8 blocks), which keep the two launches. Row counts keep the selected rows 4-byte
+  // aligned (the Q8_0 kernels' contract; DS4's rows are 272·k bytes).
   struct Shape {
     int64_t n_in, n_out;
   };
   for (const Shape sh : {Shape{4096, 512}, Shape{4096, 1024}, Shape{1024, 32768}, Shape{8192, 4096},
                          Shape{32768, 4096}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{2304, 1030},
-                         Shape{256, 1}, Shape{1024, 4099}, Shape{96, 13}, Shape{1056, 37}, Shape{4160, 3}}) {
+                         Shape{256, 1}, Shape{1024, 4099}, Shape{96, 14}, Shape{1056, 38}, Shape{4160, 3}}) {
     matmul_r1_case(*cpu_, sh.n_in, sh.n_out, 1300 + sh.n_in + sh.n_out);
     if (HasFatalFailure()) return;
   }
@@ -700,7 +701,7 @@ void grouped_case(backend::Backend& cpu, int n_groups, int64_t n_in, int64_t n_o
 TEST_F(FfnOps, MatmulGroupedBitsEqualCpu) {
   // Flash: 8 groups of 4096 -> 1024 (heads 8 x 4096 wide, o_lora_rank 1024), strides exact.
   for (int rows : kRowCounts) grouped_case(*cpu_, 8, 4096, 1024, rows, 0, false, 900 + rows);
-  // rows = 1 on every r = 1 path: the default (kStaged) fuses the quantization into the staged
+  // rows = 1 on every r = 1 path: kStaged fuses the quantization into the staged
   // kernel, one launch that never writes the scratch; kStagedPrequant (the staged kernel after a
   // quantize launch) and kWarp (the kernels before it) write it. A group list whose weights are
   // not 16-byte aligned (2 x 64 inputs: 68-byte rows) or not whole steps (96 inputs) keeps the
@@ -715,20 +716,21 @@ TEST_F(FfnOps, MatmulGroupedBitsEqualCpu) {
     EXPECT_EQ(!fused, written) << "3x(2304x37) rows=1 mode " << static_cast<int>(k);
     grouped_case(*cpu_, 2, 64, 4101, 1, 3, false, 903, &written);
     EXPECT_TRUE(written) << "2x(64x4101) rows=1 mode " << static_cast<int>(k);
-    grouped_case(*cpu_, 3, 96, 37, 1, 3, false, 904, &written);
-    EXPECT_TRUE(written) << "3x(96x37) rows=1 mode " << static_cast<int>(k);
+    grouped_case(*cpu_, 3, 96, 38, 1, 3, false, 904, &written);
+    EXPECT_TRUE(written) << "3x(96x38) rows=1 mode " << static_cast<int>(k);
     if (HasFatalFailure()) return;
   }
-  // Odd shapes: a tail chunk of blocks, row counts not a multiple of the split kernel's 2 rows
-  // per block, >= 4096 rows (where a lone matmul takes the tensor-core kernel), one group,
+  // Odd shapes (every group's first row 4-byte aligned: the Q8_0 kernels' contract, which every
+  // DS4 matrix meets with its 272·k-byte rows): a tail chunk of blocks, row counts not a
+  // multiple of the split kernel's 2 rows per block, >= 4096 rows (where a lone matmul takes the tensor-core kernel), one group,
   // padded strides, a mixed list, and 2304 inputs (72 blocks: the staged r = 1 kernel's
   // partial step).
   struct Shape {
     int groups;
     int64_t n_in, n_out;
   };
-  for (const Shape sh : {Shape{3, 96, 37}, Shape{3, 2304, 37}, Shape{5, 4160, 3}, Shape{2, 64, 4101}, Shape{1, 128, 20},
-                         Shape{kMaxMatvecGroups, 32, 9}}) {
+  for (const Shape sh : {Shape{3, 96, 38}, Shape{3, 2304, 37}, Shape{5, 4160, 3}, Shape{2, 64, 4101}, Shape{1, 128, 20},
+                         Shape{kMaxMatvecGroups, 32, 10}}) {
     for (int rows : {1, 2, 5, 8, 11}) {
       grouped_case(*cpu_, sh.groups, sh.n_in, sh.n_out, rows, 3, false, 1000 + sh.groups * 16 + rows);
       if (HasFatalFailure()) return;
