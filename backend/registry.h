@@ -32,15 +32,13 @@ struct BackendOptions {
   bool cuda_profile = false;
   // CUDA: HC pre / collapse as one fused kernel per call (false: the three-launch path, for A/B;
   // same bits). Ignored by the CPU backend.
-  bool cuda_hc_fused = true;
-  // CUDA: Q8_0 matvecs of one activation row on the warp kernels that preceded the staged
-  // kernel (cuda::Q8_0R1Kernel::kWarp; process-wide, set when the backend is made). Same bits;
-  // for A/B timing (--cuda-q8-r1=old / DS4_CUDA_Q8_R1=old).
-  bool cuda_q8_r1_old = false;
-  // CUDA: the staged kernel, but a Q8_0 matmul of one row quantizes its activation in a launch
-  // of its own first (cuda::Q8_0R1Kernel::kStagedPrequant) instead of in the matvec launch.
-  // Same bits; for A/B timing of the fusion (--cuda-q8-r1=new-prequant). cuda_q8_r1_old wins.
-  bool cuda_q8_r1_prequant = false;
+  bool cuda_hc_fused = false;
+  // CUDA: the kernel of Q8_0 matvecs of one activation row (cuda::Q8_0R1Kernel; process-wide,
+  // set when the backend is made; every choice gives the same bits): "auto" (the staged kernel
+  // where it measured faster, the output head; the warp kernels elsewhere), "new" (the staged
+  // kernel wherever it takes the shape, quantizing the row itself), "new-prequant" (the staged
+  // kernel after a quantize launch), "old" (the warp kernels). --cuda-q8-r1 / DS4_CUDA_Q8_R1.
+  std::string cuda_q8_r1 = "auto";
 };
 
 // Names make_backend() accepts, in preference order ("cpu" first).

@@ -36,9 +36,8 @@ struct EngineOptions {
   int device = 0;                // GPU index (CUDA backend)
   bool cuda_sync = false;        // CUDA: wait after every op (a fault names its op; slow)
   bool cuda_profile = false;     // CUDA: op-timeline profiler, report on stderr at exit
-  bool cuda_hc_fused = true;     // CUDA: HC pre / collapse as one fused kernel (false: 3 launches)
-  bool cuda_q8_r1_old = false;   // CUDA: Q8_0 r = 1 matvecs on the old warp kernels (A/B; same bits)
-  bool cuda_q8_r1_prequant = false;  // CUDA: staged r = 1 kernel, activation quantized by its own launch (A/B)
+  bool cuda_hc_fused = false;    // CUDA: HC pre / collapse as one fused kernel (false: 3 launches)
+  std::string cuda_q8_r1 = "auto";  // CUDA: Q8_0 r = 1 kernel, auto|new|new-prequant|old (A/B; same bits)
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

@@ -341,12 +341,17 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile, bool hc_fused,
-                                                     bool q8_r1_old, bool q8_r1_prequant) {
+                                                     const std::string& q8_r1) {
+  cuda::Q8_0R1Kernel r1 = cuda::Q8_0R1Kernel::kAuto;
+  if (q8_r1 == "new") r1 = cuda::Q8_0R1Kernel::kStaged;
+  else if (q8_r1 == "new-prequant") r1 = cuda::Q8_0R1Kernel::kStagedPrequant;
+  else if (q8_r1 == "old") r1 = cuda::Q8_0R1Kernel::kWarp;
+  else if (q8_r1 != "auto")
+    return invalid_argument("cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant or old, got '%s'",
+                            q8_r1.c_str());
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
-  cuda::set_q8_0_r1_kernel(q8_r1_old        ? cuda::Q8_0R1Kernel::kWarp
-                           : q8_r1_prequant ? cuda::Q8_0R1Kernel::kStagedPrequant
-                                            : cuda::Q8_0R1Kernel::kStaged);
+  cuda::set_q8_0_r1_kernel(r1);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
   uint32_t* tickets = nullptr;  // the fused HC kernels' counters: allocated and zeroed once

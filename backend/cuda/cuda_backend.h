@@ -20,12 +20,10 @@ namespace ds4::backend {
 // profile: wrap it in the op-timeline profiler (backend/op_profile.h; report on stderr when the
 // backend is destroyed). Off, the ops run with no profiling code at all.
 // hc_fused: HC pre / collapse as one fused kernel per call (ops.h; false: the three-launch path).
-// q8_r1_old: Q8_0 matvecs of one activation row on the old warp kernels (cuda::set_q8_0_r1_kernel,
-// process-wide; same bits, for A/B timing). q8_r1_prequant (unless q8_r1_old): the staged kernel
-// with the activation quantized by a launch of its own (Q8_0R1Kernel::kStagedPrequant; the
-// default quantizes it inside the matvec launch).
+// q8_r1: the Q8_0 kernel for one activation row, auto|new|new-prequant|old (BackendOptions::
+// cuda_q8_r1; cuda::set_q8_0_r1_kernel, process-wide; same bits, A/B timing); anything else is an
+// invalid-argument error.
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
-                                                     bool hc_fused = true, bool q8_r1_old = false,
-                                                     bool q8_r1_prequant = false);
+                                                     bool hc_fused = false, const std::string& q8_r1 = "auto");
 
 }  // namespace ds4::backend

@@ -116,7 +116,11 @@ struct Q8_0Group {
 };
 Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
                            int64_t x_stride, int r, int64_t y_stride, Stream stream = nullptr);
-// matvec_q8_0's kernel for r = 1 (every variant gives the same bits): kStaged (default) the
+// matvec_q8_0's kernel for r = 1 (every variant gives the same bits): kAuto (default) the staged
+// kernel, after a quantize launch, where it measured faster (an H200's bench_cuda --rows=1
+// q8_0: the output head, n_out >= kR1StagedMinRows, 148 vs 171 us) and the warp kernels on the
+// other Flash shapes (where the staged kernel, fused or not, measured equal or slower: the
+// 32768 -> 4096 output projection 65-86 vs 53 us); kStaged the
 // staged kernel (q8_0_r1_kernel: rows tiled over a warp's lanes, weights through a cp.async
 // stage; shapes it cannot take fall back to the warp kernels), which also quantizes an f32 row
 // itself (matvec_q8_0_r1_f32: a Q8_0 matmul of one row is one launch); kStagedPrequant the
@@ -124,7 +128,8 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
 // fusion); kWarp the kernels before it (one warp or 4 warps per row; two launches).
 // Process-wide; the backend sets it once at start-up (--cuda-q8-r1 / DS4_CUDA_Q8_R1), tests
 // and benchmarks switch it for A/B.
-enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant };
+enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant, kAuto };
+constexpr int64_t kR1StagedMinRows = 65536;  // kAuto: n_out from which the staged kernel runs
 void set_q8_0_r1_kernel(Q8_0R1Kernel k);
 Q8_0R1Kernel q8_0_r1_kernel();
 // One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),

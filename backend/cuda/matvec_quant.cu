@@ -1047,9 +1047,14 @@ void launch_r1_grouped(const R1Launch& l, const Args& args, int n_groups, size_t
   });
 }
 
-std::atomic<int> g_q8_0_r1{static_cast<int>(Q8_0R1Kernel::kStaged)};
+std::atomic<int> g_q8_0_r1{static_cast<int>(Q8_0R1Kernel::kAuto)};
 Q8_0R1Kernel r1_mode() { return static_cast<Q8_0R1Kernel>(g_q8_0_r1.load(std::memory_order_relaxed)); }
-bool r1_staged() { return r1_mode() != Q8_0R1Kernel::kWarp; }  // kStaged or kStagedPrequant
+// Whether a one-row matvec of n_out outputs takes the staged kernel (when it takes the shape).
+bool r1_staged(int64_t n_out) {
+  const Q8_0R1Kernel m = r1_mode();
+  return m == Q8_0R1Kernel::kStaged || m == Q8_0R1Kernel::kStagedPrequant ||
+         (m == Q8_0R1Kernel::kAuto && n_out >= kR1StagedMinRows);
+}
 
 // The fused launchers' shape check: the shapes matvec_q8_0 accepts (launch's checks) that the
 // staged kernel takes; anything else is left to the two-launch path (which reports bad shapes).
@@ -1127,7 +1132,7 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
     }
     if constexpr (std::is_same_v<F, Q8_0Fmt>) {
       R1Launch l;
-      if (rr == 1 && r1_staged() && r1_launch_shape(w, inb, &l)) {
+      if (rr == 1 && r1_staged(w.n_out) && r1_launch_shape(w, inb, &l)) {
         launch_r1(l, wp, w.row_bytes, inb, w.n_out, xk, yk, stream);
         Status s = launch_status(op, w.n_in, w.n_out, rr);
         if (!s.ok()) return s;
@@ -1540,7 +1545,7 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
       aligned16 = aligned16 && reinterpret_cast<uintptr_t>(groups[g].w) % 16 == 0;
     }
     R1Launch l;
-    if (rr == 1 && aligned16 && r1_staged() &&
+    if (rr == 1 && aligned16 && r1_staged(n_out) &&
         r1_launch_shape(Weights{groups[0].w, row_bytes, n_in, n_out}, inb, &l, n_groups)) {
       launch_r1_grouped(l, args, n_groups, row_bytes, inb, n_out, stream);
       Status s = launch_status(op, n_in, n_out, rr);

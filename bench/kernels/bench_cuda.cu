@@ -232,8 +232,8 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
 // whole op: activation quantization + matvec): 8 groups of Q8_0 4096 -> 1024, group g reading
 // columns [4096g, +4096) of x rows 32768 floats apart and writing columns [1024g, +1024) of y
 // rows 8192 apart. "loop": the same groups as 8 matmul calls (the path before one launch).
-// At r = 1 the default path is one launch (the staged kernel quantizes each group's row
-// itself); " unfused": the quantize launch then the staged kernel (Q8_0R1Kernel::kStagedPrequant).
+// At r = 1 the default (Q8_0R1Kernel::kAuto) is the quantize launch then the warp kernel;
+// " unfused": the quantize launch then the staged kernel (kStagedPrequant).
 void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_gbs) {
   constexpr int kGroups = 8, kMaxR = 8;
   constexpr int64_t kIn = 4096, kOut = 1024;
@@ -417,22 +417,23 @@ int main(int argc, char** argv) {
     } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
       ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
     }
-    // Q8_0 five times: matvec_q8_0 as dispatched, the tensor-core kernel forced (" mma"), at
-    // r = 1 the warp kernels that preceded the staged r = 1 kernel (" old": Q8_0R1Kernel::kWarp),
-    // and at r = 1 the whole matmul of one f32 row (ops.h matmul: activation quantization
-    // included): " mm fused" the default, the staged kernel quantizing the row itself (one
-    // launch), " mm unfused" quantize_q8_0_act then the staged kernel (kStagedPrequant: two).
-    const int variants = c.type == GgmlType::kQ8_0 ? 5 : 1;
+    // Q8_0 six times: matvec_q8_0 as dispatched (the default, Q8_0R1Kernel::kAuto at r = 1), the
+    // tensor-core kernel forced (" mma"), at r = 1 the warp kernels (" old": kWarp), the whole
+    // matmul of one f32 row (ops.h matmul: activation quantization included): " mm fused" the
+    // staged kernel quantizing the row itself (kStaged: one launch), " mm unfused"
+    // quantize_q8_0_act then the staged kernel (kStagedPrequant: two), and the staged kernel
+    // alone on quantized rows (" staged": kStaged).
+    const int variants = c.type == GgmlType::kQ8_0 ? 6 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
       if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
       const cuda::Q8_0R1Kernel r1_saved = cuda::q8_0_r1_kernel();
       if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
-      if (v == 3) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStaged);
+      if (v == 3 || v == 5) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStaged);
       if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
-        if (v >= 3) {
+        if (v == 3 || v == 4) {
           ds4::backend::MatmulParams mp;
           mp.w = ds4::backend::Matrix{static_cast<const uint8_t*>(w[i % copies]), GgmlType::kQ8_0, c.n_in, c.n_out, rb};
           mp.x = dx, mp.x_stride = c.n_in, mp.y = dy, mp.y_stride = c.n_out, mp.n_rows = 1;
@@ -461,7 +462,7 @@ int main(int argc, char** argv) {
       const double t = time_per_call(fn, std::max(copies, 8));
       cuda::set_q8_0_r1_kernel(r1_saved);
       const double gbs = bytes / t / 1e9;
-      const char* const kVariant[] = {"", " mma", " old", " mm fused", " mm unfused"};
+      const char* const kVariant[] = {"", " mma", " old", " mm fused", " mm unfused", " staged"};
       const std::string label = std::string(c.name) + kVariant[v];
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }

@@ -69,13 +69,13 @@ TEST(BackendFlags, CudaProfileFromTheFlagAndItsMirror) {
 TEST(BackendFlags, CudaHcFusedFromTheFlagAndItsMirror) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
-  EXPECT_TRUE(eo.cuda_hc_fused);  // the fused HC kernels by default
-  ASSERT_TRUE(apply({"--cuda-hc-fused", "0"}, &eo).ok());
-  EXPECT_FALSE(eo.cuda_hc_fused);
-  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "0"}}).ok());
-  EXPECT_FALSE(eo.cuda_hc_fused);
-  ASSERT_TRUE(apply({"--cuda-hc-fused", "1"}, &eo, {{"DS4_CUDA_HC_FUSED", "0"}}).ok());
-  EXPECT_TRUE(eo.cuda_hc_fused);  // the command line wins
+  EXPECT_FALSE(eo.cuda_hc_fused);  // the three launches by default (measured as fast at Flash shape)
+  ASSERT_TRUE(apply({"--cuda-hc-fused", "1"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_hc_fused);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_hc_fused);
+  ASSERT_TRUE(apply({"--cuda-hc-fused", "0"}, &eo, {{"DS4_CUDA_HC_FUSED", "1"}}).ok());
+  EXPECT_FALSE(eo.cuda_hc_fused);  // the command line wins
   const Status s = apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "2"}});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--cuda-hc-fused must be 0 or 1, got 2 (from DS4_CUDA_HC_FUSED)"), std::string::npos)
@@ -85,29 +85,19 @@ TEST(BackendFlags, CudaHcFusedFromTheFlagAndItsMirror) {
 TEST(BackendFlags, CudaQ8R1FromTheFlagAndItsMirror) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
-  EXPECT_FALSE(eo.cuda_q8_r1_old);
-  ASSERT_TRUE(apply({"--cuda-q8-r1", "old"}, &eo).ok());
-  EXPECT_TRUE(eo.cuda_q8_r1_old);
-  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "old"}}).ok());
-  EXPECT_TRUE(eo.cuda_q8_r1_old);
+  EXPECT_EQ("auto", eo.cuda_q8_r1);  // the default: the staged kernel only where it measured faster
+  for (const char* v : {"new", "new-prequant", "old", "auto"}) {
+    ASSERT_TRUE(apply({"--cuda-q8-r1", v}, &eo).ok()) << v;
+    EXPECT_EQ(v, eo.cuda_q8_r1);
+    ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", v}}).ok()) << v;
+    EXPECT_EQ(v, eo.cuda_q8_r1);
+  }
   ASSERT_TRUE(apply({"--cuda-q8-r1", "new"}, &eo, {{"DS4_CUDA_Q8_R1", "old"}}).ok());
-  EXPECT_FALSE(eo.cuda_q8_r1_old);  // the command line wins over the environment
-  EXPECT_FALSE(eo.cuda_q8_r1_prequant);
+  EXPECT_EQ("new", eo.cuda_q8_r1);  // the command line wins over the environment
   EXPECT_FALSE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "fast"}}).ok());
-  // new-prequant: the staged kernel after its own quantize launch (the fusion's A/B).
-  ASSERT_TRUE(apply({"--cuda-q8-r1", "new-prequant"}, &eo).ok());
-  EXPECT_TRUE(eo.cuda_q8_r1_prequant);
-  EXPECT_FALSE(eo.cuda_q8_r1_old);
-  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "new-prequant"}}).ok());
-  EXPECT_TRUE(eo.cuda_q8_r1_prequant);
-  ASSERT_TRUE(apply({"--cuda-q8-r1", "old"}, &eo, {{"DS4_CUDA_Q8_R1", "new-prequant"}}).ok());
-  EXPECT_TRUE(eo.cuda_q8_r1_old);
-  EXPECT_FALSE(eo.cuda_q8_r1_prequant);
-  ASSERT_TRUE(apply({}, &eo).ok());
-  EXPECT_FALSE(eo.cuda_q8_r1_prequant);
   const Status s = apply({"--cuda-q8-r1", "prequant"}, &eo);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("--cuda-q8-r1 must be new, new-prequant or old, got 'prequant'"), std::string::npos)
+  EXPECT_NE(s.message().find("--cuda-q8-r1 must be auto, new, new-prequant or old, got 'prequant'"), std::string::npos)
       << s.message();
 }
 
