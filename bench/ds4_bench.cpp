@@ -377,7 +377,14 @@ int main_impl(int argc, char** argv) {
         rc = fail("snapshot at frontier " + std::to_string(frontier) + ": " + st.message());
         break;
       }
-      Expected<GenerateStats> r = generate(s, *codec, {}, probe, nullptr);
+      // -v: the greedy ids on stderr, so two backends' runs can be compared token by token.
+      std::string ids;
+      const TokenCallback keep = [&ids](int32_t id, std::string_view) {
+        ids += (ids.empty() ? "" : " ") + std::to_string(id);
+        return true;
+      };
+      Expected<GenerateStats> r = generate(s, *codec, {}, probe, o.verbose ? keep : TokenCallback{});
+      if (r.ok() && o.verbose) std::fprintf(stderr, "ds4-bench: frontier %d greedy tokens: %s\n", frontier, ids.c_str());
       if (!r.ok()) {
         rc = fail("probe at frontier " + std::to_string(frontier) + ": " + r.status().message());
         break;
