@@ -14,6 +14,7 @@
 
 #include "quant/half.h"
 #include "quant/quant.h"
+#include "tests/unit/quant/special_blocks.h"
 
 namespace ds4::quant {
 namespace {
@@ -24,38 +25,14 @@ uint32_t bits(float v) {
   return u;
 }
 
-// Rows of n values (n % 32 == 0), block by block of a kind picked by the block index: random
-// values over a wide exponent range, then the special blocks.
+// Rows of n values (n % 32 == 0), block by block of a kind picked by the block index
+// (special_blocks.h), plus grid ties.
 std::vector<float> special_rows(int n_rows, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> ex(-140, 127);
-  const float inf = std::numeric_limits<float>::infinity();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> x(static_cast<size_t>(n_rows) * n);
-  for (size_t b = 0; b < x.size(); b += 32) {
-    const int kind = static_cast<int>((b / 32) % 12);
-    const float mag = std::ldexp(1.0f, ex(rng));
-    for (int i = 0; i < 32; ++i) {
-      float v = u(rng) * mag;
-      switch (kind) {
-        case 0: v = 0.0f; break;                                           // all zero
-        case 1: v = (i & 1) ? -0.0f : 0.0f; break;                         // signed zeros
-        case 2: v = u(rng) * 1e-42f; break;                                // f32 subnormals
-        case 3: v = u(rng) * 3.0e38f; break;                               // huge (scale 2^126)
-        case 4: if (i == 5) v = inf; break;                                // one +inf: scale inf
-        case 5: if (i % 7 == 0) v = -inf; break;                           // -inf among values
-        case 6: if (i == 9) v = nan; break;                                // NaN ignored by amax
-        case 7: v = (i & 1) ? nan : -nan; break;                           // all NaN
-        case 8: v = u(rng) * 1e-6f; break;                                 // f16 subnormal range
-        case 9: v = u(rng) * 7e4f; break;                                  // beyond f16 max
-        case 10: v = static_cast<float>(static_cast<int>(rng() % 13) - 6) * 0.25f; break;  // grid ties
-        default: break;
-      }
-      x[b + i] = v;
-    }
-  }
-  return x;
+  return test::special_blocks(static_cast<size_t>(n_rows) * n, 32, 12, 0, seed,
+                              [](int kind, size_t, float v, std::mt19937& rng) {
+                                if (kind != 10) return v;
+                                return static_cast<float>(static_cast<int>(rng() % 13) - 6) * 0.25f;  // grid ties
+                              });
 }
 
 TEST(Fp4Store, RowBytes) {

@@ -17,6 +17,7 @@
 
 #include "quant/half.h"
 #include "quant/quant.h"
+#include "tests/unit/quant/special_blocks.h"
 
 namespace ds4::quant {
 namespace {
@@ -27,40 +28,19 @@ uint32_t bits(float v) {
   return u;
 }
 
-// Values of 64-blocks of a kind picked by the block index: random over a wide exponent range,
-// then the special blocks (also applied to the RoPE dims, in 64-value runs).
+// Values of 64-blocks of a kind picked by the block index (special_blocks.h), plus grid ties,
+// E4M3 subnormals after scaling and the largest finite values (also applied to the RoPE dims,
+// in 64-value runs).
 std::vector<float> special_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> ex(-140, 127);
-  const float inf = std::numeric_limits<float>::infinity();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> x(n);
-  for (size_t b = 0; b < n; b += 64) {
-    const int kind = static_cast<int>((b / 64 + seed) % 14);
-    const float mag = std::ldexp(1.0f, ex(rng));
-    for (size_t i = 0; i < 64 && b + i < n; ++i) {
-      float v = u(rng) * mag;
-      switch (kind) {
-        case 0: v = 0.0f; break;                                           // all zero
-        case 1: v = (i & 1) ? -0.0f : 0.0f; break;                         // signed zeros
-        case 2: v = u(rng) * 1e-42f; break;                                // f32 subnormals
-        case 3: v = u(rng) * 3.0e38f; break;                               // huge (scale 2^120)
-        case 4: if (i == 5) v = inf; break;                                // one +inf: scale inf
-        case 5: if (i % 7 == 0) v = -inf; break;                           // -inf among values
-        case 6: if (i == 9) v = nan; break;                                // NaN ignored by amax
-        case 7: v = (i & 1) ? nan : -nan; break;                           // all NaN
-        case 8: v = u(rng) * 1e-6f; break;                                 // amax below 1e-4
-        case 9: v = u(rng) * 7e4f; break;                                  // beyond f16 max
-        case 10: v = static_cast<float>(static_cast<int>(rng() % 33) - 16) * 0.0625f; break;  // grid ties
-        case 11: v = u(rng) * 3e-3f; break;                                // E4M3 subnormals after scaling
-        case 12: v = std::numeric_limits<float>::max() * ((i & 1) ? -1.0f : 1.0f); break;  // largest finite
-        default: break;
-      }
-      x[b + i] = v;
+  return test::special_blocks(n, 64, 14, seed, seed, [](int kind, size_t i, float v, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    switch (kind) {
+      case 10: return static_cast<float>(static_cast<int>(rng() % 33) - 16) * 0.0625f;  // grid ties
+      case 11: return u(rng) * 3e-3f;  // E4M3 subnormals after scaling
+      case 12: return std::numeric_limits<float>::max() * ((i & 1) ? -1.0f : 1.0f);  // largest finite
+      default: return v;
     }
-  }
-  return x;
+  });
 }
 
 TEST(Fp8Store, RowBytes) {
