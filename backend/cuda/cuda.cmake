@@ -10,6 +10,7 @@ ds4_library(cuda SOURCES
     ${_c}/device.cu
     ${_c}/quantize.cu
     ${_c}/matvec_quant.cu
+    ${_c}/matvec_q8_0_r1.cu
     ${_c}/matvec_dense.cu
     ${_c}/reduce.cu
     ${_c}/matmul.cu
