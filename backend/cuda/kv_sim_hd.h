@@ -87,6 +87,13 @@ DS4_HD float amax_step(float m, float v) {
   return av > m ? av : m;
 }
 
+// The amax of the n values at x, in index order from 0 (the sequential row forms' blocks).
+DS4_HD float block_amax(const float* x, int n) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) m = amax_step(m, x[i]);
+  return m;
+}
+
 // The exponent k of the block scale 2^k from the block's amax: ceil_log2(max(amax, min_amax)
 // / max) (-126 .. 128 for E2M1; 128 when amax is inf).
 DS4_HD int block_exp(float amax, float max, float min_amax) {
@@ -223,8 +230,7 @@ DS4_HD float fp8_stored_value(uint32_t code, uint32_t exp_byte) {
 // Sequential row forms (the host test's subjects; the kernels run the same steps in parallel).
 DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
   for (int off = 0; off < n_leading; off += kFp8Block) {
-    float m = 0.0f;
-    for (int i = 0; i < kFp8Block; ++i) m = amax_step(m, x[off + i]);
+    const float m = block_amax(x + off, kFp8Block);
     const float s = block_scale(m, kE4M3Max, kFp8MinAmax);
     for (int i = 0; i < kFp8Block; ++i) x[off + i] = fp8_elem(x[off + i], s);
   }
@@ -235,8 +241,7 @@ DS4_HD void fp8_roundtrip_row(float* x, int n_leading) {
 DS4_HD void fp8_kv_row_store(float* x, int head_dim, int n_rot, uint8_t* store) {
   const int lead = head_dim - n_rot;
   for (int off = 0; off < lead; off += kFp8Block) {
-    float m = 0.0f;
-    for (int i = 0; i < kFp8Block; ++i) m = amax_step(m, x[off + i]);
+    const float m = block_amax(x + off, kFp8Block);
     const int k = block_exp(m, kE4M3Max, kFp8MinAmax);
     const float s = pow2f(k);
     store[lead + off / kFp8Block] = static_cast<uint8_t>(k + 127);
@@ -273,8 +278,7 @@ DS4_HD void hadamard128(float* x) {
 DS4_HD void indexer_qat_row_store(float* x, uint8_t* store, int exps_off) {
   hadamard128(x);
   for (int off = 0; off < kHadamardDim; off += kFp4Block) {
-    float m = 0.0f;
-    for (int i = 0; i < kFp4Block; ++i) m = amax_step(m, x[off + i]);
+    const float m = block_amax(x + off, kFp4Block);
     const int k = block_exp(m, kE2M1Max, kFp4MinAmax);
     const float s = pow2f(k);
     store[exps_off + off / kFp4Block] = static_cast<uint8_t>(k + 127);
@@ -288,8 +292,7 @@ DS4_HD void indexer_qat_row_store(float* x, uint8_t* store, int exps_off) {
 DS4_HD void indexer_qat_row(float* x) {
   hadamard128(x);
   for (int off = 0; off < kHadamardDim; off += kFp4Block) {
-    float m = 0.0f;
-    for (int i = 0; i < kFp4Block; ++i) m = amax_step(m, x[off + i]);
+    const float m = block_amax(x + off, kFp4Block);
     const float s = block_scale(m, kE2M1Max, kFp4MinAmax);
     for (int i = 0; i < kFp4Block; ++i) x[off + i] = fp4_elem(x[off + i], s);
   }

@@ -19,11 +19,7 @@
 namespace ds4::quant {
 namespace {
 
-uint32_t bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
+using test::bits;
 
 // Rows of n values (n % 32 == 0), block by block of a kind picked by the block index
 // (special_blocks.h), plus grid ties.

@@ -22,11 +22,7 @@
 namespace ds4::quant {
 namespace {
 
-uint32_t bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
+using test::bits;
 
 // Values of 64-blocks of a kind picked by the block index (special_blocks.h), plus grid ties,
 // E4M3 subnormals after scaling and the largest finite values (also applied to the RoPE dims,

@@ -3,16 +3,24 @@
 // over a wide exponent range, or the edge cases the block round trips must keep: zeros, signed
 // zeros, f32 subnormals, huge values, ±inf, NaN among values and all-NaN blocks, tiny and
 // beyond-f16 blocks (kinds 0-9); kinds from 10 on are the caller's (`extra`, which returns the
-// value; the random value otherwise).
+// value; the random value otherwise), and bits() for comparing them.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 namespace ds4::quant::test {
+
+// A float's bit pattern (bit-for-bit comparisons that tell NaNs and signed zeros apart).
+inline uint32_t bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
 
 // Extra: float(int kind, size_t i, float v, std::mt19937& rng) for kinds >= 10: the value at
 // index i of the block (v: the random value already drawn for it).
