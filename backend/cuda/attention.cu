@@ -11,8 +11,8 @@
 //    (mod 64) in order, tail included, then the halving tree 32, 16 in-thread and 8, 4, 2, 1
 //    by shuffles).
 //  * Sequential sums stay sequential: the softmax denominator (sink first, then every key in
-//    key order) runs on one thread; the weighted sum runs one thread per output element over
-//    the keys in order from y = 0; the compressor's per-column max / den / acc run one thread
+//    key order) runs on every lane of the head's warp (the same chain); the weighted sum runs
+//    one thread per output element over the keys in order from y = 0; the compressor's per-column max / den / acc run one thread
 //    per column. RMS norm's double sum is quant::sumsq_f64's 64-lane order on one warp.
 //  * Maxima and block amaxes are order-free (non-NaN values; a ±0 tie cannot change a bit of
 //    what follows), so trees compute them.
@@ -26,7 +26,8 @@
 //  * Multi-query ops take their host param arrays by value, kMaxBatch queries per launch.
 //  * Sink attention is two launches: the scores per (key tile, head group, query) into
 //    p.scores, then per (output-dim slice, head group, query) the max, exps, denominator and
-//    weighted sum. Every block redoes a head's max / exps / denominator itself (identical
+//    weighted sum. Both decode the stored keys they read into shared memory as f32 once per
+//    block (all threads), so the dot and chain loops read only shared memory. Every block redoes a head's max / exps / denominator itself (identical
 //    values), and no chain crosses blocks, so the grid shape and the batch change no bit.
 #include <cmath>
 #include <cstdio>
@@ -54,15 +55,22 @@ using attn::launch_result;
 constexpr int kMaxPairs = 256;     // RoPE pairs (n_rot <= 512)
 constexpr int kRowThreads = 256;   // attention_inputs: one block per row
 constexpr int kCompThreads = 512;  // compressor_step: one block
-constexpr int kAttnMaxD = 1024;    // sink attention: head_dim limit (the scores' query tile)
+constexpr int kAttnMaxD = 1024;    // sink attention: head_dim limit
 constexpr int kScoreThreads = 256; // sink scores: one block per (key tile, head group, query)
-constexpr int kScoreHeads = 4;     // heads per score block (each key row read once for them)
-constexpr int kScoreKeys = 32;     // slots per score block: 8 warps x 2 passes x 2 halves
-constexpr int kCombSlice = 64;     // sink combine: output dims per block, one thread each
-constexpr int kCombHeads = 4;      // heads per combine block (each key element read once for them)
-constexpr int kCombThreads = kCombSlice + 32;  // + the denominators' warp
-constexpr int kCombPer = 8;        // key slots per thread per chunk of the combine pass
-constexpr int kCombLoads = 8;      // key elements a combine thread loads ahead
+constexpr int kScoreHeads = 16;    // heads per score block: 2 octets of heads x 4 key pairs = 8 warps
+constexpr int kScoreKeys = 8;      // slots per score block (each decoded once into shared memory)
+constexpr int kCombSlice = 32;     // sink combine: output dims per block, a lane each
+constexpr int kCombHeads = 8;      // heads per combine block, a warp each
+constexpr int kCombThreads = 32 * kCombHeads;
+constexpr int kCombChunk = kCombThreads;  // key slots per chunk of the combine pass, a thread each
+
+// Floats per staged query row of the score kernel: D rounded up to a multiple of 8, plus 4, so
+// rows four apart start 16 banks apart (the two halves of a warp read different banks).
+__host__ __device__ constexpr int score_q_stride(int d) { return (d + 7) / 8 * 8 + 4; }
+// Dynamic shared memory of a score block: the staged queries, then the decoded key tile.
+constexpr size_t score_smem_bytes(int d) {
+  return sizeof(float) * (static_cast<size_t>(kScoreHeads) * score_q_stride(d) + static_cast<size_t>(kScoreKeys) * d);
+}
 
 // ---- shared device steps ----------------------------------------------------------------------
 
@@ -356,15 +364,18 @@ __device__ __forceinline__ attn::StoredKey slot_key<attn::StoredKey>(const SinkA
   return {p.comp_fp8 + (slot - p.n_raw) * kvsim::fp8_row_bytes(p.head_dim, p.n_rot), lead};
 }
 
-// Scores, one block per (tile of kScoreKeys slots, group of kScoreHeads heads, query): the
-// keys are shared by all heads, so each key row is read once per block and dotted with the
-// group's queries (in shared memory). Warp w takes slots 4w..4w+3 of the tile as two pairs,
-// one slot per half-warp; each head keeps its own four partials per lane, so every dot is
-// half_dot64's order (quant::dot_f32) exactly. Disallowed compressed rows get -1e30 (the CPU's
-// marker). Key: the key type of every query of the batch (slot_key).
+// Scores, one block per (tile of kScoreKeys slots, group of kScoreHeads heads, query). The
+// block first decodes its tile's used key rows into shared memory as f32 (all threads, each
+// element once: attn::load_key) and stages the group's queries (rows padded to kScorePad mod 8
+// floats, so the two halves of a warp, four heads apart, read different banks); disallowed
+// compressed rows get -1e30 (the CPU's marker) and decode nothing. Then warp w dots keys
+// 2(w % 4), 2(w % 4) + 1 of the tile with heads 8(w / 4) .. + 7, half h of the warp taking four
+// of them: every lane keeps 2 x 4 x 4 partials (key, head, partial hl + 16·c), so each dot is
+// half_dot64's order (quant::dot_f32) exactly, while a key element read from shared memory
+// serves four heads and a query element two keys.
 template <typename Key>
 __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid_constant__ SinkBatch b) {
-  __shared__ float qs[kScoreHeads * kAttnMaxD];  // [kScoreHeads][D], zeros past the last head
+  extern __shared__ float smem[];
   const SinkQuery& sq = b.q[blockIdx.z];
   const SinkAttentionParams& p = sq.p;
   const int h0 = static_cast<int>(blockIdx.y) * kScoreHeads;
@@ -372,81 +383,95 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kScoreKeys;
   if (h0 >= p.n_head || t0 >= n_all) return;  // block-uniform
   const int nh = p.n_head - h0 < kScoreHeads ? p.n_head - h0 : kScoreHeads;
-  const int D = p.head_dim;
+  const int D = p.head_dim, Dq = score_q_stride(D);
+  float* qs = smem;                        // [kScoreHeads][Dq]: the group's queries, zeros past nh
+  float* ks = smem + kScoreHeads * Dq;     // [kScoreKeys][D]: the tile's used keys as f32
+  __shared__ int used_mask;                // bit k: slot t0 + k is a used key
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int hl = lane & 15, half = lane >> 4;
-  for (int i = tid; i < kScoreHeads * D; i += kScoreThreads)
-    qs[i] = i / D < nh ? p.q[static_cast<int64_t>(h0) * D + i] : 0.0f;
-  for (int i = tid; i < kScoreKeys; i += kScoreThreads) {
-    const int64_t slot = t0 + i;
-    if (slot < n_all && !slot_used(p, slot))
+  if (tid < 32) {
+    const int64_t slot = t0 + lane;
+    const bool u = lane < kScoreKeys && slot < n_all && slot_used(p, slot);
+    const unsigned m = __ballot_sync(kFullMask, u);
+    if (lane == 0) used_mask = static_cast<int>(m);
+    if (lane < kScoreKeys && slot < n_all && !u)
       for (int g = 0; g < nh; ++g) p.scores[static_cast<int64_t>(h0 + g) * n_all + slot] = -1.0e30f;
   }
   __syncthreads();
-#pragma unroll 1
-  for (int pass = 0; pass < kScoreKeys / (2 * kScoreThreads / 32); ++pass) {
-    const int64_t base = t0 + warp * (kScoreKeys / (kScoreThreads / 32)) + 2 * pass;
-    const int64_t slot = base + half, partner = base + (half ^ 1);
-    const bool need = slot < n_all && slot_used(p, slot);
-    if (!__any_sync(kFullMask, need)) continue;  // warp-uniform
-    // A half without a key of its own redoes its partner's (used, so in range); result unused.
-    const Key key = slot_key<Key>(p, need ? slot : partner);
-    float acc[kScoreHeads][4];
+  const int used = used_mask;
+  if (used == 0) return;  // block-uniform
+  for (int i = tid; i < kScoreHeads * D; i += kScoreThreads) {
+    const int g = i / D, e = i - g * D;
+    qs[g * Dq + e] = g < nh ? p.q[static_cast<int64_t>(h0 + g) * D + e] : 0.0f;
+  }
+  for (int i = tid; i < kScoreKeys * D; i += kScoreThreads) {
+    const int k = i / D, e = i - k * D;
+    if ((used >> k) & 1) ks[i] = attn::load_key(slot_key<Key>(p, t0 + k), e);
+  }
+  __syncthreads();
+  const int k0 = 2 * (warp % (kScoreKeys / 2));
+  const int g0 = (warp / (kScoreKeys / 2)) * 8 + 4 * half;  // this half's four heads
+  if (((used >> k0) & 3) == 0) return;  // warp-uniform: neither key is used
+  float acc[2][4][4];
 #pragma unroll
-    for (int g = 0; g < kScoreHeads; ++g)
+  for (int k = 0; k < 2; ++k)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[g][c] = 0.0f;
-#pragma unroll 4
-    for (int i = 0; i < D; i += 64) {
+    for (int g = 0; g < 4; ++g)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int e = i + 16 * c + hl;
-        if (e < D) {
-          const float kv = attn::load_key(key, e);
+      for (int c = 0; c < 4; ++c) acc[k][g][c] = 0.0f;
+  const float* k0s = ks + k0 * D;
+  const float* k1s = k0s + D;
+  const float* q0s = qs + g0 * Dq;
+#pragma unroll 2
+  for (int i = 0; i < D; i += 64) {
 #pragma unroll
-          for (int g = 0; g < kScoreHeads; ++g) acc[g][c] = __fadd_rn(acc[g][c], __fmul_rn(qs[g * D + e], kv));
+    for (int c = 0; c < 4; ++c) {
+      const int e = i + 16 * c + hl;
+      if (e < D) {
+        const float kv0 = k0s[e], kv1 = k1s[e];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const float qv = q0s[g * Dq + e];
+          acc[0][g][c] = __fadd_rn(acc[0][g][c], __fmul_rn(qv, kv0));
+          acc[1][g][c] = __fadd_rn(acc[1][g][c], __fmul_rn(qv, kv1));
         }
       }
     }
+  }
 #pragma unroll
-    for (int g = 0; g < kScoreHeads; ++g) {
-      const float d = attn::tree64_half(acc[g]);
-      if (need && hl == 0 && g < nh) p.scores[static_cast<int64_t>(h0 + g) * n_all + slot] = d * sq.kq_scale;
+  for (int k = 0; k < 2; ++k) {
+    const int64_t slot = t0 + k0 + k;
+    const bool write = hl == 0 && ((used >> (k0 + k)) & 1);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const float d = attn::tree64_half(acc[k][g]);
+      if (write && g0 + g < nh) p.scores[static_cast<int64_t>(h0 + g0 + g) * n_all + slot] = d * sq.kq_scale;
     }
   }
 }
 
-// Slice s of the output dims of a head: [64s - off, 64(s+1) - off) clipped to [0, D), where
+// Slice s of the output dims of a head: [32s - off, 32(s+1) - off) clipped to [0, D), where
 // off = D & 1 when de-rotating (the RoPE pairs start at D - n_rot, of D's parity), so that no
 // pair straddles two slices.
 __device__ __forceinline__ int slice_lo(int s, int off) { return s * kCombSlice - off > 0 ? s * kCombSlice - off : 0; }
 
-// y[g] = y[g] + w_g·kv for the four heads (weighted_sum's axpy step: a multiply, then an add).
-__device__ __forceinline__ void combine_step(float (&y)[kCombHeads], const float4 w, float kv) {
-  const float t0 = w.x * kv, t1 = w.y * kv, t2 = w.z * kv, t3 = w.w * kv;
-  y[0] = y[0] + t0;
-  y[1] = y[1] + t1;
-  y[2] = y[2] + t2;
-  y[3] = y[3] + t3;
-}
-
 // Softmax and weighted sum, one block per (slice of kCombSlice output dims, group of
-// kCombHeads heads, query): every block finds its heads' max over the used scores (order-free)
-// and walks all the keys in the CPU's order, in chunks: used slots compacted in key order (row
-// pointer and exp per head in shared memory), then lane g of the last warp chains head g's
-// denominator (sink term first) while each of the other threads chains its dim's weighted sum
-// y = y + w_k·key_k[d] from y = 0 for every head of the group, reading each key element once.
+// kCombHeads heads, query); warp g owns head h0 + g, lane l output dim lo + l. Each warp finds
+// its head's max over the used scores (order-free; then against the sink as the CPU's running
+// max from the sink). Then the keys in the CPU's order, in chunks of kCombChunk slots: the used
+// slots compacted in key order (a block scan), their slice decoded into shared memory once as
+// f32 (all threads, a warp per key row: coalesced), the exps per head beside them; then every
+// lane chains y = y + w_k·key_k[dim] over the chunk from y = 0 at the first key, and the
+// denominator den = den + w_k from exp(sink − max) (every lane of a warp holds the same den).
 // Then y·(1/den), the inverse RoPE of the tail, the store. Key: as sink_scores_kernel.
 template <typename Key>
 __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid_constant__ SinkBatch b) {
-  constexpr int kChunk = kCombThreads * kCombPer;
-  constexpr int kWarps = kCombThreads / 32;
-  static_assert(kCombHeads == 4, "the exps of a slot are one float4");
-  __shared__ float4 cw[kChunk];  // exp(score - mx) of compacted slot i, head g in component g
-  __shared__ Key ckey[kChunk];
+  static_assert(kCombSlice == 32 && kCombThreads == 32 * kCombHeads && kCombChunk == kCombThreads,
+                "a warp per head, a lane per dim, a thread per slot of a chunk");
+  __shared__ float ks[kCombChunk][kCombSlice];  // compacted key k's slice, f32
+  __shared__ float cw[kCombHeads][kCombChunk];  // exp(score - max) of compacted key k, per head
+  __shared__ int64_t cslot[kCombChunk];         // slot of compacted key k
   __shared__ float os[kCombHeads][kCombSlice];
-  __shared__ float red[kCombHeads][kWarps];
-  __shared__ float smx[kCombHeads], sden[kCombHeads];
   __shared__ int warp_sums[32];
   const SinkQuery& sq = b.q[blockIdx.z];
   const SinkAttentionParams& p = sq.p;
@@ -458,119 +483,77 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
   const int hi = hi_raw < D ? hi_raw : D;
   if (h0 >= p.n_head || lo >= hi) return;  // block-uniform
   const int nh = p.n_head - h0 < kCombHeads ? p.n_head - h0 : kCombHeads;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, g = tid >> 5;
+  const bool head = g < nh;  // warp-uniform
   const int64_t n_all = p.n_raw + p.n_comp;
+  const float* score = p.scores + static_cast<int64_t>(h0 + (head ? g : 0)) * n_all;
 
-  // The max of the used scores per head (NaN never enters), then the CPU's chain from the sink.
-  float m[kCombHeads];
-#pragma unroll
-  for (int g = 0; g < kCombHeads; ++g) m[g] = -INFINITY;
-  for (int64_t s = tid; s < n_all; s += kCombThreads) {
-    if (!slot_used(p, s)) continue;
-#pragma unroll
-    for (int g = 0; g < kCombHeads; ++g) {
-      if (g < nh) {
-        const float sc = p.scores[static_cast<int64_t>(h0 + g) * n_all + s];
-        if (sc > m[g]) m[g] = sc;
+  // The head's max over the used scores (NaN never enters), then the CPU's chain from the sink.
+  float m = -INFINITY;
+  if (head) {
+    for (int64_t s = lane; s < n_all; s += 32)
+      if (slot_used(p, s)) {
+        const float sc = score[s];
+        m = sc > m ? sc : m;
       }
-    }
   }
-#pragma unroll
-  for (int g = 0; g < kCombHeads; ++g) {
-    for (int s = 16; s >= 1; s >>= 1) {
-      const float o = __shfl_xor_sync(kFullMask, m[g], s);
-      m[g] = o > m[g] ? o : m[g];
-    }
-    if (lane == 0) red[g][warp] = m[g];
+  for (int s = 16; s >= 1; s >>= 1) {
+    const float o = __shfl_xor_sync(kFullMask, m, s);
+    m = o > m ? o : m;
   }
-  __syncthreads();
-  if (tid < nh) {
-    float mm = red[tid][0];
-    for (int w = 1; w < kWarps; ++w) mm = red[tid][w] > mm ? red[tid][w] : mm;
-    const float sink = p.sinks[h0 + tid];
-    smx[tid] = (sink != sink || !(mm > sink)) ? sink : mm;  // a NaN sink stays
-  }
-  __syncthreads();
-  float mx[kCombHeads];
-#pragma unroll
-  for (int g = 0; g < kCombHeads; ++g) mx[g] = g < nh ? smx[g] : 0.0f;
-
-  const bool den_lane = warp == kWarps - 1 && lane < nh;
-  float den = den_lane ? detmath::exp_f32(p.sinks[h0 + lane] - smx[lane]) : 0.0f;
-  const int j = lo + tid;
-  const bool own = tid < kCombSlice && j < hi;
-  float y[kCombHeads];
-#pragma unroll
-  for (int g = 0; g < kCombHeads; ++g) y[g] = 0.0f;
-  for (int64_t c0 = 0; c0 < n_all; c0 += kChunk) {
-    const int64_t s0 = c0 + static_cast<int64_t>(tid) * kCombPer;
-    unsigned used_bits = 0;
-    int cnt = 0;
-#pragma unroll
-    for (int k = 0; k < kCombPer; ++k) {
-      if (s0 + k < n_all && slot_used(p, s0 + k)) {
-        used_bits |= 1u << k;
-        ++cnt;
-      }
-    }
+  const float sink = head ? p.sinks[h0 + g] : 0.0f;
+  const float mx = (sink != sink || !(m > sink)) ? sink : m;  // a NaN sink stays
+  float den = detmath::exp_f32(sink - mx);
+  float y = 0.0f;
+  const int j = lo + lane;
+  const bool own = j < hi;
+  for (int64_t c0 = 0; c0 < n_all; c0 += kCombChunk) {
+    const int64_t s = c0 + tid;
+    const bool u = s < n_all && slot_used(p, s);
     int total = 0;
-    int at = block_scan_counts(cnt, warp_sums, &total);
+    const int at = block_scan_counts(u ? 1 : 0, warp_sums, &total);  // syncs: last chunk's readers are done
     if (total == 0) continue;  // block-uniform
-#pragma unroll
-    for (int k = 0; k < kCombPer; ++k) {
-      if (used_bits & (1u << k)) {
-        ckey[at] = slot_key<Key>(p, s0 + k);
-        float e[kCombHeads];
-#pragma unroll
-        for (int g = 0; g < kCombHeads; ++g)
-          e[g] = g < nh ? detmath::exp_f32(p.scores[static_cast<int64_t>(h0 + g) * n_all + s0 + k] - mx[g]) : 0.0f;
-        cw[at] = make_float4(e[0], e[1], e[2], e[3]);
-        ++at;
-      }
-    }
+    if (u) cslot[at] = s;
     __syncthreads();
-    if (den_lane) {
-      const float* cwf = reinterpret_cast<const float*>(cw) + lane;
-      for (int i = 0; i < total; ++i) den += cwf[4 * i];
-    }
-    if (own) {
-      // Batches of kCombLoads key elements loaded ahead of their (in-order) chain steps.
-      int i = 0;
-      for (; i + kCombLoads <= total; i += kCombLoads) {
-        float kv[kCombLoads];
+    // Decode: warp w takes compacted keys w, w + kCombHeads, ...; lane l element lo + l.
+    for (int k = g; k < total; k += kCombHeads)
+      ks[k][lane] = own ? attn::load_key(slot_key<Key>(p, cslot[k]), j) : 0.0f;
+    if (head)
+      for (int k = lane; k < total; k += 32) cw[g][k] = detmath::exp_f32(score[cslot[k]] - mx);
+    __syncthreads();
+    if (head) {
+      const float* w = cw[g];
+      int k = 0;
+      for (; k + 4 <= total; k += 4) {
 #pragma unroll
-        for (int u = 0; u < kCombLoads; ++u) kv[u] = attn::load_key(ckey[i + u], j);
-#pragma unroll
-        for (int u = 0; u < kCombLoads; ++u) combine_step(y, cw[i + u], kv[u]);
+        for (int u4 = 0; u4 < 4; ++u4) {
+          const float wk = w[k + u4];
+          const float t = wk * ks[k + u4][lane];
+          y = y + t;
+          den = den + wk;
+        }
       }
-      for (; i < total; ++i) combine_step(y, cw[i], attn::load_key(ckey[i], j));
-    }
-    __syncthreads();  // cw / ckey are rewritten by the next chunk
-  }
-  if (den_lane) sden[lane] = den;
-  __syncthreads();
-  if (own) {
-#pragma unroll
-    for (int g = 0; g < kCombHeads; ++g) {
-      if (g < nh) {
-        const float inv = 1.0f / sden[g];
-        os[g][tid] = y[g] * inv;
+      for (; k < total; ++k) {
+        const float wk = w[k];
+        const float t = wk * ks[k][lane];
+        y = y + t;
+        den = den + wk;
       }
     }
   }
+  if (head) os[g][lane] = y * (1.0f / den);
   __syncthreads();
-  if (p.n_rot > 0 && own) {
+  if (p.n_rot > 0 && head && own) {
     // The pair (j, j + 1) lies in this slice (slice_lo's parity), so os holds both.
     const int r0 = D - p.n_rot;
     if (j >= r0 && ((j - r0) & 1) == 0) {
-      float c, s;
-      rope_pair(sq.ang, p.pos, (j - r0) / 2, &c, &s);
-      for (int g = 0; g < nh; ++g) rotate_pair(&os[g][tid], c, -s);
+      float c, sn;
+      rope_pair(sq.ang, p.pos, (j - r0) / 2, &c, &sn);
+      rotate_pair(&os[g][lane], c, -sn);
     }
   }
   __syncthreads();
-  if (own)
-    for (int g = 0; g < nh; ++g) p.out[static_cast<int64_t>(h0 + g) * D + j] = os[g][tid];
+  if (head && own) p.out[static_cast<int64_t>(h0 + g) * D + j] = os[g][lane];
 }
 
 // RoPE constants of a call (n_rot 0: no rotation, constants unused).
@@ -618,7 +601,7 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
   for (int b0 = 0; b0 < n; b0 += kMaxBatch) {
     const int nb = n - b0 < kMaxBatch ? n - b0 : kMaxBatch;
     SinkBatch batch{};
-    int max_heads = 0, max_slices = 0;
+    int max_heads = 0, max_slices = 0, max_dim = 0;
     int64_t max_slots = 0;
     const bool stored = p[b0].stored_keys();  // one key type per call (the target's or the drafter's)
     for (int i = 0; i < nb; ++i) {
@@ -641,7 +624,8 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
       batch.q[i].ang = angles_for(q.rope, q.n_rot);
       batch.q[i].kq_scale = 1.0f / sqrtf(static_cast<float>(q.head_dim));
       max_heads = q.n_head > max_heads ? q.n_head : max_heads;
-      // Slices of [0, D) cut at 64s - off (sink_combine_kernel's slice_lo).
+      max_dim = q.head_dim > max_dim ? q.head_dim : max_dim;
+      // Slices of [0, D) cut at 32s - off (sink_combine_kernel's slice_lo).
       const int off = q.n_rot > 0 ? (q.head_dim & 1) : 0;
       const int slices = (q.head_dim + off + kCombSlice - 1) / kCombSlice;
       max_slices = slices > max_slices ? slices : max_slices;
@@ -655,11 +639,20 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
       if (tiles > 0x7fffffff) return invalid_argument("cuda: sink_attention: too many keys (%s)", shapes);
       const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((max_heads + kScoreHeads - 1) / kScoreHeads),
                       static_cast<unsigned>(nb));
+      const size_t smem = score_smem_bytes(max_dim);
+      cudaError_t e;
       if (stored) {
-        sink_scores_kernel<attn::StoredKey><<<grid, kScoreThreads, 0, stream>>>(batch);
+        e = cudaFuncSetAttribute(sink_scores_kernel<attn::StoredKey>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(score_smem_bytes(kAttnMaxD)));
+        if (e == cudaSuccess) sink_scores_kernel<attn::StoredKey><<<grid, kScoreThreads, smem, stream>>>(batch);
       } else {
-        sink_scores_kernel<const float*><<<grid, kScoreThreads, 0, stream>>>(batch);
+        e = cudaFuncSetAttribute(sink_scores_kernel<const float*>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(score_smem_bytes(kAttnMaxD)));
+        if (e == cudaSuccess) sink_scores_kernel<const float*><<<grid, kScoreThreads, smem, stream>>>(batch);
       }
+      if (e != cudaSuccess)
+        return resource_error("cuda: sink_attention (scores) (%s): shared memory of %zu bytes: %s", shapes,
+                              score_smem_bytes(kAttnMaxD), cudaGetErrorString(e));
       const Status s = launch_result("sink_attention (scores)", shapes);
       if (!s.ok()) return s;
     }

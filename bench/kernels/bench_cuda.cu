@@ -16,8 +16,8 @@
 // DISTINCT expert bytes the call reads. Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
-// Usage: bench_cuda [--quick] [--roofline] [--csv FILE] [--rows=N] [FILTER]
-//   --quick: fewer batches; --roofline: the two ceilings only (the roofline probe of
+// Usage: bench_cuda [--quick] [--once] [--roofline] [--csv FILE] [--rows=N] [FILTER]
+//   --quick: fewer batches; --once: each op twice, a warm-up and one timed call (under ncu); --roofline: the two ceilings only (the roofline probe of
 //   scripts/bench_cuda_sweep.sh); --csv FILE: also write the ceilings as one CSV row
 //   (device,read_gbps,copy_gbps,buffer_bytes,l2_bytes); --rows=N: only N activation rows
 //   (matvecs) / N token rows (moe); FILTER: only the matvecs, moe cases and small ops whose
@@ -62,6 +62,7 @@ void ok(const ds4::Status& s) {
 }
 
 int g_batches = 15;
+bool g_once = false;         // --once: one warm-up and one timed call per op (for ncu)
 int g_rows = 0;              // --rows=N: only this row count (0: all)
 const char* g_filter = "";   // only names containing it
 
@@ -73,6 +74,7 @@ double time_per_call(const std::function<void(int)>& fn, int calls) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
+  if (g_once) calls = 1;
   for (int i = 0; i < calls; ++i) fn(i);  // warm-up
   CK(cudaDeviceSynchronize());
   std::vector<double> t;
@@ -300,6 +302,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       g_batches = 5;
+    } else if (std::strcmp(argv[i], "--once") == 0) {
+      g_batches = 1;
+      g_once = true;
     } else if (std::strcmp(argv[i], "--roofline") == 0) {
       roofline_only = true;
     } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
@@ -310,7 +315,7 @@ int main(int argc, char** argv) {
       g_filter = argv[i];
     } else {
       std::fprintf(stderr,
-                   "bench_cuda: unknown argument %s (usage: bench_cuda [--quick] [--roofline] [--csv FILE] "
+                   "bench_cuda: unknown argument %s (usage: bench_cuda [--quick] [--once] [--roofline] [--csv FILE] "
                    "[--rows=N] [FILTER])\n",
                    argv[i]);
       return 2;

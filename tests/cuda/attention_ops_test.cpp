@@ -564,9 +564,10 @@ TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
     // The 1K frontier of the bench (128 raw + 256 compressed, every row allowed) next to a masked 8K one.
     run_sink_case(*cpu_, "flash-1k", 64, 512, 128, true,
                   {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}}, rng, stored);
-    // Odd shapes for the score tiles (32 slots), head groups (4 heads) and dim slices (64 dims,
-    // cut at 64s - 1 when an odd head_dim is de-rotated): 5 heads, head_dims 135 / 65 / 1,
-    // chunks of the combine pass (768 slots) overrun, one slot, masks dropping whole tiles.
+    // Odd shapes for the score tiles (8 slots), head groups (16 heads per score block, 8 per
+    // combine block) and dim slices (32 dims, cut at 32s - 1 when an odd head_dim is
+    // de-rotated): 5 heads, head_dims 135 / 65 / 1, chunks of the combine pass (256 slots)
+    // overrun, one slot, masks dropping whole tiles; 20 heads and the largest head_dim (1024).
     // FP8 rows need (head_dim - n_rot) % 64 == 0 (an even n_rot, so an even head_dim): the
     // stored keys run the same shapes at head_dims 136 / 66 / 2, with FP8 parts of 2, 1 or 0
     // blocks.
@@ -576,12 +577,16 @@ TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
                     rng, stored);
       run_sink_case(*cpu_, "odd-66", 6, 66, 8, false, {{5, 5, 800, -1, 2, 12}, {8, 9, 70, 70, 66, 20}}, rng, stored);
       run_sink_case(*cpu_, "dim-2", 3, 2, 4, false, {{4, 1, 5, 50, 2, 8}}, rng, stored);
+      run_sink_case(*cpu_, "dim-1024", 20, 1024, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 512, 9}}, rng,
+                    stored);
     } else {
       run_sink_case(*cpu_, "odd-135", 5, 135, 20, false,
                     {{20, 33, 900, 50, 16, 56}, {7, 3, 33, -1, 0, 12}, {0, 0, 1, -1, 16, 7}, {20, 1, 1700, 3, 134, 40}},
                     rng, stored);
       run_sink_case(*cpu_, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng, stored);
       run_sink_case(*cpu_, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng, stored);
+      run_sink_case(*cpu_, "dim-1023", 20, 1023, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 0, 9}}, rng,
+                    stored);
     }
   }
 }
