@@ -200,6 +200,13 @@ Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t*
 // (0 = n); out may equal x.
 Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int64_t stride,
                 int n_rows, float eps, Stream stream = nullptr);
+// Which rms_norm kernel runs (same bits): kStaged (the default) copies the whole row to shared
+// memory at once and runs the 64 chains on four warps as its parts arrive (rows up to 16,384
+// floats; longer rows take kChunked); kChunked stages 2,048-float chunks one after the other
+// and sums on one warp (the kernel before; A/B). Process-wide; tests and benchmarks switch it.
+enum class RmsNormKernel { kStaged, kChunked };
+void set_rms_norm_kernel(RmsNormKernel k);
+RmsNormKernel rms_norm_kernel_choice();
 
 // core/reduce.h's TopTwo, written to device memory: id = first index of the maximum among
 // non-NaN values (excluded index skipped), margin = top1 − top2 (+0 for ties).

@@ -501,12 +501,24 @@ int main(int argc, char** argv) {
     ok(cuda::quantize_q8_k_act(x, 4096, 8, 4096, static_cast<quant::BlockQ8K*>(q), 16));
   });
   float* out = x + (size_t{64} << 20);
-  small("rms_norm 4096 x1", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 1, 1e-6f)); });
-  small("rms_norm 4096 x8", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 8, 1e-6f)); });
-  small("rms_norm 16384 x1 (hc flatten)", [&](int) { ok(cuda::rms_norm(x, nullptr, out, 16384, 0, 1, 1e-6f)); });
+  // rms_norm: the staged kernel (the default) and the chunked one before it, side by side.
+  {
+    const cuda::RmsNormKernel saved = cuda::rms_norm_kernel_choice();
+    for (const cuda::RmsNormKernel k : {cuda::RmsNormKernel::kStaged, cuda::RmsNormKernel::kChunked}) {
+      cuda::set_rms_norm_kernel(k);
+      const bool st = k == cuda::RmsNormKernel::kStaged;
+      small(st ? "rms_norm 4096 x1 staged" : "rms_norm 4096 x1 chunked",
+            [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 1, 1e-6f)); });
+      small(st ? "rms_norm 4096 x8 staged" : "rms_norm 4096 x8 chunked",
+            [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 8, 1e-6f)); });
+      small(st ? "rms_norm 16384 x1 (hc flatten) staged" : "rms_norm 16384 x1 (hc flatten) chunked",
+            [&](int) { ok(cuda::rms_norm(x, nullptr, out, 16384, 0, 1, 1e-6f)); });
+    }
+    cuda::set_rms_norm_kernel(saved);
+  }
   // HC pre / collapse at the Flash shape (n_hc 4, n_embd 4096: fn F16 [16384 -> 24] / [-> 4]):
-  // the fused kernel (ops.h, counters given) against the three launches (rms_norm, matvec_f16,
-  // finish). fn rotates over copies (>= 4x the L2, so every call reads it from DRAM, as decode
+  // the one-launch kernels (ops.h, counters given: fused, staged) against the three launches
+  // (rms_norm — the default staged kernel —, matvec_f16, finish). fn rotates over copies (>= 4x the L2, so every call reads it from DRAM, as decode
   // does per layer); x is one buffer (L2-resident, as after hc_post).
   {
     const int nhc = 4;
@@ -550,11 +562,17 @@ int main(int argc, char** argv) {
       }
       for (int r : pre ? std::vector<int>{1, 8} : std::vector<int>{1}) {
         if (!rows_selected(r)) continue;
-        for (bool fused : {true, false}) {
+        // fused, staged, three launches (staged rms_norm), three launches (chunked rms_norm: as before)
+        for (int path = 0; path < 4; ++path) {
+          const bool fused = path < 2;
           const std::string name = std::string(pre ? "hc_pre" : "hc_collapse") + " 4x4096 x" + std::to_string(r) +
-                                   (fused ? " fused" : " 3-launch");
+                                   (path == 0   ? " fused"
+                                    : path == 1 ? " staged"
+                                    : path == 2 ? " 3-launch"
+                                                : " 3-launch chunked-norm");
           if (!selected(name.c_str())) continue;
           uint32_t* tk = fused ? tickets : nullptr;
+          const cuda::HcKernel hk = path == 1 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
           const ds4::backend::Matrix m{nullptr, GgmlType::kF16, HC, n_out, rb};
           auto fn = [&](int i) {
             if (pre) {
@@ -563,17 +581,20 @@ int main(int argc, char** argv) {
               p.scale = dscale, p.base = dbase;
               p.n_hc = nhc, p.n_embd = E, p.n_rows = r;
               p.flat = dflat, p.mix = dmix, p.y = dy, p.post = dpost, p.comb = dcomb;
-              ok(cuda::hc_pre(p, nullptr, tk));
+              ok(cuda::hc_pre(p, nullptr, tk, hk));
             } else {
               ds4::backend::HcCollapseParams p;
               p.x = dx, p.fn = m, p.fn.data = static_cast<const uint8_t*>(w[i % copies]);
               p.scale = 0.05f, p.base = dbase;
               p.n_hc = nhc, p.n_embd = E, p.n_rows = r;
               p.flat = dflat, p.mix = dmix, p.y = dy;
-              ok(cuda::hc_collapse(p, nullptr, tk));
+              ok(cuda::hc_collapse(p, nullptr, tk, hk));
             }
           };
+          const cuda::RmsNormKernel saved = cuda::rms_norm_kernel_choice();
+          if (path == 3) cuda::set_rms_norm_kernel(cuda::RmsNormKernel::kChunked);
           std::printf("%-40s %10.2f\n", name.c_str(), time_per_call(fn, std::max(copies, 50)) * 1e6);
+          cuda::set_rms_norm_kernel(saved);
         }
       }
       for (void* wp : w) CK(cudaFree(wp));
