@@ -159,6 +159,14 @@ Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, flo
                   int64_t y_stride, Stream stream = nullptr);
 Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
                   int64_t y_stride, Stream stream = nullptr);
+// Their kernel for narrow matrices (n_out < 4096: one CTA per output row and activation row;
+// same bits): kStaged (the default) copies the x row and the weight row to shared memory at
+// once and runs the 64 chains on four warps as the parts land (rows up to ~34K halves / 25K
+// floats; longer ones take kTiled); kTiled streams 2,048-column tiles, one in flight, and sums
+// on one warp (the kernel before; A/B). Process-wide; tests and benchmarks switch it.
+enum class DenseNarrowKernel { kStaged, kTiled };
+void set_dense_narrow_kernel(DenseNarrowKernel k);
+DenseNarrowKernel dense_narrow_kernel();
 // Expert rows × Q8_K activations (x row k at x + k·x_stride blocks): quant::dot_iq2_xxs_q8_k,
 // dot_q2_k_q8_k, dot_q4_k_q8_k.
 Status matvec_iq2_xxs(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,

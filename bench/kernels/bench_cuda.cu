@@ -423,7 +423,10 @@ int main(int argc, char** argv) {
     // staged kernel quantizing the row itself (kStaged: one launch), " mm unfused"
     // quantize_q8_0_act then the staged kernel (kStagedPrequant: two), and the staged kernel
     // alone on quantized rows (" staged": kStaged).
-    const int variants = c.type == GgmlType::kQ8_0 ? 6 : 1;
+    // F16 / F32 twice: as dispatched (narrow matrices: the staged kernel) and " tiled"
+    // (DenseNarrowKernel::kTiled, the kernel before; the same for >= 4096 rows).
+    const bool dense = c.type == GgmlType::kF16 || c.type == GgmlType::kF32;
+    const int variants = c.type == GgmlType::kQ8_0 ? 6 : dense ? 2 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
       if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
@@ -431,6 +434,8 @@ int main(int argc, char** argv) {
       if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
       if (v == 3 || v == 5) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStaged);
       if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
+      const cuda::DenseNarrowKernel narrow_saved = cuda::dense_narrow_kernel();
+      if (dense && v == 1) cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
         if (v == 3 || v == 4) {
@@ -461,9 +466,10 @@ int main(int argc, char** argv) {
       };
       const double t = time_per_call(fn, std::max(copies, 8));
       cuda::set_q8_0_r1_kernel(r1_saved);
+      cuda::set_dense_narrow_kernel(narrow_saved);
       const double gbs = bytes / t / 1e9;
       const char* const kVariant[] = {"", " mma", " old", " mm fused", " mm unfused", " staged"};
-      const std::string label = std::string(c.name) + kVariant[v];
+      const std::string label = std::string(c.name) + (dense && v == 1 ? " tiled" : kVariant[v]);
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }
     for (void* p : w) CK(cudaFree(p));
@@ -562,14 +568,15 @@ int main(int argc, char** argv) {
       }
       for (int r : pre ? std::vector<int>{1, 8} : std::vector<int>{1}) {
         if (!rows_selected(r)) continue;
-        // fused, staged, three launches (staged rms_norm), three launches (chunked rms_norm: as before)
+        // fused, staged, three launches (staged rms_norm and matvec_f16), three launches with the
+        // kernels before (chunked rms_norm, tiled matvec_f16: the path as it was)
         for (int path = 0; path < 4; ++path) {
           const bool fused = path < 2;
           const std::string name = std::string(pre ? "hc_pre" : "hc_collapse") + " 4x4096 x" + std::to_string(r) +
                                    (path == 0   ? " fused"
                                     : path == 1 ? " staged"
                                     : path == 2 ? " 3-launch"
-                                                : " 3-launch chunked-norm");
+                                                : " 3-launch old");
           if (!selected(name.c_str())) continue;
           uint32_t* tk = fused ? tickets : nullptr;
           const cuda::HcKernel hk = path == 1 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
@@ -592,9 +599,14 @@ int main(int argc, char** argv) {
             }
           };
           const cuda::RmsNormKernel saved = cuda::rms_norm_kernel_choice();
-          if (path == 3) cuda::set_rms_norm_kernel(cuda::RmsNormKernel::kChunked);
+          const cuda::DenseNarrowKernel narrow_saved = cuda::dense_narrow_kernel();
+          if (path == 3) {
+            cuda::set_rms_norm_kernel(cuda::RmsNormKernel::kChunked);
+            cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
+          }
           std::printf("%-40s %10.2f\n", name.c_str(), time_per_call(fn, std::max(copies, 50)) * 1e6);
           cuda::set_rms_norm_kernel(saved);
+          cuda::set_dense_narrow_kernel(narrow_saved);
         }
       }
       for (void* wp : w) CK(cudaFree(wp));

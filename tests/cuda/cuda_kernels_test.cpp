@@ -346,8 +346,15 @@ void dense_case(const Shape& s, int64_t x_stride) {
       kF16 ? "f16" : "f32");
 }
 
+// The narrow shapes (< 4096 rows) run both kernels (set_dense_narrow_kernel): staged and tiled;
+// 40000 columns are past the staged kernel's shared memory (it falls back to the tiled one).
 TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
+  const DenseNarrowKernel saved = dense_narrow_kernel();
+  for (DenseNarrowKernel k : {DenseNarrowKernel::kStaged, DenseNarrowKernel::kTiled}) {
+  set_dense_narrow_kernel(k);
+  SCOPED_TRACE(k == DenseNarrowKernel::kStaged ? "staged" : "tiled");
   dense_case<true>({64, 24}, 64);
+  dense_case<true>({40000, 3}, 40000);
   dense_case<true>({256, 256}, 256);
   dense_case<true>({4096, 24}, 4096);
   dense_case<true>({16384, 24}, 16384);
@@ -356,14 +363,23 @@ TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
   dense_case<true>({127, 9}, 129);     // one 64-lane chunk and a tail of 63
   dense_case<true>({2111, 4096}, 2111);  // wide, tail 63, unaligned rows
   dense_case<true>({1000, 4096}, 1003);
+  }
+  set_dense_narrow_kernel(saved);
 }
 
 TEST_F(CudaKernels, MatvecF32BitsEqualCpuForR1To8) {
+  const DenseNarrowKernel saved = dense_narrow_kernel();
+  for (DenseNarrowKernel k : {DenseNarrowKernel::kStaged, DenseNarrowKernel::kTiled}) {
+  set_dense_narrow_kernel(k);
+  SCOPED_TRACE(k == DenseNarrowKernel::kStaged ? "staged" : "tiled");
   dense_case<false>({64, 24}, 64);
+  dense_case<false>({40000, 3}, 40000);
   dense_case<false>({4096, 24}, 4096);
   dense_case<false>({1030, 9}, 1031);
   dense_case<false>({496, 4099}, 496);
   dense_case<false>({191, 4097}, 193);  // wide, tail 63, unaligned x
+  }
+  set_dense_narrow_kernel(saved);
 }
 
 template <typename Run, typename Dot>
