@@ -30,9 +30,9 @@ struct BackendOptions {
   // GB/s, and the gaps between ops and at host round trips; the report goes to stderr when the
   // backend is destroyed. Ignored by the CPU backend.
   bool cuda_profile = false;
-  // CUDA: HC pre / collapse as one fused kernel per call (false: the three-launch path, for A/B;
-  // same bits). Ignored by the CPU backend.
-  bool cuda_hc_fused = false;
+  // CUDA: HC pre / collapse as the three-launch path (0), one fused kernel per call (1) or one
+  // staged kernel per call (2); A/B, same bits. Ignored by the CPU backend.
+  int cuda_hc_fused = 0;
   // CUDA: the kernel of Q8_0 matvecs of one activation row (cuda::Q8_0R1Kernel; process-wide,
   // set when the backend is made; every choice gives the same bits): "auto" (the staged kernel
   // where it measured faster, the output head; the warp kernels elsewhere), "new" (the staged

@@ -52,9 +52,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "time, bytes and GB/s, the ops per token and the gaps between ops and at token boundaries",
             "DS4_CUDA_GAP_PROFILE")
       .option("--cuda-hc-fused", &f->cuda_hc_fused,
-              "CUDA: HC pre / collapse as one fused kernel per call (1) or the three-launch path (0: "
-              "norm, mix matvec, finish; for A/B timing). Same bits either way",
-              "DS4_CUDA_HC_FUSED", "0|1")
+              "CUDA: HC pre / collapse as the three-launch path (0: norm, mix matvec, finish), one fused "
+              "kernel per call (1: the row read from global memory as the chains go) or one staged kernel "
+              "per call (2: the row in shared memory, a thread per dot chain); for A/B timing. Same bits "
+              "on every path",
+              "DS4_CUDA_HC_FUSED", "0|1|2")
       .option("--cuda-q8-r1", &f->cuda_q8_r1,
               "CUDA: the Q8_0 matmul of one activation row (decode): auto (the staged kernel where it "
               "measured faster on an H200, the output head; the warp kernels elsewhere), new (the staged "
@@ -73,8 +75,8 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
     return invalid_argument("--device must be a GPU index >= 0, got %d%s", f.device, origin(t, "--device").c_str());
   }
   if (f.threads < 0) return invalid_argument("-t/--threads must be >= 0, got %d", f.threads);
-  if (f.cuda_hc_fused != 0 && f.cuda_hc_fused != 1) {
-    return invalid_argument("--cuda-hc-fused must be 0 or 1, got %d%s", f.cuda_hc_fused,
+  if (f.cuda_hc_fused < 0 || f.cuda_hc_fused > 2) {
+    return invalid_argument("--cuda-hc-fused must be 0, 1 or 2, got %d%s", f.cuda_hc_fused,
                             origin(t, "--cuda-hc-fused").c_str());
   }
   if (f.cuda_q8_r1 != "auto" && f.cuda_q8_r1 != "new" && f.cuda_q8_r1 != "new-prequant" && f.cuda_q8_r1 != "old") {
@@ -111,7 +113,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->f32_activations = f.f32_activations;
   options->cuda_sync = f.cuda_sync;
   options->cuda_profile = f.cuda_profile;
-  options->cuda_hc_fused = f.cuda_hc_fused != 0;
+  options->cuda_hc_fused = f.cuda_hc_fused;
   options->cuda_q8_r1 = f.cuda_q8_r1;
   return Status();
 }

@@ -159,8 +159,9 @@ class CudaBackend final : public Backend {
  public:
   // hc_tickets: the fused HC kernels' counters (ops.h kHcTicketRows, zeroed), or nullptr for
   // the three-launch HC path; owned from here on.
-  CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op, uint32_t* hc_tickets)
-      : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets) {}
+  CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op, uint32_t* hc_tickets,
+              cuda::HcKernel hc_kernel)
+      : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets), hc_kernel_(hc_kernel) {}
   ~CudaBackend() override {
     (void)cuda::stream_sync(stream_);  // a fault here was reported by the call that caused it
     cuda::device_free(scratch_.data);
@@ -227,7 +228,7 @@ class CudaBackend final : public Backend {
     op(cuda::rms_norm(p, stream_), "rms_norm", "n %lld, %d rows", ll(p.n), p.n_rows);
   }
   void hc_pre(const HcPreParams& p) override {
-    op(cuda::hc_pre(p, stream_, hc_tickets_), "hc_pre", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
+    op(cuda::hc_pre(p, stream_, hc_tickets_, hc_kernel_), "hc_pre", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
        p.n_rows);
   }
   void hc_post(const HcPostParams& p) override {
@@ -258,7 +259,7 @@ class CudaBackend final : public Backend {
        gguf::type_name(p.gate.type), ll(p.gate.n_in), ll(p.gate.n_out), ll(p.gate.n_expert), p.n_used);
   }
   void hc_collapse(const HcCollapseParams& p) override {
-    op(cuda::hc_collapse(p, stream_, hc_tickets_), "hc_collapse", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
+    op(cuda::hc_collapse(p, stream_, hc_tickets_, hc_kernel_), "hc_collapse", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
        p.n_rows);
   }
   void embed(const EmbedParams& p) override {
@@ -335,12 +336,13 @@ class CudaBackend final : public Backend {
   cuda::Stream stream_ = nullptr;
   bool sync_each_op_ = false;
   uint32_t* hc_tickets_ = nullptr;  // [kHcTicketRows] zero between ops; nullptr: unfused HC ops
+  cuda::HcKernel hc_kernel_ = cuda::HcKernel::kFused;  // with tickets: the one-launch kernel
   cuda::OpScratch scratch_;
 };
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile, bool hc_fused,
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile, int hc_fused,
                                                      const std::string& q8_r1) {
   cuda::Q8_0R1Kernel r1 = cuda::Q8_0R1Kernel::kAuto;
   if (q8_r1 == "new") r1 = cuda::Q8_0R1Kernel::kStaged;
@@ -349,13 +351,15 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
   else if (q8_r1 != "auto")
     return invalid_argument("cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant or old, got '%s'",
                             q8_r1.c_str());
+  if (hc_fused < 0 || hc_fused > 2)
+    return invalid_argument("cuda: the HC kernel choice must be 0, 1 or 2, got %d", hc_fused);
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::set_q8_0_r1_kernel(r1);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
   uint32_t* tickets = nullptr;  // the fused HC kernels' counters: allocated and zeroed once
-  if (hc_fused) {
+  if (hc_fused != 0) {
     const size_t bytes = sizeof(uint32_t) * cuda::kHcTicketRows;
     void* p = nullptr;
     Status s = cuda::device_alloc(&p, bytes);
@@ -367,7 +371,8 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
     }
     tickets = static_cast<uint32_t*>(p);
   }
-  std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op, tickets));
+  std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op, tickets,
+                                              hc_fused == 2 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused));
   if (!profile) return be;
   // 2 events per op, 32K ops between read-backs (a Flash decode token issues ~1-2K ops).
   auto clock = make_cuda_event_clock(stream, 65536);

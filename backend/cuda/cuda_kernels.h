@@ -159,6 +159,14 @@ Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, flo
                   int64_t y_stride, Stream stream = nullptr);
 Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
                   int64_t y_stride, Stream stream = nullptr);
+// Their kernel for narrow matrices (n_out < 4096: one CTA per output row and activation row;
+// same bits): kStaged (the default) copies the x row and the weight row to shared memory at
+// once and runs the 64 chains on four warps as the parts land (rows up to ~34K halves / 25K
+// floats; longer ones take kTiled); kTiled streams 2,048-column tiles, one in flight, and sums
+// on one warp (the kernel before; A/B). Process-wide; tests and benchmarks switch it.
+enum class DenseNarrowKernel { kStaged, kTiled };
+void set_dense_narrow_kernel(DenseNarrowKernel k);
+DenseNarrowKernel dense_narrow_kernel();
 // Expert rows × Q8_K activations (x row k at x + k·x_stride blocks): quant::dot_iq2_xxs_q8_k,
 // dot_q2_k_q8_k, dot_q4_k_q8_k.
 Status matvec_iq2_xxs(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,
@@ -200,6 +208,13 @@ Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t*
 // (0 = n); out may equal x.
 Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int64_t stride,
                 int n_rows, float eps, Stream stream = nullptr);
+// Which rms_norm kernel runs (same bits): kStaged (the default) copies the whole row to shared
+// memory at once and runs the 64 chains on four warps as its parts arrive (rows up to 16,384
+// floats; longer rows take kChunked); kChunked stages 2,048-float chunks one after the other
+// and sums on one warp (the kernel before; A/B). Process-wide; tests and benchmarks switch it.
+enum class RmsNormKernel { kStaged, kChunked };
+void set_rms_norm_kernel(RmsNormKernel k);
+RmsNormKernel rms_norm_kernel_choice();
 
 // core/reduce.h's TopTwo, written to device memory: id = first index of the maximum among
 // non-NaN values (excluded index skipped), margin = top1 − top2 (+0 for ties).

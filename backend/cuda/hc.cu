@@ -11,6 +11,11 @@
 // per-row ticket (atomicAdd after a fence) elects the last block of the row, which runs the
 // Sinkhorn (pre) or the sigmoid weights (collapse) and the weighted stream sum; it resets the
 // ticket, so the counters are zero between calls. flat is not written (nothing reads it).
+// Layout, staged (tickets given, HcKernel::kStaged; DS4_CUDA_HC_FUSED=2): ONE launch, grid
+// (rows, output groups of 1 (decode) or 4 (batches)); each block copies the row x and its
+// weight rows to shared memory with cp.async at once, runs the statistic as x's parts arrive
+// (lanes64.cuh's staged_scale), then one dot chain per thread from shared memory; the same
+// ticket, the Sinkhorn in registers (n_hc = 4), the stream sum from the staged x.
 // Layout, three launches (tickets nullptr; DS4_CUDA_HC_FUSED=0): the tested launchers of
 // cuda_kernels.h (rms_norm unweighted -> flat, matvec_f16 -> mix), then the finish kernel.
 // The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on one warp, a lane per HC
@@ -21,6 +26,7 @@
 // caller), asynchronous on the stream; a fused launch covers at most kHcTicketRows rows (more
 // rows: several launches in stream order, each leaving its counters zero).
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/lanes64.cuh"
 #include "backend/row_math.h"
 #include "backend/cuda/ops.h"
@@ -42,8 +48,8 @@ unsigned chunks(int64_t n) { return static_cast<unsigned>((n + kElemsPerBlock - 
 // operation sequence (sequential sums in index order, `1.0f / (sum + eps)` then a multiply);
 // only independent rows or columns run side by side. a = comb [n·n], a[r·n + c]: input r ->
 // output c. Called by all 32 lanes of the warp.
-__device__ void sinkhorn_row_warp(const float* mix, const float* scale, const float* base, int n, int iters,
-                                  float eps, float* pre, float* post, float* a) {
+__device__ void sinkhorn_init_warp(const float* mix, const float* scale, const float* base, int n, float eps,
+                                   float* pre, float* post, float* a) {
   const int k = threadIdx.x & 31;
   const bool on = k < n;
   if (on) {
@@ -69,6 +75,12 @@ __device__ void sinkhorn_row_warp(const float* mix, const float* scale, const fl
     for (int c = 0; c < n; ++c) a[k * n + c] = a[k * n + c] * inv + eps;
   }
   __syncwarp();
+}
+
+// sinkhorn_iterate on the warp (after sinkhorn_init_warp): a lane per row / column.
+__device__ void sinkhorn_iterate_warp(int n, int iters, float eps, float* a) {
+  const int k = threadIdx.x & 31;
+  const bool on = k < n;
   auto col_norm = [&]() {
     if (on) {
       float sum = 0.0f;
@@ -89,6 +101,52 @@ __device__ void sinkhorn_row_warp(const float* mix, const float* scale, const fl
     __syncwarp();
     col_norm();
   }
+}
+
+__device__ void sinkhorn_row_warp(const float* mix, const float* scale, const float* base, int n, int iters,
+                                  float eps, float* pre, float* post, float* a) {
+  sinkhorn_init_warp(mix, scale, base, n, eps, pre, post, a);
+  sinkhorn_iterate_warp(n, iters, eps, a);
+}
+
+// sinkhorn_iterate for n = kN with the whole matrix in registers (the staged kernel's form):
+// every lane of the calling warp runs it (the same values; no exchange, no barrier per phase),
+// lane 0 writes a back. Each value gets the scalar form's operation sequence.
+template <int kN>
+__device__ void sinkhorn_iterate_regs(int iters, float eps, float* a) {
+  float v[kN * kN];
+#pragma unroll
+  for (int e = 0; e < kN * kN; ++e) v[e] = a[e];
+  __syncwarp();
+  auto col_norm = [&]() {
+#pragma unroll
+    for (int c = 0; c < kN; ++c) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kN; ++r) sum += v[r * kN + c];
+      const float inv = 1.0f / (sum + eps);
+#pragma unroll
+      for (int r = 0; r < kN; ++r) v[r * kN + c] *= inv;
+    }
+  };
+  col_norm();
+  for (int it = 1; it < iters; ++it) {
+#pragma unroll
+    for (int r = 0; r < kN; ++r) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kN; ++c) sum += v[r * kN + c];
+      const float inv = 1.0f / (sum + eps);
+#pragma unroll
+      for (int c = 0; c < kN; ++c) v[r * kN + c] *= inv;
+    }
+    col_norm();
+  }
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int e = 0; e < kN * kN; ++e) a[e] = v[e];
+  }
+  __syncwarp();
 }
 
 // grid (n_rows, chunks of n_embd). Sinkhorn on warp 0 into shared memory, then the
@@ -308,6 +366,145 @@ __global__ void __launch_bounds__(kMaxPairs * kPair) hc_fused_kernel(const Fused
   }
 }
 
+// ---- Staged: one launch per call, the row in shared memory ----------------------------------
+
+constexpr int kStagedThreads = 256;
+constexpr int kMaxOuts = 4;                    // mix outputs per block at most (64 chains each)
+constexpr int kStagedSmemMax = 200 * 1024;     // dynamic shared memory a block may take
+
+__host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+// Dynamic shared memory of a staged block: the row x (f32, n rounded up to 4) and `outs`
+// weight rows (f16, n rounded up to 8, so each starts 16-byte aligned).
+size_t staged_smem(int64_t n, int outs) {
+  return 4 * static_cast<size_t>(round_up(static_cast<int>(n), 4)) +
+         2 * static_cast<size_t>(outs) * static_cast<size_t>(round_up(static_cast<int>(n), 8));
+}
+
+// grid (rows, ceil(mix_dim / outs)), kStagedThreads threads. Block (row, g):
+//  1. copies the row x to shared memory (kStageParts cp.async groups) and its weight rows
+//     o = g·outs + q (a fifth group; 16-byte copies, or plain loads for rows not 16-byte
+//     aligned);
+//  2. runs the RMS statistic (lanes64.cuh's staged_scale) as x's parts arrive;
+//  3. runs the outs · 64 dot chains of matvec_f16's order, one per thread (thread 64q + l:
+//     output q, lane partial l, i = l, l + 64, ... < n: acc + f16(w[i])·(x[i]·scale)), from
+//     shared memory, then the tree per output on one warp each;
+//  4. the ticket as in hc_fused_kernel; the row's last block runs the Sinkhorn (registers
+//     for n_hc = 4) or the sigmoid weights, and the stream sum from its staged x.
+template <HcKind kKind>
+__global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs) {
+  extern __shared__ __align__(16) unsigned char dyn[];
+  __shared__ double sq_s[64];
+  __shared__ float dot_s[kMaxOuts][64];
+  __shared__ float s_scale;
+  __shared__ bool s_last;
+  __shared__ float mix_s[kMaxMix];
+  __shared__ float w_s[backend::rowmath::kMaxHc];
+  __shared__ float post_s[backend::rowmath::kMaxHc];
+  __shared__ float comb_s[backend::rowmath::kMaxHc * backend::rowmath::kMaxHc];
+  const int tid = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const int n = a.n_hc * static_cast<int>(a.n_embd);
+  const int n8 = round_up(n, 8);
+  float* xs = reinterpret_cast<float*>(dyn);                             // [n4]
+  uint16_t* ws = reinterpret_cast<uint16_t*>(dyn + 4 * round_up(n, 4));  // [outs][n8]
+  const float* xr = a.x + row * n;
+  const int o0 = static_cast<int>(blockIdx.y) * outs;
+
+  // 1. Stage x (parts first: the statistic waits on them), then the weight rows.
+  const int part = detail::stage_part(n);
+  const bool xvec = reinterpret_cast<uintptr_t>(xr) % 16 == 0;
+#pragma unroll
+  for (int c = 0; c < detail::kStageParts; ++c) {
+    const int lo = c * part < n ? c * part : n;
+    detail::stage_f32(xs, xr, lo, lo + part < n ? lo + part : n, xvec);
+    cp_async_commit();
+  }
+  for (int q = 0; q < outs; ++q) {
+    const int o = o0 + q;
+    if (o >= a.mix_dim) break;
+    const uint8_t* wb = a.fn + static_cast<size_t>(o) * a.fn_row_bytes;
+    const uint16_t* wrow = reinterpret_cast<const uint16_t*>(wb);
+    uint16_t* dst = ws + q * n8;
+    int s = 0;
+    if (reinterpret_cast<uintptr_t>(wb) % 16 == 0) {
+      const int c1 = n / 8;
+      for (int c = tid; c < c1; c += kStagedThreads) cp_async16_cg(dst + 8 * c, wrow + 8 * c);
+      s = c1 * 8;
+    }
+    for (int i = s + tid; i < n; i += kStagedThreads) dst[i] = __ldg(wrow + i);
+  }
+  cp_async_commit();
+
+  // 2. The statistic.
+  const float scale = detail::staged_scale(xs, n, a.norm_eps, detail::kStageParts + 1, sq_s, &s_scale);
+  cp_async_wait_all();  // the weight rows
+  __syncthreads();
+
+  // 3. One dot chain per thread.
+  const int q = tid >> 6, l = tid & 63;
+  if (q < outs && o0 + q < a.mix_dim) {
+    const uint16_t* wq = ws + q * n8;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int i = l; i < n; i += 64) acc = detail::dot_step(acc, detail::f16_to_f32(wq[i]), __fmul_rn(xs[i], scale));
+    dot_s[q][l] = acc;
+  }
+  __syncthreads();
+  {
+    const int wq = tid >> 5, lane = tid & 31;
+    if (wq < outs && o0 + wq < a.mix_dim) {  // uniform over the warp
+      const float m = detail::tree64(dot_s[wq][lane], dot_s[wq][lane + 32]);
+      if (lane == 0) {
+        a.mix[row * a.mix_dim + o0 + wq] = m;
+        __threadfence();
+      }
+    }
+  }
+
+  // 4. The ticket (as hc_fused_kernel), then the last block finishes the row.
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    const unsigned prev = atomicAdd(a.tickets + row, 1u);
+    s_last = prev == gridDim.y - 1;
+    if (s_last) {
+      __threadfence();
+      a.tickets[row] = 0u;
+    }
+  }
+  __syncthreads();
+  if (!s_last) return;
+  for (int i = tid; i < a.mix_dim; i += kStagedThreads) mix_s[i] = __ldcg(a.mix + row * a.mix_dim + i);
+  __syncthreads();
+  const int nh = a.n_hc;
+  if constexpr (kKind == HcKind::kPre) {
+    const int nn = nh * nh;
+    if (tid < 32) {
+      sinkhorn_init_warp(mix_s, a.scale3, a.base, nh, a.hc_eps, w_s, post_s, comb_s);
+      if (nh == 4) {
+        sinkhorn_iterate_regs<4>(a.iters, a.hc_eps, comb_s);
+      } else {
+        sinkhorn_iterate_warp(nh, a.iters, a.hc_eps, comb_s);
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < nh; i += kStagedThreads) a.post[row * nh + i] = post_s[i];
+    for (int i = tid; i < nn; i += kStagedThreads) a.comb[row * nn + i] = comb_s[i];
+  } else {
+    if (tid < nh) w_s[tid] = detmath::sigmoid_f32(mix_s[tid] * a.scale1 + a.base[tid]) + a.hc_eps;
+    __syncthreads();
+  }
+  // y[d] = 0 + w[0]·x[0][d] + w[1]·x[1][d] + ... (x from shared memory).
+  const int E = static_cast<int>(a.n_embd);
+  float* yr = a.y + row * a.n_embd;
+  for (int d = tid; d < E; d += kStagedThreads) {
+    float acc = 0.0f;
+    for (int h = 0; h < nh; ++h) acc = acc + w_s[h] * xs[h * E + d];
+    yr[d] = acc;
+  }
+}
+
 Status hc_shape_error(const char* op, int n_hc, int64_t n_embd, int n_rows, const char* why) {
   return invalid_argument("cuda: %s: unsupported shape (n_hc %d, n_embd %lld, rows %d): %s", op, n_hc,
                           static_cast<long long>(n_embd), n_rows, why);
@@ -369,9 +566,46 @@ Status launch_fused(const char* op, const FusedArgs& a, int n_rows, Stream strea
   return Status();
 }
 
+// The staged kernel over n_rows rows (a's pointers those of row 0): one output per block in
+// decode (rows <= 8: the most blocks, the shortest chains per block), four for batches (fewer
+// copies of each row); fewer where the shared memory would not hold them. A row too long for
+// one output per block runs the fused kernel instead.
+template <HcKind kKind>
+Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stream) {
+  const int64_t hc_dim = static_cast<int64_t>(a.n_hc) * a.n_embd;
+  static const bool attr_ok = [] {  // > 48 KB of dynamic shared memory: the opt-in, once
+    const cudaError_t e =
+        cudaFuncSetAttribute(hc_staged_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedSmemMax);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess;
+  }();
+  int outs = n_rows <= 8 ? 1 : kMaxOuts;
+  if (outs > a.mix_dim) outs = a.mix_dim;
+  while (outs > 1 && staged_smem(hc_dim, outs) > static_cast<size_t>(kStagedSmemMax)) outs /= 2;
+  if (!attr_ok || hc_dim > (int64_t{1} << 24) || staged_smem(hc_dim, outs) > static_cast<size_t>(kStagedSmemMax))
+    return launch_fused<kKind>(op, a, n_rows, stream);
+  const size_t smem = staged_smem(hc_dim, outs);
+  const unsigned groups = static_cast<unsigned>((a.mix_dim + outs - 1) / outs);
+  for (int r0 = 0; r0 < n_rows; r0 += kHcTicketRows) {
+    const int rr = n_rows - r0 < kHcTicketRows ? n_rows - r0 : kHcTicketRows;
+    FusedArgs b = a;
+    b.x += r0 * hc_dim;
+    b.mix += static_cast<int64_t>(r0) * a.mix_dim;
+    b.y += r0 * a.n_embd;
+    if constexpr (kKind == HcKind::kPre) {
+      b.post += static_cast<int64_t>(r0) * a.n_hc;
+      b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
+    }
+    hc_staged_kernel<kKind><<<dim3(static_cast<unsigned>(rr), groups), kStagedThreads, smem, stream>>>(b, outs);
+    const Status s = launch_status(op, hc_dim, a.mix_dim, rr);
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
 }  // namespace
 
-Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets) {
+Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets, HcKernel kernel) {
   if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_pre", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
@@ -382,6 +616,7 @@ Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets) {
     const FusedArgs a{p.x,      static_cast<const uint8_t*>(p.fn.data), p.fn.row_bytes, p.base, p.scale, 0.0f,
                       p.n_hc,   p.n_embd, static_cast<int>(mix_dim), p.sinkhorn_iters, p.norm_eps, p.hc_eps,
                       p.mix,    p.y,      p.post, p.comb, tickets};
+    if (kernel == HcKernel::kStaged) return launch_staged<HcKind::kPre>("hc_pre (staged)", a, p.n_rows, stream);
     return launch_fused<HcKind::kPre>("hc_pre (fused)", a, p.n_rows, stream);
   }
   Status s = norm_and_mix("hc_pre", p.x, p.fn, p.n_hc, p.n_embd, p.n_rows, p.norm_eps, p.flat, p.mix, mix_dim,
@@ -402,7 +637,7 @@ Status hc_post(const backend::HcPostParams& p, Stream stream) {
   return launch_status("hc_post", p.n_hc * p.n_embd, p.n_hc * p.n_embd, p.n_rows);
 }
 
-Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets) {
+Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets, HcKernel kernel) {
   if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_collapse", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
@@ -411,6 +646,8 @@ Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* 
     if (!s.ok()) return s;
     const FusedArgs a{p.x,    static_cast<const uint8_t*>(p.fn.data), p.fn.row_bytes, p.base, nullptr, p.scale,
                       p.n_hc, p.n_embd, p.n_hc, 0, p.norm_eps, p.hc_eps, p.mix, p.y, nullptr, nullptr, tickets};
+    if (kernel == HcKernel::kStaged)
+      return launch_staged<HcKind::kCollapse>("hc_collapse (staged)", a, p.n_rows, stream);
     return launch_fused<HcKind::kCollapse>("hc_collapse (fused)", a, p.n_rows, stream);
   }
   Status s = norm_and_mix("hc_collapse", p.x, p.fn, p.n_hc, p.n_embd, p.n_rows, p.norm_eps, p.flat, p.mix,

@@ -5,6 +5,12 @@
 // their bits cannot drift apart. A reduction over n elements keeps 64 partials: partial l sums
 // the elements i ≡ l mod 64 in increasing i (the n % 64 tail included), then the halving tree
 // 32, 16, 8, 4, 2, 1 adds p[l + h] into p[l].
+// Staged rows (reduce.cu's staged rms_norm, hc.cu's staged HC kernel): the block copies the
+// row into shared memory with cp.async in kStageParts parts (one commit group each, part c
+// covers [c·part, (c+1)·part), part ≡ 0 mod 64), and the 64 sum-of-squares chains run on
+// lanes 0-15 of warps 0-3 (chain l on thread (l / 16)·32 + l % 16, so the f32 -> f64
+// conversions, 16 per clock per SM, spread over the four sub-partitions) while later parts
+// are still on their way.
 // Invariants: every operation is separately rounded (__dmul_rn / __dadd_rn, __fmul_rn /
 // __fadd_rn: nothing for the compiler to contract); tree64 is called by all 32 lanes of a
 // warp, lane t holding p[t] and p[t + 32], and its result is valid on lane 0.
@@ -15,6 +21,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cp_async.cuh"
 
 namespace ds4::cuda::detail {
 
@@ -45,6 +52,81 @@ __device__ __forceinline__ float tree64(float lo, float hi) {
 // rms_norm_row's scale from the row's sum of squares: 1 / sqrt(float(sumsq / n) + eps).
 __device__ __forceinline__ float rms_scale(double sumsq, int64_t n, float eps) {
   return 1.0f / sqrtf(static_cast<float>(sumsq / static_cast<double>(n)) + eps);
+}
+
+// ---- Staged rows --------------------------------------------------------------------------
+
+inline constexpr int kStageParts = 4;  // cp.async groups of a staged row (x); callers add one
+
+// Elements per part: ceil(n / kStageParts) rounded up to a multiple of 64 (parts start on a
+// lane-0 element, and on a 16-byte boundary of the row).
+__host__ __device__ inline int stage_part(int n) { return ((n + 64 * kStageParts - 1) / (64 * kStageParts)) * 64; }
+
+// The statistic's threads: chain l on thread (l / 16)·32 + l % 16 (blockDim >= 128).
+__device__ __forceinline__ bool stat_thread(int tid) { return tid < 128 && (tid & 31) < 16; }
+__device__ __forceinline__ int stat_lane(int tid) { return (tid & 15) + 16 * (tid >> 5); }
+
+// Floats [lo, hi) of src (global) to dst (shared, same indices) by the block's threads, with
+// cp.async: 16-byte copies when vec (src 16-byte aligned, dst too, lo ≡ 0 mod 4), 4-byte
+// copies otherwise and for the last hi % 4. The caller commits the group.
+__device__ __forceinline__ void stage_f32(float* dst, const float* src, int lo, int hi, bool vec) {
+  int s = lo;
+  if (vec) {
+    const int q1 = hi / 4;
+    for (int q = lo / 4 + static_cast<int>(threadIdx.x); q < q1; q += static_cast<int>(blockDim.x))
+      cp_async16_cg(dst + 4 * q, src + 4 * q);
+    s = q1 * 4;
+  }
+  for (int i = s + static_cast<int>(threadIdx.x); i < hi; i += static_cast<int>(blockDim.x)) cp_async4(dst + i, src + i);
+}
+
+// Waits until at most `pending` (0..4) of this thread's cp.async groups are outstanding.
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  switch (pending) {
+    case 0: cp_async_wait_group<0>(); break;
+    case 1: cp_async_wait_group<1>(); break;
+    case 2: cp_async_wait_group<2>(); break;
+    case 3: cp_async_wait_group<3>(); break;
+    default: cp_async_wait_group<4>(); break;
+  }
+}
+
+// Lane l's sum-of-squares steps over the staged elements [lo, hi) (lo ≡ 0 mod 64), in
+// increasing i: the chain's next stretch of quant::sumsq_f64's order.
+__device__ __forceinline__ double sumsq_range(double p, const float* xs, int lo, int hi, int l) {
+#pragma unroll 8
+  for (int i = lo + l; i < hi; i += 64) p = sumsq_step(p, xs[i]);
+  return p;
+}
+
+// The staged statistic of a row whose parts were committed as the first kStageParts of
+// `groups` cp.async groups (the rest are the caller's, still in flight on return): waits for
+// each part in turn and runs the chains over it, then the tree; returns rms_scale on every
+// thread. Called by all threads of the block (barriers); sq_s: 64 doubles of shared memory,
+// s_scale: one float.
+__device__ __forceinline__ float staged_scale(const float* xs, int n, float eps, int groups, double* sq_s,
+                                              float* s_scale) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const bool st = stat_thread(tid);
+  const int l = stat_lane(tid);
+  const int part = stage_part(n);
+  double p = 0.0;
+#pragma unroll
+  for (int c = 0; c < kStageParts; ++c) {
+    cp_async_wait_pending(groups - 1 - c);
+    __syncthreads();
+    const int lo = c * part < n ? c * part : n;
+    const int hi = lo + part < n ? lo + part : n;
+    if (st) p = sumsq_range(p, xs, lo, hi, l);
+  }
+  if (st) sq_s[l] = p;
+  __syncthreads();
+  if (tid < 32) {
+    const double s = tree64(sq_s[tid], sq_s[tid + 32]);
+    if (tid == 0) *s_scale = rms_scale(s, n, eps);
+  }
+  __syncthreads();
+  return *s_scale;
 }
 
 }  // namespace ds4::cuda::detail

@@ -7,11 +7,16 @@
 // the n % 64 tail included (each tail element is its lane's last step): the same sequence of
 // separately rounded products and sums as the CPU's lanes. Matrices of >= 4096 rows read each
 // weight from DRAM once per call (tiles staged in shared memory by the whole CTA serve all r
-// rows); narrower ones run one CTA per (output row, activation row). Then the
+// rows); narrower ones run one CTA per (output row, activation row): by default staged (the
+// whole x row and weight row copied to shared memory by cp.async at once, in kStageParts
+// groups; the 64 lane chains on 64 threads of four warps, each part summed as it lands; rows
+// up to kDenseStagedSmem), else (DenseNarrowKernel::kTiled, longer rows) in 2,048-column tiles,
+// one in flight while warp 0 sums the other. Then the
 // halving tree: h = 32 inside the thread (p[t] + p[t+32]), h = 16, 8, 4, 2, 1 by shuffles
 // (lane t gets p[t+h]): lanes64.cuh's dot_step and tree64. --fmad=false keeps mul and add apart.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/lanes64.cuh"
 
 namespace ds4::cuda {
@@ -200,6 +205,98 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
     if (k < r) y[k * ys + o] = p0[k];
 }
 
+// ---- Narrow matrices, staged ------------------------------------------------------------------
+
+constexpr int kDenseStagedThreads = 128;
+constexpr int kDenseStagedSmem = 200 * 1024;  // dynamic shared memory a CTA may take
+
+__host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+// x (f32, n rounded up to 4) then the weight row (n rounded up to 8 halves, or to 4 floats).
+size_t dense_staged_smem(bool f16, int64_t n) {
+  const int ni = static_cast<int>(n);
+  return 4 * static_cast<size_t>(round_up(ni, 4)) + (f16 ? 2 * static_cast<size_t>(round_up(ni, 8))
+                                                         : 4 * static_cast<size_t>(round_up(ni, 4)));
+}
+
+// F16 weights [lo, hi) of src to dst (same indices): 16-byte cp.async copies when vec (lo ≡ 0
+// mod 8), plain loads for the rest (a row that is not 16-byte aligned, the last hi % 8).
+__device__ __forceinline__ void stage_f16(uint16_t* dst, const uint16_t* src, int lo, int hi, bool vec) {
+  int s = lo;
+  if (vec) {
+    const int c1 = hi / 8;
+    for (int c = lo / 8 + static_cast<int>(threadIdx.x); c < c1; c += static_cast<int>(blockDim.x))
+      cp_async16_cg(dst + 8 * c, src + 8 * c);
+    s = c1 * 8;
+  }
+  for (int i = s + static_cast<int>(threadIdx.x); i < hi; i += static_cast<int>(blockDim.x)) dst[i] = __ldg(src + i);
+}
+
+// grid (n_out, r): CTA (o, k) computes y[k][o] = dot(w row o, x row k).
+template <bool kF16>
+__global__ void __launch_bounds__(kDenseStagedThreads) dense_staged_kernel(const uint8_t* __restrict__ w,
+                                                                           size_t row_bytes, int n,
+                                                                           const float* __restrict__ x, int64_t xs,
+                                                                           float* __restrict__ y, int64_t ys) {
+  extern __shared__ __align__(16) unsigned char dyn[];
+  __shared__ float p_s[64];
+  const int tid = threadIdx.x;
+  const int64_t o = blockIdx.x;
+  x += static_cast<int64_t>(blockIdx.y) * xs;
+  y += static_cast<int64_t>(blockIdx.y) * ys;
+  float* xsm = reinterpret_cast<float*>(dyn);  // [n4]
+  unsigned char* wsm = dyn + 4 * round_up(n, 4);
+  const uint8_t* wr = w + o * row_bytes;
+  const bool xvec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool wvec = reinterpret_cast<uintptr_t>(wr) % 16 == 0;
+  const int part = detail::stage_part(n);
+#pragma unroll
+  for (int c = 0; c < detail::kStageParts; ++c) {
+    const int lo = c * part < n ? c * part : n;
+    const int hi = lo + part < n ? lo + part : n;
+    detail::stage_f32(xsm, x, lo, hi, xvec);
+    if constexpr (kF16) {
+      stage_f16(reinterpret_cast<uint16_t*>(wsm), reinterpret_cast<const uint16_t*>(wr), lo, hi, wvec);
+    } else {
+      detail::stage_f32(reinterpret_cast<float*>(wsm), reinterpret_cast<const float*>(wr), lo, hi, wvec);
+    }
+    cp_async_commit();
+  }
+  const bool st = detail::stat_thread(tid);
+  const int l = detail::stat_lane(tid);
+  float acc = 0.0f;
+#pragma unroll
+  for (int c = 0; c < detail::kStageParts; ++c) {
+    detail::cp_async_wait_pending(detail::kStageParts - 1 - c);
+    __syncthreads();
+    const int lo = c * part < n ? c * part : n;
+    const int hi = lo + part < n ? lo + part : n;
+    if (st) {
+#pragma unroll 8
+      for (int i = lo + l; i < hi; i += 64) acc = detail::dot_step(acc, load_w1<kF16>(wsm, i), xsm[i]);
+    }
+  }
+  if (st) p_s[l] = acc;
+  __syncthreads();
+  if (tid < 32) {
+    const float v = detail::tree64(p_s[tid], p_s[tid + 32]);
+    if (tid == 0) y[o] = v;
+  }
+}
+
+DenseNarrowKernel g_narrow = DenseNarrowKernel::kStaged;
+
+template <bool kF16>
+bool dense_staged_ready() {  // > 48 KB of dynamic shared memory: the opt-in, once per process
+  static const bool ok = [] {
+    const cudaError_t e = cudaFuncSetAttribute(dense_staged_kernel<kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               kDenseStagedSmem);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess;
+  }();
+  return ok;
+}
+
 template <bool kF16>
 Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int r, float* y, int64_t ys,
               Stream stream) {
@@ -227,6 +324,11 @@ Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int 
       const unsigned grid = static_cast<unsigned>((w.n_out + 7) / 8);
       dense_matvec_kernel<kF16, 8, kMaxRows><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs,
                                                                       rr, yk, ys, w_vec, x_vec);
+    } else if (g_narrow == DenseNarrowKernel::kStaged && w.n_in > 0 &&
+               dense_staged_smem(kF16, w.n_in) <= static_cast<size_t>(kDenseStagedSmem) && dense_staged_ready<kF16>()) {
+      const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
+      dense_staged_kernel<kF16><<<grid, kDenseStagedThreads, dense_staged_smem(kF16, w.n_in), stream>>>(
+          wp, w.row_bytes, static_cast<int>(w.n_in), xk, xs, yk, ys);
     } else {
       const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
       dense_matvec_kernel<kF16, 1, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, 1, yk,
@@ -248,5 +350,8 @@ Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, flo
                   Stream stream) {
   return launch<false>("matvec_f32", w, x, x_stride, r, y, y_stride, stream);
 }
+
+void set_dense_narrow_kernel(DenseNarrowKernel k) { g_narrow = k; }
+DenseNarrowKernel dense_narrow_kernel() { return g_narrow; }
 
 }  // namespace ds4::cuda

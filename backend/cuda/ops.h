@@ -53,11 +53,17 @@ Status rms_norm(const backend::RmsNormParams& p, Stream stream);
 // before the first call; CudaBackend allocates them once) ONE fused launch per kHcTicketRows
 // rows, leaving the counters zero and p.flat unwritten; calls sharing the counters must be
 // ordered (one stream). nullptr: the three-launch path (rms_norm -> flat, matvec_f16 -> mix,
-// finish), kept for A/B (DS4_CUDA_HC_FUSED=0). Same bits either way (mix included).
+// finish), kept for A/B (DS4_CUDA_HC_FUSED=0). With tickets, `kernel` picks the one-launch
+// kernel: kFused (DS4_CUDA_HC_FUSED=1: the row read from global memory as the chains go) or
+// kStaged (=2: the row and the block's weight rows copied to shared memory at once, one dot
+// chain per thread). Same bits on every path (mix included).
 inline constexpr int kHcTicketRows = 4096;
-Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets = nullptr);
+enum class HcKernel { kFused, kStaged };
+Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets = nullptr,
+              HcKernel kernel = HcKernel::kFused);
 Status hc_post(const backend::HcPostParams& p, Stream stream);
-Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets = nullptr);
+Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets = nullptr,
+                   HcKernel kernel = HcKernel::kFused);
 
 // ---- elementwise.cu ------------------------------------------------------------------------
 Status embed(const backend::EmbedParams& p, Stream stream);

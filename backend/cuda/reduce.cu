@@ -4,12 +4,14 @@
 // argmax op with a margin (elementwise.cu) runs top_two_rows.
 // rms_norm: bit-identical to backend/cpu's rms_norm_row. Its statistic is quant::sumsq_f64's
 // 64-lane order: 64 double partials (p[l] sums x[i]² for i ≡ l mod 64 in increasing i, the
-// n % 64 tail included), then the halving tree 32, 16, 8, 4, 2, 1. One CTA per row: all its
-// threads stage the row through shared memory in coalesced chunks (the next chunk in flight
-// while the current one is summed), warp 0's lane t runs partials t and t + 32 (h = 32 of the
-// tree in-thread, the rest by shuffles: lanes64.cuh's pieces, shared with hc.cu's fused HC
-// kernels); the scale and the elementwise products then run on every thread. Rows are
-// independent, so r rows cost about what one does.
+// n % 64 tail included), then the halving tree 32, 16, 8, 4, 2, 1. One CTA per row. Staged
+// kernel (the default, rows up to kStagedMax): the whole row (and the weights) go to shared
+// memory by cp.async at once, in kStageParts groups, and the 64 chains run on 64 threads of
+// four warps as the parts arrive (lanes64.cuh's staged_scale); then every thread writes
+// x·scale(·w) from shared memory, 16 bytes at a time. Chunked kernel (RmsNormKernel::kChunked,
+// and longer rows): the row goes through shared memory in 2,048-float chunks, the next in
+// flight while warp 0 (lane t: partials t and t + 32) sums the current one.
+// Rows are independent, so r rows cost about what one does.
 // top_two: core/reduce.h's definition. The maximum, the second maximum (counting ties) and
 // the first index holding the maximum are order-free over non-NaN values, so a tree over
 // (top1, top2, first id) pairs gives the scalar loop's id and margin bit for bit (signed
@@ -19,6 +21,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/lanes64.cuh"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/ops.h"
 
 namespace ds4::cuda {
@@ -94,6 +97,63 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
     for (int64_t i = tid; i < n; i += kNormThreads) orow[i] = xr[i] * scale;
   }
 }
+
+// The staged form (see the header): at most kStagedMax floats a row, 16 KB of x (and 16 KB of
+// w) per 4,096 columns in dynamic shared memory.
+constexpr int kStagedMax = 16384;
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x, const float* __restrict__ w,
+                                                                       float* out, int n, int64_t stride, float eps) {
+  extern __shared__ __align__(16) float dyn[];
+  __shared__ double sq_s[64];
+  __shared__ float s_scale;
+  const int n4 = (n + 3) / 4 * 4;
+  float* xs = dyn;        // [n4] the row
+  float* wsm = dyn + n4;  // [n4] the weights (w given)
+  const int tid = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * stride;
+  const bool xvec = reinterpret_cast<uintptr_t>(xr) % 16 == 0;
+  const int part = detail::stage_part(n);
+#pragma unroll
+  for (int c = 0; c < detail::kStageParts; ++c) {
+    const int lo = c * part < n ? c * part : n;
+    detail::stage_f32(xs, xr, lo, lo + part < n ? lo + part : n, xvec);
+    cp_async_commit();
+  }
+  if (w != nullptr) detail::stage_f32(wsm, w, 0, n, reinterpret_cast<uintptr_t>(w) % 16 == 0);
+  cp_async_commit();
+  const float scale = detail::staged_scale(xs, n, eps, detail::kStageParts + 1, sq_s, &s_scale);
+  cp_async_wait_all();  // the weights
+  __syncthreads();
+  float* orow = out + row * stride;
+  int s = 0;  // first element of the scalar remainder
+  if (reinterpret_cast<uintptr_t>(orow) % 16 == 0) {
+    const int q1 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(xs);
+    const float4* w4 = reinterpret_cast<const float4*>(wsm);
+    float4* o4 = reinterpret_cast<float4*>(orow);
+    if (w != nullptr) {
+      for (int q = tid; q < q1; q += kNormThreads) {
+        const float4 a = x4[q], b = w4[q];
+        o4[q] = make_float4(a.x * scale * b.x, a.y * scale * b.y, a.z * scale * b.z, a.w * scale * b.w);
+      }
+    } else {
+      for (int q = tid; q < q1; q += kNormThreads) {
+        const float4 a = x4[q];
+        o4[q] = make_float4(a.x * scale, a.y * scale, a.z * scale, a.w * scale);
+      }
+    }
+    s = q1 * 4;
+  }
+  if (w != nullptr) {
+    for (int i = s + tid; i < n; i += kNormThreads) orow[i] = xs[i] * scale * wsm[i];
+  } else {
+    for (int i = s + tid; i < n; i += kNormThreads) orow[i] = xs[i] * scale;
+  }
+}
+
+RmsNormKernel g_norm_kernel = RmsNormKernel::kStaged;
 
 struct Top {
   float t1, t2;  // largest and second largest non-NaN value (ties counted), -inf when none
@@ -359,9 +419,27 @@ Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int6
     return invalid_argument("cuda: rms_norm: bad shape (n %lld > 0, stride %lld >= n, rows %d)",
                             static_cast<long long>(n), static_cast<long long>(stride), n_rows);
   if (n_rows == 0) return Status();
+  // More than 48 KB of dynamic shared memory needs the opt-in (once per process; one device).
+  // Should it fail, the chunked kernel runs.
+  static const bool staged_ok = [] {
+    const cudaError_t e = cudaFuncSetAttribute(rms_norm_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               2 * kStagedMax * static_cast<int>(sizeof(float)));
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess;
+  }();
+  if (staged_ok && g_norm_kernel == RmsNormKernel::kStaged && n <= kStagedMax) {
+    const int ni = static_cast<int>(n);
+    const size_t smem = sizeof(float) * static_cast<size_t>((ni + 3) / 4 * 4) * (weight != nullptr ? 2 : 1);
+    rms_norm_staged_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, smem, stream>>>(x, weight, out, ni, stride,
+                                                                                          eps);
+    return launch_status("rms_norm", n, n, n_rows);
+  }
   rms_norm_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, 0, stream>>>(x, weight, out, n, stride, eps);
   return launch_status("rms_norm", n, n, n_rows);
 }
+
+void set_rms_norm_kernel(RmsNormKernel k) { g_norm_kernel = k; }
+RmsNormKernel rms_norm_kernel_choice() { return g_norm_kernel; }
 
 Status top_two(const float* logits, int64_t n, int32_t excluded, TopTwoResult* out, Stream stream) {
   if (n < 0 || n > INT32_MAX) return invalid_argument("cuda: top_two: bad row length %lld", static_cast<long long>(n));

@@ -428,7 +428,10 @@ int main(int argc, char** argv) {
     // staged kernel quantizing the row itself (kStaged: one launch), " mm unfused"
     // quantize_q8_0_act then the staged kernel (kStagedPrequant: two), and the staged kernel
     // alone on quantized rows (" staged": kStaged).
-    const int variants = c.type == GgmlType::kQ8_0 ? 6 : 1;
+    // F16 / F32 twice: as dispatched (narrow matrices: the staged kernel) and " tiled"
+    // (DenseNarrowKernel::kTiled, the kernel before; the same for >= 4096 rows).
+    const bool dense = c.type == GgmlType::kF16 || c.type == GgmlType::kF32;
+    const int variants = c.type == GgmlType::kQ8_0 ? 6 : dense ? 2 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
       if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
@@ -436,6 +439,8 @@ int main(int argc, char** argv) {
       if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
       if (v == 3 || v == 5) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStaged);
       if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
+      const cuda::DenseNarrowKernel narrow_saved = cuda::dense_narrow_kernel();
+      if (dense && v == 1) cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
         if (v == 3 || v == 4) {
@@ -466,9 +471,10 @@ int main(int argc, char** argv) {
       };
       const double t = time_per_call(fn, std::max(copies, 8));
       cuda::set_q8_0_r1_kernel(r1_saved);
+      cuda::set_dense_narrow_kernel(narrow_saved);
       const double gbs = bytes / t / 1e9;
       const char* const kVariant[] = {"", " mma", " old", " mm fused", " mm unfused", " staged"};
-      const std::string label = std::string(c.name) + kVariant[v];
+      const std::string label = std::string(c.name) + (dense && v == 1 ? " tiled" : kVariant[v]);
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }
     for (void* p : w) CK(cudaFree(p));
@@ -506,12 +512,24 @@ int main(int argc, char** argv) {
     ok(cuda::quantize_q8_k_act(x, 4096, 8, 4096, static_cast<quant::BlockQ8K*>(q), 16));
   });
   float* out = x + (size_t{64} << 20);
-  small("rms_norm 4096 x1", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 1, 1e-6f)); });
-  small("rms_norm 4096 x8", [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 8, 1e-6f)); });
-  small("rms_norm 16384 x1 (hc flatten)", [&](int) { ok(cuda::rms_norm(x, nullptr, out, 16384, 0, 1, 1e-6f)); });
+  // rms_norm: the staged kernel (the default) and the chunked one before it, side by side.
+  {
+    const cuda::RmsNormKernel saved = cuda::rms_norm_kernel_choice();
+    for (const cuda::RmsNormKernel k : {cuda::RmsNormKernel::kStaged, cuda::RmsNormKernel::kChunked}) {
+      cuda::set_rms_norm_kernel(k);
+      const bool st = k == cuda::RmsNormKernel::kStaged;
+      small(st ? "rms_norm 4096 x1 staged" : "rms_norm 4096 x1 chunked",
+            [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 1, 1e-6f)); });
+      small(st ? "rms_norm 4096 x8 staged" : "rms_norm 4096 x8 chunked",
+            [&](int) { ok(cuda::rms_norm(x, x + 8192, out, 4096, 0, 8, 1e-6f)); });
+      small(st ? "rms_norm 16384 x1 (hc flatten) staged" : "rms_norm 16384 x1 (hc flatten) chunked",
+            [&](int) { ok(cuda::rms_norm(x, nullptr, out, 16384, 0, 1, 1e-6f)); });
+    }
+    cuda::set_rms_norm_kernel(saved);
+  }
   // HC pre / collapse at the Flash shape (n_hc 4, n_embd 4096: fn F16 [16384 -> 24] / [-> 4]):
-  // the fused kernel (ops.h, counters given) against the three launches (rms_norm, matvec_f16,
-  // finish). fn rotates over copies (>= 4x the L2, so every call reads it from DRAM, as decode
+  // the one-launch kernels (ops.h, counters given: fused, staged) against the three launches
+  // (rms_norm — the default staged kernel —, matvec_f16, finish). fn rotates over copies (>= 4x the L2, so every call reads it from DRAM, as decode
   // does per layer); x is one buffer (L2-resident, as after hc_post).
   {
     const int nhc = 4;
@@ -555,11 +573,18 @@ int main(int argc, char** argv) {
       }
       for (int r : pre ? std::vector<int>{1, 8} : std::vector<int>{1}) {
         if (!rows_selected(r)) continue;
-        for (bool fused : {true, false}) {
+        // fused, staged, three launches (staged rms_norm and matvec_f16), three launches with the
+        // kernels before (chunked rms_norm, tiled matvec_f16: the path as it was)
+        for (int path = 0; path < 4; ++path) {
+          const bool fused = path < 2;
           const std::string name = std::string(pre ? "hc_pre" : "hc_collapse") + " 4x4096 x" + std::to_string(r) +
-                                   (fused ? " fused" : " 3-launch");
+                                   (path == 0   ? " fused"
+                                    : path == 1 ? " staged"
+                                    : path == 2 ? " 3-launch"
+                                                : " 3-launch old");
           if (!selected(name.c_str())) continue;
           uint32_t* tk = fused ? tickets : nullptr;
+          const cuda::HcKernel hk = path == 1 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
           const ds4::backend::Matrix m{nullptr, GgmlType::kF16, HC, n_out, rb};
           auto fn = [&](int i) {
             if (pre) {
@@ -568,17 +593,25 @@ int main(int argc, char** argv) {
               p.scale = dscale, p.base = dbase;
               p.n_hc = nhc, p.n_embd = E, p.n_rows = r;
               p.flat = dflat, p.mix = dmix, p.y = dy, p.post = dpost, p.comb = dcomb;
-              ok(cuda::hc_pre(p, nullptr, tk));
+              ok(cuda::hc_pre(p, nullptr, tk, hk));
             } else {
               ds4::backend::HcCollapseParams p;
               p.x = dx, p.fn = m, p.fn.data = static_cast<const uint8_t*>(w[i % copies]);
               p.scale = 0.05f, p.base = dbase;
               p.n_hc = nhc, p.n_embd = E, p.n_rows = r;
               p.flat = dflat, p.mix = dmix, p.y = dy;
-              ok(cuda::hc_collapse(p, nullptr, tk));
+              ok(cuda::hc_collapse(p, nullptr, tk, hk));
             }
           };
+          const cuda::RmsNormKernel saved = cuda::rms_norm_kernel_choice();
+          const cuda::DenseNarrowKernel narrow_saved = cuda::dense_narrow_kernel();
+          if (path == 3) {
+            cuda::set_rms_norm_kernel(cuda::RmsNormKernel::kChunked);
+            cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
+          }
           std::printf("%-40s %10.2f\n", name.c_str(), time_per_call(fn, std::max(copies, 50)) * 1e6);
+          cuda::set_rms_norm_kernel(saved);
+          cuda::set_dense_narrow_kernel(narrow_saved);
         }
       }
       for (void* wp : w) CK(cudaFree(wp));

@@ -346,8 +346,15 @@ void dense_case(const Shape& s, int64_t x_stride) {
       kF16 ? "f16" : "f32");
 }
 
+// The narrow shapes (< 4096 rows) run both kernels (set_dense_narrow_kernel): staged and tiled;
+// 40000 columns are past the staged kernel's shared memory (it falls back to the tiled one).
 TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
+  const DenseNarrowKernel saved = dense_narrow_kernel();
+  for (DenseNarrowKernel k : {DenseNarrowKernel::kStaged, DenseNarrowKernel::kTiled}) {
+  set_dense_narrow_kernel(k);
+  SCOPED_TRACE(k == DenseNarrowKernel::kStaged ? "staged" : "tiled");
   dense_case<true>({64, 24}, 64);
+  dense_case<true>({40000, 3}, 40000);
   dense_case<true>({256, 256}, 256);
   dense_case<true>({4096, 24}, 4096);
   dense_case<true>({16384, 24}, 16384);
@@ -356,14 +363,23 @@ TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
   dense_case<true>({127, 9}, 129);     // one 64-lane chunk and a tail of 63
   dense_case<true>({2111, 4096}, 2111);  // wide, tail 63, unaligned rows
   dense_case<true>({1000, 4096}, 1003);
+  }
+  set_dense_narrow_kernel(saved);
 }
 
 TEST_F(CudaKernels, MatvecF32BitsEqualCpuForR1To8) {
+  const DenseNarrowKernel saved = dense_narrow_kernel();
+  for (DenseNarrowKernel k : {DenseNarrowKernel::kStaged, DenseNarrowKernel::kTiled}) {
+  set_dense_narrow_kernel(k);
+  SCOPED_TRACE(k == DenseNarrowKernel::kStaged ? "staged" : "tiled");
   dense_case<false>({64, 24}, 64);
+  dense_case<false>({40000, 3}, 40000);
   dense_case<false>({4096, 24}, 4096);
   dense_case<false>({1030, 9}, 1031);
   dense_case<false>({496, 4099}, 496);
   dense_case<false>({191, 4097}, 193);  // wide, tail 63, unaligned x
+  }
+  set_dense_narrow_kernel(saved);
 }
 
 template <typename Run, typename Dot>
@@ -418,13 +434,23 @@ TEST_F(CudaKernels, MatvecQ4KBitsEqualCpuForR1To8) {
 }
 
 TEST_F(CudaKernels, RmsNormBitsEqualCpu) {
-  // 7: tail only; 2111: a partial last staged chunk ending in a tail of 63 (64-lane order).
-  for (int64_t n : {7, 64, 1000, 2111, 4096, 16384}) {
+  // Both kernels (set_rms_norm_kernel). 7: tail only; 2111: a partial last staged chunk ending
+  // in a tail of 63 (64-lane order); 16385: past the staged kernel's rows (the chunked one
+  // runs). Strides n + 5 (rows after the first not 16-byte aligned: 4-byte copies and scalar
+  // stores) and n (aligned when n is). With 3 rows, rows 1 and 2 hold an inf and a NaN.
+  const RmsNormKernel saved = rms_norm_kernel_choice();
+  for (RmsNormKernel kern : {RmsNormKernel::kStaged, RmsNormKernel::kChunked})
+  for (int64_t n : {7, 64, 1000, 2111, 4096, 16384, 16385}) {
     for (int rows : {1, 3, 9}) {
       for (bool weighted : {false, true}) {
         for (bool in_place : {false, true}) {
-          const int64_t stride = n + 5;
+          set_rms_norm_kernel(kern);
+          const int64_t stride = n + (in_place ? 0 : 5);
           auto x = gaussian(static_cast<size_t>(rows * stride), static_cast<uint32_t>(n + rows), 3.0f);
+          if (rows == 3) {
+            x[static_cast<size_t>(stride + n / 2)] = std::numeric_limits<float>::infinity();
+            x[static_cast<size_t>(2 * stride + n / 3)] = std::numeric_limits<float>::quiet_NaN();
+          }
           const auto w = gaussian(static_cast<size_t>(n), 9);
           std::vector<float> want(x.size(), 0.0f);
           for (int k = 0; k < rows; ++k)
@@ -446,11 +472,14 @@ TEST_F(CudaKernels, RmsNormBitsEqualCpu) {
               w2.push_back(want[k * stride + i]);
             }
           EXPECT_EQ(0u, bit_mismatches(g2.data(), w2.data(), g2.size(),
-                                       "rms_norm n=" + std::to_string(n) + " rows=" + std::to_string(rows)));
+                                       std::string(kern == RmsNormKernel::kStaged ? "staged" : "chunked") +
+                                           " rms_norm n=" + std::to_string(n) + " rows=" + std::to_string(rows) +
+                                           " stride=" + std::to_string(stride)));
         }
       }
     }
   }
+  set_rms_norm_kernel(saved);
 }
 
 TEST_F(CudaKernels, TopTwoEqualsScalarDefinition) {

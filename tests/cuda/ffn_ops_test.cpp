@@ -6,8 +6,8 @@
 // runs the op through backend::make_cpu_backend on host buffers and through the CUDA launcher
 // on device copies, and compares every output's BITS (scratch outputs such as the flattened
 // norm and the mix too), naming the op, the shape, the element and both values on a mismatch.
-// HC pre / collapse run on both paths of ops.h: the three launches and the fused kernel (which
-// must also leave its counters zero and flat unwritten).
+// HC pre / collapse run on every path of ops.h: the three launches and the one-launch fused
+// and staged kernels (which must also leave their counters zero and flat unwritten).
 // matmul_grouped (the grouped output LoRA: one launch pair for all groups) is checked the same
 // way at the Flash shape and odd ones; matmul of one Q8_0 row on every r = 1 path (the default
 // fuses the activation quantization into the staged kernel: one launch, scratch unwritten).
@@ -129,12 +129,14 @@ std::string tag(const char* op, int64_t n_embd, int rows) {
 
 // ---- HC ---------------------------------------------------------------------------------------
 
-// HC pre and collapse run both paths of ops.h: the three launches (rms_norm -> flat,
-// matvec_f16 -> mix, finish) and the fused kernel (one launch per kHcTicketRows rows, given the
-// zeroed counters). Both must give the CPU's bits for mix and every output; the fused one must
-// leave the counters zero (the next call relies on it) and flat unwritten. Shapes: the tiny
-// n_embd 64, a row length with a tail (n_hc·n_embd = 400, not a multiple of 64), Flash's 4096,
-// 1..8 and 11 rows, and at n_embd 64 more rows than one fused launch takes.
+// HC pre and collapse run every path of ops.h: the three launches (rms_norm -> flat,
+// matvec_f16 -> mix, finish) and the one-launch kernels, fused and staged (one launch per
+// kHcTicketRows rows, given the zeroed counters). All must give the CPU's bits for mix and
+// every output; the one-launch ones must leave the counters zero (the next call relies on it)
+// and flat unwritten. Shapes: the tiny n_embd 64, row lengths with a tail (n_hc·n_embd = 400
+// and 132, not multiples of 64; 132: F16 rows of 264 bytes, not 16-byte aligned, so the staged
+// kernel loads them without cp.async), Flash's 4096, 1..8 rows (staged: one output per block)
+// and 11 (four per block), and at n_embd 64 more rows than one launch takes.
 std::vector<int> hc_row_counts(int64_t n_embd) {
   std::vector<int> r(std::begin(kRowCounts), std::end(kRowCounts));
   if (n_embd == 64) r.push_back(kHcTicketRows + 5);
@@ -142,6 +144,13 @@ std::vector<int> hc_row_counts(int64_t n_embd) {
 }
 
 // The fused path's counters must be zero after every call; flat keeps out_buf's pattern.
+enum class HcPath { kThree, kFused, kStaged };
+constexpr HcPath kHcPaths[] = {HcPath::kThree, HcPath::kFused, HcPath::kStaged};
+const char* hc_path_name(HcPath p) {
+  return p == HcPath::kThree ? "3-launch" : p == HcPath::kFused ? "fused" : "staged";
+}
+HcKernel hc_kernel(HcPath p) { return p == HcPath::kStaged ? HcKernel::kStaged : HcKernel::kFused; }
+
 void expect_fused_leftovers(const Dual<uint32_t>& tickets, const Dual<float>& flat, const std::string& t) {
   const auto tk = tickets.device_values();
   EXPECT_EQ(0, std::count_if(tk.begin(), tk.end(), [](uint32_t v) { return v != 0; })) << t << " tickets";
@@ -159,14 +168,15 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
   const int n_hc = 4;
   const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
   auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
-  for (int64_t n_embd : {64, 100, 4096}) {
+  for (int64_t n_embd : {64, 100, 33, 4096}) {
     const int64_t hc_dim = n_hc * n_embd;
     auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 11 + n_embd));
     auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
     auto base = dual(gaussian(mix_dim, 12));
     for (int rows : hc_row_counts(n_embd)) {
       auto x = dual(gaussian(rows * hc_dim, 100 + rows));
-      for (bool fused : {false, true}) {
+      for (HcPath path : kHcPaths) {
+        const bool fused = path != HcPath::kThree;
         auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * mix_dim);
         auto y = out_buf<float>(rows * n_embd), post = out_buf<float>(rows * n_hc);
         auto comb = out_buf<float>(rows * n_hc * n_hc);
@@ -183,9 +193,9 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
         g.fn.data = fn.dp();
         g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
         g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp();
-        expect_ok(hc_pre(g, nullptr, fused ? tickets.dp() : nullptr));
+        expect_ok(hc_pre(g, nullptr, fused ? tickets.dp() : nullptr, hc_kernel(path)));
         sync();
-        const std::string t = tag(fused ? "hc_pre (fused)" : "hc_pre", n_embd, rows);
+        const std::string t = tag((std::string("hc_pre ") + hc_path_name(path)).c_str(), n_embd, rows);
         if (fused) {
           expect_fused_leftovers(tickets, flat, t);
         } else {
@@ -226,13 +236,14 @@ TEST_F(FfnOps, HcPostBitsEqualCpu) {
 TEST_F(FfnOps, HcCollapseBitsEqualCpu) {
   const int n_hc = 4;
   auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
-  for (int64_t n_embd : {64, 100, 4096}) {
+  for (int64_t n_embd : {64, 100, 33, 4096}) {
     const int64_t hc_dim = n_hc * n_embd;
     auto fn = dual(random_weights(GgmlType::kF16, hc_dim, n_hc, 21 + n_embd));
     auto base = dual(gaussian(n_hc, 22));
     for (int rows : hc_row_counts(n_embd)) {
       auto x = dual(gaussian(rows * hc_dim, 600 + rows));
-      for (bool fused : {false, true}) {
+      for (HcPath path : kHcPaths) {
+        const bool fused = path != HcPath::kThree;
         auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * n_hc), y = out_buf<float>(rows * n_embd);
         backend::HcCollapseParams p;
         p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, n_hc, quant::row_bytes(GgmlType::kF16, hc_dim)};
@@ -242,9 +253,9 @@ TEST_F(FfnOps, HcCollapseBitsEqualCpu) {
         g.fn.data = fn.dp();
         g.x = x.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp(), g.y = y.dp();
         cpu_->hc_collapse(c);
-        expect_ok(hc_collapse(g, nullptr, fused ? tickets.dp() : nullptr));
+        expect_ok(hc_collapse(g, nullptr, fused ? tickets.dp() : nullptr, hc_kernel(path)));
         sync();
-        const std::string t = tag(fused ? "hc_collapse (fused)" : "hc_collapse", n_embd, rows);
+        const std::string t = tag((std::string("hc_collapse ") + hc_path_name(path)).c_str(), n_embd, rows);
         if (fused) {
           expect_fused_leftovers(tickets, flat, t);
         } else {

@@ -69,16 +69,18 @@ TEST(BackendFlags, CudaProfileFromTheFlagAndItsMirror) {
 TEST(BackendFlags, CudaHcFusedFromTheFlagAndItsMirror) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
-  EXPECT_FALSE(eo.cuda_hc_fused);  // the three launches by default (measured as fast at Flash shape)
+  EXPECT_EQ(0, eo.cuda_hc_fused);  // the three launches by default (measured as fast at Flash shape)
   ASSERT_TRUE(apply({"--cuda-hc-fused", "1"}, &eo).ok());
-  EXPECT_TRUE(eo.cuda_hc_fused);
+  EXPECT_EQ(1, eo.cuda_hc_fused);
+  ASSERT_TRUE(apply({"--cuda-hc-fused", "2"}, &eo).ok());
+  EXPECT_EQ(2, eo.cuda_hc_fused);  // the staged kernel
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "1"}}).ok());
-  EXPECT_TRUE(eo.cuda_hc_fused);
+  EXPECT_EQ(1, eo.cuda_hc_fused);
   ASSERT_TRUE(apply({"--cuda-hc-fused", "0"}, &eo, {{"DS4_CUDA_HC_FUSED", "1"}}).ok());
-  EXPECT_FALSE(eo.cuda_hc_fused);  // the command line wins
-  const Status s = apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "2"}});
+  EXPECT_EQ(0, eo.cuda_hc_fused);  // the command line wins
+  const Status s = apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "3"}});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("--cuda-hc-fused must be 0 or 1, got 2 (from DS4_CUDA_HC_FUSED)"), std::string::npos)
+  EXPECT_NE(s.message().find("--cuda-hc-fused must be 0, 1 or 2, got 3 (from DS4_CUDA_HC_FUSED)"), std::string::npos)
       << s.message();
 }
 
