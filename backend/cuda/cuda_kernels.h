@@ -125,11 +125,17 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
 // stage; shapes it cannot take fall back to the warp kernels), which also quantizes an f32 row
 // itself (matvec_q8_0_r1_f32: a Q8_0 matmul of one row is one launch); kStagedPrequant the
 // same kernel on rows quantize_q8_0_act wrote first (two launches per matmul; A/B of the
-// fusion); kWarp the kernels before it (one warp or 4 warps per row; two launches).
+// fusion); kWarp the kernels before it (one warp or 4 warps per row; two launches); kWide the
+// wide kernel (matvec_q8_0_wide.cu: a CTA's rows copied by coalesced 16-byte cp.async, one
+// block pair per thread; after a quantize launch; shapes it cannot take fall back to the warp
+// kernels). Under kAuto the wide kernel runs below the head (n_out < kR1StagedMinRows) where it
+// takes the shape, when kR1WideInAuto (issue #30: designed for the small Flash shapes; the
+// H200 A/B is bench_cuda --rows=1 q8_0, " wide" against " old").
 // Process-wide; the backend sets it once at start-up (--cuda-q8-r1 / DS4_CUDA_Q8_R1), tests
 // and benchmarks switch it for A/B.
-enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant, kAuto };
+enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant, kAuto, kWide };
 constexpr int64_t kR1StagedMinRows = 65536;  // kAuto: n_out from which the staged kernel runs
+constexpr bool kR1WideInAuto = true;         // kAuto: the wide kernel below kR1StagedMinRows
 void set_q8_0_r1_kernel(Q8_0R1Kernel k);
 Q8_0R1Kernel q8_0_r1_kernel();
 // One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),

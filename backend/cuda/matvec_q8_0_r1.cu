@@ -5,8 +5,10 @@
 // cuda_kernels.h's set_q8_0_r1_kernel / q8_0_r1_kernel / matvec_q8_0_r1_f32 /
 // matvec_q8_0_grouped_r1_f32 (the f32 row quantized inside the kernel: one launch per matmul).
 // Under Q8_0R1Kernel::kAuto (the default) the staged kernel runs the output head only (n_out >=
-// kR1StagedMinRows), where an H200 measured it faster; kStaged / kStagedPrequant everywhere it
-// takes the shape; kWarp never. Layout at q8_0_r1_rows.
+// kR1StagedMinRows), where an H200 measured it faster, and the wide kernel (matvec_q8_0_wide.cu)
+// the rows below it where it takes the shape (kR1WideInAuto); kStaged / kStagedPrequant the
+// staged kernel everywhere it takes the shape; kWide the wide kernel; kWarp neither. Layout at
+// q8_0_r1_rows.
 // Bit-exactness: each block's isum is exact (dp4a), its float term is Q8_0Fmt::terms'
 // expression, and one lane per row adds the row's terms in block order (quant::dot_q8_0's
 // sequence), so every choice gives the warp kernels' bits. --fmad=false.
@@ -344,9 +346,16 @@ bool r1_fusable(const Weights& w, int64_t nb, R1Launch* l, bool x_aligned16, int
   return r1_launch_shape(w, static_cast<int>(nb), l, n_groups);
 }
 
+// Whether a one-row matvec of n_out outputs tries the wide kernel (matvec_q8_0_wide.cu) first.
+bool r1_wide(int64_t n_out) {
+  const Q8_0R1Kernel m = r1_mode();
+  return m == Q8_0R1Kernel::kWide || (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && n_out < kR1StagedMinRows);
+}
+
 }  // namespace
 
 bool r1_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
+  if (r1_wide(w.n_out) && wide_try_launch(w, nb, x, y, stream)) return true;
   R1Launch l;
   if (!r1_staged(w.n_out) || !r1_launch_shape(w, nb, &l)) return false;
   launch_r1(l, static_cast<const uint8_t*>(w.data), w.row_bytes, nb, w.n_out, x, y, stream);
@@ -355,6 +364,7 @@ bool r1_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, St
 
 bool r1_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
                            Stream stream) {
+  if (r1_wide(n_out) && wide_try_launch_grouped(args, n_groups, row_bytes, n_in, n_out, stream)) return true;
   const int nb = static_cast<int>(n_in / quant::kQK8_0);
   R1Launch l;
   if (!r1_staged(n_out) || !r1_launch_shape(Weights{args.g[0].w, row_bytes, n_in, n_out}, nb, &l, n_groups))
