@@ -65,16 +65,6 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * rows;
   const int live_rows = n_out - o0 < rows ? static_cast<int>(n_out - o0) : rows;
 
-  // The activation row: block b's d -> act_d[b], quant word k -> act_q[20(b/2) + 8(b%2) + k].
-  {
-    const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
-    for (int i = tid; i < nb * 9; i += nt) {
-      const int b = i / 9, k = i - 9 * b;
-      cp_async4(k == 0 ? reinterpret_cast<uint32_t*>(act_d + b) : act_q + 20 * (b >> 1) + 8 * (b & 1) + (k - 1),
-                xw + i);
-    }
-    cp_async_commit();
-  }
   // Chunk j into slot j % S: live_rows rows of 17·cnt/8 16-byte pieces, consecutive threads
   // on consecutive pieces. m = idx / np by a multiply-high (exact: idx·np < 2^32).
   auto issue = [&](int j) {
@@ -90,8 +80,21 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
       cp_async16_cg(st + m * (chunk * 34) + 16 * i, src + static_cast<size_t>(o0 + m) * row_bytes + 16 * i);
     }
   };
+  // Chunk 0's weights first (the DRAM round trip starts at once), then the activation row in
+  // the same cp.async group (block b's d -> act_d[b], quant word k -> act_q[20(b/2) + 8(b%2) +
+  // k]; an L2 round trip, shorter), then chunks 1 .. S-1, a group each: group j holds chunk j.
+  issue(0);
+  {
+    const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
+    for (int i = tid; i < nb * 9; i += nt) {
+      const int b = i / 9, k = i - 9 * b;
+      cp_async4(k == 0 ? reinterpret_cast<uint32_t*>(act_d + b) : act_q + 20 * (b >> 1) + 8 * (b & 1) + (k - 1),
+                xw + i);
+    }
+  }
+  cp_async_commit();
 #pragma unroll
-  for (int s = 0; s < S; ++s) {
+  for (int s = 1; s < S; ++s) {
     if (s < n_chunks) issue(s);
     cp_async_commit();
   }
@@ -101,7 +104,7 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   const bool row_live = tid < rows * half && pm < live_rows;
   float acc = 0.0f;  // thread m < live_rows: row m's accumulator (quant::dot_q8_0's)
   for (int j = 0; j < n_chunks; ++j) {
-    cp_async_wait_group<S - 1>();  // this thread's copies of chunk j (and the activation row)
+    cp_async_wait_group<S - 1>();  // this thread's copies of chunk j (group j; group 0 also x)
     __syncthreads();               // ... and everyone's; the previous chunk's terms are summed
     const int c = j * chunk;
     const int cnt = nb - c < chunk ? nb - c : chunk;
