@@ -37,7 +37,8 @@ struct EngineOptions {
   bool cuda_sync = false;        // CUDA: wait after every op (a fault names its op; slow)
   bool cuda_profile = false;     // CUDA: op-timeline profiler, report on stderr at exit
   bool cuda_hc_fused = false;    // CUDA: HC pre / collapse as one fused kernel (false: 3 launches)
-  std::string cuda_q8_r1 = "auto";  // CUDA: Q8_0 r = 1 kernel, auto|new|new-prequant|wide|old (A/B; same bits)
+  // CUDA: Q8_0 r = 1 kernel, auto|new|new-prequant|wide|wide-fused|old (A/B; same bits)
+  std::string cuda_q8_r1 = "auto";
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

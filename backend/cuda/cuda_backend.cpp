@@ -346,10 +346,12 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
   if (q8_r1 == "new") r1 = cuda::Q8_0R1Kernel::kStaged;
   else if (q8_r1 == "new-prequant") r1 = cuda::Q8_0R1Kernel::kStagedPrequant;
   else if (q8_r1 == "wide") r1 = cuda::Q8_0R1Kernel::kWide;
+  else if (q8_r1 == "wide-fused") r1 = cuda::Q8_0R1Kernel::kWideFused;
   else if (q8_r1 == "old") r1 = cuda::Q8_0R1Kernel::kWarp;
   else if (q8_r1 != "auto")
-    return invalid_argument("cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant, wide or old, got '%s'",
-                            q8_r1.c_str());
+    return invalid_argument(
+        "cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant, wide, wide-fused or old, got '%s'",
+        q8_r1.c_str());
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::set_q8_0_r1_kernel(r1);

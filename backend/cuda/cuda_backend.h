@@ -20,7 +20,7 @@ namespace ds4::backend {
 // profile: wrap it in the op-timeline profiler (backend/op_profile.h; report on stderr when the
 // backend is destroyed). Off, the ops run with no profiling code at all.
 // hc_fused: HC pre / collapse as one fused kernel per call (ops.h; false: the three-launch path).
-// q8_r1: the Q8_0 kernel for one activation row, auto|new|new-prequant|wide|old (BackendOptions::
+// q8_r1: the Q8_0 kernel for one activation row, auto|new|new-prequant|wide|wide-fused|old (BackendOptions::
 // cuda_q8_r1; cuda::set_q8_0_r1_kernel, process-wide; same bits, A/B timing); anything else is an
 // invalid-argument error.
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,

@@ -7,8 +7,10 @@
 // Under Q8_0R1Kernel::kAuto (the default) the staged kernel runs the output head only (n_out >=
 // kR1StagedMinRows), where an H200 measured it faster, and the wide kernel (matvec_q8_0_wide.cu)
 // the rows below it where it takes the shape (kR1WideInAuto); kStaged / kStagedPrequant the
-// staged kernel everywhere it takes the shape; kWide the wide kernel; kWarp neither. Layout at
-// q8_0_r1_rows.
+// staged kernel everywhere it takes the shape; kWide the wide kernel; kWideFused the wide one,
+// quantizing the f32 row of a one-row matmul itself; kWarp neither. Under kAuto a lone
+// one-row matmul of <= kR1WideFusedMaxIn inputs below the head is the fused wide launch.
+// Layout at q8_0_r1_rows.
 // Bit-exactness: each block's isum is exact (dp4a), its float term is Q8_0Fmt::terms'
 // expression, and one lane per row adds the row's terms in block order (quant::dot_q8_0's
 // sequence), so every choice gives the warp kernels' bits. --fmad=false.
@@ -349,7 +351,14 @@ bool r1_fusable(const Weights& w, int64_t nb, R1Launch* l, bool x_aligned16, int
 // Whether a one-row matvec of n_out outputs tries the wide kernel (matvec_q8_0_wide.cu) first.
 bool r1_wide(int64_t n_out) {
   const Q8_0R1Kernel m = r1_mode();
-  return m == Q8_0R1Kernel::kWide || (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && n_out < kR1StagedMinRows);
+  return m == Q8_0R1Kernel::kWide || m == Q8_0R1Kernel::kWideFused ||
+         (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && n_out < kR1StagedMinRows);
+}
+// Whether a one-row matmul (f32 row) fuses its quantization into the wide kernel.
+bool r1_wide_fused(int64_t n_in, int64_t n_out, bool grouped) {
+  const Q8_0R1Kernel m = r1_mode();
+  return m == Q8_0R1Kernel::kWideFused || (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && !grouped &&
+                                           n_in <= kR1WideFusedMaxIn && n_out < kR1StagedMinRows);
 }
 
 }  // namespace
@@ -378,6 +387,11 @@ Q8_0R1Kernel q8_0_r1_kernel() { return static_cast<Q8_0R1Kernel>(g_q8_0_r1.load(
 
 Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream) {
   *fused = false;
+  if (r1_wide_fused(w.n_in, w.n_out, false)) {
+    if (!wide_try_launch_f32(w, x, y, stream)) return Status();
+    *fused = true;
+    return launch_status("matvec_q8_0_r1_f32", w.n_in, w.n_out, 1);
+  }
   const int64_t nb = w.n_in / quant::kQK8_0;
   R1Launch l;
   if (!r1_fusable(w, nb, &l, reinterpret_cast<uintptr_t>(x) % 16 == 0)) return Status();
@@ -389,6 +403,11 @@ Status matvec_q8_0_grouped_r1_f32(const Q8_0GroupF32* groups, int n_groups, size
                                   int64_t n_out, bool* fused, Stream stream) {
   *fused = false;
   if (n_groups < 1 || n_groups > kMaxMatvecGroups) return Status();
+  if (r1_wide_fused(n_in, n_out, true)) {
+    if (!wide_try_launch_grouped_f32(groups, n_groups, row_bytes, n_in, n_out, stream)) return Status();
+    *fused = true;
+    return launch_status("matvec_q8_0_grouped_r1_f32", n_in, n_out, 1);
+  }
   Q8_0GroupF32Args args{};
   bool x_aligned16 = true;
   for (int g = 0; g < n_groups; ++g) {

@@ -23,6 +23,8 @@
 // Invariants: rows 16-byte aligned (w 16-byte aligned, row_bytes a multiple of 16) and nb a
 // multiple of 8 (else the caller's other kernels run); R·C <= 512; no allocation; the per-
 // device opt-in of dynamic shared memory is done once.
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -47,11 +49,17 @@ size_t wide_smem_bytes(int nb, int rows, int chunk, int slots) {
          static_cast<size_t>(rows) * wide_ts_stride(chunk) * 4;
 }
 
-// Rows [o0, o0 + rows) of w against the quantized row x, chunks of `chunk` blocks, S stages.
-template <int S>
+// Rows [o0, o0 + rows) of w against the row x, chunks of `chunk` blocks, S stages. X =
+// BlockQ8_0Act: the quantized row, copied to shared memory (cp.async). X = float: the f32 row
+// (16-byte aligned), quantized by the CTA into the same layout (a thread per block, common.cuh's
+// q8_0_act_* pieces: quantize_q8_0_act's bits) while the weight chunks are in flight — the
+// fused matmul of one row, one launch.
+template <int S, class X>
 __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
-                                               int64_t n_out, int rows, int chunk,
-                                               const BlockQ8_0Act* __restrict__ x, float* __restrict__ y) {
+                                               int64_t n_out, int rows, int chunk, const X* __restrict__ x,
+                                               float* __restrict__ y) {
+  constexpr bool kQuantize = std::is_same_v<X, float>;
+  static_assert(kQuantize || std::is_same_v<X, BlockQ8_0Act>, "activation row: f32 or Q8_0 blocks");
   extern __shared__ __align__(16) uint8_t wide_smem[];
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   uint32_t* act_q = reinterpret_cast<uint32_t*>(wide_smem);      // [nb/2][20] words
@@ -84,7 +92,7 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   // the same cp.async group (block b's d -> act_d[b], quant word k -> act_q[20(b/2) + 8(b%2) +
   // k]; an L2 round trip, shorter), then chunks 1 .. S-1, a group each: group j holds chunk j.
   issue(0);
-  {
+  if constexpr (!kQuantize) {
     const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
     for (int i = tid; i < nb * 9; i += nt) {
       const int b = i / 9, k = i - 9 * b;
@@ -97,6 +105,38 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   for (int s = 1; s < S; ++s) {
     if (s < n_chunks) issue(s);
     cp_async_commit();
+  }
+  if constexpr (kQuantize) {
+    // Thread t quantizes blocks t, t + nt, ... whole (8 16-byte loads of x), as the staged
+    // kernel does (matvec_q8_0_r1.cu): the same pieces, the same bits as quantize_q8_0_act.
+    // Stores reach the other threads through the first __syncthreads below.
+    for (int b = tid; b < nb; b += nt) {
+      const float4* xb = reinterpret_cast<const float4*>(x) + 8 * b;
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float4 f = __ldg(xb + i);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+      }
+      float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 4 partial maxima (order-free), shorter chains
+#pragma unroll
+      for (int i = 0; i < 32; ++i) m[i & 3] = fmaxf(m[i & 3], detail::q8_0_act_mag(v[i]));
+      float id;
+      const float d = detail::q8_0_act_scale(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), &id);
+      uint32_t qw[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          word |= static_cast<uint32_t>(static_cast<uint8_t>(detail::q8_0_act_code(v[4 * k + j], id))) << (8 * j);
+        qw[k] = word;  // qs[4k .. 4k+3], little-endian as BlockQ8_0Act's bytes
+      }
+      uint4* dst = reinterpret_cast<uint4*>(act_q + 20 * (b >> 1) + 8 * (b & 1));  // 16-byte aligned
+      dst[0] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
+      dst[1] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
+      act_d[b] = d;
+    }
   }
   // This thread's block pair of every chunk: row pm, pair pp (blocks 2pp, 2pp + 1 of the chunk).
   const int half = chunk / 2;
@@ -159,20 +199,24 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   if (tid < live_rows) y[o0 + tid] = acc;  // Q8_0Fmt::finish: the sum as it is
 }
 
-template <int S>
+template <int S, class X>
 __global__ void __launch_bounds__(kWideThreads) q8_0_wide_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                                  int nb, int64_t n_out, int rows, int chunk,
-                                                                 const BlockQ8_0Act* __restrict__ x,
-                                                                 float* __restrict__ y) {
+                                                                 const X* __restrict__ x, float* __restrict__ y) {
   q8_0_wide_rows<S>(w, row_bytes, nb, n_out, rows, chunk, x, y);
 }
 
-// matvec_q8_0_grouped at r = 1: blockIdx.y = group.
-template <int S>
-__global__ void __launch_bounds__(kWideThreads) q8_0_wide_grouped_kernel(Q8_0GroupArgs groups, size_t row_bytes,
-                                                                         int nb, int64_t n_out, int rows,
-                                                                         int chunk) {
-  const Q8_0Group& gr = groups.g[blockIdx.y];
+// The groups of the fused grouped launch (matvec_q8_0_grouped_r1_f32), by value.
+struct WideGroupF32Args {
+  Q8_0GroupF32 g[kMaxMatvecGroups];
+};
+
+// matvec_q8_0_grouped at r = 1: blockIdx.y = group. Args: Q8_0GroupArgs (quantized rows) or
+// WideGroupF32Args (f32 rows, quantized in the kernel).
+template <int S, class Args>
+__global__ void __launch_bounds__(kWideThreads) q8_0_wide_grouped_kernel(Args groups, size_t row_bytes, int nb,
+                                                                         int64_t n_out, int rows, int chunk) {
+  const auto& gr = groups.g[blockIdx.y];
   q8_0_wide_rows<S>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, rows, chunk, gr.x, gr.y);
 }
 
@@ -191,8 +235,10 @@ struct WideDev {
 template <int S>
 cudaError_t wide_optin(int bytes) {
   const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-  cudaError_t e = cudaFuncSetAttribute(q8_0_wide_kernel<S>, a, bytes);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_grouped_kernel<S>, a, bytes);
+  cudaError_t e = cudaFuncSetAttribute(q8_0_wide_kernel<S, BlockQ8_0Act>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_kernel<S, float>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_grouped_kernel<S, Q8_0GroupArgs>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_grouped_kernel<S, WideGroupF32Args>, a, bytes);
   return e;
 }
 
@@ -243,22 +289,19 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
   return true;
 }
 
-}  // namespace
-
-bool wide_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
-  WideLaunch l;
-  if (!wide_launch_shape(w.data, w.row_bytes, nb, w.n_out, 1, &l)) return false;
+template <class X>
+void launch_wide(const WideLaunch& l, const Weights& w, int nb, const X* x, float* y, Stream stream) {
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
   if (l.stages == 1)
-    q8_0_wide_kernel<1><<<l.grid, l.threads, l.smem, stream>>>(wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y);
+    q8_0_wide_kernel<1, X><<<l.grid, l.threads, l.smem, stream>>>(wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y);
   else
-    q8_0_wide_kernel<kWideStages>
+    q8_0_wide_kernel<kWideStages, X>
         <<<l.grid, l.threads, l.smem, stream>>>(wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y);
-  return true;
 }
 
-bool wide_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
-                             Stream stream) {
+template <class Args>
+bool launch_wide_grouped(const Args& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
+                         Stream stream) {
   if (n_groups < 1 || n_groups > kMaxMatvecGroups) return false;
   for (int g = 0; g < n_groups; ++g)
     if (reinterpret_cast<uintptr_t>(args.g[g].w) % 16 != 0) return false;
@@ -268,11 +311,48 @@ bool wide_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row
   const dim3 grid(l.grid, static_cast<unsigned>(n_groups));
   const int inb = static_cast<int>(nb);
   if (l.stages == 1)
-    q8_0_wide_grouped_kernel<1><<<grid, l.threads, l.smem, stream>>>(args, row_bytes, inb, n_out, l.rows, l.chunk);
+    q8_0_wide_grouped_kernel<1, Args>
+        <<<grid, l.threads, l.smem, stream>>>(args, row_bytes, inb, n_out, l.rows, l.chunk);
   else
-    q8_0_wide_grouped_kernel<kWideStages>
+    q8_0_wide_grouped_kernel<kWideStages, Args>
         <<<grid, l.threads, l.smem, stream>>>(args, row_bytes, inb, n_out, l.rows, l.chunk);
   return true;
+}
+
+}  // namespace
+
+bool wide_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
+  WideLaunch l;
+  if (!wide_launch_shape(w.data, w.row_bytes, nb, w.n_out, 1, &l)) return false;
+  launch_wide(l, w, nb, x, y, stream);
+  return true;
+}
+
+bool wide_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
+                             Stream stream) {
+  return launch_wide_grouped(args, n_groups, row_bytes, n_in, n_out, stream);
+}
+
+bool wide_try_launch_f32(const Weights& w, const float* x, float* y, Stream stream) {
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || w.n_in <= 0 || w.n_in % quant::kQK8_0 != 0 || w.n_out <= 0)
+    return false;
+  const int64_t nb = w.n_in / quant::kQK8_0;
+  WideLaunch l;
+  if (!wide_launch_shape(w.data, w.row_bytes, nb, w.n_out, 1, &l)) return false;
+  launch_wide(l, w, static_cast<int>(nb), x, y, stream);
+  return true;
+}
+
+bool wide_try_launch_grouped_f32(const Q8_0GroupF32* groups, int n_groups, size_t row_bytes, int64_t n_in,
+                                 int64_t n_out, Stream stream) {
+  if (n_groups < 1 || n_groups > kMaxMatvecGroups || n_in <= 0 || n_in % quant::kQK8_0 != 0 || n_out <= 0)
+    return false;
+  WideGroupF32Args args{};
+  for (int g = 0; g < n_groups; ++g) {
+    if (reinterpret_cast<uintptr_t>(groups[g].x) % 16 != 0) return false;
+    args.g[g] = groups[g];
+  }
+  return launch_wide_grouped(args, n_groups, row_bytes, n_in, n_out, stream);
 }
 
 }  // namespace ds4::cuda

@@ -7,7 +7,8 @@
 // at r = 1 with the warp kernels that preceded the staged r = 1 kernel, "old", and the whole
 // one-row matmul with the activation quantization fused into the staged kernel, "mm fused",
 // vs its quantize launch + staged kernel, "mm unfused", and the wide r = 1 kernel alone,
-// "wide", and after its quantize launch, "mm wide"; the
+// "wide", after its quantize launch, "mm wide", and quantizing the row itself, "mm wide
+// fused"; the
 // grouped output LoRA 8 x Q8_0 4096x1024 through ops.h matmul_grouped, and as 8 matmul calls,
 // "loop", both including the activation quantization, and at r = 1 "unfused", the quantize
 // launch before the staged kernel instead of the default single launch);
@@ -236,7 +237,8 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
 // At r = 1 the default (Q8_0R1Kernel::kAuto) is the quantize launch then the wide kernel;
 // " unfused": the quantize launch then the staged kernel (kStagedPrequant); " old": then the
 // warp kernels (kWarp); " wide": then the wide kernel (kWide, the same as the default unless
-// kR1WideInAuto is off).
+// kR1WideInAuto is off); " wide fused": the wide kernel quantizing each group's row (kWideFused,
+// one launch).
 void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_gbs) {
   constexpr int kGroups = 8, kMaxR = 8;
   constexpr int64_t kIn = 4096, kOut = 1024;
@@ -264,13 +266,14 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
   void* scratch = nullptr;
   CK(cudaMalloc(&scratch, sbytes));
   const cuda::OpScratch sc{scratch, sbytes};
-  for (int v = 0; v < 5; ++v)
+  for (int v = 0; v < 6; ++v)
   for (int r : {1, 2, 4, 8}) {
     if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
     const cuda::Q8_0R1Kernel r1_saved = cuda::q8_0_r1_kernel();
     if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
     if (v == 3) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
     if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
+    if (v == 5) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
     auto fn = [&](int i) {
       const auto* base = static_cast<const uint8_t*>(w[i % copies]);
       for (int k = 0; k < kGroups; ++k) {
@@ -290,7 +293,7 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
     const double t = time_per_call(fn, std::max(copies, 8));
     cuda::set_q8_0_r1_kernel(r1_saved);
     const double gbs = bytes / t / 1e9;
-    const char* const kVariant[] = {"", " loop", " unfused", " old", " wide"};
+    const char* const kVariant[] = {"", " loop", " unfused", " old", " wide", " wide fused"};
     const std::string label = std::string(name) + kVariant[v];
     std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
   }
@@ -423,15 +426,17 @@ int main(int argc, char** argv) {
     } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
       ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
     }
-    // Q8_0 eight times: matvec_q8_0 as dispatched (the default, Q8_0R1Kernel::kAuto at r = 1:
+    // Q8_0 nine times: matvec_q8_0 as dispatched (the default, Q8_0R1Kernel::kAuto at r = 1:
     // the wide kernel below the head, the staged kernel on it), the tensor-core kernel forced
     // (" mma"), at r = 1 the warp kernels (" old": kWarp), the whole matmul of one f32 row
     // (ops.h matmul: activation quantization included): " mm fused" the staged kernel quantizing
     // the row itself (kStaged: one launch), " mm unfused" quantize_q8_0_act then the staged
     // kernel (kStagedPrequant: two), the staged kernel alone on quantized rows (" staged":
-    // kStaged), the wide kernel alone (" wide": kWide; issue #30's A/B against " old") and
-    // quantize_q8_0_act then the wide kernel (" mm wide": kWide, two launches).
-    const int variants = c.type == GgmlType::kQ8_0 ? 8 : 1;
+    // kStaged), the wide kernel alone (" wide": kWide; issue #30's A/B against " old"),
+    // quantize_q8_0_act then the wide kernel (" mm wide": kWide, two launches) and the wide
+    // kernel quantizing the row itself (" mm wide fused": kWideFused, one launch; kAuto's
+    // matmul for n_in <= 4096).
+    const int variants = c.type == GgmlType::kQ8_0 ? 9 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
       if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
@@ -440,9 +445,10 @@ int main(int argc, char** argv) {
       if (v == 3 || v == 5) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStaged);
       if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
       if (v == 6 || v == 7) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
+      if (v == 8) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
-        if (v == 3 || v == 4 || v == 7) {
+        if (v == 3 || v == 4 || v == 7 || v == 8) {
           ds4::backend::MatmulParams mp;
           mp.w = ds4::backend::Matrix{static_cast<const uint8_t*>(w[i % copies]), GgmlType::kQ8_0, c.n_in, c.n_out, rb};
           mp.x = dx, mp.x_stride = c.n_in, mp.y = dy, mp.y_stride = c.n_out, mp.n_rows = 1;
@@ -471,7 +477,8 @@ int main(int argc, char** argv) {
       const double t = time_per_call(fn, std::max(copies, 8));
       cuda::set_q8_0_r1_kernel(r1_saved);
       const double gbs = bytes / t / 1e9;
-      const char* const kVariant[] = {"", " mma", " old", " mm fused", " mm unfused", " staged", " wide", " mm wide"};
+      const char* const kVariant[] = {"",       " mma",  " old",     " mm fused",      " mm unfused",
+                                      " staged", " wide", " mm wide", " mm wide fused"};
       const std::string label = std::string(c.name) + kVariant[v];
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }

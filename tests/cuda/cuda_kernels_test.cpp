@@ -259,7 +259,8 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideBitsEqualCpu) {
 // (activation_rows: ties, zero / -0 blocks, subnormals, a doubled maximum of both signs, NaN and
 // ±inf unless `finite`). Shapes the staged kernel does not take (n_in not a multiple of 256)
 // must launch nothing and say so (*fused false, y untouched); so must every shape under
-// kStagedPrequant and kWarp.
+// kStagedPrequant, kWarp and kWide. kWideFused (and kAuto up to kR1WideFusedMaxIn inputs):
+// the wide kernel quantizing the row, the same bits.
 void q8_0_r1_f32_case(const Shape& s, bool finite) {
   SCOPED_TRACE(std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + (finite ? " finite" : " nan/inf"));
   const int64_t nb = s.n_in / 32;
@@ -314,9 +315,32 @@ void q8_0_r1_f32_case(const Shape& s, bool finite) {
     const auto y = dy.get_vec<uint32_t>(static_cast<size_t>(s.n_out));
     EXPECT_EQ(static_cast<ptrdiff_t>(y.size()), std::count(y.begin(), y.end(), 0xffffffffu)) << name << " " << mode;
   };
-  if (!takes) untouched(Q8_0R1Kernel::kStaged, "staged, shape not taken");
+  // The wide kernel quantizing the row itself (kWideFused; kAuto for n_in <= kR1WideFusedMaxIn
+  // below the head): the same shapes taken (n_in a multiple of 256), the same bits.
+  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kAuto}) {
+    const bool auto_fuses = s.n_in <= kR1WideFusedMaxIn && s.n_out < kR1StagedMinRows;
+    if (k == Q8_0R1Kernel::kAuto && !auto_fuses) continue;
+    const char* mode = k == Q8_0R1Kernel::kAuto ? " auto (wide fused)" : " wide fused";
+    R1KernelScope scope(k);
+    dy.poison();
+    bool fused = !takes;
+    const Status st = matvec_q8_0_r1_f32(wv, dx->as<float>(), dy.as<float>(), &fused);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(synchronize().ok());
+    EXPECT_EQ(takes, fused) << name << mode << ": the wide kernel takes n_in a multiple of 256";
+    if (takes) {
+      std::vector<float> wide_y(s.n_out);
+      dy.get(wide_y.data(), wide_y.size() * sizeof(float));
+      EXPECT_EQ(0u, bit_mismatches(wide_y.data(), want.data(), want.size(), name + mode));
+    }
+  }
+  if (!takes) {
+    untouched(Q8_0R1Kernel::kStaged, "staged, shape not taken");
+    untouched(Q8_0R1Kernel::kWideFused, "wide fused, shape not taken");
+  }
   untouched(Q8_0R1Kernel::kStagedPrequant, "prequant");
   untouched(Q8_0R1Kernel::kWarp, "warp");
+  untouched(Q8_0R1Kernel::kWide, "wide (after a quantize launch)");
 }
 
 TEST_F(CudaKernels, MatvecQ8_0R1F32FusedBitsEqualCpuAndTwoLaunches) {
