@@ -1,6 +1,8 @@
 // backend/cuda/matvec_q8_0_wide.cu — the "wide" Q8_0 matvec of one activation row (decode,
 // r = 1): q8_0_wide_kernel and its grouped twin, for matvec_r1.h's wide_try_launch /
-// wide_try_launch_grouped (Q8_0R1Kernel::kWide, and kAuto below the output head).
+// wide_try_launch_grouped (Q8_0R1Kernel::kWide, and kAuto below the output head) and, given
+// the f32 row, wide_try_launch_f32 / wide_try_launch_grouped_f32 (the CTA quantizes it: the
+// one-launch matmul of one row; kWideFused, and kAuto for lone rows of <= 4096 inputs).
 // Why: the warp kernels read a block per lane with 4-byte loads (a warp instruction touches ~9
 // cache lines for 128 useful bytes) and the staged kernel gives a lane 8 blocks (272 bytes) of
 // serial decode with few warps per SM; on the small Flash matrices (4.4 MB) neither gets near
