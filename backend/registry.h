@@ -35,9 +35,11 @@ struct BackendOptions {
   int cuda_hc_fused = 0;
   // CUDA: the kernel of Q8_0 matvecs of one activation row (cuda::Q8_0R1Kernel; process-wide,
   // set when the backend is made; every choice gives the same bits): "auto" (the staged kernel
-  // where it measured faster, the output head; the warp kernels elsewhere), "new" (the staged
+  // where it measured faster, the output head; the wide kernel below it), "new" (the staged
   // kernel wherever it takes the shape, quantizing the row itself), "new-prequant" (the staged
-  // kernel after a quantize launch), "old" (the warp kernels). --cuda-q8-r1 / DS4_CUDA_Q8_R1.
+  // kernel after a quantize launch), "wide" (the wide kernel after a quantize launch),
+  // "wide-fused" (the wide kernel quantizing the row itself), "old" (the warp kernels).
+  // --cuda-q8-r1 / DS4_CUDA_Q8_R1.
   std::string cuda_q8_r1 = "auto";
 };
 

@@ -58,11 +58,14 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "on every path",
               "DS4_CUDA_HC_FUSED", "0|1|2")
       .option("--cuda-q8-r1", &f->cuda_q8_r1,
-              "CUDA: the Q8_0 matmul of one activation row (decode): auto (the staged kernel where it "
-              "measured faster on an H200, the output head; the warp kernels elsewhere), new (the staged "
-              "kernel wherever it takes the shape, quantizing the row itself: one launch), new-prequant "
-              "(the staged kernel after a quantize launch) or old (the warp kernels); all give the same bits",
-              "DS4_CUDA_Q8_R1", "auto|new|new-prequant|old");
+              "CUDA: the Q8_0 matmul of one activation row (decode): auto (the staged kernel for the output "
+              "head, where it measured faster on an H200; the wide kernel below it, quantizing rows of "
+              "<= 4096 itself), new (the staged kernel wherever it takes the shape, quantizing the row "
+              "itself: one launch), new-prequant (the staged kernel after a quantize launch), wide (the "
+              "wide kernel after a quantize launch: a CTA's rows through coalesced 16-byte copies, one "
+              "block pair per thread), wide-fused (the wide kernel quantizing the row itself) or old "
+              "(the warp kernels); all give the same bits",
+              "DS4_CUDA_Q8_R1", "auto|new|new-prequant|wide|wide-fused|old");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -79,9 +82,10 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
     return invalid_argument("--cuda-hc-fused must be 0, 1 or 2, got %d%s", f.cuda_hc_fused,
                             origin(t, "--cuda-hc-fused").c_str());
   }
-  if (f.cuda_q8_r1 != "auto" && f.cuda_q8_r1 != "new" && f.cuda_q8_r1 != "new-prequant" && f.cuda_q8_r1 != "old") {
-    return invalid_argument("--cuda-q8-r1 must be auto, new, new-prequant or old, got '%s'%s", f.cuda_q8_r1.c_str(),
-                            origin(t, "--cuda-q8-r1").c_str());
+  if (f.cuda_q8_r1 != "auto" && f.cuda_q8_r1 != "new" && f.cuda_q8_r1 != "new-prequant" && f.cuda_q8_r1 != "wide" &&
+      f.cuda_q8_r1 != "wide-fused" && f.cuda_q8_r1 != "old") {
+    return invalid_argument("--cuda-q8-r1 must be auto, new, new-prequant, wide, wide-fused or old, got '%s'%s",
+                            f.cuda_q8_r1.c_str(), origin(t, "--cuda-q8-r1").c_str());
   }
 
   // The shorthand replaces an environment or default --backend; on the command line next to

@@ -37,7 +37,8 @@ struct EngineOptions {
   bool cuda_sync = false;        // CUDA: wait after every op (a fault names its op; slow)
   bool cuda_profile = false;     // CUDA: op-timeline profiler, report on stderr at exit
   int cuda_hc_fused = 0;         // CUDA: HC pre / collapse: 0 three launches, 1 fused, 2 staged kernel
-  std::string cuda_q8_r1 = "auto";  // CUDA: Q8_0 r = 1 kernel, auto|new|new-prequant|old (A/B; same bits)
+  // CUDA: Q8_0 r = 1 kernel, auto|new|new-prequant|wide|wide-fused|old (A/B; same bits)
+  std::string cuda_q8_r1 = "auto";
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

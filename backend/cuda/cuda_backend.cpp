@@ -347,10 +347,13 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
   cuda::Q8_0R1Kernel r1 = cuda::Q8_0R1Kernel::kAuto;
   if (q8_r1 == "new") r1 = cuda::Q8_0R1Kernel::kStaged;
   else if (q8_r1 == "new-prequant") r1 = cuda::Q8_0R1Kernel::kStagedPrequant;
+  else if (q8_r1 == "wide") r1 = cuda::Q8_0R1Kernel::kWide;
+  else if (q8_r1 == "wide-fused") r1 = cuda::Q8_0R1Kernel::kWideFused;
   else if (q8_r1 == "old") r1 = cuda::Q8_0R1Kernel::kWarp;
   else if (q8_r1 != "auto")
-    return invalid_argument("cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant or old, got '%s'",
-                            q8_r1.c_str());
+    return invalid_argument(
+        "cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant, wide, wide-fused or old, got '%s'",
+        q8_r1.c_str());
   if (hc_fused < 0 || hc_fused > 2)
     return invalid_argument("cuda: the HC kernel choice must be 0, 1 or 2, got %d", hc_fused);
   cuda::DeviceInfo info;

@@ -21,9 +21,9 @@ namespace ds4::backend {
 // backend is destroyed). Off, the ops run with no profiling code at all.
 // hc_fused: HC pre / collapse as the three-launch path (0), one fused kernel per call (1) or one
 // staged kernel per call (2) (ops.h's HcKernel); anything else is an invalid-argument error.
-// q8_r1: the Q8_0 kernel for one activation row, auto|new|new-prequant|old (BackendOptions::
-// cuda_q8_r1; cuda::set_q8_0_r1_kernel, process-wide; same bits, A/B timing); anything else is an
-// invalid-argument error.
+// q8_r1: the Q8_0 kernel for one activation row, auto|new|new-prequant|wide|wide-fused|old
+// (BackendOptions::cuda_q8_r1; cuda::set_q8_0_r1_kernel, process-wide; same bits, A/B timing);
+// anything else is an invalid-argument error.
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
                                                      int hc_fused = 0, const std::string& q8_r1 = "auto");
 

@@ -125,17 +125,30 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
 // stage; shapes it cannot take fall back to the warp kernels), which also quantizes an f32 row
 // itself (matvec_q8_0_r1_f32: a Q8_0 matmul of one row is one launch); kStagedPrequant the
 // same kernel on rows quantize_q8_0_act wrote first (two launches per matmul; A/B of the
-// fusion); kWarp the kernels before it (one warp or 4 warps per row; two launches).
+// fusion); kWarp the kernels before it (one warp or 4 warps per row; two launches); kWide the
+// wide kernel (matvec_q8_0_wide.cu: a CTA's rows copied by coalesced 16-byte cp.async, one
+// block pair per thread; after a quantize launch; shapes it cannot take fall back to the warp
+// kernels); kWideFused the wide kernel quantizing the f32 row itself where a one-row matmul
+// calls it (matvec_q8_0_r1_f32 / matvec_q8_0_grouped_r1_f32: one launch), else as kWide.
+// Under kAuto the wide kernel runs below the head (n_out < kR1StagedMinRows) where it takes the
+// shape, when kR1WideInAuto (issue #30: designed for the small Flash shapes; the H200 A/B is
+// bench_cuda --rows=1 q8_0, " wide" against " old"), fused into a lone matmul of at most
+// kR1WideFusedMaxIn inputs (every CTA quantizes the whole row: cheap beside a launch for short
+// rows, not for 8192+; grouped matmuls keep their quantize launch).
 // Process-wide; the backend sets it once at start-up (--cuda-q8-r1 / DS4_CUDA_Q8_R1), tests
 // and benchmarks switch it for A/B.
-enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant, kAuto };
+enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant, kAuto, kWide, kWideFused };
 constexpr int64_t kR1StagedMinRows = 65536;  // kAuto: n_out from which the staged kernel runs
+constexpr bool kR1WideInAuto = true;         // kAuto: the wide kernel below kR1StagedMinRows
+constexpr int64_t kR1WideFusedMaxIn = 4096;  // kAuto: n_in up to which a one-row matmul fuses it
 void set_q8_0_r1_kernel(Q8_0R1Kernel k);
 Q8_0R1Kernel q8_0_r1_kernel();
 // One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),
 // the same bits, in ONE launch: the staged kernel quantizes x into its shared memory with
-// quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs only under kStaged,
-// for shapes the staged kernel takes and x 16-byte aligned; otherwise launches nothing and
+// quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs under kStaged (the
+// staged kernel), kWideFused (the wide kernel) and kAuto (the wide kernel, n_in <=
+// kR1WideFusedMaxIn and n_out < kR1StagedMinRows; the grouped form never under kAuto), for
+// shapes the kernel takes and x 16-byte aligned; otherwise launches nothing and
 // sets *fused = false (the caller quantizes and calls matvec_q8_0; a bad shape is reported there).
 // x must not overlap y: every CTA reads all of x while others write y (no caller aliases them).
 Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream = nullptr);

@@ -5,8 +5,12 @@
 // cuda_kernels.h's set_q8_0_r1_kernel / q8_0_r1_kernel / matvec_q8_0_r1_f32 /
 // matvec_q8_0_grouped_r1_f32 (the f32 row quantized inside the kernel: one launch per matmul).
 // Under Q8_0R1Kernel::kAuto (the default) the staged kernel runs the output head only (n_out >=
-// kR1StagedMinRows), where an H200 measured it faster; kStaged / kStagedPrequant everywhere it
-// takes the shape; kWarp never. Layout at q8_0_r1_rows.
+// kR1StagedMinRows), where an H200 measured it faster, and the wide kernel (matvec_q8_0_wide.cu)
+// the rows below it where it takes the shape (kR1WideInAuto); kStaged / kStagedPrequant the
+// staged kernel everywhere it takes the shape; kWide the wide kernel; kWideFused the wide one,
+// quantizing the f32 row of a one-row matmul itself; kWarp neither. Under kAuto a lone
+// one-row matmul of <= kR1WideFusedMaxIn inputs below the head is the fused wide launch.
+// Layout at q8_0_r1_rows.
 // Bit-exactness: each block's isum is exact (dp4a), its float term is Q8_0Fmt::terms'
 // expression, and one lane per row adds the row's terms in block order (quant::dot_q8_0's
 // sequence), so every choice gives the warp kernels' bits. --fmad=false.
@@ -344,9 +348,23 @@ bool r1_fusable(const Weights& w, int64_t nb, R1Launch* l, bool x_aligned16, int
   return r1_launch_shape(w, static_cast<int>(nb), l, n_groups);
 }
 
+// Whether a one-row matvec of n_out outputs tries the wide kernel (matvec_q8_0_wide.cu) first.
+bool r1_wide(int64_t n_out) {
+  const Q8_0R1Kernel m = r1_mode();
+  return m == Q8_0R1Kernel::kWide || m == Q8_0R1Kernel::kWideFused ||
+         (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && n_out < kR1StagedMinRows);
+}
+// Whether a one-row matmul (f32 row) fuses its quantization into the wide kernel.
+bool r1_wide_fused(int64_t n_in, int64_t n_out, bool grouped) {
+  const Q8_0R1Kernel m = r1_mode();
+  return m == Q8_0R1Kernel::kWideFused || (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && !grouped &&
+                                           n_in <= kR1WideFusedMaxIn && n_out < kR1StagedMinRows);
+}
+
 }  // namespace
 
 bool r1_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
+  if (r1_wide(w.n_out) && wide_try_launch(w, nb, x, y, stream)) return true;
   R1Launch l;
   if (!r1_staged(w.n_out) || !r1_launch_shape(w, nb, &l)) return false;
   launch_r1(l, static_cast<const uint8_t*>(w.data), w.row_bytes, nb, w.n_out, x, y, stream);
@@ -355,6 +373,7 @@ bool r1_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, St
 
 bool r1_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
                            Stream stream) {
+  if (r1_wide(n_out) && wide_try_launch_grouped(args, n_groups, row_bytes, n_in, n_out, stream)) return true;
   const int nb = static_cast<int>(n_in / quant::kQK8_0);
   R1Launch l;
   if (!r1_staged(n_out) || !r1_launch_shape(Weights{args.g[0].w, row_bytes, n_in, n_out}, nb, &l, n_groups))
@@ -368,6 +387,11 @@ Q8_0R1Kernel q8_0_r1_kernel() { return static_cast<Q8_0R1Kernel>(g_q8_0_r1.load(
 
 Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream) {
   *fused = false;
+  if (r1_wide_fused(w.n_in, w.n_out, false)) {
+    if (!wide_try_launch_f32(w, x, y, stream)) return Status();
+    *fused = true;
+    return launch_status("matvec_q8_0_r1_f32", w.n_in, w.n_out, 1);
+  }
   const int64_t nb = w.n_in / quant::kQK8_0;
   R1Launch l;
   if (!r1_fusable(w, nb, &l, reinterpret_cast<uintptr_t>(x) % 16 == 0)) return Status();
@@ -379,6 +403,11 @@ Status matvec_q8_0_grouped_r1_f32(const Q8_0GroupF32* groups, int n_groups, size
                                   int64_t n_out, bool* fused, Stream stream) {
   *fused = false;
   if (n_groups < 1 || n_groups > kMaxMatvecGroups) return Status();
+  if (r1_wide_fused(n_in, n_out, true)) {
+    if (!wide_try_launch_grouped_f32(groups, n_groups, row_bytes, n_in, n_out, stream)) return Status();
+    *fused = true;
+    return launch_status("matvec_q8_0_grouped_r1_f32", n_in, n_out, 1);
+  }
   Q8_0GroupF32Args args{};
   bool x_aligned16 = true;
   for (int g = 0; g < n_groups; ++g) {

@@ -4,8 +4,9 @@
 // Role: matvec_q8_0 (and matvec_q8_0_mma) / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of
 // cuda_kernels.h, and the fused routed-expert FFN expert_gate_up / expert_down_sum (the expert
 // id read from device memory per pair; layout below, at its kernels).
-// Q8_0 at r = 1 (decode): the staged kernel of matvec_q8_0_r1.cu where the Q8_0R1Kernel choice
-// takes it (matvec_r1.h r1_try_launch), else the warp kernels below.
+// Q8_0 at r = 1 (decode): the wide kernel (matvec_q8_0_wide.cu) or the staged one
+// (matvec_q8_0_r1.cu) where the Q8_0R1Kernel choice takes it (matvec_r1.h r1_try_launch), else
+// the warp kernels below.
 // Layout: one warp per output row, 8 rows per 256-thread block (Q8_0 with fewer than 4096
 // rows: 4 warps per row, q8_0_split_kernel, and its grouped twin q8_0_split_grouped_kernel for
 // matvec_q8_0_grouped, any row count; Q8_0 with at least 4096 rows and r = 2..8: the

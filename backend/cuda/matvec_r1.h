@@ -1,5 +1,6 @@
-// backend/cuda/matvec_r1.h — the staged Q8_0 kernel for one activation row
-// (matvec_q8_0_r1.cu), as matvec_quant.cu's r = 1 dispatch calls it. Internal to backend/cuda.
+// backend/cuda/matvec_r1.h — the Q8_0 kernels for one activation row, the staged one
+// (matvec_q8_0_r1.cu) and the wide one (matvec_q8_0_wide.cu), as matvec_quant.cu's r = 1
+// dispatch calls them. Internal to backend/cuda.
 // Invariant: a call that returns true launched the kernel on `stream` (the caller checks the
 // launch status); false launched nothing and the caller's warp kernels run the rows, with the
 // same bits either way.
@@ -23,5 +24,18 @@ bool r1_try_launch(const Weights& w, int nb, const quant::BlockQ8_0Act* x, float
 // The same for n_groups matrices of one shape (matvec_q8_0_grouped at r = 1).
 bool r1_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
                            Stream stream);
+
+// The wide kernel (matvec_q8_0_wide.cu; r1_try_launch calls it under kWide / kAuto): one
+// quantized row x (nb blocks) against w when the shape fits it (16-byte aligned rows, nb a
+// multiple of 8, shared memory); false launched nothing. Whatever the Q8_0R1Kernel choice.
+bool wide_try_launch(const Weights& w, int nb, const quant::BlockQ8_0Act* x, float* y, Stream stream);
+bool wide_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
+                             Stream stream);
+// The same kernel quantizing the f32 row itself (x 16-byte aligned, not overlapping y): the
+// fused matmul of one row (matvec_q8_0_r1_f32 / matvec_q8_0_grouped_r1_f32 under kWideFused,
+// and kAuto where kR1WideFusedMaxIn allows); false launched nothing.
+bool wide_try_launch_f32(const Weights& w, const float* x, float* y, Stream stream);
+bool wide_try_launch_grouped_f32(const Q8_0GroupF32* groups, int n_groups, size_t row_bytes, int64_t n_in,
+                                 int64_t n_out, Stream stream);
 
 }  // namespace ds4::cuda

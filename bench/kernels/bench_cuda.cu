@@ -6,7 +6,9 @@
 // (Q8_0 also with the tensor-core kernel forced, "mma", to place matvec_q8_0's thresholds, and
 // at r = 1 with the warp kernels that preceded the staged r = 1 kernel, "old", and the whole
 // one-row matmul with the activation quantization fused into the staged kernel, "mm fused",
-// vs its quantize launch + staged kernel, "mm unfused"; the
+// vs its quantize launch + staged kernel, "mm unfused", and the wide r = 1 kernel alone,
+// "wide", after its quantize launch, "mm wide", and quantizing the row itself, "mm wide
+// fused"; the
 // grouped output LoRA 8 x Q8_0 4096x1024 through ops.h matmul_grouped, and as 8 matmul calls,
 // "loop", both including the activation quantization, and at r = 1 "unfused", the quantize
 // launch before the staged kernel instead of the default single launch);
@@ -234,8 +236,11 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
 // whole op: activation quantization + matvec): 8 groups of Q8_0 4096 -> 1024, group g reading
 // columns [4096g, +4096) of x rows 32768 floats apart and writing columns [1024g, +1024) of y
 // rows 8192 apart. "loop": the same groups as 8 matmul calls (the path before one launch).
-// At r = 1 the default (Q8_0R1Kernel::kAuto) is the quantize launch then the warp kernel;
-// " unfused": the quantize launch then the staged kernel (kStagedPrequant).
+// At r = 1 the default (Q8_0R1Kernel::kAuto) is the quantize launch then the wide kernel;
+// " unfused": the quantize launch then the staged kernel (kStagedPrequant); " old": then the
+// warp kernels (kWarp); " wide": then the wide kernel (kWide, the same as the default unless
+// kR1WideInAuto is off); " wide fused": the wide kernel quantizing each group's row (kWideFused,
+// one launch).
 void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_gbs) {
   constexpr int kGroups = 8, kMaxR = 8;
   constexpr int64_t kIn = 4096, kOut = 1024;
@@ -263,11 +268,14 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
   void* scratch = nullptr;
   CK(cudaMalloc(&scratch, sbytes));
   const cuda::OpScratch sc{scratch, sbytes};
-  for (int v = 0; v < 3; ++v)
+  for (int v = 0; v < 6; ++v)
   for (int r : {1, 2, 4, 8}) {
-    if (!rows_selected(r) || (v == 2 && r != 1)) continue;
+    if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
     const cuda::Q8_0R1Kernel r1_saved = cuda::q8_0_r1_kernel();
     if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
+    if (v == 3) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
+    if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
+    if (v == 5) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
     auto fn = [&](int i) {
       const auto* base = static_cast<const uint8_t*>(w[i % copies]);
       for (int k = 0; k < kGroups; ++k) {
@@ -287,7 +295,8 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
     const double t = time_per_call(fn, std::max(copies, 8));
     cuda::set_q8_0_r1_kernel(r1_saved);
     const double gbs = bytes / t / 1e9;
-    const std::string label = std::string(name) + (v == 1 ? " loop" : v == 2 ? " unfused" : "");
+    const char* const kVariant[] = {"", " loop", " unfused", " old", " wide", " wide fused"};
+    const std::string label = std::string(name) + kVariant[v];
     std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
   }
   for (void* q : w) CK(cudaFree(q));
@@ -422,16 +431,20 @@ int main(int argc, char** argv) {
     } else if (c.type != GgmlType::kF16 && c.type != GgmlType::kF32) {
       ok(cuda::quantize_q8_k_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8K*>(dq), nb256));
     }
-    // Q8_0 six times: matvec_q8_0 as dispatched (the default, Q8_0R1Kernel::kAuto at r = 1), the
-    // tensor-core kernel forced (" mma"), at r = 1 the warp kernels (" old": kWarp), the whole
-    // matmul of one f32 row (ops.h matmul: activation quantization included): " mm fused" the
-    // staged kernel quantizing the row itself (kStaged: one launch), " mm unfused"
-    // quantize_q8_0_act then the staged kernel (kStagedPrequant: two), and the staged kernel
-    // alone on quantized rows (" staged": kStaged).
+    // Q8_0 nine times: matvec_q8_0 as dispatched (the default, Q8_0R1Kernel::kAuto at r = 1:
+    // the wide kernel below the head, the staged kernel on it), the tensor-core kernel forced
+    // (" mma"), at r = 1 the warp kernels (" old": kWarp), the whole matmul of one f32 row
+    // (ops.h matmul: activation quantization included): " mm fused" the staged kernel quantizing
+    // the row itself (kStaged: one launch), " mm unfused" quantize_q8_0_act then the staged
+    // kernel (kStagedPrequant: two), the staged kernel alone on quantized rows (" staged":
+    // kStaged), the wide kernel alone (" wide": kWide; issue #30's A/B against " old"),
+    // quantize_q8_0_act then the wide kernel (" mm wide": kWide, two launches) and the wide
+    // kernel quantizing the row itself (" mm wide fused": kWideFused, one launch; kAuto's
+    // matmul for n_in <= 4096).
     // F16 / F32 twice: as dispatched (narrow matrices: the staged kernel) and " tiled"
     // (DenseNarrowKernel::kTiled, the kernel before; the same for >= 4096 rows).
     const bool dense = c.type == GgmlType::kF16 || c.type == GgmlType::kF32;
-    const int variants = c.type == GgmlType::kQ8_0 ? 6 : dense ? 2 : 1;
+    const int variants = c.type == GgmlType::kQ8_0 ? 9 : dense ? 2 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
       if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
@@ -441,9 +454,11 @@ int main(int argc, char** argv) {
       if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
       const cuda::DenseNarrowKernel narrow_saved = cuda::dense_narrow_kernel();
       if (dense && v == 1) cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
+      if (v == 6 || v == 7) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
+      if (v == 8) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
-        if (v == 3 || v == 4) {
+        if (v == 3 || v == 4 || v == 7 || v == 8) {
           ds4::backend::MatmulParams mp;
           mp.w = ds4::backend::Matrix{static_cast<const uint8_t*>(w[i % copies]), GgmlType::kQ8_0, c.n_in, c.n_out, rb};
           mp.x = dx, mp.x_stride = c.n_in, mp.y = dy, mp.y_stride = c.n_out, mp.n_rows = 1;
@@ -473,7 +488,8 @@ int main(int argc, char** argv) {
       cuda::set_q8_0_r1_kernel(r1_saved);
       cuda::set_dense_narrow_kernel(narrow_saved);
       const double gbs = bytes / t / 1e9;
-      const char* const kVariant[] = {"", " mma", " old", " mm fused", " mm unfused", " staged"};
+      const char* const kVariant[] = {"",       " mma",  " old",     " mm fused",      " mm unfused",
+                                      " staged", " wide", " mm wide", " mm wide fused"};
       const std::string label = std::string(c.name) + (dense && v == 1 ? " tiled" : kVariant[v]);
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }

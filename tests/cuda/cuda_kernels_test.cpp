@@ -230,6 +230,28 @@ TEST_F(CudaKernels, MatvecQ8_0R1StagedBitsEqualCpu) {
   q8_0_case(Shape{4096, 129280}, {1});
 }
 
+TEST_F(CudaKernels, MatvecQ8_0R1WideBitsEqualCpu) {
+  // The wide r = 1 kernel (matvec_q8_0_wide.cu; Q8_0R1Kernel::kWide, and kAuto below the head)
+  // on the Flash r = 1 shapes: one chunk per row up to 128 blocks (1024 inputs: 16 rows per
+  // CTA; 2048: 8; 4096: 4, or 2 / 1 while the grid is under one CTA per SM), chunks of 64
+  // blocks, 8 rows per CTA, through the 3-stage ring above it (8192, 32768 inputs: 4 and 16
+  // chunks). Odd ones: n_out not a multiple of the rows per CTA (4099, 1023, 1030, 13, 37, 261,
+  // 2200, 1: a partial last CTA, a lone row), 8 blocks (256 inputs: 64 rows per CTA), 72 blocks
+  // (one chunk of 36 pairs per row, 7 rows per CTA), 264 blocks (8448: five chunks, the last
+  // of 8 blocks) and 1040 blocks (33280: a partial last chunk after sixteen whole ones). 96 /
+  // 1056 inputs (3 / 33 blocks, not a multiple of 8) fall back to the warp kernels; r = 2 runs
+  // the other kernels as before.
+  R1KernelScope scope(Q8_0R1Kernel::kWide);
+  for (Shape s : {Shape{4096, 1024}, Shape{4096, 512}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{8192, 4096},
+                  Shape{32768, 4096}, Shape{1024, 4099}, Shape{4096, 1023}, Shape{2304, 1030}, Shape{256, 13},
+                  Shape{2304, 13}, Shape{8448, 37}, Shape{33280, 261}, Shape{16384, 2200}, Shape{4096, 1},
+                  Shape{8192, 1}, Shape{96, 13}, Shape{1056, 37}}) {
+    q8_0_case(s, {1, 2});
+  }
+  q8_0_case(Shape{1024, 32768}, {1});
+  q8_0_case(Shape{4096, 129280}, {1});  // the head on the wide kernel too (kAuto keeps it staged)
+}
+
 // One f32 row through matvec_q8_0_r1_f32 (the staged kernel quantizing the row itself: the
 // fused Q8_0 matmul of one row) against the CPU (quant::quantize_q8_0_act then dot_q8_0) and
 // against the two launches it replaces (quantize_q8_0_act, then matvec_q8_0 on the staged
@@ -237,7 +259,8 @@ TEST_F(CudaKernels, MatvecQ8_0R1StagedBitsEqualCpu) {
 // (activation_rows: ties, zero / -0 blocks, subnormals, a doubled maximum of both signs, NaN and
 // ±inf unless `finite`). Shapes the staged kernel does not take (n_in not a multiple of 256)
 // must launch nothing and say so (*fused false, y untouched); so must every shape under
-// kStagedPrequant and kWarp.
+// kStagedPrequant, kWarp and kWide. kWideFused (and kAuto up to kR1WideFusedMaxIn inputs):
+// the wide kernel quantizing the row, the same bits.
 void q8_0_r1_f32_case(const Shape& s, bool finite) {
   SCOPED_TRACE(std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + (finite ? " finite" : " nan/inf"));
   const int64_t nb = s.n_in / 32;
@@ -292,9 +315,32 @@ void q8_0_r1_f32_case(const Shape& s, bool finite) {
     const auto y = dy.get_vec<uint32_t>(static_cast<size_t>(s.n_out));
     EXPECT_EQ(static_cast<ptrdiff_t>(y.size()), std::count(y.begin(), y.end(), 0xffffffffu)) << name << " " << mode;
   };
-  if (!takes) untouched(Q8_0R1Kernel::kStaged, "staged, shape not taken");
+  // The wide kernel quantizing the row itself (kWideFused; kAuto for n_in <= kR1WideFusedMaxIn
+  // below the head): the same shapes taken (n_in a multiple of 256), the same bits.
+  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kAuto}) {
+    const bool auto_fuses = s.n_in <= kR1WideFusedMaxIn && s.n_out < kR1StagedMinRows;
+    if (k == Q8_0R1Kernel::kAuto && !auto_fuses) continue;
+    const char* mode = k == Q8_0R1Kernel::kAuto ? " auto (wide fused)" : " wide fused";
+    R1KernelScope scope(k);
+    dy.poison();
+    bool fused = !takes;
+    const Status st = matvec_q8_0_r1_f32(wv, dx->as<float>(), dy.as<float>(), &fused);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(synchronize().ok());
+    EXPECT_EQ(takes, fused) << name << mode << ": the wide kernel takes n_in a multiple of 256";
+    if (takes) {
+      std::vector<float> wide_y(s.n_out);
+      dy.get(wide_y.data(), wide_y.size() * sizeof(float));
+      EXPECT_EQ(0u, bit_mismatches(wide_y.data(), want.data(), want.size(), name + mode));
+    }
+  }
+  if (!takes) {
+    untouched(Q8_0R1Kernel::kStaged, "staged, shape not taken");
+    untouched(Q8_0R1Kernel::kWideFused, "wide fused, shape not taken");
+  }
   untouched(Q8_0R1Kernel::kStagedPrequant, "prequant");
   untouched(Q8_0R1Kernel::kWarp, "warp");
+  untouched(Q8_0R1Kernel::kWide, "wide (after a quantize launch)");
 }
 
 TEST_F(CudaKernels, MatvecQ8_0R1F32FusedBitsEqualCpuAndTwoLaunches) {

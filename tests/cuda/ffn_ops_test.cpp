@@ -595,8 +595,10 @@ struct R1KernelScope {
 // row) on every r = 1 path: kStaged must run it as one launch where the staged
 // kernel takes the shape (n_in a multiple of 256): the row quantized inside the matvec, the
 // scratch never written; kStagedPrequant and kWarp (and kStaged on other shapes, or an x not
-// 16-byte aligned: x_off floats into its buffer) the two launches through the scratch. All give
-// the CPU backend's bits.
+// 16-byte aligned: x_off floats into its buffer) the two launches through the scratch; so does
+// kWide (the wide kernel after a quantize launch); kWideFused is one launch (the wide kernel
+// quantizing the row) where the shape is taken, and so is kAuto for n_in <= 4096. All give the
+// CPU backend's bits.
 void matmul_r1_case(backend::Backend& cpu, int64_t n_in, int64_t n_out, uint64_t seed, int64_t x_off = 0) {
   const int64_t g = 1, pad = 5;  // the second n_out rows of a 2·n_out-row matrix
   const size_t rb = quant::row_bytes(GgmlType::kQ8_0, n_in);
@@ -608,10 +610,20 @@ void matmul_r1_case(backend::Backend& cpu, int64_t n_in, int64_t n_out, uint64_t
   if (n_in >= 128) row[70] = 1e-41f, row[100] = -row[99];  // a subnormal; a maximum of both signs
   auto x = dual(std::move(xv));
   const bool takes = n_in % 256 == 0 && x_off % 4 == 0;
-  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp}) {
+  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp,
+                        Q8_0R1Kernel::kWide, Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kAuto}) {
+    const char* mode = k == Q8_0R1Kernel::kStaged      ? "staged"
+                       : k == Q8_0R1Kernel::kWarp      ? "warp"
+                       : k == Q8_0R1Kernel::kWide      ? "wide"
+                       : k == Q8_0R1Kernel::kWideFused ? "wide-fused"
+                       : k == Q8_0R1Kernel::kAuto      ? "auto"
+                                                       : "prequant";
+    // One launch: the staged or the wide kernel quantizing the row itself (kAuto: the wide one
+    // for rows of <= kR1WideFusedMaxIn inputs; every n_out here is below the head).
+    const bool fused = takes && (k == Q8_0R1Kernel::kStaged || k == Q8_0R1Kernel::kWideFused ||
+                                 (k == Q8_0R1Kernel::kAuto && n_in <= kR1WideFusedMaxIn));
     const std::string what = "matmul q8_0 " + std::to_string(n_in) + "x" + std::to_string(n_out) + " rows=1 x+" +
-                             std::to_string(x_off) + " " +
-                             (k == Q8_0R1Kernel::kStaged ? "staged" : k == Q8_0R1Kernel::kWarp ? "warp" : "prequant");
+                             std::to_string(x_off) + " " + mode;
     auto y = out_buf<float>(static_cast<size_t>(n_out + pad));
     backend::MatmulParams hp, dp;
     for (int side = 0; side < 2; ++side) {
@@ -635,7 +647,7 @@ void matmul_r1_case(backend::Backend& cpu, int64_t n_in, int64_t n_out, uint64_t
     }
     const auto got = y.device_values();
     EXPECT_EQ(0u, bit_mismatches(got.data(), y.h.data(), y.h.size(), what)) << what;
-    EXPECT_EQ(!(takes && k == Q8_0R1Kernel::kStaged), poison_changed(scratch))
+    EXPECT_EQ(!fused, poison_changed(scratch))
         << what << ": one launch (scratch untouched) exactly when fused";
   }
 }
@@ -717,9 +729,12 @@ TEST_F(FfnOps, MatmulGroupedBitsEqualCpu) {
   // quantize launch) and kWarp (the kernels before it) write it. A group list whose weights are
   // not 16-byte aligned (2 x 64 inputs: 68-byte rows) or not whole steps (96 inputs) keeps the
   // two launches under kStaged too.
-  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp}) {
+  // kWide (the wide kernel after a quantize launch) writes it too; kWideFused (the wide kernel
+  // quantizing each group's row) is one launch like kStaged.
+  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp,
+                         Q8_0R1Kernel::kWide, Q8_0R1Kernel::kWideFused}) {
     R1KernelScope scope(k);
-    const bool fused = k == Q8_0R1Kernel::kStaged;
+    const bool fused = k == Q8_0R1Kernel::kStaged || k == Q8_0R1Kernel::kWideFused;
     bool written = false;
     grouped_case(*cpu_, 8, 4096, 1024, 1, 0, false, 901, &written);
     EXPECT_EQ(!fused, written) << "8x(4096x1024) rows=1 mode " << static_cast<int>(k);

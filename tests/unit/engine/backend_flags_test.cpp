@@ -88,7 +88,7 @@ TEST(BackendFlags, CudaQ8R1FromTheFlagAndItsMirror) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
   EXPECT_EQ("auto", eo.cuda_q8_r1);  // the default: the staged kernel only where it measured faster
-  for (const char* v : {"new", "new-prequant", "old", "auto"}) {
+  for (const char* v : {"new", "new-prequant", "wide", "wide-fused", "old", "auto"}) {
     ASSERT_TRUE(apply({"--cuda-q8-r1", v}, &eo).ok()) << v;
     EXPECT_EQ(v, eo.cuda_q8_r1);
     ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", v}}).ok()) << v;
@@ -99,7 +99,8 @@ TEST(BackendFlags, CudaQ8R1FromTheFlagAndItsMirror) {
   EXPECT_FALSE(apply({}, &eo, {{"DS4_CUDA_Q8_R1", "fast"}}).ok());
   const Status s = apply({"--cuda-q8-r1", "prequant"}, &eo);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("--cuda-q8-r1 must be auto, new, new-prequant or old, got 'prequant'"), std::string::npos)
+  EXPECT_NE(s.message().find("--cuda-q8-r1 must be auto, new, new-prequant, wide, wide-fused or old, got 'prequant'"),
+            std::string::npos)
       << s.message();
 }
 

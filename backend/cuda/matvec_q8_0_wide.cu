@@ -1,0 +1,360 @@
+// backend/cuda/matvec_q8_0_wide.cu — the "wide" Q8_0 matvec of one activation row (decode,
+// r = 1): q8_0_wide_kernel and its grouped twin, for matvec_r1.h's wide_try_launch /
+// wide_try_launch_grouped (Q8_0R1Kernel::kWide, and kAuto below the output head) and, given
+// the f32 row, wide_try_launch_f32 / wide_try_launch_grouped_f32 (the CTA quantizes it: the
+// one-launch matmul of one row; kWideFused, and kAuto for lone rows of <= 4096 inputs).
+// Why: the warp kernels read a block per lane with 4-byte loads (a warp instruction touches ~9
+// cache lines for 128 useful bytes) and the staged kernel gives a lane 8 blocks (272 bytes) of
+// serial decode with few warps per SM; on the small Flash matrices (4.4 MB) neither gets near
+// the read ceiling. Here a CTA of up to 256 threads owns R output rows and walks them in chunks
+// of C blocks: the chunk's R·C·34 bytes are copied to shared memory by coalesced 16-byte
+// cp.async (consecutive threads, consecutive 16-byte pieces: 4 cache lines per warp
+// instruction), S chunks in flight (the whole row when nb <= 128), then each thread decodes ONE
+// block pair (68 bytes = 17 words; R·C/2 pairs = the CTA's threads), so every block of the
+// chunk has its integer dot computed in parallel. Layout (shared memory, dynamic):
+//   act_q [nb/2][5] uint4  the activation quants, pair P's two blocks at uint4 5P..5P+3 (+1 pad:
+//                          a quarter-warp's 16-byte reads of consecutive pairs hit 8 bank groups)
+//   act_d [nb] f32         the activation scales
+//   stage [min(S, chunks)][R][C·34] bytes   weight chunks (pair g of a chunk at word 17g:
+//                          odd stride, conflict-free 4-byte reads)
+//   ts    [R][C + 4] f32   the chunk's per-block float terms (stride C/4 + 1 uint4: odd)
+// Bit-exactness: a block's isum is exact (8 dp4a), its float term is quant::dot_q8_0's
+// s = f16(w.d) · x.d, t = s · (float)isum, and thread m < R adds row m's terms into the row's
+// single accumulator in block order, chunk after chunk (the accumulator stays in a register):
+// the CPU's sequence whichever thread computed each isum. --fmad=false.
+// Invariants: rows 16-byte aligned (w 16-byte aligned, row_bytes a multiple of 16) and nb a
+// multiple of 8 (else the caller's other kernels run); R·C <= 512; no allocation; the per-
+// device opt-in of dynamic shared memory is done once.
+#include <type_traits>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/matvec_r1.h"
+
+namespace ds4::cuda {
+
+namespace {
+
+using quant::BlockQ8_0Act;
+using detail::f16_to_f32;
+
+constexpr int kWideThreads = 256;    // most threads per CTA (one block pair each)
+constexpr int kWideChunkPairs = 256;  // R·C/2: block pairs per chunk
+constexpr int kWideMaxOneChunk = 128;  // nb up to which a row is one chunk (else C = kWideLongChunk)
+constexpr int kWideLongChunk = 64;
+constexpr int kWideStages = 3;  // chunks in flight when the row has several
+
+__host__ __device__ constexpr int wide_ts_stride(int c) { return c + 4; }
+size_t wide_smem_bytes(int nb, int rows, int chunk, int slots) {
+  return static_cast<size_t>(nb) * 44 + static_cast<size_t>(slots) * rows * chunk * 34 +
+         static_cast<size_t>(rows) * wide_ts_stride(chunk) * 4;
+}
+
+// Rows [o0, o0 + rows) of w against the row x, chunks of `chunk` blocks, S stages. X =
+// BlockQ8_0Act: the quantized row, copied to shared memory (cp.async). X = float: the f32 row
+// (16-byte aligned), quantized by the CTA into the same layout (a thread per block, common.cuh's
+// q8_0_act_* pieces: quantize_q8_0_act's bits) while the weight chunks are in flight — the
+// fused matmul of one row, one launch.
+template <int S, class X>
+__device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
+                                               int64_t n_out, int rows, int chunk, const X* __restrict__ x,
+                                               float* __restrict__ y) {
+  constexpr bool kQuantize = std::is_same_v<X, float>;
+  static_assert(kQuantize || std::is_same_v<X, BlockQ8_0Act>, "activation row: f32 or Q8_0 blocks");
+  extern __shared__ __align__(16) uint8_t wide_smem[];
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  uint32_t* act_q = reinterpret_cast<uint32_t*>(wide_smem);      // [nb/2][20] words
+  float* act_d = reinterpret_cast<float*>(act_q + 20 * (nb / 2));  // [nb]
+  uint8_t* stages = reinterpret_cast<uint8_t*>(act_d + nb);       // [slots][rows][chunk·34]
+  const int n_chunks = (nb + chunk - 1) / chunk;
+  const int slots = n_chunks < S ? n_chunks : S;
+  const int slot_bytes = rows * chunk * 34;
+  float* ts = reinterpret_cast<float*>(stages + slots * slot_bytes);  // [rows][chunk + 4]
+  const int ts_stride = wide_ts_stride(chunk);
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * rows;
+  const int live_rows = n_out - o0 < rows ? static_cast<int>(n_out - o0) : rows;
+
+  // Chunk j into slot j % S: live_rows rows of 17·cnt/8 16-byte pieces, consecutive threads
+  // on consecutive pieces. m = idx / np by a multiply-high (exact: idx·np < 2^32).
+  auto issue = [&](int j) {
+    const int c = j * chunk;
+    const int cnt = nb - c < chunk ? nb - c : chunk;
+    const unsigned np = static_cast<unsigned>(17 * cnt / 8);
+    const unsigned magic = 0xffffffffu / np + 1u;
+    uint8_t* st = stages + (j % S) * slot_bytes;
+    const uint8_t* src = w + static_cast<size_t>(c) * 34;
+    const unsigned total = static_cast<unsigned>(live_rows) * np;
+    for (unsigned idx = tid; idx < total; idx += nt) {
+      const unsigned m = __umulhi(idx, magic), i = idx - m * np;
+      cp_async16_cg(st + m * (chunk * 34) + 16 * i, src + static_cast<size_t>(o0 + m) * row_bytes + 16 * i);
+    }
+  };
+  // Chunk 0's weights first (the DRAM round trip starts at once), then the activation row in
+  // the same cp.async group (block b's d -> act_d[b], quant word k -> act_q[20(b/2) + 8(b%2) +
+  // k]; an L2 round trip, shorter), then chunks 1 .. S-1, a group each: group j holds chunk j.
+  issue(0);
+  if constexpr (!kQuantize) {
+    const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
+    for (int i = tid; i < nb * 9; i += nt) {
+      const int b = i / 9, k = i - 9 * b;
+      cp_async4(k == 0 ? reinterpret_cast<uint32_t*>(act_d + b) : act_q + 20 * (b >> 1) + 8 * (b & 1) + (k - 1),
+                xw + i);
+    }
+  }
+  cp_async_commit();
+#pragma unroll
+  for (int s = 1; s < S; ++s) {
+    if (s < n_chunks) issue(s);
+    cp_async_commit();
+  }
+  if constexpr (kQuantize) {
+    // Thread t quantizes blocks t, t + nt, ... whole (8 16-byte loads of x), as the staged
+    // kernel does (matvec_q8_0_r1.cu): the same pieces, the same bits as quantize_q8_0_act.
+    // Stores reach the other threads through the first __syncthreads below.
+    for (int b = tid; b < nb; b += nt) {
+      const float4* xb = reinterpret_cast<const float4*>(x) + 8 * b;
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float4 f = __ldg(xb + i);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+      }
+      float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 4 partial maxima (order-free), shorter chains
+#pragma unroll
+      for (int i = 0; i < 32; ++i) m[i & 3] = fmaxf(m[i & 3], detail::q8_0_act_mag(v[i]));
+      float id;
+      const float d = detail::q8_0_act_scale(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), &id);
+      uint32_t qw[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          word |= static_cast<uint32_t>(static_cast<uint8_t>(detail::q8_0_act_code(v[4 * k + j], id))) << (8 * j);
+        qw[k] = word;  // qs[4k .. 4k+3], little-endian as BlockQ8_0Act's bytes
+      }
+      uint4* dst = reinterpret_cast<uint4*>(act_q + 20 * (b >> 1) + 8 * (b & 1));  // 16-byte aligned
+      dst[0] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
+      dst[1] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
+      act_d[b] = d;
+    }
+  }
+  // This thread's block pair of every chunk: row pm, pair pp (blocks 2pp, 2pp + 1 of the chunk).
+  const int half = chunk / 2;
+  const int pm = tid / half, pp = tid - pm * half;
+  const bool row_live = tid < rows * half && pm < live_rows;
+  float acc = 0.0f;  // thread m < live_rows: row m's accumulator (quant::dot_q8_0's)
+  for (int j = 0; j < n_chunks; ++j) {
+    cp_async_wait_group<S - 1>();  // this thread's copies of chunk j (group j; group 0 also x)
+    __syncthreads();               // ... and everyone's; the previous chunk's terms are summed
+    const int c = j * chunk;
+    const int cnt = nb - c < chunk ? nb - c : chunk;
+    if (row_live && 2 * pp < cnt) {
+      const uint32_t* sp = reinterpret_cast<const uint32_t*>(stages + (j % S) * slot_bytes) + 17 * tid;
+      uint32_t wv[17];
+#pragma unroll
+      for (int i = 0; i < 17; ++i) wv[i] = sp[i];
+      const int b0 = c + 2 * pp;  // even: its pair's quants are uint4 5(b0/2) .. +3
+      const uint4* aq = reinterpret_cast<const uint4*>(act_q) + 5 * (b0 >> 1);
+      const float2 ad = *reinterpret_cast<const float2*>(act_d + b0);
+      const uint4 a0 = aq[0], a1 = aq[1], a2 = aq[2], a3 = aq[3];
+      // Block A (b0): d at bytes 0-1 of word 0, quants from byte 2 (realigned by funnel shifts).
+      int ia = 0;
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[0], wv[1], 16)), static_cast<int>(a0.x), ia);
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[1], wv[2], 16)), static_cast<int>(a0.y), ia);
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[2], wv[3], 16)), static_cast<int>(a0.z), ia);
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[3], wv[4], 16)), static_cast<int>(a0.w), ia);
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[4], wv[5], 16)), static_cast<int>(a1.x), ia);
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[5], wv[6], 16)), static_cast<int>(a1.y), ia);
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[6], wv[7], 16)), static_cast<int>(a1.z), ia);
+      ia = __dp4a(static_cast<int>(__funnelshift_r(wv[7], wv[8], 16)), static_cast<int>(a1.w), ia);
+      // Block B (b0 + 1): d at bytes 2-3 of word 8, quants word-aligned in words 9..16.
+      int ib = 0;
+      ib = __dp4a(static_cast<int>(wv[9]), static_cast<int>(a2.x), ib);
+      ib = __dp4a(static_cast<int>(wv[10]), static_cast<int>(a2.y), ib);
+      ib = __dp4a(static_cast<int>(wv[11]), static_cast<int>(a2.z), ib);
+      ib = __dp4a(static_cast<int>(wv[12]), static_cast<int>(a2.w), ib);
+      ib = __dp4a(static_cast<int>(wv[13]), static_cast<int>(a3.x), ib);
+      ib = __dp4a(static_cast<int>(wv[14]), static_cast<int>(a3.y), ib);
+      ib = __dp4a(static_cast<int>(wv[15]), static_cast<int>(a3.z), ib);
+      ib = __dp4a(static_cast<int>(wv[16]), static_cast<int>(a3.w), ib);
+      const float sa = f16_to_f32(static_cast<uint16_t>(wv[0] & 0xffffu)) * ad.x;  // quant::dot_q8_0's s
+      const float sb = f16_to_f32(static_cast<uint16_t>(wv[8] >> 16)) * ad.y;
+      *reinterpret_cast<float2*>(ts + pm * ts_stride + 2 * pp) =
+          make_float2(sa * static_cast<float>(ia), sb * static_cast<float>(ib));
+    }
+    __syncthreads();  // the chunk's terms are in ts; its stage slot is free
+    if (j + S < n_chunks) issue(j + S);
+    cp_async_commit();
+    if (tid < live_rows) {
+      const float4* tr = reinterpret_cast<const float4*>(ts + tid * ts_stride);
+      for (int q = 0; q < cnt / 4; ++q) {  // block order: quant::dot_q8_0's single accumulator
+        const float4 v = tr[q];
+        acc = acc + v.x;
+        acc = acc + v.y;
+        acc = acc + v.z;
+        acc = acc + v.w;
+      }
+    }
+  }
+  if (tid < live_rows) y[o0 + tid] = acc;  // Q8_0Fmt::finish: the sum as it is
+}
+
+template <int S, class X>
+__global__ void __launch_bounds__(kWideThreads) q8_0_wide_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
+                                                                 int nb, int64_t n_out, int rows, int chunk,
+                                                                 const X* __restrict__ x, float* __restrict__ y) {
+  q8_0_wide_rows<S>(w, row_bytes, nb, n_out, rows, chunk, x, y);
+}
+
+// The groups of the fused grouped launch (matvec_q8_0_grouped_r1_f32), by value.
+struct WideGroupF32Args {
+  Q8_0GroupF32 g[kMaxMatvecGroups];
+};
+
+// matvec_q8_0_grouped at r = 1: blockIdx.y = group. Args: Q8_0GroupArgs (quantized rows) or
+// WideGroupF32Args (f32 rows, quantized in the kernel).
+template <int S, class Args>
+__global__ void __launch_bounds__(kWideThreads) q8_0_wide_grouped_kernel(Args groups, size_t row_bytes, int nb,
+                                                                         int64_t n_out, int rows, int chunk) {
+  const auto& gr = groups.g[blockIdx.y];
+  q8_0_wide_rows<S>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, rows, chunk, gr.x, gr.y);
+}
+
+// Shape of a launch: rows per CTA, chunk blocks, stages (1 or kWideStages), threads, smem.
+struct WideLaunch {
+  int rows = 1, chunk = 8, stages = 1, threads = 32;
+  size_t smem = 0;
+  unsigned grid = 0;
+};
+
+struct WideDev {
+  bool done = false, ok = false;
+  int sms = 0, smem_optin = 0;
+};
+
+template <int S>
+cudaError_t wide_optin(int bytes) {
+  const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  cudaError_t e = cudaFuncSetAttribute(q8_0_wide_kernel<S, BlockQ8_0Act>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_kernel<S, float>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_grouped_kernel<S, Q8_0GroupArgs>, a, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_grouped_kernel<S, WideGroupF32Args>, a, bytes);
+  return e;
+}
+
+// False when the wide kernel cannot take the shape (weights or rows not 16-byte aligned, nb not
+// a multiple of 8, shared memory): the caller's other kernels run it. Rows per CTA: 512 / C
+// (a chunk is 256 block pairs, one per thread), halved while the grid (all groups) is under one
+// CTA per SM, so the small matrices spread over every SM (4096 -> 512: 256 CTAs of 2 rows);
+// not further, since every CTA copies the whole activation row (its L2 reads are 1/R of the
+// weights'). Rows longer than kWideMaxOneChunk blocks (8192 inputs and up) go in chunks of 64
+// blocks, 8 rows per CTA, 3 in flight, so row m's sequential sum of chunk j (thread m) runs
+// while chunks j+1, j+2 load, instead of after the whole row.
+bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t n_out, int n_groups,
+                       WideLaunch* l) {
+  static WideDev devs[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  WideDev& d = devs[dev];
+  if (!d.done) {
+    d.done = true;
+    if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        wide_optin<1>(d.smem_optin) != cudaSuccess || wide_optin<kWideStages>(d.smem_optin) != cudaSuccess) {
+      cudaGetLastError();  // not a launch error of the caller's: the other kernels run
+      return false;
+    }
+    d.ok = true;
+  }
+  if (!d.ok || n_out <= 0 || n_groups < 1) return false;
+  if (nb64 <= 0 || nb64 % 8 != 0 || nb64 > (1 << 20) || reinterpret_cast<uintptr_t>(data) % 16 != 0 ||
+      row_bytes % 16 != 0 || row_bytes < static_cast<size_t>(nb64) * 34)
+    return false;
+  const int nb = static_cast<int>(nb64);
+  WideLaunch s;
+  s.chunk = nb <= kWideMaxOneChunk ? nb : kWideLongChunk;
+  s.rows = 2 * kWideChunkPairs / s.chunk;
+  if (s.rows < 1) s.rows = 1;
+  while (s.rows > 1 && (n_out + s.rows - 1) / s.rows * n_groups < d.sms) s.rows /= 2;
+  const int n_chunks = (nb + s.chunk - 1) / s.chunk;
+  s.stages = n_chunks > 1 ? kWideStages : 1;
+  s.threads = s.rows * s.chunk / 2;
+  if (s.threads > kWideThreads || s.threads < 1) return false;
+  s.smem = wide_smem_bytes(nb, s.rows, s.chunk, n_chunks < s.stages ? n_chunks : s.stages);
+  if (s.smem > static_cast<size_t>(d.smem_optin)) return false;
+  const int64_t grid = (n_out + s.rows - 1) / s.rows;
+  if (grid > 0x7fffffff) return false;
+  s.grid = static_cast<unsigned>(grid);
+  *l = s;
+  return true;
+}
+
+template <class X>
+void launch_wide(const WideLaunch& l, const Weights& w, int nb, const X* x, float* y, Stream stream) {
+  const uint8_t* wp = static_cast<const uint8_t*>(w.data);
+  if (l.stages == 1)
+    q8_0_wide_kernel<1, X><<<l.grid, l.threads, l.smem, stream>>>(wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y);
+  else
+    q8_0_wide_kernel<kWideStages, X>
+        <<<l.grid, l.threads, l.smem, stream>>>(wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y);
+}
+
+template <class Args>
+bool launch_wide_grouped(const Args& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
+                         Stream stream) {
+  if (n_groups < 1 || n_groups > kMaxMatvecGroups) return false;
+  for (int g = 0; g < n_groups; ++g)
+    if (reinterpret_cast<uintptr_t>(args.g[g].w) % 16 != 0) return false;
+  const int64_t nb = n_in / quant::kQK8_0;
+  WideLaunch l;
+  if (!wide_launch_shape(args.g[0].w, row_bytes, nb, n_out, n_groups, &l)) return false;
+  const dim3 grid(l.grid, static_cast<unsigned>(n_groups));
+  const int inb = static_cast<int>(nb);
+  if (l.stages == 1)
+    q8_0_wide_grouped_kernel<1, Args>
+        <<<grid, l.threads, l.smem, stream>>>(args, row_bytes, inb, n_out, l.rows, l.chunk);
+  else
+    q8_0_wide_grouped_kernel<kWideStages, Args>
+        <<<grid, l.threads, l.smem, stream>>>(args, row_bytes, inb, n_out, l.rows, l.chunk);
+  return true;
+}
+
+}  // namespace
+
+bool wide_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
+  WideLaunch l;
+  if (!wide_launch_shape(w.data, w.row_bytes, nb, w.n_out, 1, &l)) return false;
+  launch_wide(l, w, nb, x, y, stream);
+  return true;
+}
+
+bool wide_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
+                             Stream stream) {
+  return launch_wide_grouped(args, n_groups, row_bytes, n_in, n_out, stream);
+}
+
+bool wide_try_launch_f32(const Weights& w, const float* x, float* y, Stream stream) {
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || w.n_in <= 0 || w.n_in % quant::kQK8_0 != 0 || w.n_out <= 0)
+    return false;
+  const int64_t nb = w.n_in / quant::kQK8_0;
+  WideLaunch l;
+  if (!wide_launch_shape(w.data, w.row_bytes, nb, w.n_out, 1, &l)) return false;
+  launch_wide(l, w, static_cast<int>(nb), x, y, stream);
+  return true;
+}
+
+bool wide_try_launch_grouped_f32(const Q8_0GroupF32* groups, int n_groups, size_t row_bytes, int64_t n_in,
+                                 int64_t n_out, Stream stream) {
+  if (n_groups < 1 || n_groups > kMaxMatvecGroups || n_in <= 0 || n_in % quant::kQK8_0 != 0 || n_out <= 0)
+    return false;
+  WideGroupF32Args args{};
+  for (int g = 0; g < n_groups; ++g) {
+    if (reinterpret_cast<uintptr_t>(groups[g].x) % 16 != 0) return false;
+    args.g[g] = groups[g];
+  }
+  return launch_wide_grouped(args, n_groups, row_bytes, n_in, n_out, stream);
+}
+
+}  // namespace ds4::cuda
