@@ -184,8 +184,18 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   be.moe(mp);
 
   // Shared expert (Q8_0): silu(min(g, c)) * clamp(u, -c, c), then down.
-  matmul(be, m.gate_shexp, s.h, E, s.sg, F, n);
-  matmul(be, m.up_shexp, s.h, E, s.su, F, n);
+  // gate and up read the same rows: one grouped call (on CUDA one quantize and one matvec
+  // launch for both when their shapes match), each result the bits it gets alone.
+  backend::MatmulParams gu[2];
+  for (int k = 0; k < 2; ++k) {
+    gu[k].w = k == 0 ? m.gate_shexp : m.up_shexp;
+    gu[k].x = s.h;
+    gu[k].x_stride = E;
+    gu[k].y = k == 0 ? s.sg : s.su;
+    gu[k].y_stride = F;
+    gu[k].n_rows = n;
+  }
+  be.matmul_grouped(gu, 2);
   backend::SwigluParams sw;
   sw.gate = s.sg;
   sw.up = s.su;

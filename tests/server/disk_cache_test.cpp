@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <cstring>
 #include <fstream>
@@ -31,7 +33,10 @@ class DiskCacheTest : public ::testing::Test {
     auto e = Engine::open(o);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     engine_ = std::move(e).value();
-    dir_ = fs::path(::testing::TempDir()) / "ds4_disk_cache_test";
+    // One directory per test and process: ctest runs the tests of this fixture side by side.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("ds4_disk_cache_test_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
