@@ -11,6 +11,7 @@ ds4_library(cuda SOURCES
     ${_c}/quantize.cu
     ${_c}/matvec_quant.cu
     ${_c}/matvec_q8_0_r1.cu
+    ${_c}/matmul_q8_0_tc.cu
     ${_c}/matvec_dense.cu
     ${_c}/reduce.cu
     ${_c}/matmul.cu
