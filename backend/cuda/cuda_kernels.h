@@ -166,6 +166,22 @@ Status matvec_q8_0_grouped_r1_f32(const Q8_0GroupF32* groups, int n_groups, size
 // kernels. Unsupported when the r activation rows do not fit its shared memory.
 Status matvec_q8_0_mma(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r,
                        float* y, int64_t y_stride, Stream stream = nullptr);
+// Q8_0 × MANY activation rows (prefill): matvec_q8_0 and matvec_q8_0_grouped with r >=
+// kQ8_0TcMinRows run one tiled int8 tensor-core GEMM (matmul_q8_0_tc.cu: each weight tile read
+// once per 64 or 128 rows, not once per kMaxRows) instead of r / 8 launches of the r <= 8
+// kernels; the same bits (each output's quant::dot_q8_0 sequence, block by block). The choice
+// (process-wide, for A/B in tests and benchmarks): kAuto (default) the tensor-core kernel with
+// the largest tile that fills the GPU, kTcLarge / kTcMedium / kTcSmall that tile (128 x 128,
+// 128 x 64, 64 x 32 outputs x rows), kMatvec the r <= 8 kernels in tiles of kMaxRows (the path
+// before). Shapes the tensor-core kernel cannot take keep the r <= 8 kernels.
+inline constexpr int kQ8_0TcMinRows = 16;
+enum class Q8_0RowsKernel { kAuto, kTcLarge, kTcMedium, kTcSmall, kMatvec };
+void set_q8_0_rows_kernel(Q8_0RowsKernel k);
+Q8_0RowsKernel q8_0_rows_kernel();
+// matvec_q8_0's result from the tensor-core GEMM whatever r (the tile by the choice above;
+// kAuto under kMatvec): for its parity tests and benchmarks. Unsupported when it cannot run.
+Status matmul_q8_0_tc(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
+                      int64_t y_stride, Stream stream = nullptr);
 // F16 / F32 weights × f32 activations (x row k at x + k·x_stride floats): quant::dot_f16 /
 // dot_f32, the canonical 64-lane order.
 Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, float* y,

@@ -5,8 +5,9 @@
 // Q8_0 blocks in the backend's scratch, then the r-row Q8_0 matvec — except one row the staged
 // r = 1 kernel takes (Q8_0R1Kernel::kStaged, the default): it quantizes the f32 row itself, one
 // launch, scratch untouched (matvec_q8_0_r1_f32; the same bits); F16 / F32 weights take the
-// f32 rows directly. Rows run in tiles of kMaxRows (each row keeps its own accumulators, so a
-// tile boundary changes no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
+// f32 rows directly. Rows run in tiles (kMaxRows, or the tensor-core GEMM's tiles from
+// kQ8_0TcMinRows Q8_0 rows; each row keeps its own accumulators, so a tile boundary changes
+// no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
 // output LoRA) take one quantization launch and one matvec launch for all groups (same
 // per-row kernel body, same bits; one fused launch at one row, as matmul); other group lists
 // run matmul one by one. The CPU twin is backend/cpu/matmul.cpp.
@@ -39,11 +40,9 @@ Status matmul(const backend::MatmulParams& p, const OpScratch& scratch, Stream s
       auto* xq = static_cast<quant::BlockQ8_0Act*>(scratch.data);
       const int64_t nb = m.n_in / quant::kQK8_0;
       DS4_RETURN_IF_ERROR(quantize_q8_0_act(p.x, p.x_stride, p.n_rows, m.n_in, xq, nb, stream));
-      for (int k0 = 0; k0 < p.n_rows; k0 += kMaxRows) {
-        const int r = p.n_rows - k0 < kMaxRows ? p.n_rows - k0 : kMaxRows;
-        DS4_RETURN_IF_ERROR(matvec_q8_0(w, xq + k0 * nb, nb, r, p.y + k0 * p.y_stride, p.y_stride, stream));
-      }
-      return Status();
+      // All rows in one call: matvec_q8_0 runs many rows as one tensor-core GEMM, fewer in
+      // tiles of kMaxRows.
+      return matvec_q8_0(w, xq, nb, p.n_rows, p.y, p.y_stride, stream);
     }
     case gguf::GgmlType::kF16:
     case gguf::GgmlType::kF32: {

@@ -4,6 +4,8 @@
 // Role: matvec_q8_0 (and matvec_q8_0_mma) / matvec_iq2_xxs / matvec_q2_k / matvec_q4_k of
 // cuda_kernels.h, and the fused routed-expert FFN expert_gate_up / expert_down_sum (the expert
 // id read from device memory per pair; layout below, at its kernels).
+// Q8_0 at r >= kQ8_0TcMinRows (prefill): the tensor-core GEMM of matmul_q8_0_tc.cu where it
+// takes the shape (tc_try_launch), else tiles of kMaxRows rows as below.
 // Q8_0 at r = 1 (decode): the wide kernel (matvec_q8_0_wide.cu) or the staged one
 // (matvec_q8_0_r1.cu) where the Q8_0R1Kernel choice takes it (matvec_r1.h r1_try_launch), else
 // the warp kernels below.
@@ -27,6 +29,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/matmul_q8_0_tc.h"
 #include "backend/cuda/matvec_r1.h"
 #include "backend/row_math.h"
 #include "quant/iq2_tables.h"
@@ -1167,6 +1170,15 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
 
 Status matvec_q8_0(const Weights& w, const BlockQ8_0Act* x, int64_t x_stride, int r, float* y,
                    int64_t y_stride, Stream stream) {
+  if (r >= kQ8_0TcMinRows) {  // many rows: the tensor-core GEMM (matmul_q8_0_tc.cu) where it takes them
+    const int64_t nb = w.n_in / Q8_0Fmt::kBlockElems;
+    Q8_0GroupArgs args{};
+    args.g[0] = Q8_0Group{w.data, x, y};
+    bool done = false;
+    Status s = tc_try_launch(args, 1, w.row_bytes, w.n_in, w.n_out, x_stride == 0 ? nb : x_stride, r,
+                             y_stride == 0 ? w.n_out : y_stride, stream, false, &done);
+    if (!s.ok() || done) return s;
+  }
   return launch<Q8_0Fmt>("matvec_q8_0", w, x, x_stride, r, y, y_stride, stream);
 }
 Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_bytes, int64_t n_in, int64_t n_out,
@@ -1186,6 +1198,13 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
   if (x_stride == 0) x_stride = nb;
   if (y_stride == 0) y_stride = n_out;
   if (n_groups == 0 || n_out == 0 || r == 0) return Status();
+  if (r >= kQ8_0TcMinRows) {  // many rows: the tensor-core GEMM (matmul_q8_0_tc.cu) where it takes them
+    Q8_0GroupArgs args{};
+    for (int g = 0; g < n_groups; ++g) args.g[g] = groups[g];
+    bool done = false;
+    Status s = tc_try_launch(args, n_groups, row_bytes, n_in, n_out, x_stride, r, y_stride, stream, false, &done);
+    if (!s.ok() || done) return s;
+  }
   constexpr int64_t kRowsPerBlock = kWarps / kSplit;
   const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(n_groups));
   const int inb = static_cast<int>(nb);

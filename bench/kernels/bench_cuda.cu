@@ -12,6 +12,8 @@
 // grouped output LoRA 8 x Q8_0 4096x1024 through ops.h matmul_grouped, and as 8 matmul calls,
 // "loop", both including the activation quantization, and at r = 1 "unfused", the quantize
 // launch before the staged kernel instead of the default single launch);
+// the prefill Q8_0 GEMM of 64 / 256 / 1024 rows at the Flash shapes (tensor-core tiles vs the
+// r <= 8 kernels, "q8_0_gemm_*": µs, TOPS, weight GB/s);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included; HC pre
 // and collapse at Flash shape fused vs the three-launch path, fn from DRAM); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
@@ -305,6 +307,76 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
   CK(cudaFree(scratch));
 }
 
+// Prefill: Q8_0 matmuls of many rows (r = 64, 256, 1024) at the Flash shapes, the tensor-core
+// GEMM (matmul_q8_0_tc.cu) against the r <= 8 kernels it replaced (" old": Q8_0RowsKernel::
+// kMatvec, r / 8 launches). Variants: " tc" matvec_q8_0 as dispatched (kAuto: the tile that
+// fills the GPU), " tcL" / " tcM" / " tcS" each tile forced. Columns: us per call, TOPS =
+// 2·n_in·n_out·r / time (the int8 MACs as operations; each also costs dot_q8_0's float steps
+// per block), GB/s = weight bytes / time. Weights rotate over >= 4x L2 of copies; the Q8_0
+// activation rows are quantized once.
+void bench_gemm(const cuda::DeviceInfo& info) {
+  struct Shape {
+    const char* name;
+    int64_t n_in, n_out;
+  };
+  const Shape shapes[] = {{"q8_0_gemm_4096x1024", 4096, 1024},   {"q8_0_gemm_4096x512", 4096, 512},
+                          {"q8_0_gemm_1024x32768", 1024, 32768}, {"q8_0_gemm_8192x4096", 8192, 4096},
+                          {"q8_0_gemm_32768x4096", 32768, 4096}, {"q8_0_gemm_4096x2048", 4096, 2048},
+                          {"q8_0_gemm_4096x129280", 4096, 129280}};
+  std::printf("\n%-32s %6s %10s %8s %10s\n", "q8_0 gemm (prefill)", "rows", "us/call", "TOPS", "GB/s");
+  constexpr int kMaxR = 1024;
+  for (const Shape& c : shapes) {
+    if (!selected(c.name)) continue;
+    const size_t rb = quant::row_bytes(GgmlType::kQ8_0, c.n_in);
+    const size_t bytes = rb * c.n_out;
+    const int copies = static_cast<int>(std::max<size_t>(1, (4 * info.l2_bytes + bytes - 1) / bytes));
+    std::vector<uint8_t> host(bytes);
+    quant::fill_random_blocks(GgmlType::kQ8_0, host.data(), c.n_in * c.n_out, 0.05f, 17);
+    std::vector<void*> w(copies);
+    for (auto& p : w) {
+      CK(cudaMalloc(&p, bytes));
+      CK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+    }
+    const int64_t nb = c.n_in / 32;
+    std::vector<float> xf(static_cast<size_t>(kMaxR) * c.n_in);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& f : xf) f = g(rng);
+    float *dx = nullptr, *dy = nullptr;
+    void* dq = nullptr;
+    CK(cudaMalloc(&dx, xf.size() * sizeof(float)));
+    CK(cudaMemcpy(dx, xf.data(), xf.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dy, sizeof(float) * kMaxR * c.n_out));
+    CK(cudaMalloc(&dq, sizeof(quant::BlockQ8_0Act) * kMaxR * nb));
+    ok(cuda::quantize_q8_0_act(dx, c.n_in, kMaxR, c.n_in, static_cast<quant::BlockQ8_0Act*>(dq), nb));
+    const cuda::Q8_0RowsKernel kinds[] = {cuda::Q8_0RowsKernel::kAuto, cuda::Q8_0RowsKernel::kTcLarge,
+                                          cuda::Q8_0RowsKernel::kTcMedium, cuda::Q8_0RowsKernel::kTcSmall,
+                                          cuda::Q8_0RowsKernel::kMatvec};
+    const char* const kLabel[] = {" tc", " tcL", " tcM", " tcS", " old"};
+    for (int r : {64, 256, 1024}) {
+      if (!rows_selected(r)) continue;
+      for (int v = 0; v < 5; ++v) {
+        const cuda::Q8_0RowsKernel saved = cuda::q8_0_rows_kernel();
+        cuda::set_q8_0_rows_kernel(kinds[v]);
+        auto fn = [&](int i) {
+          const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
+          ok(cuda::matvec_q8_0(wv, static_cast<const quant::BlockQ8_0Act*>(dq), nb, r, dy, c.n_out, nullptr));
+        };
+        // The old path re-reads the weights r / 8 times: fewer calls keep it to seconds.
+        const double t = time_per_call(fn, v == 4 ? std::max(copies, 2) : std::max(copies, 8));
+        cuda::set_q8_0_rows_kernel(saved);
+        const double tops = 2.0 * c.n_in * c.n_out * r / t / 1e12;
+        const std::string label = std::string(c.name) + kLabel[v];
+        std::printf("%-32s %6d %10.1f %8.1f %10.0f\n", label.c_str(), r, t * 1e6, tops, bytes / t / 1e9);
+      }
+    }
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    CK(cudaFree(dq));
+  }
+}
+
 int main(int argc, char** argv) {
   bool roofline_only = false;
   const char* csv_path = nullptr;
@@ -500,6 +572,7 @@ int main(int argc, char** argv) {
   }
 
   if (selected("q8_0_attn_8x4096x1024")) bench_grouped("q8_0_attn_8x4096x1024", info, read_gbs);
+  bench_gemm(info);
 
   // ---- Routed experts (the whole moe op: quantize, gate/up, SwiGLU, down, slot sum) ----------
   std::printf("\n%-28s %6s %10s %10s %10s\n", "moe (Flash, 6 of 256)", "rows", "us/call", "GB/s", "experts");
