@@ -90,6 +90,35 @@ __device__ __forceinline__ int8_t q8_0_act_block(float v, float* d) {
   return q8_0_act_code(v, id);
 }
 
+// The thread form: block b of the f32 row x (16-byte aligned) by one thread, 8 16-byte loads;
+// its 32 codes packed into qw (qs[4k .. 4k+3] in qw[k], little-endian as BlockQ8_0Act's bytes),
+// its scale returned. A warp instruction serves 32 blocks, so a kernel that quantizes the row
+// in every CTA (the one-row Q8_0 kernels' fused forms) pays ~10 warp instructions per block,
+// not the warp form's ~60. Same pieces, same bits.
+__device__ __forceinline__ float q8_0_act_block_words(const float* x, int64_t b, uint32_t (&qw)[8]) {
+  const float4* xb = reinterpret_cast<const float4*>(x) + 8 * b;
+  float v[32];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 f = __ldg(xb + i);
+    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+  }
+  float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 4 partial maxima (order-free), shorter chains
+#pragma unroll
+  for (int i = 0; i < 32; ++i) m[i & 3] = fmaxf(m[i & 3], q8_0_act_mag(v[i]));
+  float id;
+  const float d = q8_0_act_scale(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), &id);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(q8_0_act_code(v[4 * k + j], id))) << (8 * j);
+    qw[k] = word;
+  }
+  return d;
+}
+
 // Expands the 4 low bits of s to byte masks (bit b -> byte b = 0xff).
 __device__ __forceinline__ uint32_t sign_mask4(uint32_t s) {
   return ((s & 0xfu) * 0x00204081u & 0x01010101u) * 0xffu;

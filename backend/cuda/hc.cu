@@ -3,7 +3,7 @@
 //
 // Role: hc_pre / hc_post / hc_collapse of ops.h, bit-identical to backend/cpu (cpu_backend.cpp
 // hc_pre / hc_collapse, cpu_ops.cpp hc_pre_finish_rows / hc_post_rows).
-// Layout, fused (tickets given; the CudaBackend's default): ONE launch per call, grid (rows,
+// Layout, fused (tickets given, HcKernel::kFused; DS4_CUDA_HC_FUSED=1): ONE launch per call, grid (rows,
 // output groups). Each block recomputes its row's RMS statistic (thread t of the first 64
 // runs lane partial t of rms_norm's order; the row is L2-resident), then each 64-thread pair
 // runs one mix output's F16 dot on the normalized values flat[i] = x[i]·scale on the fly
@@ -16,7 +16,7 @@
 // weight rows to shared memory with cp.async at once, runs the statistic as x's parts arrive
 // (lanes64.cuh's staged_scale), then one dot chain per thread from shared memory; the same
 // ticket, the Sinkhorn in registers (n_hc = 4), the stream sum from the staged x.
-// Layout, three launches (tickets nullptr; DS4_CUDA_HC_FUSED=0): the tested launchers of
+// Layout, three launches (tickets nullptr; DS4_CUDA_HC_FUSED=0, the default): the launchers of
 // cuda_kernels.h (rms_norm unweighted -> flat, matvec_f16 -> mix), then the finish kernel.
 // The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on one warp, a lane per HC
 // row / column (sinkhorn_row_warp: the CPU's scalar sequence per value). Stream sums are
@@ -249,6 +249,21 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// The per-row ticket of the one-launch kernels, taken by thread 0 after the block's mix stores:
+// release (a device fence, then the count); true for the last of the row's gridDim.y blocks,
+// which acquires (a fence: every block's mix is visible after it) and resets the counter, so
+// the next launch in stream order starts from zero.
+__device__ __forceinline__ bool take_row_ticket(uint32_t* tickets, int64_t row) {
+  __threadfence();
+  const unsigned prev = atomicAdd(tickets + row, 1u);
+  const bool last = prev == gridDim.y - 1;
+  if (last) {
+    __threadfence();
+    tickets[row] = 0u;
+  }
+  return last;
+}
+
 // grid (rows, ceil(mix_dim / pairs)), blockDim = 64·pairs. Block (row, g): pair q computes
 // mix output g·pairs + q; the row's last block to finish finishes the row.
 template <HcKind kKind>
@@ -313,15 +328,7 @@ __global__ void __launch_bounds__(kMaxPairs * kPair) hc_fused_kernel(const Fused
   // 3. The ticket: release (this block's mix stores, then a device fence, then the count), and
   // the last of the row's gridDim.y blocks goes on.
   __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    const unsigned prev = atomicAdd(a.tickets + row, 1u);
-    s_last = prev == gridDim.y - 1;
-    if (s_last) {
-      __threadfence();        // acquire: every block's mix is visible below
-      a.tickets[row] = 0u;    // the next launch (stream order) starts from zero
-    }
-  }
+  if (tid == 0) s_last = take_row_ticket(a.tickets, row);
   __syncthreads();
   if (!s_last) return;
   for (int i = tid; i < a.mix_dim; i += blockDim.x) mix_s[i] = __ldcg(a.mix + row * a.mix_dim + i);
@@ -464,15 +471,7 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
 
   // 4. The ticket (as hc_fused_kernel), then the last block finishes the row.
   __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    const unsigned prev = atomicAdd(a.tickets + row, 1u);
-    s_last = prev == gridDim.y - 1;
-    if (s_last) {
-      __threadfence();
-      a.tickets[row] = 0u;
-    }
-  }
+  if (tid == 0) s_last = take_row_ticket(a.tickets, row);
   __syncthreads();
   if (!s_last) return;
   for (int i = tid; i < a.mix_dim; i += kStagedThreads) mix_s[i] = __ldcg(a.mix + row * a.mix_dim + i);

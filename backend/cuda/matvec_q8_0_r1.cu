@@ -112,32 +112,11 @@ __device__ __forceinline__ void q8_0_r1_rows(const uint8_t* __restrict__ w, size
     cp_async_commit();
   }
   if constexpr (kQuantize) {
-    // Thread t quantizes blocks t, t + blockDim.x, ... whole (8 16-byte loads of x; x 16-byte
-    // aligned, the launcher's precondition): a warp instruction serves 32 blocks, so the
-    // quantization every CTA repeats costs ~10 warp instructions per block, not the warp form's
-    // ~60 (shuffles) — the same pieces, the same bits (common.cuh, q8_0_act_*).
+    // Thread t quantizes blocks t, t + blockDim.x, ... whole (common.cuh's thread form; x 16-byte
+    // aligned, the launcher's precondition).
     for (int b = threadIdx.x; b < nb; b += blockDim.x) {
-      const float4* xb = reinterpret_cast<const float4*>(x) + 8 * b;
-      float v[32];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float4 f = __ldg(xb + i);
-        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-      }
-      float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 4 partial maxima (order-free), shorter chains
-#pragma unroll
-      for (int i = 0; i < 32; ++i) m[i & 3] = fmaxf(m[i & 3], detail::q8_0_act_mag(v[i]));
-      float id;
-      const float d = detail::q8_0_act_scale(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), &id);
       uint32_t qw[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        uint32_t word = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          word |= static_cast<uint32_t>(static_cast<uint8_t>(detail::q8_0_act_code(v[4 * k + j], id))) << (8 * j);
-        qw[k] = word;  // qs[4k .. 4k+3], little-endian as BlockQ8_0Act's bytes
-      }
+      const float d = detail::q8_0_act_block_words(x, b, qw);
       uint4* dst = reinterpret_cast<uint4*>(act_q + 8 * b + 4 * (b >> 3));  // 16-byte aligned
       dst[0] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
       dst[1] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
