@@ -75,6 +75,13 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
+// One region of Backend::copy_many: bytes from src to dst, both backend addresses.
+struct CopyRegion {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
 // A 2-D weight: n_out rows of n_in elements of `type`, row o at data + o * row_bytes.
 struct Matrix {
   const uint8_t* data = nullptr;
@@ -448,6 +455,12 @@ class Backend {
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // n backend -> backend copies in one call, the same as copy() for each region in order (no
+  // region's destination may overlap another region): the state snapshots of a verify batch
+  // (hundreds of small copies per forward), which a device backend runs as one launch.
+  virtual void copy_many(const CopyRegion* regions, int n) {
+    for (int i = 0; i < n; ++i) copy(regions[i].dst, regions[i].src, regions[i].bytes);
+  }
   // dst[0..n) = value (f32) / the byte value.
   virtual void fill_f32(float* dst, size_t n, float value) = 0;
   virtual void fill_bytes(void* dst, size_t bytes, uint8_t value) = 0;
@@ -521,6 +534,7 @@ class ForwardingBackend : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override { inner_.upload(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { inner_.download(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { inner_.copy(dst, src, bytes); }
+  void copy_many(const CopyRegion* regions, int n) override { inner_.copy_many(regions, n); }
   void fill_f32(float* dst, size_t n, float value) override { inner_.fill_f32(dst, n, value); }
   void fill_bytes(void* dst, size_t bytes, uint8_t value) override { inner_.fill_bytes(dst, bytes, value); }
   void sync() override { inner_.sync(); }

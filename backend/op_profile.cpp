@@ -367,6 +367,13 @@ class ProfilingBackend final : public ForwardingBackend {
     inner_.copy(dst, src, bytes);
     end(s);
   }
+  void copy_many(const CopyRegion* regions, int n) override {
+    size_t bytes = 0;
+    for (int i = 0; i < n; ++i) bytes += regions[i].bytes;
+    const int s = begin("copy_many", {OpClass::kCopy, 2 * bytes});
+    inner_.copy_many(regions, n);
+    end(s);
+  }
   void fill_f32(float* dst, size_t n, float value) override {
     const int s = begin("fill", {OpClass::kCopy, n * 4});
     inner_.fill_f32(dst, n, value);

@@ -32,7 +32,7 @@ struct BackendOptions {
   bool cuda_profile = false;
   // CUDA: HC pre / collapse as the three-launch path (0), one fused kernel per call (1) or one
   // staged kernel per call (2); A/B, same bits. Ignored by the CPU backend.
-  int cuda_hc_fused = 0;
+  int cuda_hc_fused = 2;  // the staged kernel: the fastest whole token measured (H100, docs/CUDA.md)
   // CUDA: the kernel of Q8_0 matvecs of one activation row (cuda::Q8_0R1Kernel; process-wide,
   // set when the backend is made; every choice gives the same bits): "auto" (the staged kernel
   // where it measured faster, the output head; the wide kernel below it), "new" (the staged

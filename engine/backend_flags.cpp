@@ -54,8 +54,8 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .option("--cuda-hc-fused", &f->cuda_hc_fused,
               "CUDA: HC pre / collapse as the three-launch path (0: norm, mix matvec, finish), one fused "
               "kernel per call (1: the row read from global memory as the chains go) or one staged kernel "
-              "per call (2: the row in shared memory, a thread per dot chain); for A/B timing. Same bits "
-              "on every path",
+              "per call (2: the row in shared memory, a thread per dot chain; the fastest whole token "
+              "measured); for A/B timing. Same bits on every path",
               "DS4_CUDA_HC_FUSED", "0|1|2")
       .option("--cuda-q8-r1", &f->cuda_q8_r1,
               "CUDA: the Q8_0 matmul of one activation row (decode): auto (the staged kernel for the output "

@@ -37,7 +37,7 @@ struct BackendFlags {
   bool f32_activations = false;  // --f32-activations
   bool cuda_sync = false;        // --cuda-sync: wait after every CUDA op (debugging)
   bool cuda_profile = false;     // --cuda-profile (DS4_CUDA_GAP_PROFILE): the op-timeline profiler
-  int cuda_hc_fused = 0;         // --cuda-hc-fused (DS4_CUDA_HC_FUSED): 0 three launches, 1 fused, 2 staged
+  int cuda_hc_fused = 2;         // --cuda-hc-fused (DS4_CUDA_HC_FUSED): 0 three launches, 1 fused, 2 staged
   // --cuda-q8-r1 (DS4_CUDA_Q8_R1): auto|new|new-prequant|wide|wide-fused|old Q8_0 r = 1 path
   std::string cuda_q8_r1 = "auto";
 };

@@ -36,7 +36,7 @@ struct EngineOptions {
   int device = 0;                // GPU index (CUDA backend)
   bool cuda_sync = false;        // CUDA: wait after every op (a fault names its op; slow)
   bool cuda_profile = false;     // CUDA: op-timeline profiler, report on stderr at exit
-  int cuda_hc_fused = 0;         // CUDA: HC pre / collapse: 0 three launches, 1 fused, 2 staged kernel
+  int cuda_hc_fused = 2;         // CUDA: HC pre / collapse: 0 three launches, 1 fused, 2 staged kernel
   // CUDA: Q8_0 r = 1 kernel, auto|new|new-prequant|wide|wide-fused|old (A/B; same bits)
   std::string cuda_q8_r1 = "auto";
   int n_threads = 0;             // 0 = hardware concurrency

@@ -160,18 +160,25 @@ namespace {
 // phase rows than a verify batch can touch: its prefix slots store rows only.
 bool rows_only(const LayerState& L) { return L.ratio > kMaxBatchRows && L.idx_kv.empty(); }
 
+// The compressor states of a layer to / from a frontier's packed floats: one copy_many call.
 void copy_states_out(backend::Backend& be, const LayerState& L, float* dst) {
+  backend::CopyRegion r[4];
+  int n = 0;
   for (const backend::Array<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
-    if (!v->empty()) be.copy(dst, v->data(), v->bytes());
+    if (!v->empty()) r[n++] = backend::CopyRegion{dst, v->data(), v->bytes()};
     dst += v->size();
   }
+  be.copy_many(r, n);
 }
 
 void copy_states_in(backend::Backend& be, LayerState& L, const float* src) {
+  backend::CopyRegion r[4];
+  int n = 0;
   for (const backend::Array<float>* v : {&L.cmp_kv, &L.cmp_score, &L.idx_kv, &L.idx_score}) {
-    if (!v->empty()) be.copy(v->data(), src, v->bytes());
+    if (!v->empty()) r[n++] = backend::CopyRegion{v->data(), src, v->bytes()};
     src += v->size();
   }
+  be.copy_many(r, n);
 }
 
 }  // namespace
@@ -192,12 +199,15 @@ void State::save_layer_frontier(int il, Frontier& f) const {
   const int64_t base = static_cast<int64_t>(tokens_.size());
   const int64_t W = static_cast<int64_t>(L.cmp_kv.size()) / L.ratio;
   f.row_base[il] = base;
+  backend::CopyRegion regions[2 * (kMaxBatchRows - 1)];
+  int n = 0;
   for (int j = 1; j < kMaxBatchRows; ++j) {
     const int64_t r = (base + j) % L.ratio;
-    be_.copy(dst, L.cmp_kv.data() + r * W, W * sizeof(float));
-    be_.copy(dst + W, L.cmp_score.data() + r * W, W * sizeof(float));
+    regions[n++] = backend::CopyRegion{dst, L.cmp_kv.data() + r * W, W * sizeof(float)};
+    regions[n++] = backend::CopyRegion{dst + W, L.cmp_score.data() + r * W, W * sizeof(float)};
     dst += 2 * W;
   }
+  be_.copy_many(regions, n);
 }
 
 void State::save_frontier(Frontier& f) const {
@@ -228,12 +238,15 @@ void State::restore_frontier(const Frontier& f) {
     DS4_CHECK_MSG(rows_only(L) && base < f.n_tokens && live - base <= kMaxBatchRows,
                   "restore_frontier: a prefix slot restores only onto the end of its own batch");
     const int64_t W = static_cast<int64_t>(L.cmp_kv.size()) / L.ratio;
+    backend::CopyRegion regions[2 * kMaxBatchRows];
+    int n = 0;
     for (int64_t p = f.n_tokens; p < live; ++p) {
       const int64_t r = p % L.ratio;
       const float* row = src + (p - base - 1) * 2 * W;
-      be_.copy(L.cmp_kv.data() + r * W, row, W * sizeof(float));
-      be_.copy(L.cmp_score.data() + r * W, row + W, W * sizeof(float));
+      regions[n++] = backend::CopyRegion{L.cmp_kv.data() + r * W, row, W * sizeof(float)};
+      regions[n++] = backend::CopyRegion{L.cmp_score.data() + r * W, row + W, W * sizeof(float)};
     }
+    be_.copy_many(regions, n);
   }
   tokens_.resize(f.n_tokens);
 }

@@ -387,6 +387,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
   float* qs = smem;                        // [kScoreHeads][Dq]: the group's queries, zeros past nh
   float* ks = smem + kScoreHeads * Dq;     // [kScoreKeys][D]: the tile's used keys as f32
   __shared__ int used_mask;                // bit k: slot t0 + k is a used key
+  __shared__ Key tkey[kScoreKeys];         // the key row of used slot t0 + k (slot_key, once)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int hl = lane & 15, half = lane >> 4;
   if (tid < 32) {
@@ -394,6 +395,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
     const bool u = lane < kScoreKeys && slot < n_all && slot_used(p, slot);
     const unsigned m = __ballot_sync(kFullMask, u);
     if (lane == 0) used_mask = static_cast<int>(m);
+    if (u) tkey[lane] = slot_key<Key>(p, slot);
     if (lane < kScoreKeys && slot < n_all && !u)
       for (int g = 0; g < nh; ++g) p.scores[static_cast<int64_t>(h0 + g) * n_all + slot] = -1.0e30f;
   }
@@ -406,7 +408,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
   }
   for (int i = tid; i < kScoreKeys * D; i += kScoreThreads) {
     const int k = i / D, e = i - k * D;
-    if ((used >> k) & 1) ks[i] = attn::load_key(slot_key<Key>(p, t0 + k), e);
+    if ((used >> k) & 1) ks[i] = attn::load_key(tkey[k], e);
   }
   __syncthreads();
   const int k0 = 2 * (warp % (kScoreKeys / 2));
@@ -471,6 +473,7 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
   __shared__ float ks[kCombChunk][kCombSlice];  // compacted key k's slice, f32
   __shared__ float cw[kCombHeads][kCombChunk];  // exp(score - max) of compacted key k, per head
   __shared__ int64_t cslot[kCombChunk];         // slot of compacted key k
+  __shared__ Key ckey[kCombChunk];              // its key row (slot_key, once per chunk)
   __shared__ float os[kCombHeads][kCombSlice];
   __shared__ int warp_sums[32];
   const SinkQuery& sq = b.q[blockIdx.z];
@@ -513,11 +516,14 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
     int total = 0;
     const int at = block_scan_counts(u ? 1 : 0, warp_sums, &total);  // syncs: last chunk's readers are done
     if (total == 0) continue;  // block-uniform
-    if (u) cslot[at] = s;
+    if (u) {
+      cslot[at] = s;
+      ckey[at] = slot_key<Key>(p, s);
+    }
     __syncthreads();
     // Decode: warp w takes compacted keys w, w + kCombHeads, ...; lane l element lo + l.
     for (int k = g; k < total; k += kCombHeads)
-      ks[k][lane] = own ? attn::load_key(slot_key<Key>(p, cslot[k]), j) : 0.0f;
+      ks[k][lane] = own ? attn::load_key(ckey[k], j) : 0.0f;
     if (head)
       for (int k = lane; k < total; k += 32) cw[g][k] = detmath::exp_f32(score[cslot[k]] - mx);
     __syncthreads();
@@ -554,6 +560,20 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
   }
   __syncthreads();
   if (head && own) p.out[static_cast<int64_t>(h0 + g) * D + j] = os[g][lane];
+}
+
+// The score kernel's opt-in to more than 48 KB of dynamic shared memory (the largest head_dim's
+// tile), once per process and key type: the attribute call costs host time on every launch
+// otherwise.
+template <typename Key>
+cudaError_t score_smem_optin() {
+  static const cudaError_t e = [] {
+    const cudaError_t r = cudaFuncSetAttribute(sink_scores_kernel<Key>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(score_smem_bytes(kAttnMaxD)));
+    if (r != cudaSuccess) (void)cudaGetLastError();  // not a later launch's error
+    return r;
+  }();
+  return e;
 }
 
 // RoPE constants of a call (n_rot 0: no rotation, constants unused).
@@ -640,19 +660,15 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
       const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((max_heads + kScoreHeads - 1) / kScoreHeads),
                       static_cast<unsigned>(nb));
       const size_t smem = score_smem_bytes(max_dim);
-      cudaError_t e;
-      if (stored) {
-        e = cudaFuncSetAttribute(sink_scores_kernel<attn::StoredKey>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(score_smem_bytes(kAttnMaxD)));
-        if (e == cudaSuccess) sink_scores_kernel<attn::StoredKey><<<grid, kScoreThreads, smem, stream>>>(batch);
-      } else {
-        e = cudaFuncSetAttribute(sink_scores_kernel<const float*>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(score_smem_bytes(kAttnMaxD)));
-        if (e == cudaSuccess) sink_scores_kernel<const float*><<<grid, kScoreThreads, smem, stream>>>(batch);
-      }
+      const cudaError_t e = stored ? score_smem_optin<attn::StoredKey>() : score_smem_optin<const float*>();
       if (e != cudaSuccess)
         return resource_error("cuda: sink_attention (scores) (%s): shared memory of %zu bytes: %s", shapes,
                               score_smem_bytes(kAttnMaxD), cudaGetErrorString(e));
+      if (stored) {
+        sink_scores_kernel<attn::StoredKey><<<grid, kScoreThreads, smem, stream>>>(batch);
+      } else {
+        sink_scores_kernel<const float*><<<grid, kScoreThreads, smem, stream>>>(batch);
+      }
       const Status s = launch_result("sink_attention (scores)", shapes);
       if (!s.ok()) return s;
     }

@@ -203,6 +203,9 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src) check(cuda::copy_async(dst, src, bytes, stream_), "copy");
   }
+  void copy_many(const CopyRegion* regions, int n) override {
+    check(cuda::copy_many(regions, n, stream_), "copy_many");
+  }
   void fill_f32(float* dst, size_t n, float value) override { check(cuda::fill_f32(dst, n, value, stream_), "fill_f32"); }
   void fill_bytes(void* dst, size_t bytes, uint8_t value) override {
     check(cuda::memset_async(dst, value, bytes, stream_), "fill_bytes");

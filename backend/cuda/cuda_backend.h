@@ -25,6 +25,6 @@ namespace ds4::backend {
 // (BackendOptions::cuda_q8_r1; cuda::set_q8_0_r1_kernel, process-wide; same bits, A/B timing);
 // anything else is an invalid-argument error.
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
-                                                     int hc_fused = 0, const std::string& q8_r1 = "auto");
+                                                     int hc_fused = 2, const std::string& q8_r1 = "auto");
 
 }  // namespace ds4::backend

@@ -1,5 +1,5 @@
 // backend/cuda/elementwise.cu — the copy-like and elementwise ops on the device: embed, add,
-// hc_mean, swiglu, get_rows, argmax, fill_f32.
+// hc_mean, swiglu, get_rows, argmax, fill_f32, copy_many.
 //
 // Role: the ops.h launchers of these ops, bit-identical to backend/cpu/cpu_backend.cpp.
 // Every output element is one fixed expression of its inputs (the CPU's, operation by
@@ -34,6 +34,32 @@ __global__ void fill_kernel(float* __restrict__ dst, int64_t n, float v) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = v;
+}
+
+struct CopyBatch {
+  backend::CopyRegion r[kCopyBatch];
+};
+
+// Region blockIdx.y of the batch, its bytes strided over the blockIdx.x blocks: 16-byte words
+// when both ends and the length allow, else 4-byte words, else bytes (a copy is exact at any width).
+__global__ void copy_many_kernel(const __grid_constant__ CopyBatch b) {
+  const backend::CopyRegion& c = b.r[blockIdx.y];
+  const auto d = reinterpret_cast<uintptr_t>(c.dst), s = reinterpret_cast<uintptr_t>(c.src);
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
+  if (((d | s | c.bytes) & 15u) == 0) {
+    const uint4* src = reinterpret_cast<const uint4*>(c.src);
+    uint4* dst = reinterpret_cast<uint4*>(c.dst);
+    for (size_t i = first; i < c.bytes / 16; i += step) dst[i] = src[i];
+  } else if (((d | s | c.bytes) & 3u) == 0) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(c.src);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(c.dst);
+    for (size_t i = first; i < c.bytes / 4; i += step) dst[i] = src[i];
+  } else {
+    const uint8_t* src = static_cast<const uint8_t*>(c.src);
+    uint8_t* dst = static_cast<uint8_t*>(c.dst);
+    for (size_t i = first; i < c.bytes; i += step) dst[i] = src[i];
+  }
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
@@ -248,6 +274,26 @@ Status fill_f32(float* dst, size_t n, float value, Stream stream) {
   if (n == 0) return Status();
   fill_kernel<<<blocks_for(static_cast<int64_t>(n)), kThreads, 0, stream>>>(dst, static_cast<int64_t>(n), value);
   return launch_status("fill_f32", static_cast<int64_t>(n), static_cast<int64_t>(n), 1);
+}
+
+Status copy_many(const backend::CopyRegion* regions, int n, Stream stream) {
+  for (int b0 = 0; b0 < n; b0 += kCopyBatch) {
+    const int nb = n - b0 < kCopyBatch ? n - b0 : kCopyBatch;
+    CopyBatch batch{};
+    size_t most = 0;
+    for (int i = 0; i < nb; ++i) {
+      batch.r[i] = regions[b0 + i];
+      most = batch.r[i].bytes > most ? batch.r[i].bytes : most;
+    }
+    if (most == 0) continue;
+    // Enough blocks that the largest region moves 16 bytes per thread per block pass, at most 64.
+    const size_t per_block = static_cast<size_t>(kThreads) * 16;
+    const unsigned bx = static_cast<unsigned>(most / per_block + 1 < 64 ? most / per_block + 1 : 64);
+    copy_many_kernel<<<dim3(bx, static_cast<unsigned>(nb)), kThreads, 0, stream>>>(batch);
+    const Status s = launch_status("copy_many", static_cast<int64_t>(most), static_cast<int64_t>(most), nb);
+    if (!s.ok()) return s;
+  }
+  return Status();
 }
 
 Status add(const backend::AddParams& p, Stream stream) {

@@ -11,12 +11,12 @@
 // per-row ticket (atomicAdd after a fence) elects the last block of the row, which runs the
 // Sinkhorn (pre) or the sigmoid weights (collapse) and the weighted stream sum; it resets the
 // ticket, so the counters are zero between calls. flat is not written (nothing reads it).
-// Layout, staged (tickets given, HcKernel::kStaged; DS4_CUDA_HC_FUSED=2): ONE launch, grid
+// Layout, staged (tickets given, HcKernel::kStaged; DS4_CUDA_HC_FUSED=2, the default): ONE launch, grid
 // (rows, output groups of 1 (decode) or 4 (batches)); each block copies the row x and its
 // weight rows to shared memory with cp.async at once, runs the statistic as x's parts arrive
 // (lanes64.cuh's staged_scale), then one dot chain per thread from shared memory; the same
 // ticket, the Sinkhorn in registers (n_hc = 4), the stream sum from the staged x.
-// Layout, three launches (tickets nullptr; DS4_CUDA_HC_FUSED=0, the default): the launchers of
+// Layout, three launches (tickets nullptr; DS4_CUDA_HC_FUSED=0): the launchers of
 // cuda_kernels.h (rms_norm unweighted -> flat, matvec_f16 -> mix), then the finish kernel.
 // The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on one warp, a lane per HC
 // row / column (sinkhorn_row_warp: the CPU's scalar sequence per value). Stream sums are

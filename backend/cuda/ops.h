@@ -73,6 +73,9 @@ Status swiglu(const backend::SwigluParams& p, Stream stream);
 Status get_rows(const backend::GetRowsParams& p, Stream stream);
 Status argmax(const backend::ArgmaxParams& p, Stream stream);  // with a margin: reduce.cu
 Status fill_f32(float* dst, size_t n, float value, Stream stream);
+// Backend::copy_many: n device -> device copies, kCopyBatch regions per launch.
+inline constexpr int kCopyBatch = 32;
+Status copy_many(const backend::CopyRegion* regions, int n, Stream stream);
 
 // ---- reduce.cu -----------------------------------------------------------------------------
 Status top_k(const backend::TopKParams& p, Stream stream);

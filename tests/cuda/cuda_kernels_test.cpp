@@ -23,6 +23,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/ops.h"
 #include "tests/cuda/device_buf.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
@@ -526,6 +527,43 @@ TEST_F(CudaKernels, RmsNormBitsEqualCpu) {
     }
   }
   set_rms_norm_kernel(saved);
+}
+
+// copy_many: every region lands byte for byte, whatever its alignment (16-byte words, 4-byte
+// words, bytes), length (0, short tails, several blocks) or count (more than one launch's
+// kCopyBatch), and nothing outside the destinations changes.
+TEST_F(CudaKernels, CopyManyMovesEveryRegionExactly) {
+  constexpr size_t kBytes = 1 << 20;
+  std::vector<uint8_t> src(kBytes), want(kBytes, 0xa5);
+  std::mt19937 rng(77);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  DeviceBuf dsrc(kBytes), ddst(kBytes);
+  dsrc.put(src.data(), kBytes);
+  ddst.put(want.data(), kBytes);
+  std::vector<backend::CopyRegion> regions;
+  size_t at = 0;  // destinations never overlap: consecutive, with gaps
+  std::uniform_int_distribution<int> len(0, 9000), off(0, 50000);
+  for (int i = 0; i < kCopyBatch * 2 + 5; ++i) {
+    size_t n = static_cast<size_t>(len(rng));
+    if (i % 3 == 0) n &= ~size_t{15};  // some 16-byte multiples
+    if (i == 7) n = 0;
+    if (i == 11) n = 200000;  // many blocks
+    size_t d = at + static_cast<size_t>(i % 5);           // alignments 0..4
+    size_t s = static_cast<size_t>(off(rng)) & (i % 2 ? ~size_t{15} : ~size_t{0});
+    if (i % 4 == 0) d = (d + 15) & ~size_t{15};
+    if (d + n > kBytes || s + n > kBytes) break;
+    regions.push_back(backend::CopyRegion{ddst.as<uint8_t>() + d, dsrc.as<uint8_t>() + s, n});
+    std::memcpy(want.data() + d, src.data() + s, n);
+    at = d + n + 3;
+  }
+  ASSERT_GT(regions.size(), static_cast<size_t>(kCopyBatch)) << "the case covers two launches";
+  const Status s = copy_many(regions.data(), static_cast<int>(regions.size()), nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  sync();
+  const std::vector<uint8_t> got = ddst.get_vec<uint8_t>(kBytes);
+  size_t bad = 0;
+  for (size_t i = 0; i < kBytes; ++i) bad += got[i] != want[i];
+  EXPECT_EQ(0u, bad) << "bytes that differ from the expected destination";
 }
 
 TEST_F(CudaKernels, TopTwoEqualsScalarDefinition) {

@@ -69,11 +69,11 @@ TEST(BackendFlags, CudaProfileFromTheFlagAndItsMirror) {
 TEST(BackendFlags, CudaHcFusedFromTheFlagAndItsMirror) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
-  EXPECT_EQ(0, eo.cuda_hc_fused);  // the three launches by default (measured as fast at Flash shape)
+  EXPECT_EQ(2, eo.cuda_hc_fused);  // the staged kernel by default (the fastest token at Flash shape)
   ASSERT_TRUE(apply({"--cuda-hc-fused", "1"}, &eo).ok());
   EXPECT_EQ(1, eo.cuda_hc_fused);
-  ASSERT_TRUE(apply({"--cuda-hc-fused", "2"}, &eo).ok());
-  EXPECT_EQ(2, eo.cuda_hc_fused);  // the staged kernel
+  ASSERT_TRUE(apply({"--cuda-hc-fused", "0"}, &eo).ok());
+  EXPECT_EQ(0, eo.cuda_hc_fused);  // the three launches
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_HC_FUSED", "1"}}).ok());
   EXPECT_EQ(1, eo.cuda_hc_fused);
   ASSERT_TRUE(apply({"--cuda-hc-fused", "0"}, &eo, {{"DS4_CUDA_HC_FUSED", "1"}}).ok());
