@@ -600,6 +600,16 @@ int main(int argc, char** argv) {
   small("quantize_q8_k_act 4096 x8", [&](int) {
     ok(cuda::quantize_q8_k_act(x, 4096, 8, 4096, static_cast<quant::BlockQ8K*>(q), 16));
   });
+  // copy_many against one cudaMemcpyAsync per region: a verify row's prefix-slot save of a
+  // ratio-128 layer (14 regions of one compressor phase row, 4 KB each; session/state.cpp).
+  {
+    ds4::backend::CopyRegion regions[14];
+    for (int i = 0; i < 14; ++i) regions[i] = ds4::backend::CopyRegion{x + (size_t{96} << 20) + i * 1024, x + i * 2048, 4096};
+    small("copy_many 14 x 4 KB (one launch)", [&](int) { ok(cuda::copy_many(regions, 14, nullptr)); });
+    small("copy_many 14 x 4 KB as 14 copies", [&](int) {
+      for (const ds4::backend::CopyRegion& r : regions) ok(cuda::copy_async(r.dst, r.src, r.bytes, nullptr));
+    });
+  }
   float* out = x + (size_t{64} << 20);
   // rms_norm: the staged kernel (the default) and the chunked one before it, side by side.
   {
