@@ -230,6 +230,14 @@ Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWei
 // d(i, s) = dot(down_e row o, midq row q) (midq rows n_ff/256 blocks apart).
 Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
                        const quant::BlockQ8K* midq, float* out, Stream stream = nullptr);
+// Which kernels run expert_gate_up / expert_down_sum at n_rows = 1 (decode; issue #30), same
+// bits: kNew (the default) the one-row kernels of moe_r1.cu (activations in registers, every
+// weight row of a warp in flight at once; shapes they do not take fall back), kOld the warp
+// kernels of matvec_quant.cu (A/B). Other row counts always run the warp kernels.
+// Process-wide; tests and benchmarks switch it.
+enum class MoeR1Kernel { kOld, kNew };
+void set_moe_r1_kernel(MoeR1Kernel k);
+MoeR1Kernel moe_r1_kernel();
 
 // ---- Norm and read-out ----------------------------------------------------------------------
 // out row k = rms_norm_row(x row k) (· weight when not null): ss = quant::sumsq_f64 (Σ (double)x²

@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_q8_0_tc.h"
 #include "backend/cuda/matvec_r1.h"
+#include "backend/cuda/moe_r1.h"
 #include "backend/row_math.h"
 #include "quant/iq2_tables.h"
 
@@ -1256,6 +1257,11 @@ Status matvec_q4_k(const Weights& w, const BlockQ8K* x, int64_t x_stride, int r,
 Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel,
                       const float* wt, int n_rows, int n_used, const BlockQ8K* x, float clamp, float* mid,
                       Stream stream) {
+  if (n_rows == 1 && moe_r1_kernel() == MoeR1Kernel::kNew) {  // decode: moe_r1.cu where it takes the shape
+    bool done = false;
+    Status s = expert_gate_up_r1(f, gate, up, sel, wt, n_used, x, clamp, mid, stream, &done);
+    if (!s.ok() || done) return s;
+  }
   switch (f) {
     case ExpertFormat::kIQ2_XXS:
       return launch_gate_up<Iq2XxsFmt>(gate, up, sel, wt, n_rows, n_used, x, clamp, mid, stream);
@@ -1269,6 +1275,11 @@ Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWei
 
 Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
                        const BlockQ8K* midq, float* out, Stream stream) {
+  if (n_rows == 1 && moe_r1_kernel() == MoeR1Kernel::kNew) {  // decode: moe_r1.cu where it takes the shape
+    bool done = false;
+    Status s = expert_down_sum_r1(f, down, sel, n_used, midq, out, stream, &done);
+    if (!s.ok() || done) return s;
+  }
   switch (f) {
     case ExpertFormat::kIQ2_XXS:
       return launch_down_sum<Iq2XxsFmt>(down, sel, n_rows, n_used, midq, out, stream);
