@@ -190,6 +190,13 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
     }
     CK(cudaMemcpy(dsel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     p.n_rows = r;
+    // One row (decode): the kernels before (old: the warp kernels) and the one-row kernels of
+    // moe_r1.cu (new, the default), side by side; other row counts: the default only.
+    const cuda::MoeR1Kernel saved_r1 = cuda::moe_r1_kernel();
+    for (const cuda::MoeR1Kernel kern : {cuda::MoeR1Kernel::kOld, cuda::MoeR1Kernel::kNew}) {
+    if (r != 1 && kern == cuda::MoeR1Kernel::kOld) continue;
+    cuda::set_moe_r1_kernel(kern);
+    const std::string label = std::string(name) + (r != 1 ? "" : kern == cuda::MoeR1Kernel::kOld ? " old" : " new");
     const double t = time_per_call(
         [&](int i) {
           ds4::backend::MoeParams q = p;
@@ -198,7 +205,7 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
         },
         kSets);
     const double bytes = distinct * static_cast<double>(2 * gu_eb + d_eb);
-    std::printf("%-28s %6d %10.2f %10.0f %10.1f\n", name, r, t * 1e6, bytes / t / 1e9, distinct);
+    std::printf("%-28s %6d %10.2f %10.0f %10.1f\n", label.c_str(), r, t * 1e6, bytes / t / 1e9, distinct);
     // Its two weight-reading launches alone (GB/s of their distinct expert bytes).
     const int pairs = r * kUsed;
     ok(cuda::quantize_q8_k_act(dx, kEmbd, r, kEmbd, xq, kEmbd / 256));
@@ -218,6 +225,8 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
         kSets);
     std::printf("%-28s %6d %10.2f %10.0f\n", "  expert_gate_up", r, t_gu * 1e6, distinct * 2 * gu_eb / t_gu / 1e9);
     std::printf("%-28s %6d %10.2f %10.0f\n", "  expert_down_sum", r, t_down * 1e6, distinct * d_eb / t_down / 1e9);
+    }
+    cuda::set_moe_r1_kernel(saved_r1);
   }
   CK(cudaFree(xq));
   CK(cudaFree(mid));

@@ -576,6 +576,96 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
   }
 }
 
+// Restores the process-wide one-row MoE kernel choice (MoeR1Kernel) when a scope ends.
+struct MoeR1Scope {
+  explicit MoeR1Scope(MoeR1Kernel k) : saved(moe_r1_kernel()) { set_moe_r1_kernel(k); }
+  ~MoeR1Scope() { set_moe_r1_kernel(saved); }
+  MoeR1Kernel saved;
+};
+
+// One token row (decode) under both MoeR1Kernel choices: kNew runs moe_r1.cu's kernels on every
+// shape below (16-byte rows, at most 16 super-blocks, at most 8 slots: Flash's q2 and q4
+// experts, small widths of 1..8 blocks, 8 slots), kOld the warp kernels; both must give the CPU
+// backend's bits. x holds special values: an all-zero super-block (d = 0), a subnormal, a
+// maximum of both signs, huge and tiny magnitudes in one block; one case routes a slot to an
+// out-of-range expert id (NaN, no read) and one to a zero expert (zero weights).
+TEST_F(FfnOps, MoeOneRowKernelsBitsEqualCpu) {
+  struct Case {
+    int64_t n_embd, n_ff;
+    int n_expert, n_used;
+    GgmlType gate_up, down;
+    int bad_slot;  // -1: none; else that slot's id is n_expert (out of range)
+  };
+  const Case cases[] = {
+      {4096, 2048, 256, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, -1},
+      {4096, 2048, 256, 6, GgmlType::kQ4_K, GgmlType::kQ4_K, -1},
+      {4096, 2048, 256, 6, GgmlType::kQ2_K, GgmlType::kIQ2_XXS, -1},
+      {2048, 1024, 16, 3, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, -1},
+      {512, 256, 16, 8, GgmlType::kQ4_K, GgmlType::kQ4_K, -1},
+      {3072, 1280, 16, 5, GgmlType::kQ4_K, GgmlType::kQ4_K, -1},
+      {4096, 2048, 16, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, 4},
+  };
+  for (const Case& mc : cases) {
+    const int64_t E = mc.n_embd, F = mc.n_ff;
+    const uint64_t seed = static_cast<uint64_t>(3 * E + F + static_cast<int>(mc.gate_up));
+    std::vector<int32_t> live;
+    for (int k = 0; k < 12 && k < mc.n_expert; ++k)
+      live.push_back(static_cast<int32_t>(k * (mc.n_expert - 1) / std::max(1, std::min(12, mc.n_expert) - 1)));
+    auto gw = dual(expert_weights(mc.gate_up, E, F, mc.n_expert, live, seed + 1000));
+    auto uw = dual(expert_weights(mc.gate_up, E, F, mc.n_expert, live, seed + 2000));
+    auto dw = dual(expert_weights(mc.down, F, E, mc.n_expert, live, seed + 3000));
+    auto em = [&](const Dual<uint8_t>& w, GgmlType t, int64_t n_in, int64_t n_out, bool dev) {
+      return backend::ExpertMatrix{dev ? w.dp() : w.h.data(), t, n_in, n_out, mc.n_expert, quant::row_bytes(t, n_in)};
+    };
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::vector<int32_t> ids = live;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int32_t> sv(ids.begin(), ids.begin() + mc.n_used);
+    if (mc.bad_slot >= 0) sv[static_cast<size_t>(mc.bad_slot)] = mc.n_expert;
+    if (mc.n_expert > 12) sv[0] = mc.n_expert - 2;  // not live: all-zero weights (a read of zero bytes)
+    auto sel = dual(sv);
+    std::vector<float> wv(sv.size());
+    std::uniform_real_distribution<float> uni(0.05f, 0.6f);
+    for (auto& w : wv) w = uni(rng);
+    auto wt = dual(wv);
+    std::vector<float> xv = gaussian(static_cast<size_t>(E), static_cast<uint32_t>(seed + 7));
+    std::fill(xv.begin(), xv.begin() + 256, 0.0f);  // super-block 0 all zero: d = 0
+    if (E >= 512) {
+      xv[300] = 1e-41f;                        // a subnormal
+      xv[301] = 37.0f, xv[302] = -37.0f;       // the block's maximum with both signs
+      xv[303] = 1e-30f, xv[304] = -3e-30f;     // far below the block's scale: code 0
+    }
+    if (E >= 1024) xv[700] = -1e4f;            // one huge value: the rest of its block rounds to 0
+    auto x = dual(std::move(xv));
+    for (MoeR1Kernel k : {MoeR1Kernel::kOld, MoeR1Kernel::kNew}) {
+      MoeR1Scope scope(k);
+      auto out = out_buf<float>(E);
+      const size_t cpu_bytes = backend::moe_scratch_bytes(E, F, mc.n_used, 1);
+      std::vector<uint8_t> hs(cpu_bytes + 64);
+      DeviceBuf ds(cpu_bytes);
+      backend::MoeParams p;
+      p.n_used = mc.n_used, p.n_rows = 1, p.clamp = 10.0f;
+      backend::MoeParams c = p, g = p;
+      c.x = x.hp(), c.sel = sel.hp(), c.wt = wt.hp(), c.out = out.hp(), c.scratch = hs.data();
+      c.gate = em(gw, mc.gate_up, E, F, false), c.up = em(uw, mc.gate_up, E, F, false), c.down = em(dw, mc.down, F, E, false);
+      g.x = x.dp(), g.sel = sel.dp(), g.wt = wt.dp(), g.out = out.dp(), g.scratch = ds.as<void>();
+      g.gate = em(gw, mc.gate_up, E, F, true), g.up = em(uw, mc.gate_up, E, F, true), g.down = em(dw, mc.down, F, E, true);
+      if (mc.bad_slot < 0) cpu_->moe(c);  // an out-of-range id: the device's NaN, no CPU reference
+      expect_ok(moe(g, nullptr));
+      sync();
+      const std::string what = std::string("moe one row ") + (k == MoeR1Kernel::kNew ? "new " : "old ") +
+                               gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) + " n_embd=" +
+                               std::to_string(E) + " n_ff=" + std::to_string(F) + " used=" + std::to_string(mc.n_used);
+      if (mc.bad_slot < 0) {
+        same(out, what);
+      } else {
+        const auto got = out.device_values();
+        for (int64_t o = 0; o < E; ++o) ASSERT_TRUE(std::isnan(got[static_cast<size_t>(o)])) << what << " o=" << o;
+      }
+    }
+  }
+}
+
 // ---- Q8_0 matmul of one row (the fused path) ---------------------------------------------------
 
 // Whether any byte of a poisoned (0xff) device buffer changed.
