@@ -22,6 +22,7 @@ ds4_library(cuda SOURCES
     ${_c}/elementwise.cu
     ${_c}/moe.cu
     ${_c}/moe_r1.cu
+    ${_c}/moe_rows.cu
   DEPS core quant CUDA::cudart_static)
 target_compile_options(ds4_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${DS4_CUDA_FLAGS}>)
 unset(_c)

@@ -231,9 +231,9 @@ Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWei
 Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
                        const quant::BlockQ8K* midq, float* out, Stream stream = nullptr);
 // Which kernels run expert_gate_up / expert_down_sum at n_rows = 1 (decode; issue #30), same
-// bits: kNew (the default) the one-row kernels of moe_r1.cu (activations in registers, every
-// weight row of a warp in flight at once; shapes they do not take fall back), kOld the warp
-// kernels of matvec_quant.cu (A/B). Other row counts always run the warp kernels.
+// bits: kNew the one-row kernels of moe_r1.cu (activations in registers, every weight row of a
+// warp in flight at once; shapes they do not take fall back), kOld (the default until kNew has
+// run on a GPU) the warp kernels of matvec_quant.cu. Other row counts always run the warp kernels.
 // Process-wide; tests and benchmarks switch it.
 enum class MoeR1Kernel { kOld, kNew };
 void set_moe_r1_kernel(MoeR1Kernel k);

@@ -15,12 +15,17 @@
 //   slot, summed from 0 in slot order (the CPU's out = 0, out = out + down[slot]).
 // Blocks are ordered pair- (row-) fastest, so the rows of a call that share an expert read
 // its weight rows at about the same time (the second read mostly hits the L2).
+// n_rows >= 2 under MoeRowsKernel::kGrouped (the default): moe_rows.cu instead, the pairs
+// grouped by expert on the device, each touched expert read once per call (same bits).
 // Scratch layout (moe_device_scratch_bytes, at most backend::moe_scratch_bytes): xq
 // [n_rows × n_embd/256] Q8_K, mid [pairs × n_ff] f32, midq [pairs × n_ff/256] Q8_K; each
 // piece 64-byte aligned.
 // Invariants: no allocation, asynchronous on the stream, errors name op and shapes.
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/row_math.h"
+#include "backend/cuda/moe_rows.h"
 #include "backend/cuda/ops.h"
 
 namespace ds4::cuda {
@@ -132,7 +137,9 @@ ExpertWeights expert_weights(const backend::ExpertMatrix& m) {
 }  // namespace
 
 size_t moe_device_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows) {
-  return moe_layout(n_embd, n_ff, n_used, n_rows).total;
+  const size_t pairs_path = moe_layout(n_embd, n_ff, n_used, n_rows).total;
+  if (n_rows < 2) return pairs_path;
+  return std::max(pairs_path, moe_rows_scratch_bytes(n_embd, n_ff, n_used, n_rows));
 }
 
 Status route(const backend::RouteParams& p, Stream stream) {
@@ -169,6 +176,11 @@ Status moe(const backend::MoeParams& p, Stream stream) {
                        "q4_K; up the type of gate)", static_cast<unsigned>(p.gate.type),
                        static_cast<unsigned>(p.up.type), static_cast<unsigned>(p.down.type));
   if (p.n_rows == 0) return Status();
+  if (p.n_rows >= 2 && moe_rows_kernel() == MoeRowsKernel::kGrouped) {  // moe_rows.cu: grouped by expert
+    bool done = false;
+    Status s = moe_rows_try(p, f_gu, f_down, stream, &done);
+    if (!s.ok() || done) return s;
+  }
   const int n_pairs = U * p.n_rows;
   const int64_t xb = n_embd / quant::kQKK, mb = n_ff / quant::kQKK;
   const MoeLayout l = moe_layout(n_embd, n_ff, U, p.n_rows);

@@ -39,7 +39,9 @@ using quant::BlockQ8K;
 using detail::kFullMask;
 using detail::f16_to_f32;
 
-std::atomic<int> g_moe_r1{static_cast<int>(MoeR1Kernel::kNew)};
+// Not yet run on a GPU: the warp kernels stay the default until the parity tests and the
+// benchmark have run on one (docs/CUDA.md, "Where the next lease starts").
+std::atomic<int> g_moe_r1{static_cast<int>(MoeR1Kernel::kOld)};
 
 __device__ uint64_t g_r1_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
 

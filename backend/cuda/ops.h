@@ -6,7 +6,8 @@
 // in the .cu files of this folder, grouped by the part of the forward pass they serve:
 // hc.cu (HC pre / post / collapse), elementwise.cu (embed, add, hc_mean, swiglu, get_rows,
 // argmax), reduce.cu (top_k; argmax with a margin), attention.cu (attention inputs, compressor
-// step, indexer select, sink attention), moe.cu (router, routed experts).
+// step, indexer select, sink attention), moe.cu (router, routed experts; moe_rows.cu: the
+// routed experts of several rows grouped by expert).
 // Invariants (design.md §4; the CUDA backend issue, item 4):
 //  * Every output is BIT-IDENTICAL to the CPU backend's (backend/cpu, the oracle) for the same
 //    inputs: the same float operations in the same order per output element (the CPU's lanes
@@ -96,5 +97,14 @@ Status moe(const backend::MoeParams& p, Stream stream);
 // Bytes of p.scratch that moe uses (its own layout; never more than backend::moe_scratch_bytes
 // of the same shape, which tests/cuda checks).
 size_t moe_device_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
+// moe's kernels for n_rows >= 2 (the same bits either way; n_rows == 1 always takes the
+// per-pair kernels): kGrouped (moe_rows.cu) reads each touched expert once per call for all
+// the rows that chose it; kPairs (the default until kGrouped has run on a GPU) the per-pair
+// kernels (one expert read per (row, slot) pair). Shapes the grouped kernels do not take (more
+// than kMoeRowsMaxExperts experts, unaligned rows) run the per-pair kernels. Process-wide;
+// tests and benchmarks switch it.
+enum class MoeRowsKernel { kPairs, kGrouped };
+void set_moe_rows_kernel(MoeRowsKernel k);
+MoeRowsKernel moe_rows_kernel();
 
 }  // namespace ds4::cuda

@@ -17,7 +17,8 @@
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included; HC pre
 // and collapse at Flash shape fused vs the three-launch path, fn from DRAM); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
-// DISTINCT expert bytes the call reads. Weights are random valid blocks
+// DISTINCT expert bytes the call reads (at >= 2 rows also under each MoeRowsKernel: "grouped",
+// each touched expert read once per call, and "pairs", once per (row, slot) pair). Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
 // Usage: bench_cuda [--quick] [--once] [--roofline] [--csv FILE] [--rows=N] [FILTER]
@@ -37,6 +38,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -191,21 +193,34 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
     CK(cudaMemcpy(dsel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     p.n_rows = r;
     // One row (decode): the kernels before (old: the warp kernels) and the one-row kernels of
-    // moe_r1.cu (new, the default), side by side; other row counts: the default only.
+    // moe_r1.cu (new), side by side; 2 or more rows: the default, then each MoeRowsKernel.
     const cuda::MoeR1Kernel saved_r1 = cuda::moe_r1_kernel();
     for (const cuda::MoeR1Kernel kern : {cuda::MoeR1Kernel::kOld, cuda::MoeR1Kernel::kNew}) {
     if (r != 1 && kern == cuda::MoeR1Kernel::kOld) continue;
     cuda::set_moe_r1_kernel(kern);
     const std::string label = std::string(name) + (r != 1 ? "" : kern == cuda::MoeR1Kernel::kOld ? " old" : " new");
-    const double t = time_per_call(
-        [&](int i) {
-          ds4::backend::MoeParams q = p;
-          q.sel = dsel + static_cast<size_t>(i % kSets) * r * kUsed;
-          ok(cuda::moe(q, nullptr));
-        },
-        kSets);
+    auto time_moe = [&]() {
+      return time_per_call(
+          [&](int i) {
+            ds4::backend::MoeParams q = p;
+            q.sel = dsel + static_cast<size_t>(i % kSets) * r * kUsed;
+            ok(cuda::moe(q, nullptr));
+          },
+          kSets);
+    };
+    const double t = time_moe();
     const double bytes = distinct * static_cast<double>(2 * gu_eb + d_eb);
     std::printf("%-28s %6d %10.2f %10.0f %10.1f\n", label.c_str(), r, t * 1e6, bytes / t / 1e9, distinct);
+    if (r >= 2) {  // the op under each MoeRowsKernel
+      const cuda::MoeRowsKernel saved = cuda::moe_rows_kernel();
+      for (auto [k, rows_label] : {std::pair{cuda::MoeRowsKernel::kGrouped, "  grouped (by expert)"},
+                                   std::pair{cuda::MoeRowsKernel::kPairs, "  pairs (old)"}}) {
+        cuda::set_moe_rows_kernel(k);
+        const double tk = time_moe();
+        std::printf("%-28s %6d %10.2f %10.0f %10.1f\n", rows_label, r, tk * 1e6, bytes / tk / 1e9, distinct);
+      }
+      cuda::set_moe_rows_kernel(saved);
+    }
     // Its two weight-reading launches alone (GB/s of their distinct expert bytes).
     const int pairs = r * kUsed;
     ok(cuda::quantize_q8_k_act(dx, kEmbd, r, kEmbd, xq, kEmbd / 256));

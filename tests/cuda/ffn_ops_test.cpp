@@ -567,11 +567,23 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       g.x = x.dp(), g.sel = sel.dp(), g.wt = wt.dp(), g.out = out.dp(), g.scratch = ds.as<void>();
       g.gate = em(gw, mc.gate_up, E, F, true), g.up = em(uw, mc.gate_up, E, F, true), g.down = em(dw, mc.down, F, E, true);
       cpu_->moe(c);
-      expect_ok(moe(g, nullptr));
-      sync();
-      same(out, std::string("moe ") + gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) +
-                    " n_embd=" + std::to_string(E) + " n_ff=" + std::to_string(F) + " used=" +
-                    std::to_string(mc.n_used) + " rows=" + std::to_string(rows));
+      // The kernels before issue #30's rewrites, then the rewrites (moe_r1.cu at one row,
+      // moe_rows.cu at two or more): the same bits.
+      const MoeR1Kernel saved_r1 = moe_r1_kernel();
+      const MoeRowsKernel saved_rows = moe_rows_kernel();
+      for (const bool rewritten : {false, true}) {
+        set_moe_r1_kernel(rewritten ? MoeR1Kernel::kNew : MoeR1Kernel::kOld);
+        set_moe_rows_kernel(rewritten ? MoeRowsKernel::kGrouped : MoeRowsKernel::kPairs);
+        out.d->poison();  // NaN everywhere: an output the kernels leave unwritten shows
+        expect_ok(moe(g, nullptr));
+        sync();
+        same(out, std::string("moe ") + gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) +
+                      " n_embd=" + std::to_string(E) + " n_ff=" + std::to_string(F) + " used=" +
+                      std::to_string(mc.n_used) + " rows=" + std::to_string(rows) +
+                      (rewritten ? " (moe_r1 / moe_rows kernels)" : " (per-pair kernels)"));
+      }
+      set_moe_r1_kernel(saved_r1);
+      set_moe_rows_kernel(saved_rows);
     }
   }
 }

@@ -1,0 +1,29 @@
+// backend/cuda/moe_rows.h — the expert-grouped routed-expert path for several rows (moe_rows.cu),
+// as moe.cu's dispatch calls it. Internal to backend/cuda.
+// Invariant: a call that sets *done = true ran the whole op on `stream` (the same bits as the
+// per-pair path: every (pair, output) dot is quant/dot.h's sequence, the slot sum the CPU's);
+// *done = false launched nothing (a shape or expert count the grouped kernels do not take) and
+// the caller runs the per-pair path, which also reports bad shapes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/status.h"
+
+namespace ds4::cuda {
+
+// Experts the grouping kernel counts in shared memory; more take the per-pair path.
+inline constexpr int kMoeRowsMaxExperts = 4096;
+
+// Bytes of p.scratch the grouped path lays out for n_rows rows (<= backend::moe_scratch_bytes).
+size_t moe_rows_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
+
+// The routed experts of p (p.n_rows >= 2, shapes already checked by moe: n_embd and n_ff
+// multiples of 256, up like gate, down the reverse) with gate/up of format f_gu and down f_down.
+Status moe_rows_try(const backend::MoeParams& p, ExpertFormat f_gu, ExpertFormat f_down, Stream stream,
+                    bool* done);
+
+}  // namespace ds4::cuda
