@@ -119,9 +119,44 @@ __device__ __forceinline__ float q8_0_act_block_words(const float* x, int64_t b,
   return d;
 }
 
+// The float closing of a Q2_K / Q4_K super-block (quant/dot.h): (yd·wd)·isum − (yd·wm)·summs,
+// each product and the difference rounded on its own (the folder builds with --fmad=false).
+__device__ __forceinline__ float kquant_close(float yd, float wd, float wm, int32_t isum, int32_t summs) {
+  const float d = yd * wd;
+  const float dmin = yd * wm;
+  const float a = d * static_cast<float>(isum);
+  const float c = dmin * static_cast<float>(summs);
+  return a - c;
+}
+
 // Expands the 4 low bits of s to byte masks (bit b -> byte b = 0xff).
 __device__ __forceinline__ uint32_t sign_mask4(uint32_t s) {
   return ((s & 0xfu) * 0x00204081u & 0x01010101u) * 0xffu;
+}
+
+// The exact integer part of 32-element group g of an IQ2_XXS block, ls·Σ signed grid·q8
+// (quant/dot.h iq2_xxs_block_isum's term for one group): qh = the group's 4 uint16 words (grid
+// indices, then signs and the 4-bit scale), aq = the group's 32 activation quants as 8 words,
+// grid = quant::kIq2XxsGrid. The signs are applied by xor with byte masks and corrected
+// (a ^ m = a·(−1) − 1 per negated byte, so Σ g·(a ^ m) − Σ g·m = Σ g·(±a)).
+__device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const int (&aq)[8], const uint64_t* grid) {
+  const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
+  const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
+  const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
+  int sumi = 0, corr = 0;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
+    const uint32_t si = (aux1 >> (7 * c)) & 127u;
+    const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
+    const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
+    const int mlo = static_cast<int>(sign_mask4(sv)), mhi = static_cast<int>(sign_mask4(sv >> 4));
+    sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
+    sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
+    corr = __dp4a(glo, mlo, corr);
+    corr = __dp4a(ghi, mhi, corr);
+  }
+  return (sumi - corr) * ls;
 }
 
 }  // namespace ds4::cuda::detail

@@ -28,6 +28,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/q8k_staged.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_q8_0_tc.h"
 #include "backend/cuda/matvec_r1.h"
@@ -61,20 +62,11 @@ __device__ __forceinline__ void reduce8(int32_t (&v)[R]) {
 }
 
 // A Q8_K activation block as the fused expert kernels stage it in shared memory (stage_act):
-// the quants of 32-element group G at bytes 16G (elements 0..15) and 128 + 16G (16..31), so
-// the 8 lanes of a block read 8 consecutive 16-byte pieces (no bank conflict); bsums at 256,
-// d at 288; 304 bytes, a multiple of 16.
-constexpr int kActBlockBytes = 304;
-__device__ __forceinline__ void act_q32(const uint8_t* ab, int grp, int (&q)[8]) {
-  const int4 lo = *reinterpret_cast<const int4*>(ab + 16 * grp);
-  const int4 hi = *reinterpret_cast<const int4*>(ab + 128 + 16 * grp);
-  q[0] = lo.x, q[1] = lo.y, q[2] = lo.z, q[3] = lo.w;
-  q[4] = hi.x, q[5] = hi.y, q[6] = hi.z, q[7] = hi.w;
-}
-__device__ __forceinline__ int32_t act_bsum(const uint8_t* ab, int i) {
-  return reinterpret_cast<const int16_t*>(ab + 256)[i];
-}
-__device__ __forceinline__ float act_d(const uint8_t* ab) { return *reinterpret_cast<const float*>(ab + 288); }
+// q8k_staged.cuh's layout.
+using detail::act_bsum;
+using detail::act_d;
+using detail::act_q32;
+using detail::kActBlockBytes;
 
 // ---- Formats: terms() computes, for the lane's block b, t[k] = the float term the CPU adds
 // to row k's accumulator for block b (valid only on lanes with sub == 0 and valid == true);
@@ -181,27 +173,9 @@ struct Iq2XxsFmt {
     if (valid) {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       wd = f16_to_f32(h[0]);
-      const uint16_t* qh = h + 1 + 4 * sub;
-      const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
-      const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
-      const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
       int aq[8];
       act_q32(a, sub, aq);
-      int sumi = 0, corr = 0;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-        const uint32_t si = (aux1 >> (7 * c)) & 127u;
-        const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
-        const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
-        const int mlo = static_cast<int>(detail::sign_mask4(sv)), mhi = static_cast<int>(detail::sign_mask4(sv >> 4));
-        sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
-        sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
-        corr = __dp4a(glo, mlo, corr);
-        corr = __dp4a(ghi, mhi, corr);
-      }
-      sumi = sumi - corr;
-      part = sumi * ls;
+      part = detail::iq2_xxs_group_isum(h + 1 + 4 * sub, aq, grid);
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) part += __shfl_xor_sync(kFullMask, part, s);
@@ -214,15 +188,7 @@ struct Iq2XxsFmt {
   }
 };
 
-// The float closing of a Q2_K / Q4_K block (quant/dot.h): (yd·wd)·isum − (yd·wm)·summs, each
-// product rounded separately, as the CPU writes it. Shared by the matvec and fused-expert forms.
-__device__ __forceinline__ float kquant_close(float yd, float wd, float wm, int32_t isum, int32_t summs) {
-  const float d = yd * wd;
-  const float dmin = yd * wm;
-  const float a = d * static_cast<float>(isum);
-  const float c = dmin * static_cast<float>(summs);
-  return a - c;
-}
+using detail::kquant_close;
 
 // Scale and min of 32-element group j of a Q4_K block from its 12 packed scale bytes
 // (quant::q4_k_scale_min).

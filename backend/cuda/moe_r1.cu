@@ -79,14 +79,7 @@ __device__ __forceinline__ void load_act(const BlockQ8K* __restrict__ x, int nb,
   }
 }
 
-// The float closing of a Q2_K / Q4_K block (quant/dot.h): (yd·wd)·isum − (yd·wm)·summs.
-__device__ __forceinline__ float kquant_close(float yd, float wd, float wm, int32_t isum, int32_t summs) {
-  const float d = yd * wd;
-  const float dmin = yd * wm;
-  const float a = d * static_cast<float>(isum);
-  const float c = dmin * static_cast<float>(summs);
-  return a - c;
-}
+using detail::kquant_close;
 
 // ---- Formats: term() returns, on every lane of the block's 8 lanes, the float term the CPU
 // adds for weight block p (staged in shared memory) and the lane's activation group; all 32
@@ -102,25 +95,7 @@ struct R1Iq2Xxs {
     if (valid) {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);  // 2-byte aligned
       wd = f16_to_f32(h[0]);
-      const uint16_t* qh = h + 1 + 4 * sub;
-      const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
-      const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
-      const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
-      int sumi = 0, corr = 0;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-        const uint32_t si = (aux1 >> (7 * c)) & 127u;
-        const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
-        const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
-        const int mlo = static_cast<int>(detail::sign_mask4(sv)), mhi = static_cast<int>(detail::sign_mask4(sv >> 4));
-        sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
-        sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
-        corr = __dp4a(glo, mlo, corr);
-        corr = __dp4a(ghi, mhi, corr);
-      }
-      sumi = sumi - corr;
-      part = sumi * ls;
+      part = detail::iq2_xxs_group_isum(h + 1 + 4 * sub, aq, grid);
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) part += __shfl_xor_sync(kFullMask, part, s);

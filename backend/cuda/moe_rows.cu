@@ -28,6 +28,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/moe_rows.h"
+#include "backend/cuda/q8k_staged.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/row_math.h"
 #include "quant/iq2_tables.h"
@@ -46,24 +47,15 @@ constexpr int kGuOut = 16;            // gate/up: output rows per CTA (gate and 
 constexpr int kDownOut = 32;          // down: output rows per CTA
 constexpr int kPairChunk = 8;         // pairs a CTA dots at once (lane s owns pair s)
 constexpr int kStageBlocks = 16;      // super-blocks of a weight row staged at once
-constexpr int kActBlockBytes = 304;   // a staged Q8_K block (layout at stage_act_rows)
+using detail::kActBlockBytes;  // a staged Q8_K block (q8k_staged.cuh)
 constexpr int kGroupThreads = 256;
 
 __device__ uint64_t g_rows_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
 
-// ---- Staged Q8_K activation blocks: the quants of 32-element group G at bytes 16G (elements
-// 0..15) and 128 + 16G (16..31), bsums at 256, d at 288 (8 lanes read 8 consecutive 16-byte
-// pieces: no bank conflict).
-__device__ __forceinline__ void act_q32(const uint8_t* ab, int grp, int (&q)[8]) {
-  const int4 lo = *reinterpret_cast<const int4*>(ab + 16 * grp);
-  const int4 hi = *reinterpret_cast<const int4*>(ab + 128 + 16 * grp);
-  q[0] = lo.x, q[1] = lo.y, q[2] = lo.z, q[3] = lo.w;
-  q[4] = hi.x, q[5] = hi.y, q[6] = hi.z, q[7] = hi.w;
-}
-__device__ __forceinline__ int32_t act_bsum(const uint8_t* ab, int i) {
-  return reinterpret_cast<const int16_t*>(ab + 256)[i];
-}
-__device__ __forceinline__ float act_d(const uint8_t* ab) { return *reinterpret_cast<const float*>(ab + 288); }
+// ---- Staged Q8_K activation blocks: q8k_staged.cuh's layout (the fused expert kernels').
+using detail::act_bsum;
+using detail::act_d;
+using detail::act_q32;
 // Word wd (0..72) of a BlockQ8K (d, 64 quant words, 8 bsum words) -> its word in the staged block.
 __device__ __forceinline__ int act_word_to(int wd) {
   if (wd == 0) return 72;
@@ -74,14 +66,7 @@ __device__ __forceinline__ int act_word_to(int wd) {
   return 64 + (wd - 65);
 }
 
-// The float closing of a Q2_K / Q4_K block (quant/dot.h): (yd·wd)·isum − (yd·wm)·summs.
-__device__ __forceinline__ float kquant_close(float yd, float wd, float wm, int32_t isum, int32_t summs) {
-  const float d = yd * wd;
-  const float dmin = yd * wm;
-  const float a = d * static_cast<float>(isum);
-  const float c = dmin * static_cast<float>(summs);
-  return a - c;
-}
+using detail::kquant_close;
 
 // ---- Formats: decode() reads lane s's 32-element group of a staged block (shared memory)
 // into signed / unsigned int8 words and its integer scales; part() is the lane's exact integer
