@@ -563,17 +563,23 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
 }
 
 // The score kernel's opt-in to more than 48 KB of dynamic shared memory (the largest head_dim's
-// tile), once per process and key type: the attribute call costs host time on every launch
-// otherwise.
+// tile), once per device and key type: the attribute call costs host time on every launch
+// otherwise. A failure is reported, not cached.
 template <typename Key>
 cudaError_t score_smem_optin() {
-  static const cudaError_t e = [] {
-    const cudaError_t r = cudaFuncSetAttribute(sink_scores_kernel<Key>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(score_smem_bytes(kAttnMaxD)));
-    if (r != cudaSuccess) (void)cudaGetLastError();  // not a later launch's error
-    return r;
-  }();
-  return e;
+  static bool done[64] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess || dev < 0 || dev >= 64) return e != cudaSuccess ? e : cudaErrorInvalidDevice;
+  if (done[dev]) return cudaSuccess;
+  e = cudaFuncSetAttribute(sink_scores_kernel<Key>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(score_smem_bytes(kAttnMaxD)));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not a later launch's error
+    return e;
+  }
+  done[dev] = true;
+  return cudaSuccess;
 }
 
 // RoPE constants of a call (n_rot 0: no rotation, constants unused).

@@ -713,6 +713,10 @@ Status upload_iq2_tables() {
     return resource_error("cuda: matvec_iq2_xxs: cannot upload the IQ2_XXS tables: %s",
                           cudaGetErrorString(cudaGetLastError()));
   }
+  // The copy from pageable memory may still be in flight when it returns, and the backend's
+  // stream does not wait for the legacy default stream: wait here, once per device.
+  if (cudaDeviceSynchronize() != cudaSuccess)
+    return resource_error("%s: the IQ2_XXS table upload failed: %s", "cuda: matvec_iq2_xxs", cudaGetErrorString(cudaGetLastError()));
   done[dev] = true;
   return Status();
 }

@@ -15,7 +15,7 @@
 //   slot, summed from 0 in slot order (the CPU's out = 0, out = out + down[slot]).
 // Blocks are ordered pair- (row-) fastest, so the rows of a call that share an expert read
 // its weight rows at about the same time (the second read mostly hits the L2).
-// n_rows >= 2 under MoeRowsKernel::kGrouped (the default): moe_rows.cu instead, the pairs
+// n_rows >= 2 under MoeRowsKernel::kGrouped (not yet the default): moe_rows.cu instead, the pairs
 // grouped by expert on the device, each touched expert read once per call (same bits).
 // Scratch layout (moe_device_scratch_bytes, at most backend::moe_scratch_bytes): xq
 // [n_rows × n_embd/256] Q8_K, mid [pairs × n_ff] f32, midq [pairs × n_ff/256] Q8_K; each

@@ -364,6 +364,10 @@ Status upload_r1_tables() {
   if (done[dev]) return Status();
   if (cudaMemcpyToSymbol(g_r1_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess)
     return resource_error("cuda: expert r1: cannot upload the IQ2_XXS grid: %s", cudaGetErrorString(cudaGetLastError()));
+  // The copy from pageable memory may still be in flight when it returns, and the backend's
+  // stream does not wait for the legacy default stream: wait here, once per device.
+  if (cudaDeviceSynchronize() != cudaSuccess)
+    return resource_error("%s: the IQ2_XXS table upload failed: %s", "cuda: expert r1", cudaGetErrorString(cudaGetLastError()));
   done[dev] = true;
   return Status();
 }

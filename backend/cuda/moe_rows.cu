@@ -457,6 +457,10 @@ Status upload_grid() {
   if (done[dev]) return Status();
   if (cudaMemcpyToSymbol(g_rows_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess)
     return resource_error("cuda: moe: cannot upload the IQ2_XXS grid: %s", cudaGetErrorString(cudaGetLastError()));
+  // The copy from pageable memory may still be in flight when it returns, and the backend's
+  // stream does not wait for the legacy default stream: wait here, once per device.
+  if (cudaDeviceSynchronize() != cudaSuccess)
+    return resource_error("%s: the IQ2_XXS table upload failed: %s", "cuda: moe", cudaGetErrorString(cudaGetLastError()));
   done[dev] = true;
   return Status();
 }

@@ -212,6 +212,14 @@ void run_shape(backend::Backend* cpu, const Shape& sh) {
 TEST_F(MoeRows, FlashIq2Q2kBitsEqualCpu) {
   run_shape(cpu_.get(), Shape{4096, 2048, 256, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, {2, 6, 8, 17, 32},
                               {Pick::kShared, Pick::kDistinct, Pick::kRandom}});
+  // More than 256 (row, slot) pairs: the grouping kernel's later placement rounds.
+  run_shape(cpu_.get(), Shape{4096, 2048, 256, 6, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, {64, 100},
+                              {Pick::kShared, Pick::kRandom}});
+}
+
+// More experts than the grouping kernel's threads (each thread scans several experts).
+TEST_F(MoeRows, ManyExpertsBitsEqualCpu) {
+  run_shape(cpu_.get(), Shape{512, 256, 1000, 8, GgmlType::kIQ2_XXS, GgmlType::kQ2_K, {40}, {Pick::kRandom}});
 }
 
 TEST_F(MoeRows, FlashQ4kBitsEqualCpu) {
