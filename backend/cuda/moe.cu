@@ -101,25 +101,6 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(
 
 size_t align64(size_t b) { return (b + 63) / 64 * 64; }
 
-struct MoeLayout {
-  size_t xq, mid, midq, total;  // byte offsets from the 64-aligned scratch start
-};
-
-MoeLayout moe_layout(int64_t n_embd, int64_t n_ff, int n_used, int n_rows) {
-  const size_t pairs = static_cast<size_t>(n_used) * static_cast<size_t>(n_rows);
-  const size_t xb = static_cast<size_t>(n_embd / quant::kQKK), mb = static_cast<size_t>(n_ff / quant::kQKK);
-  MoeLayout l{};
-  size_t at = 0;
-  l.xq = at;
-  at = align64(at + static_cast<size_t>(n_rows) * xb * sizeof(BlockQ8K));
-  l.mid = at;
-  at = align64(at + pairs * static_cast<size_t>(n_ff) * sizeof(float));
-  l.midq = at;
-  at = align64(at + pairs * mb * sizeof(BlockQ8K));
-  l.total = at + 64;  // room to align an unaligned scratch start
-  return l;
-}
-
 // The fused kernels' format of an expert matrix; false when they have none.
 bool expert_format(GgmlType t, ExpertFormat* f) {
   switch (t) {
@@ -135,6 +116,21 @@ ExpertWeights expert_weights(const backend::ExpertMatrix& m) {
 }
 
 }  // namespace
+
+MoeLayout moe_layout(int64_t n_embd, int64_t n_ff, int n_used, int n_rows) {
+  const size_t pairs = static_cast<size_t>(n_used) * static_cast<size_t>(n_rows);
+  const size_t xb = static_cast<size_t>(n_embd / quant::kQKK), mb = static_cast<size_t>(n_ff / quant::kQKK);
+  MoeLayout l{};
+  size_t at = 0;
+  l.xq = at;
+  at = align64(at + static_cast<size_t>(n_rows) * xb * sizeof(BlockQ8K));
+  l.mid = at;
+  at = align64(at + pairs * static_cast<size_t>(n_ff) * sizeof(float));
+  l.midq = at;
+  at = align64(at + pairs * mb * sizeof(BlockQ8K));
+  l.total = at + 64;  // room to align an unaligned scratch start
+  return l;
+}
 
 size_t moe_device_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows) {
   const size_t pairs_path = moe_layout(n_embd, n_ff, n_used, n_rows).total;

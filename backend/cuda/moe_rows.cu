@@ -433,15 +433,12 @@ struct RowsLayout {
 
 RowsLayout rows_layout(int64_t n_embd, int64_t n_ff, int n_used, int n_rows) {
   const size_t pairs = static_cast<size_t>(n_used) * static_cast<size_t>(n_rows);
-  const size_t xb = static_cast<size_t>(n_embd / quant::kQKK), mb = static_cast<size_t>(n_ff / quant::kQKK);
+  const MoeLayout base = moe_layout(n_embd, n_ff, n_used, n_rows);  // xq, mid, midq as the per-pair path
   RowsLayout l{};
-  size_t at = 0;
-  l.xq = at;
-  at = align64(at + static_cast<size_t>(n_rows) * xb * sizeof(BlockQ8K));
-  l.mid = at;
-  at = align64(at + pairs * static_cast<size_t>(n_ff) * sizeof(float));
-  l.midq = at;
-  at = align64(at + pairs * mb * sizeof(BlockQ8K));
+  l.xq = base.xq;
+  l.mid = base.mid;
+  l.midq = base.midq;
+  size_t at = base.total - 64;  // the 64-aligned end of midq
   l.dpair = at;
   at = align64(at + pairs * static_cast<size_t>(n_embd) * sizeof(float));
   l.ints = at;  // n_groups, gstart [pairs + 1], gexp [pairs], order [pairs]

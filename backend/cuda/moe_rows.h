@@ -18,6 +18,15 @@ namespace ds4::cuda {
 // Experts the grouping kernel counts in shared memory; more take the per-pair path.
 inline constexpr int kMoeRowsMaxExperts = 4096;
 
+// The per-pair path's scratch layout (moe.cu), which the grouped path extends: byte offsets
+// from the 64-aligned scratch start of xq [n_rows × n_embd/256] Q8_K, mid [pairs × n_ff] f32,
+// midq [pairs × n_ff/256] Q8_K, each 64-byte aligned; total = the aligned end + 64 (room to
+// align an unaligned scratch start).
+struct MoeLayout {
+  size_t xq, mid, midq, total;
+};
+MoeLayout moe_layout(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
+
 // Bytes of p.scratch the grouped path lays out for n_rows rows (<= backend::moe_scratch_bytes).
 size_t moe_rows_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
 
