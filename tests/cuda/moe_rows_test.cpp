@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/moe_rows.h"
 #include "backend/cuda/ops.h"
 #include "quant/quant.h"
 #include "tests/cuda/device_buf.h"
@@ -130,9 +131,15 @@ struct Experts {
                                     : (dev ? dd->as<uint8_t>() : d.data());
     return backend::ExpertMatrix{p, t, n_in, n_out, sh.n_expert, quant::row_bytes(t, n_in)};
   }
-  // The op on the device for `rows` rows (host inputs uploaded), returning out.
+  static ExpertFormat format(GgmlType t) {
+    return t == GgmlType::kIQ2_XXS ? ExpertFormat::kIQ2_XXS : t == GgmlType::kQ2_K ? ExpertFormat::kQ2_K
+                                                                                     : ExpertFormat::kQ4_K;
+  }
+  // The op on the device for `rows` rows (host inputs uploaded), returning out. grouped_only:
+  // moe_rows_try itself, which must take the shape (a silent fall-back to the per-pair path
+  // would make a "grouped == CPU" check test the old kernels).
   std::vector<float> gpu(const std::vector<float>& x, const std::vector<int32_t>& sel, const std::vector<float>& wt,
-                         int rows) const {
+                         int rows, bool grouped_only = false) const {
     auto dx = test_util::to_device(x);
     auto dsel = test_util::to_device(sel);
     auto dwt = test_util::to_device(wt);
@@ -148,8 +155,15 @@ struct Experts {
     p.x = dx->as<float>(), p.sel = dsel->as<int32_t>(), p.wt = dwt->as<float>(), p.out = dout->as<float>();
     p.scratch = scratch.data();
     p.gate = em(true, 0), p.up = em(true, 1), p.down = em(true, 2);
-    const Status s = moe(p, nullptr);
-    EXPECT_TRUE(s.ok()) << s.to_string();
+    if (grouped_only) {
+      bool done = false;
+      const Status s = moe_rows_try(p, format(sh.gate_up), format(sh.down), nullptr, &done);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      EXPECT_TRUE(done) << "the grouped kernels declined the shape";
+    } else {
+      const Status s = moe(p, nullptr);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    }
     const Status ss = synchronize();
     EXPECT_TRUE(ss.ok()) << ss.to_string();
     return dout->get_vec<float>(init.size());
@@ -187,7 +201,7 @@ void run_shape(backend::Backend* cpu, const Shape& sh) {
       std::vector<float> grouped, pairs;
       {
         MoeRowsScope scope(MoeRowsKernel::kGrouped);
-        grouped = ex.gpu(x, sel, wt, rows);
+        grouped = ex.gpu(x, sel, wt, rows, /*grouped_only=*/true);
       }
       {
         MoeRowsScope scope(MoeRowsKernel::kPairs);
