@@ -402,10 +402,14 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
   __syncthreads();
   const int used = used_mask;
   if (used == 0) return;  // block-uniform
+  // The staging loops unrolled: their iterations are independent, so several global loads are
+  // in flight per thread instead of one latency each.
+#pragma unroll 8
   for (int i = tid; i < kScoreHeads * D; i += kScoreThreads) {
     const int g = i / D, e = i - g * D;
     qs[g * Dq + e] = g < nh ? p.q[static_cast<int64_t>(h0 + g) * D + e] : 0.0f;
   }
+#pragma unroll 4
   for (int i = tid; i < kScoreKeys * D; i += kScoreThreads) {
     const int k = i / D, e = i - k * D;
     if ((used >> k) & 1) ks[i] = attn::load_key(tkey[k], e);
@@ -494,6 +498,7 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
   // The head's max over the used scores (NaN never enters), then the CPU's chain from the sink.
   float m = -INFINITY;
   if (head) {
+#pragma unroll 4
     for (int64_t s = lane; s < n_all; s += 32)
       if (slot_used(p, s)) {
         const float sc = score[s];
@@ -522,10 +527,13 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
     }
     __syncthreads();
     // Decode: warp w takes compacted keys w, w + kCombHeads, ...; lane l element lo + l.
+#pragma unroll 4
     for (int k = g; k < total; k += kCombHeads)
       ks[k][lane] = own ? attn::load_key(ckey[k], j) : 0.0f;
-    if (head)
+    if (head) {
+#pragma unroll 4
       for (int k = lane; k < total; k += 32) cw[g][k] = detmath::exp_f32(score[cslot[k]] - mx);
+    }
     __syncthreads();
     if (head) {
       const float* w = cw[g];
