@@ -14,6 +14,7 @@ ds4_library(cuda SOURCES
     ${_c}/matvec_q8_0_wide.cu
     ${_c}/matmul_q8_0_tc.cu
     ${_c}/matvec_dense.cu
+    ${_c}/matvec_dense_rows.cu
     ${_c}/reduce.cu
     ${_c}/matmul.cu
     ${_c}/attention.cu

@@ -196,6 +196,21 @@ Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, flo
 enum class DenseNarrowKernel { kStaged, kTiled };
 void set_dense_narrow_kernel(DenseNarrowKernel k);
 DenseNarrowKernel dense_narrow_kernel();
+// F16 / F32 × MANY activation rows (prefill, issue #30): matvec_f16's / matvec_f32's result
+// (quant::dot_f16 / dot_f32 per output, the same bits) from one CUDA-core kernel for any r
+// (matvec_dense_rows.cu): CTA tiles of 16 outputs × 16 rows (8 × 8 while that leaves under two
+// CTAs per SM), each weight chunk staged in shared memory once per CTA and used by all its
+// rows, instead of the r <= 8 kernels per kMaxRows rows. Unsupported only when the device
+// cannot take its shared memory. matmul (ops.h) runs F16 / F32 weights with n_rows > kMaxRows
+// on it under DenseRowsKernel::kWide; kTiles8 (the default until it has run on a GPU): the
+// r <= 8 kernels in tiles of kMaxRows (the path before; A/B). Process-wide.
+Status matvec_f16_rows(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
+                       int64_t y_stride, Stream stream = nullptr);
+Status matvec_f32_rows(const Weights& w, const float* x, int64_t x_stride, int r, float* y,
+                       int64_t y_stride, Stream stream = nullptr);
+enum class DenseRowsKernel { kTiles8, kWide };
+void set_dense_rows_kernel(DenseRowsKernel k);
+DenseRowsKernel dense_rows_kernel();
 // Expert rows × Q8_K activations (x row k at x + k·x_stride blocks): quant::dot_iq2_xxs_q8_k,
 // dot_q2_k_q8_k, dot_q4_k_q8_k.
 Status matvec_iq2_xxs(const Weights& w, const quant::BlockQ8K* x, int64_t x_stride, int r,

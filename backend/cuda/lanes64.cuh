@@ -13,7 +13,8 @@
 // are still on their way.
 // Invariants: every operation is separately rounded (__dmul_rn / __dadd_rn, __fmul_rn /
 // __fadd_rn: nothing for the compiler to contract); tree64 is called by all 32 lanes of a
-// warp, lane t holding p[t] and p[t + 32], and its result is valid on lane 0.
+// warp, lane t holding p[t] and p[t + 32] (tree64_pairs: p[2t] and p[2t + 1]), and its result
+// is valid on lane 0.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,6 +48,19 @@ __device__ __forceinline__ float tree64(float lo, float hi) {
 #pragma unroll
   for (int h = 16; h >= 1; h /= 2) p = __fadd_rn(p, __shfl_down_sync(kFullMask, p, h));
   return p;
+}
+
+// The same tree when lane t holds p[2t] (lo) and p[2t + 1] (hi) (a thread owning two adjacent
+// columns of each 64-column step): h = 32, 16, 8, 4, 2 by shuffles (p[j + h] is lane t + h/2's
+// value of the same parity), h = 1 in-thread (lane 0: p[0] + p[1]). All 32 lanes call it; lane
+// 0 holds the total.
+__device__ __forceinline__ float tree64_pairs(float lo, float hi) {
+#pragma unroll
+  for (int d = 16; d >= 1; d /= 2) {
+    lo = __fadd_rn(lo, __shfl_down_sync(kFullMask, lo, d));
+    hi = __fadd_rn(hi, __shfl_down_sync(kFullMask, hi, d));
+  }
+  return __fadd_rn(lo, hi);
 }
 
 // rms_norm_row's scale from the row's sum of squares: 1 / sqrt(float(sumsq / n) + eps).

@@ -5,9 +5,10 @@
 // Q8_0 blocks in the backend's scratch, then the r-row Q8_0 matvec — except one row the staged
 // r = 1 kernel takes (Q8_0R1Kernel::kStaged, the default): it quantizes the f32 row itself, one
 // launch, scratch untouched (matvec_q8_0_r1_f32; the same bits); F16 / F32 weights take the
-// f32 rows directly. Rows run in tiles (kMaxRows, or the tensor-core GEMM's tiles from
-// kQ8_0TcMinRows Q8_0 rows; each row keeps its own accumulators, so a tile boundary changes
-// no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
+// f32 rows directly; more than kMaxRows of them run on the many-row kernel under
+// DenseRowsKernel::kWide (matvec_f16_rows / matvec_f32_rows, one launch). Rows run in tiles
+// (kMaxRows, or the tensor-core GEMM's tiles from kQ8_0TcMinRows Q8_0 rows; each row keeps its
+// own accumulators, so a tile boundary changes no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
 // output LoRA) take one quantization launch and one matvec launch for all groups (same
 // per-row kernel body, same bits; one fused launch at one row, as matmul); other group lists
 // run matmul one by one. The CPU twin is backend/cpu/matmul.cpp.
@@ -46,6 +47,12 @@ Status matmul(const backend::MatmulParams& p, const OpScratch& scratch, Stream s
     }
     case gguf::GgmlType::kF16:
     case gguf::GgmlType::kF32: {
+      if (p.n_rows > kMaxRows && dense_rows_kernel() == DenseRowsKernel::kWide) {  // all rows, one launch
+        const Status s = m.type == gguf::GgmlType::kF16
+                             ? matvec_f16_rows(w, p.x, p.x_stride, p.n_rows, p.y, p.y_stride, stream)
+                             : matvec_f32_rows(w, p.x, p.x_stride, p.n_rows, p.y, p.y_stride, stream);
+        if (s.code() != ErrorCode::kUnsupported) return s;  // else the tiles below
+      }
       for (int k0 = 0; k0 < p.n_rows; k0 += kMaxRows) {
         const int r = p.n_rows - k0 < kMaxRows ? p.n_rows - k0 : kMaxRows;
         const float* x = p.x + k0 * p.x_stride;

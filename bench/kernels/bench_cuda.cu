@@ -13,7 +13,8 @@
 // "loop", both including the activation quantization, and at r = 1 "unfused", the quantize
 // launch before the staged kernel instead of the default single launch);
 // the prefill Q8_0 GEMM of 64 / 256 / 1024 rows at the Flash shapes (tensor-core tiles vs the
-// r <= 8 kernels, "q8_0_gemm_*": µs, TOPS, weight GB/s);
+// r <= 8 kernels, "q8_0_gemm_*": µs, TOPS, weight GB/s); the prefill F16 matmuls of 32 / 128
+// rows, the many-row kernel vs 8-row tiles ("f16_rows_*": µs, TFLOPS, weight GB/s);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included; HC pre
 // and collapse at Flash shape fused vs the three-launch path, fn from DRAM); the
 // routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
@@ -401,6 +402,70 @@ void bench_gemm(const cuda::DeviceInfo& info) {
   }
 }
 
+// Prefill F16 matmuls (issue #30: the compressor / indexer projections 4096 -> 1024 / 512 / 256)
+// of 32 and 128 rows through ops.h matmul: " wide" the many-row kernel (DenseRowsKernel::kWide,
+// one launch), " tiles8" the r <= 8 kernels per 8 rows (kTiles8, the path before). µs per call,
+// the weight bytes over that time, and TFLOPS (2·n_in·n_out·rows; no FMA, so each product and
+// sum is one instruction).
+void bench_dense_rows(const cuda::DeviceInfo& info) {
+  struct Shape {
+    const char* name;
+    int64_t n_in, n_out;
+  };
+  const Shape shapes[] = {{"f16_rows_4096x1024", 4096, 1024}, {"f16_rows_4096x512", 4096, 512},
+                          {"f16_rows_4096x256", 4096, 256}};
+  std::printf("\n%-32s %6s %10s %8s %10s\n", "f16 matmul (prefill)", "rows", "us/call", "TFLOPS", "GB/s");
+  constexpr int kMaxR = 128;
+  for (const Shape& c : shapes) {
+    if (!selected(c.name)) continue;
+    const size_t rb = quant::row_bytes(GgmlType::kF16, c.n_in);
+    const size_t bytes = rb * c.n_out;
+    const int copies = static_cast<int>(std::max<size_t>(1, (4 * info.l2_bytes + bytes - 1) / bytes));
+    std::vector<uint8_t> host(bytes);
+    {
+      std::vector<float> v(static_cast<size_t>(c.n_in * c.n_out));
+      std::mt19937 rng(1);
+      std::normal_distribution<float> g(0.0f, 0.05f);
+      for (auto& f : v) f = g(rng);
+      quant::quantize_row(GgmlType::kF16, v.data(), host.data(), c.n_in * c.n_out);
+    }
+    std::vector<void*> w(copies);
+    for (auto& p : w) {
+      CK(cudaMalloc(&p, bytes));
+      CK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+    }
+    std::vector<float> xf(static_cast<size_t>(kMaxR) * c.n_in);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& f : xf) f = g(rng);
+    float *dx = nullptr, *dy = nullptr;
+    CK(cudaMalloc(&dx, xf.size() * sizeof(float)));
+    CK(cudaMemcpy(dx, xf.data(), xf.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dy, sizeof(float) * kMaxR * c.n_out));
+    for (int r : {32, 128}) {
+      if (!rows_selected(r)) continue;
+      for (int v = 0; v < 2; ++v) {
+        const cuda::DenseRowsKernel saved = cuda::dense_rows_kernel();
+        cuda::set_dense_rows_kernel(v == 0 ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
+        auto fn = [&](int i) {
+          ds4::backend::MatmulParams mp;
+          mp.w = ds4::backend::Matrix{static_cast<const uint8_t*>(w[i % copies]), GgmlType::kF16, c.n_in, c.n_out, rb};
+          mp.x = dx, mp.x_stride = c.n_in, mp.y = dy, mp.y_stride = c.n_out, mp.n_rows = r;
+          ok(cuda::matmul(mp, cuda::OpScratch{}, nullptr));
+        };
+        const double t = time_per_call(fn, std::max(copies, 8));
+        cuda::set_dense_rows_kernel(saved);
+        const double tflops = 2.0 * c.n_in * c.n_out * r / t / 1e12;
+        const std::string label = std::string(c.name) + (v == 0 ? " wide" : " tiles8");
+        std::printf("%-32s %6d %10.1f %8.2f %10.0f\n", label.c_str(), r, t * 1e6, tflops, bytes / t / 1e9);
+      }
+    }
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+  }
+}
+
 int main(int argc, char** argv) {
   bool roofline_only = false;
   const char* csv_path = nullptr;
@@ -597,6 +662,7 @@ int main(int argc, char** argv) {
 
   if (selected("q8_0_attn_8x4096x1024")) bench_grouped("q8_0_attn_8x4096x1024", info, read_gbs);
   bench_gemm(info);
+  bench_dense_rows(info);
 
   // ---- Routed experts (the whole moe op: quantize, gate/up, SwiGLU, down, slot sum) ----------
   std::printf("\n%-28s %6s %10s %10s %10s\n", "moe (Flash, 6 of 256)", "rows", "us/call", "GB/s", "experts");

@@ -7,7 +7,8 @@
 // reference dots (quant/dot.h; backend/cpu's SIMD kernels are tested equal to them in
 // tests/kernels), backend/cpu's rms_norm_row and core/reduce.h's top_two_scalar.
 // The fused r = 1 Q8_0 matvec (matvec_q8_0_r1_f32: f32 row in, quantized inside the staged
-// kernel) is checked against the CPU and against the two launches it replaces.
+// kernel) is checked against the CPU and against the two launches it replaces. The many-row
+// F16 / F32 kernel (matvec_f16_rows / matvec_f32_rows) runs r = 1..100.
 // Without a usable GPU every test skips with the reason probe_device gives.
 #include <gtest/gtest.h>
 
@@ -412,6 +413,52 @@ TEST_F(CudaKernels, MatvecF16BitsEqualCpuForR1To8) {
   dense_case<true>({1000, 4096}, 1003);
   }
   set_dense_narrow_kernel(saved);
+}
+
+// The many-row kernel (matvec_f16_rows / matvec_f32_rows, matvec_dense_rows.cu) at r = 1, 2,
+// 8 and the prefill counts 9, 16, 17, 32, 33, 100 (partial 16- and 8-row tiles), on the
+// compressor / indexer shapes (4096 -> 256 / 512 / 1024: the 8 x 8 tile at 32 rows, the 16 x
+// 16 one at 100), n_out 3 (one partial output tile), 4096 -> 4100 (a partial last tile of
+// outputs), n_in 4097 (a tail of 1; rows and x not 16-byte aligned: plain weight loads and
+// 4-byte cp.async) and 100 (one 64-column step and a tail of 36, a partial chunk), 4160 (a
+// partial last chunk of 64 columns), 63 (no staged column at all), and an x stride that is not
+// a multiple of 4 on aligned weights. Activations: activation_rows' finite patterns (wide
+// magnitudes, zero / -0 blocks, subnormals, ties). Every row equals the CPU's dot, so a row
+// alone (r = 1) equals the same row in any batch.
+template <bool kF16>
+void dense_rows_case(const Shape& s, int64_t x_stride) {
+  constexpr int kRows = 100;
+  const auto x = activation_rows(kRows, x_stride, static_cast<uint32_t>(s.n_in * 3 + s.n_out), /*finite=*/true);
+  const GgmlType t = kF16 ? GgmlType::kF16 : GgmlType::kF32;
+  check_matvec<float>(
+      t, s, x, x_stride,
+      [](const Weights& w, const float* xd, int64_t xs, int r, float* y, int64_t ys) {
+        return kF16 ? matvec_f16_rows(w, xd, xs, r, y, ys) : matvec_f32_rows(w, xd, xs, r, y, ys);
+      },
+      [](const uint8_t* row, const float* xr, int64_t n) {
+        if constexpr (kF16) return quant::dot_f16(reinterpret_cast<const uint16_t*>(row), xr, n);
+        return quant::dot_f32(reinterpret_cast<const float*>(row), xr, n);
+      },
+      kF16 ? "f16 rows" : "f32 rows", {1, 2, 8, 9, 16, 17, 32, 33, 100});
+}
+
+TEST_F(CudaKernels, MatvecF16RowsBitsEqualCpu) {
+  for (Shape s : {Shape{4096, 256}, Shape{4096, 512}, Shape{4096, 1024}, Shape{4096, 3}, Shape{4097, 256},
+                  Shape{4097, 3}, Shape{100, 3}, Shape{100, 512}, Shape{4160, 1024}, Shape{63, 17},
+                  Shape{4096, 4100}}) {
+    dense_rows_case<true>(s, s.n_in);
+    if (HasFatalFailure()) return;
+  }
+  dense_rows_case<true>(Shape{4096, 512}, 4099);  // aligned weights, x rows not 16-byte aligned
+}
+
+TEST_F(CudaKernels, MatvecF32RowsBitsEqualCpu) {
+  for (Shape s : {Shape{4096, 256}, Shape{4096, 512}, Shape{4096, 1024}, Shape{4096, 3}, Shape{4097, 256},
+                  Shape{100, 3}, Shape{4160, 1024}, Shape{63, 17}}) {
+    dense_rows_case<false>(s, s.n_in);
+    if (HasFatalFailure()) return;
+  }
+  dense_rows_case<false>(Shape{4096, 512}, 4101);
 }
 
 TEST_F(CudaKernels, MatvecF32BitsEqualCpuForR1To8) {

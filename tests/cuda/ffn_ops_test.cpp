@@ -10,7 +10,9 @@
 // and staged kernels (which must also leave their counters zero and flat unwritten).
 // matmul_grouped (the grouped output LoRA: one launch pair for all groups) is checked the same
 // way at the Flash shape and odd ones; matmul of one Q8_0 row on every r = 1 path (the default
-// fuses the activation quantization into the staged kernel: one launch, scratch unwritten).
+// fuses the activation quantization into the staged kernel: one launch, scratch unwritten);
+// matmul of 9..100 rows on F16 / F32 weights on the many-row kernel and the 8-row tiles
+// (DenseRowsKernel), with NaN / inf / ±0 / subnormal activations, each row alone too.
 // Without a usable GPU these tests skip with the reason probe_device gives.
 // The FfnMathHost tests need no GPU: they check ffn_math.h's host/device helpers (the code the
 // kernels run) against the CPU backend where no transcendental is involved.
@@ -773,6 +775,97 @@ TEST_F(FfnOps, MatmulR1FusedBitsEqualCpu) {
   // x 4 bytes past 16-byte alignment: the fused kernel's 16-byte loads cannot take it.
   matmul_r1_case(*cpu_, 4096, 1024, 1400, /*x_off=*/1);
   matmul_r1_case(*cpu_, 4096, 1024, 1401, /*x_off=*/4);  // aligned again: fused
+}
+
+// ---- F16 / F32 matmul of many rows (prefill: the compressor / indexer projections) ------------
+
+// Restores the process-wide dense many-row kernel choice when a test ends.
+struct DenseRowsScope {
+  explicit DenseRowsScope(DenseRowsKernel k) : saved(dense_rows_kernel()) { set_dense_rows_kernel(k); }
+  ~DenseRowsScope() { set_dense_rows_kernel(saved); }
+  DenseRowsKernel saved;
+};
+
+// matmul of n_rows rows on F16 / F32 weights (x rows x_stride = n_in + pad apart, y rows
+// n_out + pad apart) under both DenseRowsKernel choices (kWide: the many-row kernel for
+// n_rows > kMaxRows; kTiles8: the r <= 8 kernels per 8 rows) against the CPU backend, bit for
+// bit; x carries with_specials' values (NaN, ±inf, ±0, subnormals) in its first rows, Gaussian
+// rows after them. Then each of a few rows alone (n_rows = 1, its own pointer) must give the
+// bits it got in the batch.
+void matmul_dense_rows_case(backend::Backend& cpu, GgmlType t, int64_t n_in, int64_t n_out, int n_rows,
+                            uint64_t seed) {
+  const int64_t pad = 3;
+  const size_t rb = quant::row_bytes(t, n_in);
+  const auto wh = random_weights(t, n_in, n_out, seed);
+  auto wd = test_util::to_device(wh);
+  const int64_t xs = n_in + pad;
+  auto xv = gaussian(static_cast<size_t>(n_rows * xs), static_cast<uint32_t>(seed) + 1);
+  const size_t special_rows = static_cast<size_t>(std::min(n_rows, 3)) * static_cast<size_t>(xs);
+  std::vector<float> head(xv.begin(), xv.begin() + static_cast<ptrdiff_t>(special_rows));
+  head = with_specials(std::move(head));
+  std::copy(head.begin(), head.end(), xv.begin());
+  if (n_rows > 4) {  // a row of finite specials only: ±0, subnormals, large values
+    float* r4 = xv.data() + 4 * xs;
+    for (int64_t i = 0; i < n_in; i += 5) r4[i] = (i / 5) % 3 == 0 ? -0.0f : (i / 5) % 3 == 1 ? 1e-41f : -30.0f;
+  }
+  auto x = dual(std::move(xv));
+  const std::string shape = std::string(gguf::type_name(t)) + " " + std::to_string(n_in) + "x" +
+                            std::to_string(n_out) + " rows=" + std::to_string(n_rows);
+  for (DenseRowsKernel k : {DenseRowsKernel::kWide, DenseRowsKernel::kTiles8}) {
+    const std::string what = "matmul " + shape + (k == DenseRowsKernel::kWide ? " wide" : " tiles8");
+    const int64_t ys = n_out + pad;
+    auto y = out_buf<float>(static_cast<size_t>(n_rows * ys));
+    backend::MatmulParams hp, dp;
+    for (int side = 0; side < 2; ++side) {
+      backend::MatmulParams& p = side == 0 ? hp : dp;
+      p.w = backend::Matrix{side == 0 ? wh.data() : wd->as<uint8_t>(), t, n_in, n_out, rb};
+      p.x = side == 0 ? x.hp() : x.dp();
+      p.x_stride = xs;
+      p.y = side == 0 ? y.hp() : y.dp();
+      p.y_stride = ys;
+      p.n_rows = n_rows;
+    }
+    cpu.matmul(hp);
+    DenseRowsScope scope(k);
+    const Status s = matmul(dp, OpScratch{}, nullptr);
+    ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
+    ASSERT_TRUE(synchronize().ok());
+    const auto got = y.device_values();
+    EXPECT_EQ(0u, bit_mismatches(got.data(), y.h.data(), y.h.size(), what)) << what;
+    // Rows alone: the first, one with specials, the last.
+    for (int row : {0, std::min(n_rows - 1, 2), n_rows - 1}) {
+      auto y1 = out_buf<float>(static_cast<size_t>(n_out));
+      backend::MatmulParams p1 = dp;
+      p1.x = x.dp() + row * xs;
+      p1.y = y1.dp();
+      p1.y_stride = n_out;
+      p1.n_rows = 1;
+      const Status s1 = matmul(p1, OpScratch{}, nullptr);
+      ASSERT_TRUE(s1.ok()) << what << " row alone: " << s1.to_string();
+      ASSERT_TRUE(synchronize().ok());
+      const auto alone = y1.device_values();
+      EXPECT_EQ(0u, bit_mismatches(alone.data(), got.data() + row * ys, static_cast<size_t>(n_out),
+                                   what + " row " + std::to_string(row) + " alone vs in the batch"));
+    }
+  }
+}
+
+TEST_F(FfnOps, MatmulDenseRowsBitsEqualCpu) {
+  // The prefill shapes (compressor / indexer projections 4096 -> 256 / 512 / 1024 at the
+  // 32-row chunk), partial tiles of rows (9, 17, 33, 100) and of outputs (3), odd n_in (4097: a
+  // tail of 1, no 16-byte row alignment; 100: one step and a tail of 36).
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kF32}) {
+    for (const Shape sh : {Shape{4096, 256}, Shape{4096, 512}, Shape{4096, 1024}, Shape{4096, 3}, Shape{4097, 256},
+                           Shape{100, 3}, Shape{100, 512}}) {
+      for (int rows : {9, 16, 17, 32, 33, 100}) {
+        matmul_dense_rows_case(*cpu_, t, sh.n_in, sh.n_out, rows, 1500 + sh.n_in + sh.n_out + rows);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
 }
 
 // ---- Grouped matmul (the attention output LoRA) ------------------------------------------------
