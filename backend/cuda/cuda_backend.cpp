@@ -21,7 +21,9 @@
 // first one-row forward runs uncaptured (it makes the kernels' one-time set-ups: table
 // uploads, shared-memory opt-ins). A host round trip inside the bracket (upload, download,
 // sync, alloc, scratch growth) first ends and launches the segment captured so far, then
-// capture resumes. A capture that fails is the usual one-line fatal error.
+// capture resumes. A capture that fails is the usual one-line fatal error. The bracket and
+// the ops inside it must come from one thread (the capture is thread-local), as every use of
+// a backend from one session already is.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -226,7 +228,6 @@ class CudaBackend final : public Backend {
   }
 
   Status check_memory(uint64_t bytes, const char* what) const override {
-    DS4_CHECK_MSG(!capturing_, "check_memory inside a forward bracket");
     size_t free_b = 0, total_b = 0;
     DS4_RETURN_IF_ERROR(cuda::mem_info(&free_b, &total_b));
     if (bytes > free_b) {
