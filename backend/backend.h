@@ -484,6 +484,18 @@ class Backend {
     b();
   }
 
+  // ---- forward bracket (a performance hint: results never change) ----
+  // The session brackets the ops of one forward of n_rows rows with begin_forward /
+  // end_forward (the token upload before, every read-back after). A device backend may record
+  // the ops in between and replay them as device-side launches instead of launching each op
+  // from the host (the CUDA backend's --cuda-graphs: decode rows only); every op's bits are
+  // the same either way. Brackets do not nest. A host round trip inside one (download, sync,
+  // upload, alloc) stays legal: the backend first runs what it recorded. The defaults do
+  // nothing (the CPU backend); ForwardingBackend does not forward them, so a wrapper that
+  // observes ops one by one (the op profiler, test recorders) runs every op unrecorded.
+  virtual void begin_forward(int n_rows) { (void)n_rows; }
+  virtual void end_forward() {}
+
   virtual void matmul(const MatmulParams& p) = 0;
   // n independent matmuls p[0..n) in one call (n >= 1), each result the bits it gets alone: the
   // output LoRA's groups, which a backend can then run side by side instead of one by one.
@@ -522,7 +534,9 @@ class Backend {
 
 // A backend that forwards everything (memory included) to another one: the base of wrappers
 // that observe some ops (timing, recording) and pass the rest through. run_pair is not
-// forwarded (a wrapper's tasks run one after the other), so a wrapper needs no locking.
+// forwarded (a wrapper's tasks run one after the other), so a wrapper needs no locking; nor
+// are begin_forward / end_forward (the inner backend then runs every op as it is issued, so
+// the wrapper's per-op observations stay true).
 class ForwardingBackend : public Backend {
  public:
   explicit ForwardingBackend(Backend& inner) : inner_(inner) {}

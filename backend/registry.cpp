@@ -32,7 +32,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
                        "(f32 activations) need the CPU backend");
   }
   if (o.device < 0) return invalid_argument("GPU index must be >= 0, got %d", o.device);
-  return make_cuda_backend(o.device, o.cuda_sync, o.cuda_profile, o.cuda_hc_fused, o.cuda_q8_r1);
+  return make_cuda_backend(o.device, o.cuda_sync, o.cuda_profile, o.cuda_hc_fused, o.cuda_q8_r1, o.cuda_graphs);
 }
 #endif
 

@@ -41,7 +41,15 @@ struct BackendOptions {
   // "wide-fused" (the wide kernel quantizing the row itself), "old" (the warp kernels).
   // --cuda-q8-r1 / DS4_CUDA_Q8_R1.
   std::string cuda_q8_r1 = "auto";
+  // CUDA: graphs for one-row (decode) forwards, --cuda-graphs / DS4_CUDA_GRAPHS: 0 off (the
+  // default: each op launched from the host), 1 the forward's ops captured and launched as one
+  // graph, N in 2..kMaxCudaGraphSegmentOps a graph per N ops (the device runs one while the host
+  // captures the next). Same bits; off under cuda_sync / cuda_profile. Ignored by the CPU backend.
+  int cuda_graphs = 0;
 };
+
+// The largest --cuda-graphs segment (ops per graph).
+inline constexpr int kMaxCudaGraphSegmentOps = 65536;
 
 // Names make_backend() accepts, in preference order ("cpu" first).
 std::vector<std::string> backend_names();

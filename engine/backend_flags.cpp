@@ -65,7 +65,14 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "wide kernel after a quantize launch: a CTA's rows through coalesced 16-byte copies, one "
               "block pair per thread), wide-fused (the wide kernel quantizing the row itself) or old "
               "(the warp kernels); all give the same bits",
-              "DS4_CUDA_Q8_R1", "auto|new|new-prequant|wide|wide-fused|old");
+              "DS4_CUDA_Q8_R1", "auto|new|new-prequant|wide|wide-fused|old")
+      .option("--cuda-graphs", &f->cuda_graphs,
+              "CUDA: run each decode (one-row) forward as CUDA graphs instead of launching every op from the "
+              "host: 0 off (default), 1 the forward's ops captured and launched as one graph, N >= 2 a graph "
+              "per N ops (the GPU runs one while the host captures the next). Every forward is captured afresh "
+              "(the first runs uncaptured as a warm-up); off under --cuda-sync and --cuda-profile. For A/B "
+              "timing; same bits",
+              "DS4_CUDA_GRAPHS", "0|1|N");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -81,6 +88,11 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   if (f.cuda_hc_fused < 0 || f.cuda_hc_fused > 2) {
     return invalid_argument("--cuda-hc-fused must be 0, 1 or 2, got %d%s", f.cuda_hc_fused,
                             origin(t, "--cuda-hc-fused").c_str());
+  }
+  if (f.cuda_graphs < 0 || f.cuda_graphs > backend::kMaxCudaGraphSegmentOps) {
+    return invalid_argument("--cuda-graphs must be 0 (off), 1 (a graph per forward) or N in 2..%d (a graph per N "
+                            "ops), got %d%s",
+                            backend::kMaxCudaGraphSegmentOps, f.cuda_graphs, origin(t, "--cuda-graphs").c_str());
   }
   if (f.cuda_q8_r1 != "auto" && f.cuda_q8_r1 != "new" && f.cuda_q8_r1 != "new-prequant" && f.cuda_q8_r1 != "wide" &&
       f.cuda_q8_r1 != "wide-fused" && f.cuda_q8_r1 != "old") {
@@ -119,6 +131,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_profile = f.cuda_profile;
   options->cuda_hc_fused = f.cuda_hc_fused;
   options->cuda_q8_r1 = f.cuda_q8_r1;
+  options->cuda_graphs = f.cuda_graphs;
   return Status();
 }
 

@@ -39,6 +39,8 @@ struct EngineOptions {
   int cuda_hc_fused = 2;         // CUDA: HC pre / collapse: 0 three launches, 1 fused, 2 staged kernel
   // CUDA: Q8_0 r = 1 kernel, auto|new|new-prequant|wide|wide-fused|old (A/B; same bits)
   std::string cuda_q8_r1 = "auto";
+  // CUDA: graphs for decode forwards: 0 off, 1 one graph per forward, N a graph per N ops (same bits)
+  int cuda_graphs = 0;
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

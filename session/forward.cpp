@@ -134,6 +134,10 @@ void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, 
   }
   // Embedding: every HC stream starts as the token's embedding row (§4.1).
   be_.upload(s.tokens.data(), tokens, sizeof(int32_t) * n);
+  // The ops of this forward, from the embedding to the output head, in one bracket (a device
+  // backend may replay them as one graph: Backend::begin_forward); the capture sinks below
+  // and every read-back come after it.
+  be_.begin_forward(n);
   backend::EmbedParams ep;
   ep.table = bound_->head().token_embd;
   ep.row_bytes = bound_->head().token_embd_row_bytes;
@@ -150,6 +154,7 @@ void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, 
   }
   for (int i = 0; i < n; ++i) (owners != nullptr ? owners[i] : this)->state_.tokens().push_back(tokens[i]);
   if (logits_first < n) output_head(logits_first, n);
+  be_.end_forward();
   if (owners != nullptr) {
     for (int i = 0; i < n; ++i) {
       ModelSession& o = *owners[i];

@@ -8,6 +8,7 @@ endif()
 set(_c ${CMAKE_CURRENT_LIST_DIR})
 ds4_library(cuda SOURCES
     ${_c}/device.cu
+    ${_c}/graph.cu
     ${_c}/quantize.cu
     ${_c}/matvec_quant.cu
     ${_c}/matvec_q8_0_r1.cu

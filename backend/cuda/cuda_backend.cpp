@@ -11,9 +11,23 @@
 // process with one message: a launch error names the op and its shapes; a device fault
 // surfaces at the next synchronization, unless sync_each_op (--cuda-sync) makes every op wait
 // and name itself.
+// CUDA graphs (--cuda-graphs N, off by default; never with --cuda-sync or --cuda-profile): the
+// ops of a one-row forward (between Backend::begin_forward / end_forward) are captured on the
+// stream instead of launched, and the captured graph is launched in one call — the whole
+// forward (N = 1) or every N ops (N >= 2, so the device runs one segment while the host
+// captures the next). Arguments (positions, pointers, row counts) are baked per capture, so
+// every forward is captured afresh; an executable graph per segment index and node count is
+// kept and updated (cudaGraphExecUpdate), re-instantiated only when its topology changed. The
+// first one-row forward runs uncaptured (it makes the kernels' one-time set-ups: table
+// uploads, shared-memory opt-ins). A host round trip inside the bracket (upload, download,
+// sync, alloc, scratch growth) first ends and launches the segment captured so far, then
+// capture resumes. A capture that fails is the usual one-line fatal error. The bracket and
+// the ops inside it must come from one thread (the capture is thread-local), as every use of
+// a backend from one session already is.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -25,6 +39,8 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_profile.h"
+#include "backend/cuda/graph.h"
+#include "backend/registry.h"
 #include "backend/cuda/ops.h"
 #include "core/log.h"
 
@@ -159,11 +175,28 @@ class CudaBackend final : public Backend {
  public:
   // hc_tickets: the fused HC kernels' counters (ops.h kHcTicketRows, zeroed), or nullptr for
   // the three-launch HC path; owned from here on.
+  // graphs: 0 no capture, 1 a forward as one graph, N >= 2 a graph per N ops (see the top).
   CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op, uint32_t* hc_tickets,
-              cuda::HcKernel hc_kernel)
-      : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets), hc_kernel_(hc_kernel) {}
+              cuda::HcKernel hc_kernel, int graphs)
+      : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets), hc_kernel_(hc_kernel),
+        graphs_(graphs) {}
   ~CudaBackend() override {
+    if (capturing_) {  // a bracket left open: drop what was captured (it never ran)
+      cuda::Graph g = nullptr;
+      size_t n = 0;
+      (void)cuda::capture_end(stream_, &g, &n);
+      cuda::graph_destroy(g);
+    }
     (void)cuda::stream_sync(stream_);  // a fault here was reported by the call that caused it
+    for (auto& seg : execs_) {
+      for (ExecSlot& e : seg) cuda::graph_exec_destroy(e.exec);
+    }
+    if (graphs_ > 0) {
+      DS4_LOG_INFO("cuda graphs: %llu forwards captured, %llu graph launches, %llu instantiations, %llu updates",
+                   static_cast<unsigned long long>(graph_forwards_), static_cast<unsigned long long>(graph_launches_),
+                   static_cast<unsigned long long>(graph_instantiations_),
+                   static_cast<unsigned long long>(graph_updates_));
+    }
     cuda::device_free(scratch_.data);
     cuda::device_free(hc_tickets_);
     cuda::stream_destroy(stream_);
@@ -179,7 +212,19 @@ class CudaBackend final : public Backend {
     char buf[256];
     std::snprintf(buf, sizeof buf, "cuda: device %d, %s (sm_%d%d, %d SMs, %.1f GiB, %.1f GiB free)", info_.device,
                   info_.name.c_str(), info_.cc_major, info_.cc_minor, info_.sm_count, gib(total_b), gib(free_b));
-    return buf;
+    std::string d = buf;
+    if (graphs_ > 0) {
+      char g[160];
+      if (graphs_ == 1) {
+        std::snprintf(g, sizeof g, ", CUDA graphs: one per decode forward (%llu captured)",
+                      static_cast<unsigned long long>(graph_forwards_));
+      } else {
+        std::snprintf(g, sizeof g, ", CUDA graphs: one per %d ops of a decode forward (%llu captured)", graphs_,
+                      static_cast<unsigned long long>(graph_forwards_));
+      }
+      d += g;
+    }
+    return d;
   }
 
   Status check_memory(uint64_t bytes, const char* what) const override {
@@ -193,27 +238,64 @@ class CudaBackend final : public Backend {
     return Status();
   }
 
+  // A host source (pageable) is not captured: the upload runs between two segments.
   void upload(void* dst, const void* src, size_t bytes) override {
+    const bool resume = pause_capture();
     check(cuda::copy_async(dst, src, bytes, stream_), "upload");
+    if (resume) resume_capture();
   }
   void download(void* dst, const void* src, size_t bytes) override {
+    const bool resume = pause_capture();
     check(cuda::copy_async(dst, src, bytes, stream_), "download");
     check_sync("download");
+    if (resume) resume_capture();
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src) check(cuda::copy_async(dst, src, bytes, stream_), "copy");
+    count_op();
   }
   void copy_many(const CopyRegion* regions, int n) override {
     check(cuda::copy_many(regions, n, stream_), "copy_many");
+    count_op();
   }
-  void fill_f32(float* dst, size_t n, float value) override { check(cuda::fill_f32(dst, n, value, stream_), "fill_f32"); }
+  void fill_f32(float* dst, size_t n, float value) override {
+    check(cuda::fill_f32(dst, n, value, stream_), "fill_f32");
+    count_op();
+  }
   void fill_bytes(void* dst, size_t bytes, uint8_t value) override {
     check(cuda::memset_async(dst, value, bytes, stream_), "fill_bytes");
+    count_op();
   }
-  void sync() override { check_sync("sync"); }
+  void sync() override {
+    const bool resume = pause_capture();
+    check_sync("sync");
+    if (resume) resume_capture();
+  }
 
   std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) override {
-    return CudaWeightSet::upload(ranges, stream_, info_.device);
+    const bool resume = pause_capture();
+    auto w = CudaWeightSet::upload(ranges, stream_, info_.device);
+    if (resume) resume_capture();
+    return w;
+  }
+
+  // The bracket: graphs on, one row, not the first one-row forward (the warm-up) -> capture.
+  void begin_forward(int n_rows) override {
+    DS4_CHECK_MSG(!in_forward_, "begin_forward: brackets do not nest");
+    if (graphs_ == 0 || n_rows != 1) return;
+    if (!warmed_up_) {
+      warmed_up_ = true;
+      return;
+    }
+    in_forward_ = true;
+    segment_ = 0;
+    resume_capture();
+    ++graph_forwards_;
+  }
+  void end_forward() override {
+    if (!in_forward_) return;
+    pause_capture();
+    in_forward_ = false;
   }
 
   void matmul(const MatmulParams& p) override {
@@ -222,7 +304,10 @@ class CudaBackend final : public Backend {
        ll(p.w.n_in), ll(p.w.n_out), p.n_rows);
   }
   void matmul_grouped(const MatmulParams* p, int n) override {
-    if (n <= 0) return;
+    if (n <= 0) {
+      count_op();
+      return;
+    }
     grow_scratch(cuda::matmul_grouped_scratch_bytes(p, n));
     op(cuda::matmul_grouped(p, n, scratch_, stream_), "matmul_grouped", "%d x %s [%lld -> %lld], %d rows", n,
        gguf::type_name(p[0].w.type), ll(p[0].w.n_in), ll(p[0].w.n_out), p[0].n_rows);
@@ -285,13 +370,19 @@ class CudaBackend final : public Backend {
 
  protected:
   void* allocate(size_t bytes) override {
+    const bool resume = pause_capture();
     void* p = nullptr;
     check(cuda::device_alloc(&p, (bytes + 63) / 64 * 64), "alloc");
     check(cuda::memset_async(p, 0, bytes, stream_), "alloc");
+    if (resume) resume_capture();
     return p;
   }
   // cudaFree waits for the device, so no op still in flight can touch the memory.
-  void release(void* p, size_t) override { cuda::device_free(p); }
+  void release(void* p, size_t) override {
+    const bool resume = pause_capture();
+    cuda::device_free(p);
+    if (resume) resume_capture();
+  }
 
  private:
   static long long ll(int64_t v) { return static_cast<long long>(v); }
@@ -313,26 +404,105 @@ class CudaBackend final : public Backend {
       __attribute__((format(printf, 4, 5))) {
     Status s = launched;
     if (s.ok() && sync_each_op_) s = cuda::stream_sync(stream_);
-    if (s.ok()) return;
+    if (s.ok()) {
+      count_op();
+      return;
+    }
     char shapes[192];
     va_list ap;
     va_start(ap, shape_fmt);
     std::vsnprintf(shapes, sizeof shapes, shape_fmt, ap);
     va_end(ap);
-    char where[256];
-    std::snprintf(where, sizeof where, "%s (%s)", name, shapes);
+    char where[320];
+    std::snprintf(where, sizeof where, "%s (%s)%s", name, shapes,
+                  capturing_ ? " while capturing a CUDA graph (--cuda-graphs 0 runs the ops one by one)" : "");
     fatal(s, where);
+  }
+
+  // ---- CUDA graphs (see the top of the file) ----
+  // One executable graph per (segment index, node count); kSlots per segment index (the node
+  // counts of a segment differ at compressor-emit positions and once the indexer runs).
+  struct ExecSlot {
+    size_t nodes = 0;
+    cuda::GraphExec exec = nullptr;
+    uint64_t used = 0;  // the launch counter when last launched (least recently used goes)
+  };
+  static constexpr int kSlots = 4;
+
+  // Starts capturing the next segment of the forward.
+  void resume_capture() {
+    const Status s = cuda::capture_begin(stream_);
+    if (!s.ok()) fatal(s, "begin_forward (--cuda-graphs 0 runs the ops one by one)");
+    capturing_ = true;
+    segment_ops_ = 0;
+  }
+  // Ends the segment being captured (if any) and launches it; true when one was being captured
+  // (the caller resumes after its host round trip).
+  bool pause_capture() {
+    if (!capturing_) return false;
+    capturing_ = false;
+    cuda::Graph g = nullptr;
+    size_t nodes = 0;
+    Status s = cuda::capture_end(stream_, &g, &nodes);
+    if (!s.ok()) fatal(s, "end of a captured forward (--cuda-graphs 0 runs the ops one by one)");
+    if (nodes > 0) {
+      if (execs_.size() <= static_cast<size_t>(segment_)) execs_.resize(segment_ + 1);  // once per new index
+      ExecSlot* slot = nullptr;
+      for (ExecSlot& e : execs_[segment_]) {
+        if (e.exec != nullptr && e.nodes == nodes) slot = &e;
+      }
+      if (slot != nullptr && cuda::graph_exec_update(slot->exec, g)) {
+        ++graph_updates_;
+      } else {
+        if (slot == nullptr) {
+          slot = &execs_[segment_][0];
+          for (ExecSlot& e : execs_[segment_]) {
+            if (e.exec == nullptr || e.used < slot->used) slot = &e;
+            if (e.exec == nullptr) break;
+          }
+        }
+        cuda::graph_exec_destroy(slot->exec);
+        slot->exec = nullptr;
+        s = cuda::graph_instantiate(&slot->exec, g);
+        if (!s.ok()) {
+          cuda::graph_destroy(g);
+          fatal(s, "a captured forward (--cuda-graphs 0 runs the ops one by one)");
+        }
+        slot->nodes = nodes;
+        ++graph_instantiations_;
+      }
+      slot->used = ++graph_launches_;
+      s = cuda::graph_launch(slot->exec, stream_);
+      if (!s.ok()) {
+        cuda::graph_destroy(g);
+        fatal(s, "a captured forward (--cuda-graphs 0 runs the ops one by one)");
+      }
+    }
+    cuda::graph_destroy(g);
+    ++segment_;
+    return true;
+  }
+  // After every op: with segments (graphs_ >= 2), every graphs_ ops end and launch one.
+  void count_op() {
+    if (!capturing_ || graphs_ < 2) return;
+    if (++segment_ops_ < graphs_) return;
+    pause_capture();
+    resume_capture();
   }
   // The matmul activation scratch grows to the largest (n_in, rows) seen; the first call of
   // each larger shape waits for the device (cudaFree), later calls never allocate.
+  // Inside a captured forward the segment so far is launched first (the old scratch may be
+  // in its nodes; cudaFree waits for them).
   void grow_scratch(size_t bytes) {
     if (bytes <= scratch_.bytes) return;
+    const bool resume = pause_capture();
     const size_t want = std::max(bytes, size_t{1} << 20);
     cuda::device_free(scratch_.data);
     scratch_ = cuda::OpScratch{};
     void* p = nullptr;
     check(cuda::device_alloc(&p, want), "matmul scratch");
     scratch_ = cuda::OpScratch{p, want};
+    if (resume) resume_capture();
   }
 
   cuda::DeviceInfo info_;
@@ -341,12 +511,20 @@ class CudaBackend final : public Backend {
   uint32_t* hc_tickets_ = nullptr;  // [kHcTicketRows] zero between ops; nullptr: unfused HC ops
   cuda::HcKernel hc_kernel_ = cuda::HcKernel::kFused;  // with tickets: the one-launch kernel
   cuda::OpScratch scratch_;
+  int graphs_ = 0;            // --cuda-graphs: 0 off, 1 a forward per graph, N a graph per N ops
+  bool warmed_up_ = false;    // the first one-row forward ran uncaptured
+  bool in_forward_ = false;   // inside a captured bracket
+  bool capturing_ = false;    // the stream is being captured now
+  int segment_ = 0;           // index of the segment being captured within the forward
+  int segment_ops_ = 0;       // ops captured in it
+  std::vector<std::array<ExecSlot, kSlots>> execs_;  // [segment index] executable graphs
+  uint64_t graph_forwards_ = 0, graph_launches_ = 0, graph_instantiations_ = 0, graph_updates_ = 0;
 };
 
 }  // namespace
 
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile, int hc_fused,
-                                                     const std::string& q8_r1) {
+                                                     const std::string& q8_r1, int graphs) {
   cuda::Q8_0R1Kernel r1 = cuda::Q8_0R1Kernel::kAuto;
   if (q8_r1 == "new") r1 = cuda::Q8_0R1Kernel::kStaged;
   else if (q8_r1 == "new-prequant") r1 = cuda::Q8_0R1Kernel::kStagedPrequant;
@@ -359,6 +537,15 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
         q8_r1.c_str());
   if (hc_fused < 0 || hc_fused > 2)
     return invalid_argument("cuda: the HC kernel choice must be 0, 1 or 2, got %d", hc_fused);
+  if (graphs < 0 || graphs > kMaxCudaGraphSegmentOps)
+    return invalid_argument("cuda: --cuda-graphs must be 0 (off), 1 (a graph per forward) or N in 2..%d (a graph "
+                            "per N ops), got %d", kMaxCudaGraphSegmentOps, graphs);
+  if (graphs != 0 && (sync_each_op || profile)) {
+    // Both need every op issued on its own: --cuda-sync waits after each, the profiler times each.
+    DS4_LOG_WARN("cuda: --cuda-graphs is off under %s (every op runs on its own)",
+                 sync_each_op ? "--cuda-sync" : "--cuda-profile");
+    graphs = 0;
+  }
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::set_q8_0_r1_kernel(r1);
@@ -378,7 +565,8 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
     tickets = static_cast<uint32_t*>(p);
   }
   std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op, tickets,
-                                              hc_fused == 2 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused));
+                                              hc_fused == 2 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused,
+                                              graphs));
   if (!profile) return be;
   // 2 events per op, 32K ops between read-backs (a Flash decode token issues ~1-2K ops).
   auto clock = make_cuda_event_clock(stream, 65536);

@@ -24,7 +24,12 @@ namespace ds4::backend {
 // q8_r1: the Q8_0 kernel for one activation row, auto|new|new-prequant|wide|wide-fused|old
 // (BackendOptions::cuda_q8_r1; cuda::set_q8_0_r1_kernel, process-wide; same bits, A/B timing);
 // anything else is an invalid-argument error.
+// graphs: CUDA graphs for one-row forwards (BackendOptions::cuda_graphs): 0 off, 1 the ops of a
+// forward captured and launched as one graph, N in 2..kMaxCudaGraphSegmentOps a graph per N ops
+// (the device runs one while the host captures the next); same bits. Off under sync_each_op or
+// profile (each op must run on its own; a warning says so); out of range: invalid argument.
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
-                                                     int hc_fused = 2, const std::string& q8_r1 = "auto");
+                                                     int hc_fused = 2, const std::string& q8_r1 = "auto",
+                                                     int graphs = 0);
 
 }  // namespace ds4::backend

@@ -84,6 +84,33 @@ TEST(BackendFlags, CudaHcFusedFromTheFlagAndItsMirror) {
       << s.message();
 }
 
+TEST(BackendFlags, CudaGraphsFromTheFlagAndItsMirror) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_EQ(0, eo.cuda_graphs);  // off by default: every op launched from the host
+  ASSERT_TRUE(apply({"--cuda-graphs", "1"}, &eo).ok());
+  EXPECT_EQ(1, eo.cuda_graphs);  // a graph per decode forward
+  ASSERT_TRUE(apply({"--cuda-graphs", "128"}, &eo).ok());
+  EXPECT_EQ(128, eo.cuda_graphs);  // a graph per 128 ops
+  ASSERT_TRUE(apply({"--cuda-graphs", "0"}, &eo).ok());
+  EXPECT_EQ(0, eo.cuda_graphs);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_GRAPHS", "1"}}).ok());
+  EXPECT_EQ(1, eo.cuda_graphs);
+  ASSERT_TRUE(apply({"--cuda-graphs", "0"}, &eo, {{"DS4_CUDA_GRAPHS", "1"}}).ok());
+  EXPECT_EQ(0, eo.cuda_graphs);  // the command line wins
+  Status s = apply({}, &eo, {{"DS4_CUDA_GRAPHS", "-1"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--cuda-graphs must be 0 (off), 1 (a graph per forward) or N in 2..65536"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("got -1 (from DS4_CUDA_GRAPHS)"), std::string::npos) << s.message();
+  s = apply({"--cuda-graphs", "65537"}, &eo);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find("(from"), std::string::npos) << s.message();  // given on the command line
+  EXPECT_FALSE(apply({"--cuda-graphs", "on"}, &eo).ok());  // not a number
+}
+
 TEST(BackendFlags, CudaQ8R1FromTheFlagAndItsMirror) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
@@ -204,7 +231,7 @@ TEST(BackendFlags, HelpListsEveryFlagAndMirror) {
   const std::string h = t.help();
   for (const char* s : {"--backend", "DS4_BACKEND", "--device", "DS4_DEVICE", "--cpu", "--cuda", "--threads",
                         "DS4_THREADS", "--isa", "DS4_CPU_ISA", "--f32-activations", "DS4_F32_ACTIVATIONS",
-                        "--cuda-hc-fused", "DS4_CUDA_HC_FUSED", "This build has: cpu"}) {
+                        "--cuda-hc-fused", "DS4_CUDA_HC_FUSED", "--cuda-graphs", "DS4_CUDA_GRAPHS", "This build has: cpu"}) {
     EXPECT_NE(h.find(s), std::string::npos) << s;
   }
 }
