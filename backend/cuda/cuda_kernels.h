@@ -102,6 +102,9 @@ struct Weights {
   int64_t n_in = 0;
   int64_t n_out = 0;
 };
+// The dense (F16 / F32, elem bytes) kernels' shape check: an error naming op unless n_in,
+// n_out and r are >= 0 and every row holds n_in elements, aligned to one (matvec_dense.cu).
+Status check_dense_shape(const char* op, const Weights& w, int r, size_t elem);
 // Q8_0 weights × Q8_0 activations (x row k at x + k·x_stride blocks): quant::dot_q8_0.
 Status matvec_q8_0(const Weights& w, const quant::BlockQ8_0Act* x, int64_t x_stride, int r,
                    float* y, int64_t y_stride, Stream stream = nullptr);

@@ -118,29 +118,23 @@ __device__ void sinkhorn_iterate_regs(int iters, float eps, float* a) {
 #pragma unroll
   for (int e = 0; e < kN * kN; ++e) v[e] = a[e];
   __syncwarp();
-  auto col_norm = [&]() {
+  // Each of the kN lines (rows: line l at l·kN, elements 1 apart; columns: line l at l, kN
+  // apart) divided by its sum + eps, the sum in element order.
+  auto normalize = [&](int line_step, int elem_step) {
 #pragma unroll
-    for (int c = 0; c < kN; ++c) {
+    for (int l = 0; l < kN; ++l) {
       float sum = 0.0f;
 #pragma unroll
-      for (int r = 0; r < kN; ++r) sum += v[r * kN + c];
+      for (int k = 0; k < kN; ++k) sum += v[l * line_step + k * elem_step];
       const float inv = 1.0f / (sum + eps);
 #pragma unroll
-      for (int r = 0; r < kN; ++r) v[r * kN + c] *= inv;
+      for (int k = 0; k < kN; ++k) v[l * line_step + k * elem_step] *= inv;
     }
   };
-  col_norm();
+  normalize(1, kN);  // columns
   for (int it = 1; it < iters; ++it) {
-#pragma unroll
-    for (int r = 0; r < kN; ++r) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < kN; ++c) sum += v[r * kN + c];
-      const float inv = 1.0f / (sum + eps);
-#pragma unroll
-      for (int c = 0; c < kN; ++c) v[r * kN + c] *= inv;
-    }
-    col_norm();
+    normalize(kN, 1);  // rows
+    normalize(1, kN);  // columns
   }
   if ((threadIdx.x & 31) == 0) {
 #pragma unroll

@@ -261,10 +261,7 @@ template <bool kF16>
 Status launch_rows(const char* op, const Weights& w, const float* x, int64_t xs, int r, float* y, int64_t ys,
                    Stream stream) {
   const size_t elem = kF16 ? 2 : 4;
-  if (w.n_in < 0 || w.n_out < 0 || r < 0 || w.row_bytes < static_cast<size_t>(w.n_in) * elem ||
-      w.row_bytes % elem != 0 || reinterpret_cast<uintptr_t>(w.data) % elem != 0)
-    return invalid_argument("cuda: %s: bad shape (n_in %lld, row_bytes %zu >= n_in·%zu and aligned, rows %d)", op,
-                            static_cast<long long>(w.n_in), w.row_bytes, elem, r);
+  DS4_RETURN_IF_ERROR(check_dense_shape(op, w, r, elem));
   if (xs == 0) xs = w.n_in;
   if (ys == 0) ys = w.n_out;
   if (w.n_out == 0 || r == 0) return Status();
