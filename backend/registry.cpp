@@ -32,7 +32,16 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
                        "(f32 activations) need the CPU backend");
   }
   if (o.device < 0) return invalid_argument("GPU index must be >= 0, got %d", o.device);
-  return make_cuda_backend(o.device, o.cuda_sync, o.cuda_profile, o.cuda_hc_fused, o.cuda_q8_r1, o.cuda_graphs);
+  CudaBackendConfig c;
+  c.device = o.device;
+  c.sync_each_op = o.cuda_sync;
+  c.profile = o.cuda_profile;
+  c.hc_fused = o.cuda_hc_fused;
+  c.q8_r1 = o.cuda_q8_r1;
+  c.graphs = o.cuda_graphs;
+  c.moe = o.cuda_moe;
+  c.dense_rows = o.cuda_dense_rows;
+  return make_cuda_backend(c);
 }
 #endif
 

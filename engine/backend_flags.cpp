@@ -72,7 +72,15 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "per N ops (the GPU runs one while the host captures the next). Every forward is captured afresh "
               "(the first runs uncaptured as a warm-up); off under --cuda-sync and --cuda-profile. For A/B "
               "timing; same bits",
-              "DS4_CUDA_GRAPHS", "0|1|N");
+              "DS4_CUDA_GRAPHS", "0|1|N")
+      .option("--cuda-moe", &f->cuda_moe,
+              "CUDA: the routed-expert kernels: old (the one-row kernel and the row-pair kernel) or new (the "
+              "one-row rewrite and the expert-grouped kernel for 2+ rows); for A/B timing, same bits",
+              "DS4_CUDA_MOE", "old|new")
+      .option("--cuda-dense-rows", &f->cuda_dense_rows,
+              "CUDA: the F16/F32 matmul of 9 or more rows (prefill): tiles (8-row tiles) or wide (the "
+              "many-row kernel); for A/B timing, same bits",
+              "DS4_CUDA_DENSE_ROWS", "tiles|wide");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -98,6 +106,14 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
       f.cuda_q8_r1 != "wide-fused" && f.cuda_q8_r1 != "old") {
     return invalid_argument("--cuda-q8-r1 must be auto, new, new-prequant, wide, wide-fused or old, got '%s'%s",
                             f.cuda_q8_r1.c_str(), origin(t, "--cuda-q8-r1").c_str());
+  }
+  if (f.cuda_moe != "old" && f.cuda_moe != "new") {
+    return invalid_argument("--cuda-moe must be old or new, got '%s'%s", f.cuda_moe.c_str(),
+                            origin(t, "--cuda-moe").c_str());
+  }
+  if (f.cuda_dense_rows != "tiles" && f.cuda_dense_rows != "wide") {
+    return invalid_argument("--cuda-dense-rows must be tiles or wide, got '%s'%s", f.cuda_dense_rows.c_str(),
+                            origin(t, "--cuda-dense-rows").c_str());
   }
 
   // The shorthand replaces an environment or default --backend; on the command line next to
@@ -132,6 +148,8 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_hc_fused = f.cuda_hc_fused;
   options->cuda_q8_r1 = f.cuda_q8_r1;
   options->cuda_graphs = f.cuda_graphs;
+  options->cuda_moe = f.cuda_moe;
+  options->cuda_dense_rows = f.cuda_dense_rows;
   return Status();
 }
 

@@ -331,6 +331,8 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   bo.cuda_hc_fused = options.cuda_hc_fused;
   bo.cuda_q8_r1 = options.cuda_q8_r1;
   bo.cuda_graphs = options.cuda_graphs;
+  bo.cuda_moe = options.cuda_moe;
+  bo.cuda_dense_rows = options.cuda_dense_rows;
   const std::string name = options.backend == BackendKind::kCuda  ? "cuda"
                            : options.backend == BackendKind::kCpu ? "cpu"
                                                                   : backend::resolve_backend_name("auto", options.device);

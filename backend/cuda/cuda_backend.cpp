@@ -523,8 +523,11 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op, bool profile, int hc_fused,
-                                                     const std::string& q8_r1, int graphs) {
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c) {
+  const int device = c.device, hc_fused = c.hc_fused;
+  const bool sync_each_op = c.sync_each_op, profile = c.profile;
+  const std::string& q8_r1 = c.q8_r1;
+  int graphs = c.graphs;
   cuda::Q8_0R1Kernel r1 = cuda::Q8_0R1Kernel::kAuto;
   if (q8_r1 == "new") r1 = cuda::Q8_0R1Kernel::kStaged;
   else if (q8_r1 == "new-prequant") r1 = cuda::Q8_0R1Kernel::kStagedPrequant;
@@ -537,6 +540,10 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
         q8_r1.c_str());
   if (hc_fused < 0 || hc_fused > 2)
     return invalid_argument("cuda: the HC kernel choice must be 0, 1 or 2, got %d", hc_fused);
+  if (c.moe != "old" && c.moe != "new")
+    return invalid_argument("cuda: --cuda-moe must be old or new, got '%s'", c.moe.c_str());
+  if (c.dense_rows != "tiles" && c.dense_rows != "wide")
+    return invalid_argument("cuda: --cuda-dense-rows must be tiles or wide, got '%s'", c.dense_rows.c_str());
   if (graphs < 0 || graphs > kMaxCudaGraphSegmentOps)
     return invalid_argument("cuda: --cuda-graphs must be 0 (off), 1 (a graph per forward) or N in 2..%d (a graph "
                             "per N ops), got %d", kMaxCudaGraphSegmentOps, graphs);
@@ -549,6 +556,9 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::set_q8_0_r1_kernel(r1);
+  cuda::set_moe_r1_kernel(c.moe == "new" ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
+  cuda::set_moe_rows_kernel(c.moe == "new" ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
+  cuda::set_dense_rows_kernel(c.dense_rows == "wide" ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
   uint32_t* tickets = nullptr;  // the fused HC kernels' counters: allocated and zeroed once

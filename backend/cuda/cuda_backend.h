@@ -15,21 +15,36 @@
 
 namespace ds4::backend {
 
-// The CUDA backend on device `device` (kUnsupported without a usable Hopper GPU, saying why).
-// sync_each_op: wait for every op, so a device fault names the op that caused it (debugging).
-// profile: wrap it in the op-timeline profiler (backend/op_profile.h; report on stderr when the
-// backend is destroyed). Off, the ops run with no profiling code at all.
-// hc_fused: HC pre / collapse as the three-launch path (0), one fused kernel per call (1) or one
-// staged kernel per call (2) (ops.h's HcKernel); anything else is an invalid-argument error.
-// q8_r1: the Q8_0 kernel for one activation row, auto|new|new-prequant|wide|wide-fused|old
-// (BackendOptions::cuda_q8_r1; cuda::set_q8_0_r1_kernel, process-wide; same bits, A/B timing);
-// anything else is an invalid-argument error.
-// graphs: CUDA graphs for one-row forwards (BackendOptions::cuda_graphs): 0 off, 1 the ops of a
-// forward captured and launched as one graph, N in 2..kMaxCudaGraphSegmentOps a graph per N ops
-// (the device runs one while the host captures the next); same bits. Off under sync_each_op or
-// profile (each op must run on its own; a warning says so); out of range: invalid argument.
-Expected<std::unique_ptr<Backend>> make_cuda_backend(int device, bool sync_each_op = false, bool profile = false,
-                                                     int hc_fused = 2, const std::string& q8_r1 = "auto",
-                                                     int graphs = 0);
+// How to make the CUDA backend (BackendOptions' cuda_* fields, checked again here).
+struct CudaBackendConfig {
+  int device = 0;  // GPU index
+  // Wait for every op, so a device fault names the op that caused it (debugging).
+  bool sync_each_op = false;
+  // Wrap the backend in the op-timeline profiler (backend/op_profile.h; report on stderr when the
+  // backend is destroyed). Off, the ops run with no profiling code at all.
+  bool profile = false;
+  // HC pre / collapse as the three-launch path (0), one fused kernel per call (1) or one staged
+  // kernel per call (2) (ops.h's HcKernel).
+  int hc_fused = 2;
+  // The Q8_0 kernel for one activation row, auto|new|new-prequant|wide|wide-fused|old
+  // (cuda::set_q8_0_r1_kernel, process-wide).
+  std::string q8_r1 = "auto";
+  // CUDA graphs for one-row forwards: 0 off, 1 the ops of a forward captured and launched as one
+  // graph, N in 2..kMaxCudaGraphSegmentOps a graph per N ops (the device runs one while the host
+  // captures the next). Off under sync_each_op or profile (each op must run on its own; a
+  // warning says so).
+  int graphs = 0;
+  // The routed-expert kernels: "old" (the one-row kernel kOld and the pair kernel for 2+ rows)
+  // or "new" (the one-row rewrite kNew and the expert-grouped kernel for 2+ rows);
+  // cuda::set_moe_r1_kernel / set_moe_rows_kernel, process-wide.
+  std::string moe = "old";
+  // The F16/F32 matmul of 9+ rows: "tiles" (8-row tiles) or "wide" (the many-row kernel);
+  // cuda::set_dense_rows_kernel, process-wide.
+  std::string dense_rows = "tiles";
+};
+
+// The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel
+// choice gives the same bits (A/B timing); a value out of range is an invalid-argument error.
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c);
 
 }  // namespace ds4::backend

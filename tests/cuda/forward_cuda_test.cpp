@@ -2,7 +2,8 @@
 // CPU oracle, bit for bit, and batch invariance on the device (the CUDA backend issue, items
 // 4-6):
 //  * the canonical-hash setup (tiny q2, seed 1234, 400-token prefill): CUDA's frontier logits
-//    SHA-256 equals the CPU's;
+//    SHA-256 equals the CPU's, also under the A/B kernel choices (--cuda-moe new, --cuda-dense-rows
+//    wide) through a whole prefill and decode;
 //  * decode at every position of a 450-token prompt (q2) and a 300-token one (q4): logits and
 //    the final session state equal the CPU's;
 //  * on the device: prefill == N decodes (whole and in uneven pieces), verify rows == decode,
@@ -18,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/ops.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "tests/model/invariance_checks.h"
@@ -71,6 +74,49 @@ TEST_F(CudaForward, CanonicalHashEqualsCpu) {
   std::printf("[cuda] canonical frontier hash: cpu %s, cuda %s\n", hc.c_str(), hg.c_str());
   EXPECT_EQ(hg, hc) << first_difference(g->logits(), c->logits());
   EXPECT_EQ(state_bytes(*g), state_bytes(*c));
+}
+
+// The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
+// kernel) inside a whole forward: prefill (many rows) then decodes (one row) equal the CPU's
+// logits at every step. The choices are process-wide; the defaults come back at the end.
+TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
+  open_pair(model::ExpertQuant::kQ2, 1234);
+  if (IsSkipped()) return;
+  const int n_prompt = 300, n_decode = 4;
+  const auto toks = prompt_tokens(n_prompt + n_decode, cpu_.model->config().n_vocab, 5);
+  const std::vector<int32_t> prompt(toks.begin(), toks.begin() + n_prompt);
+  std::vector<std::vector<float>> want;
+  {
+    auto c = cpu_.session(512);
+    ASSERT_TRUE(c->prefill(prompt).ok());
+    want.emplace_back(c->logits().begin(), c->logits().end());
+    for (int i = 0; i < n_decode; ++i) {
+      ASSERT_TRUE(c->decode(toks[n_prompt + i]).ok());
+      want.emplace_back(c->logits().begin(), c->logits().end());
+    }
+  }
+  const cuda::MoeR1Kernel saved_r1 = cuda::moe_r1_kernel();
+  const cuda::MoeRowsKernel saved_rows = cuda::moe_rows_kernel();
+  const cuda::DenseRowsKernel saved_dense = cuda::dense_rows_kernel();
+  for (const bool new_moe : {false, true}) {
+    for (const bool wide : {false, true}) {
+      cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
+      cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
+      cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
+      const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
+                               (wide ? "wide" : "tiles");
+      auto g = gpu_.session(512);
+      ASSERT_TRUE(g->prefill(prompt).ok()) << what;
+      EXPECT_EQ(first_difference(g->logits(), want[0]), "") << what << ": prefill";
+      for (int i = 0; i < n_decode; ++i) {
+        ASSERT_TRUE(g->decode(toks[n_prompt + i]).ok()) << what;
+        EXPECT_EQ(first_difference(g->logits(), want[1 + i]), "") << what << ": decode " << i;
+      }
+    }
+  }
+  cuda::set_moe_r1_kernel(saved_r1);
+  cuda::set_moe_rows_kernel(saved_rows);
+  cuda::set_dense_rows_kernel(saved_dense);
 }
 
 void decode_both(const Stack& cpu, const Stack& gpu, int n, int n_ctx, uint64_t prompt_seed) {

@@ -31,13 +31,13 @@ TEST(CudaOpProfile, SameBitsAndAReport) {
   if (!s.ok()) GTEST_SKIP() << "no usable CUDA device: " << s.message();
   std::vector<float> plain, profiled;
   {
-    auto be = make_cuda_backend(0, false, false);
+    auto be = make_cuda_backend(CudaBackendConfig{});
     ASSERT_TRUE(be.ok()) << be.status().message();
     plain = add_twice(**be, 3);
   }
   testing::internal::CaptureStderr();
   {
-    auto be = make_cuda_backend(0, false, true);
+    auto be = make_cuda_backend(CudaBackendConfig{.profile = true});
     ASSERT_TRUE(be.ok()) << be.status().message();
     profiled = add_twice(**be, 3);
     // More ops than half the ring between host waits: a read-back in the middle.

@@ -242,5 +242,28 @@ TEST(BackendFlags, StartUpLine) {
   EXPECT_EQ(backend_line("ds4-bench", info), "ds4-bench: backend cpu: avx2, 4 threads");
 }
 
+TEST(BackendFlags, CudaMoeAndDenseRowsFromTheFlagsAndTheirMirrors) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_EQ("old", eo.cuda_moe);           // the kernels measured on the device before the rewrites
+  EXPECT_EQ("tiles", eo.cuda_dense_rows);  // the 8-row tiles
+  ASSERT_TRUE(apply({"--cuda-moe", "new", "--cuda-dense-rows", "wide"}, &eo).ok());
+  EXPECT_EQ("new", eo.cuda_moe);
+  EXPECT_EQ("wide", eo.cuda_dense_rows);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_MOE", "new"}, {"DS4_CUDA_DENSE_ROWS", "wide"}}).ok());
+  EXPECT_EQ("new", eo.cuda_moe);
+  EXPECT_EQ("wide", eo.cuda_dense_rows);
+  ASSERT_TRUE(apply({"--cuda-moe", "old"}, &eo, {{"DS4_CUDA_MOE", "new"}}).ok());
+  EXPECT_EQ("old", eo.cuda_moe);  // the command line wins
+  Status s = apply({}, &eo, {{"DS4_CUDA_MOE", "fast"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--cuda-moe must be old or new, got 'fast' (from DS4_CUDA_MOE)"), std::string::npos)
+      << s.message();
+  s = apply({"--cuda-dense-rows", "8"}, &eo);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--cuda-dense-rows must be tiles or wide, got '8'"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace ds4
