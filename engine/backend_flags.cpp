@@ -2,6 +2,7 @@
 #include "engine/backend_flags.h"
 
 #include "backend/registry.h"
+#include "session/state.h"
 
 namespace ds4 {
 
@@ -80,7 +81,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .option("--cuda-dense-rows", &f->cuda_dense_rows,
               "CUDA: the F16/F32 matmul of 9 or more rows (prefill): tiles (8-row tiles) or wide (the "
               "many-row kernel); for A/B timing, same bits",
-              "DS4_CUDA_DENSE_ROWS", "tiles|wide");
+              "DS4_CUDA_DENSE_ROWS", "tiles|wide")
+      .option("--prefill-chunk", &f->prefill_chunk,
+              "Rows per prefill forward, 1..256 (0 = the default, 32): a larger chunk reads each weight once "
+              "for more prompt tokens and sizes the session's scratch for that many rows. Same bits",
+              "DS4_PREFILL_CHUNK", "N");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
@@ -106,6 +111,10 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
       f.cuda_q8_r1 != "wide-fused" && f.cuda_q8_r1 != "old") {
     return invalid_argument("--cuda-q8-r1 must be auto, new, new-prequant, wide, wide-fused or old, got '%s'%s",
                             f.cuda_q8_r1.c_str(), origin(t, "--cuda-q8-r1").c_str());
+  }
+  if (f.prefill_chunk < 0 || f.prefill_chunk > session::kMaxChunkRows) {
+    return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the default), got %d%s", session::kMaxChunkRows, f.prefill_chunk,
+                            origin(t, "--prefill-chunk").c_str());
   }
   if (f.cuda_moe != "old" && f.cuda_moe != "new") {
     return invalid_argument("--cuda-moe must be old or new, got '%s'%s", f.cuda_moe.c_str(),
@@ -150,6 +159,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_graphs = f.cuda_graphs;
   options->cuda_moe = f.cuda_moe;
   options->cuda_dense_rows = f.cuda_dense_rows;
+  options->prefill_chunk = f.prefill_chunk;
   return Status();
 }
 

@@ -104,10 +104,10 @@ class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<model::Model> model, std::unique_ptr<backend::Backend> be,
              std::unique_ptr<TextCodec> text, std::unique_ptr<speculative::DrafterModel> drafter,
-             ModelInfo info)
+             ModelInfo info, int chunk_rows)
       : model_(std::move(model)),
         be_(std::move(be)),
-        bound_(session::BoundModel::bind(*model_, *be_)),
+        bound_(session::BoundModel::bind(*model_, *be_, chunk_rows)),
         text_(std::move(text)),
         drafter_(std::move(drafter)),
         info_(std::move(info)) {}
@@ -120,7 +120,8 @@ class EngineImpl final : public Engine {
       // Device memory: the session's buffers must fit what is free now.
       char what[64];
       std::snprintf(what, sizeof what, "a session of %d tokens", n_ctx);
-      DS4_RETURN_IF_ERROR(be_->check_memory(session::ModelSession::estimate_bytes(model_->config(), n_ctx), what));
+      DS4_RETURN_IF_ERROR(be_->check_memory(
+          session::ModelSession::estimate_bytes(model_->config(), n_ctx, bound_->chunk_rows()), what));
       limit = UINT64_MAX;
     }
     auto s = session::ModelSession::create(*bound_, n_ctx, limit);
@@ -129,7 +130,7 @@ class EngineImpl final : public Engine {
   }
 
   uint64_t session_bytes(int n_ctx) const override {
-    return n_ctx < 1 ? 0 : session::ModelSession::estimate_bytes(model_->config(), n_ctx);
+    return n_ctx < 1 ? 0 : session::ModelSession::estimate_bytes(model_->config(), n_ctx, bound_->chunk_rows());
   }
 
   Status decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) override {
@@ -317,6 +318,11 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.n_threads < 0) {
     return invalid_argument("thread count must be >= 0 (0 = all cores), got %d", options.n_threads);
   }
+  if (options.prefill_chunk < 0 || options.prefill_chunk > session::kMaxChunkRows) {
+    return invalid_argument("prefill chunk must be 1..%d rows (0 = the default, %d), got %d", session::kMaxChunkRows,
+                            session::kDefaultChunkRows, options.prefill_chunk);
+  }
+  const int chunk_rows = options.prefill_chunk > 0 ? options.prefill_chunk : session::kDefaultChunkRows;
   // The backend by name (backend/registry.h): options are checked before the model is read.
   const int threads = options.n_threads > 0
                           ? options.n_threads
@@ -357,7 +363,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   }
   return std::unique_ptr<Engine>(new EngineImpl(std::move(model).value(), std::move(be),
                                                 std::move(text).value(), std::move(drafter),
-                                                std::move(info)));
+                                                std::move(info), chunk_rows));
 }
 
 }  // namespace ds4

@@ -63,8 +63,10 @@ LayerMats bind_layer(const Mapper& b, const model::LayerWeights& w) {
 
 }  // namespace
 
-std::unique_ptr<BoundModel> BoundModel::bind(const model::Model& model, backend::Backend& backend) {
-  std::unique_ptr<BoundModel> b(new BoundModel(model, backend));
+std::unique_ptr<BoundModel> BoundModel::bind(const model::Model& model, backend::Backend& backend,
+                                             int chunk_rows) {
+  DS4_CHECK(chunk_rows >= 1 && chunk_rows <= kMaxChunkRows);
+  std::unique_ptr<BoundModel> b(new BoundModel(model, backend, chunk_rows));
   std::vector<backend::WeightRange> ranges;
   model::for_each_tensor(model.config(), model.weights(), [&](const model::TensorSpec&, const model::TensorView& t) {
     if (t.present()) ranges.push_back(backend::WeightRange{t.data, static_cast<size_t>(t.nbytes)});

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "session/state.h"
 
 namespace ds4::session {
 
@@ -54,21 +55,28 @@ struct HeadMats {
 
 class BoundModel {
  public:
-  static std::unique_ptr<BoundModel> bind(const model::Model& model, backend::Backend& backend);
+  // chunk_rows: 1..kMaxChunkRows (programmer invariant; the engine checks its option first).
+  static std::unique_ptr<BoundModel> bind(const model::Model& model, backend::Backend& backend,
+                                          int chunk_rows = kDefaultChunkRows);
 
   const model::Model& model() const { return model_; }
   backend::Backend& backend() const { return be_; }
   const std::vector<LayerMats>& layers() const { return layers_; }
   const HeadMats& head() const { return head_; }
   const backend::WeightSet& weight_set() const { return *set_; }
+  // Rows per prefill forward (1..kMaxChunkRows) of every session of this binding; the scratch
+  // of each is sized for it.
+  int chunk_rows() const { return chunk_rows_; }
 
  private:
-  BoundModel(const model::Model& model, backend::Backend& backend) : model_(model), be_(backend) {}
+  BoundModel(const model::Model& model, backend::Backend& backend, int chunk_rows)
+      : model_(model), be_(backend), chunk_rows_(chunk_rows) {}
   const model::Model& model_;
   backend::Backend& be_;
   std::unique_ptr<backend::WeightSet> set_;
   std::vector<LayerMats> layers_;
   HeadMats head_;
+  int chunk_rows_;
 };
 
 }  // namespace ds4::session

@@ -1,6 +1,6 @@
 // session/forward.cpp — the DS4 forward graph (ds4-architecture.md §4) over backend ops.
 //
-// forward_rows() runs n <= kMaxChunkRows rows layer-major. Within a layer, everything that
+// forward_rows() runs n <= the scratch's rows (the prefill chunk) layer-major. Within a layer, everything that
 // depends only on the row itself (HC pre, norms, projections, RoPE, FP8, the raw push, the
 // indexer query, expert FFN, HC post) is one batched op over the n rows, and the state steps
 // (compressor steps, prefix slots) run row by row in token order, exactly as a decode step
@@ -46,8 +46,8 @@ int ModelSession::Scratch::attn_group_rows(const model::ModelConfig& c, int64_t 
   return static_cast<int>(std::clamp<int64_t>(kAttnScratchBudget / per_row, 1, kMaxBatchRows));
 }
 
-uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
-  const int64_t n = kMaxChunkRows;
+uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap, int rows) {
+  const int64_t n = rows_for(rows);
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   const int64_t max_comp = n_ctx / 4 + 2;
   const int64_t G = attn_group_rows(c, n_ctx, raw_cap);
@@ -65,11 +65,13 @@ uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx
   return floats * 4 + attn + backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n);
 }
 
-ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
+ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap,
+                               int chunk_rows)
+    : rows(rows_for(chunk_rows)) {
   auto f32 = [&be](int64_t n) { return backend::Array<float>(be, static_cast<size_t>(n)); };
   auto i32 = [&be](int64_t n) { return backend::Array<int32_t>(be, static_cast<size_t>(n)); };
   auto u8 = [&be](int64_t n) { return backend::Array<uint8_t>(be, static_cast<size_t>(n)); };
-  const int64_t n = kMaxChunkRows;
+  const int64_t n = rows;
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   const int64_t max_comp = n_ctx / 4 + 2;
   x = f32(n * HC);
@@ -121,7 +123,7 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
 
 void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots,
                                 ModelSession* const* owners) {
-  DS4_CHECK(n >= 1 && n <= kMaxChunkRows);
+  DS4_CHECK(n >= 1 && n <= s_->rows);
   DS4_CHECK(n - logits_first <= kMaxBatchRows);
   DS4_CHECK(!capture_slots || n <= kMaxBatchRows);
   DS4_CHECK(owners == nullptr || (n <= kMaxBatchRows && !capture_slots));

@@ -1,14 +1,16 @@
 // session/scratch.h — the per-session activation buffers of the forward graph.
 //
-// Role: every intermediate of forward_rows() for up to kMaxChunkRows rows, allocated once at
+// Role: every intermediate of forward_rows() for up to `rows` (the chunk) rows, allocated once at
 // session creation so prefill / decode / verify never allocate (ENGINEERING.md rule 7). Every
 // activation is a backend Array (device memory on a device backend); only the op descriptors
 // of a batched attention call (attn_queries, idx_queries) are host structs.
 // Shapes use the ModelConfig symbols: E n_embd, HC n_hc*n_embd, MIX hc_mix_dim, QL q_lora,
 // Q q_dim, D head_dim, W 2*D (largest compressor width), IW 2*idx_dim, IQ idx q dim,
-// OL o_low_dim, X n_expert, U n_expert_used, F n_ff_exp, V n_vocab, n = kMaxChunkRows.
+// OL o_low_dim, X n_expert, U n_expert_used, F n_ff_exp, V n_vocab, n = rows (the session's
+// prefill chunk, at least kMaxBatchRows).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +22,7 @@
 namespace ds4::session {
 
 struct ModelSession::Scratch {
+  int rows = 0;                         // n: the most rows of one forward_rows() call
   backend::Array<float> x, x2;          // [n, HC] HC state (current / next)
   backend::Array<float> flat;           // [n, HC]
   backend::Array<float> mix;            // [n, MIX]
@@ -64,12 +67,15 @@ struct ModelSession::Scratch {
   // r f32 words (margins / candidate logits) right after them.
   backend::Array<int32_t> readout;
 
-  Scratch(backend::Backend& be, const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
+  Scratch(backend::Backend& be, const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap, int rows);
   // G: kMaxBatchRows, fewer when the per-row attention scratch would pass kAttnScratchBudget
   // (long contexts of a wide model), never below 1 (the unbatched form).
   static int attn_group_rows(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
   // Bytes the constructor allocates (for the memory estimate).
-  static uint64_t bytes(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
+  static uint64_t bytes(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap, int rows);
+  // The rows a session whose prefill chunk is `chunk_rows` sizes its scratch for (verify and
+  // decode_many need kMaxBatchRows).
+  static int rows_for(int chunk_rows) { return std::max(chunk_rows, kMaxBatchRows); }
 };
 
 }  // namespace ds4::session

@@ -10,7 +10,7 @@
 
 namespace ds4::session {
 
-uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
+uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx, int chunk_rows) {
   const uint64_t state = State::estimate_bytes(cfg, n_ctx);
   // Frontier = compressor states only; kMaxBatchRows prefix slots + 1 checkpoint.
   uint64_t frontier = 0;
@@ -22,17 +22,18 @@ uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_c
     if (r == 4) frontier += 2 * 8 * 2 * static_cast<uint64_t>(cfg.indexer_head_dim) * 4;
   }
   const int64_t raw_cap = std::min<int64_t>(cfg.n_swa, n_ctx) + kRollbackSlack;
-  return state + (kMaxBatchRows + 1) * frontier + Scratch::bytes(cfg, n_ctx, raw_cap) +
+  return state + (kMaxBatchRows + 1) * frontier + Scratch::bytes(cfg, n_ctx, raw_cap, chunk_rows) +
          static_cast<uint64_t>(cfg.n_vocab) * 4;
 }
 
-Status ModelSession::check_create(const model::ModelConfig& cfg, int64_t n_ctx, uint64_t max_bytes) {
+Status ModelSession::check_create(const model::ModelConfig& cfg, int64_t n_ctx, uint64_t max_bytes,
+                                  int chunk_rows) {
   if (n_ctx < 1) return invalid_argument("context size must be >= 1 token, got %lld", static_cast<long long>(n_ctx));
   if (n_ctx > (int64_t{1} << 31) - 1) {
     return out_of_range("context size %lld exceeds the limit of %lld tokens", static_cast<long long>(n_ctx),
                         static_cast<long long>((int64_t{1} << 31) - 1));
   }
-  const uint64_t need = estimate_bytes(cfg, n_ctx);
+  const uint64_t need = estimate_bytes(cfg, n_ctx, chunk_rows);
   if (need > max_bytes) {
     return resource_error("a session of %lld tokens needs %.1f MiB of state, more than the %.1f MiB available",
                           static_cast<long long>(n_ctx), need / 1048576.0, max_bytes / 1048576.0);
@@ -45,15 +46,19 @@ Status ModelSession::check_create(const model::ModelConfig& cfg, int64_t n_ctx, 
 
 Expected<std::unique_ptr<ModelSession>> ModelSession::create(const BoundModel& bound, int64_t n_ctx,
                                                              uint64_t max_bytes) {
-  DS4_RETURN_IF_ERROR(check_create(bound.model().config(), n_ctx, max_bytes));
+  DS4_RETURN_IF_ERROR(check_create(bound.model().config(), n_ctx, max_bytes, bound.chunk_rows()));
   return std::unique_ptr<ModelSession>(new ModelSession(bound, n_ctx));
 }
 
 Expected<std::unique_ptr<ModelSession>> ModelSession::create(const model::Model& model,
                                                              backend::Backend& backend,
-                                                             int64_t n_ctx, uint64_t max_bytes) {
-  DS4_RETURN_IF_ERROR(check_create(model.config(), n_ctx, max_bytes));
-  std::unique_ptr<BoundModel> bound = BoundModel::bind(model, backend);
+                                                             int64_t n_ctx, uint64_t max_bytes,
+                                                             int chunk_rows) {
+  if (chunk_rows < 1 || chunk_rows > kMaxChunkRows) {
+    return invalid_argument("prefill chunk must be 1..%d rows, got %d", kMaxChunkRows, chunk_rows);
+  }
+  DS4_RETURN_IF_ERROR(check_create(model.config(), n_ctx, max_bytes, chunk_rows));
+  std::unique_ptr<BoundModel> bound = BoundModel::bind(model, backend, chunk_rows);
   std::unique_ptr<ModelSession> s(new ModelSession(*bound, n_ctx));
   s->own_bound_ = std::move(bound);
   return s;
@@ -67,7 +72,7 @@ ModelSession::ModelSession(const BoundModel& bound, int64_t n_ctx)
   for (int i = 0; i < kMaxBatchRows; ++i) slots_.push_back(state_.make_frontier());
   row_results_.resize(kMaxBatchRows);
   capture_index_.assign(cfg_.n_layer, -1);
-  s_ = std::make_unique<Scratch>(be_, cfg_, n_ctx, state_.raw_cap());
+  s_ = std::make_unique<Scratch>(be_, cfg_, n_ctx, state_.raw_cap(), bound.chunk_rows());
   if (!be_.host_addressable()) {
     logits_host_.assign(cfg_.n_vocab, 0.0f);
     row_logits_host_.assign(s_->row_logits.size(), 0.0f);
@@ -104,7 +109,7 @@ Status ModelSession::prefill(std::span<const int32_t> tokens, const std::functio
   verify_base_ = -1;
   const int total = static_cast<int>(tokens.size());
   for (int done = 0; done < total;) {
-    const int n = std::min(kMaxChunkRows, total - done);
+    const int n = std::min(bound_->chunk_rows(), total - done);
     const bool last = done + n == total;
     forward_rows(tokens.data() + done, n, last ? n - 1 : n, false);
     done += n;
@@ -373,7 +378,7 @@ void ModelSession::set_capture_layers(std::vector<int> layers) {
     capture_index_[il] = static_cast<int>(capture_layers_.size());
     capture_layers_.push_back(il);
   }
-  const size_t floats = static_cast<size_t>(kMaxChunkRows) * capture_layers_.size() * cfg_.n_embd;
+  const size_t floats = static_cast<size_t>(s_->rows) * capture_layers_.size() * cfg_.n_embd;
   captured_ = backend::Array<float>(be_, floats);
   if (!be_.host_addressable()) captured_host_.assign(floats, 0.0f);
 }

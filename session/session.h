@@ -45,15 +45,18 @@ struct RowResult {
 class ModelSession {
  public:
   // Bytes a session of n_ctx tokens allocates (state + prefix slots + scratch).
-  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
+  // chunk_rows: the binding's prefill chunk (BoundModel::chunk_rows), which sizes the scratch.
+  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx, int chunk_rows = kDefaultChunkRows);
   // A session over weights bound once per model (the Engine's BoundModel, which must outlive
   // the session). Errors: n_ctx < 1 (kInvalidArgument); estimate above max_bytes (kResource).
   static Expected<std::unique_ptr<ModelSession>> create(const BoundModel& bound, int64_t n_ctx,
                                                         uint64_t max_bytes);
-  // The same with a binding of its own (tests and tools that hold one session per model).
+  // The same with a binding of its own (tests and tools that hold one session per model),
+  // prefilling in chunks of chunk_rows (1..kMaxChunkRows, else kInvalidArgument).
   static Expected<std::unique_ptr<ModelSession>> create(const model::Model& model,
                                                         backend::Backend& backend,
-                                                        int64_t n_ctx, uint64_t max_bytes);
+                                                        int64_t n_ctx, uint64_t max_bytes,
+                                                        int chunk_rows = kDefaultChunkRows);
   ~ModelSession();
 
   const model::ModelConfig& config() const { return cfg_; }
@@ -61,7 +64,7 @@ class ModelSession {
   int64_t n_tokens() const { return static_cast<int64_t>(state_.tokens().size()); }
   std::span<const int32_t> tokens() const { return state_.tokens(); }
 
-  // Appends tokens (chunks of kMaxChunkRows rows). Errors leave the state unchanged:
+  // Appends tokens (chunks of the binding's chunk_rows() rows). Errors leave the state unchanged:
   // kOutOfRange when n_tokens + len > n_ctx, kInvalidArgument for a token id >= n_vocab.
   Status prefill(std::span<const int32_t> tokens,
                  const std::function<void(int, int)>& progress = {});
@@ -151,7 +154,7 @@ class ModelSession {
 
  private:
   ModelSession(const BoundModel& bound, int64_t n_ctx);
-  static Status check_create(const model::ModelConfig& cfg, int64_t n_ctx, uint64_t max_bytes);
+  static Status check_create(const model::ModelConfig& cfg, int64_t n_ctx, uint64_t max_bytes, int chunk_rows);
   // Host view of n floats at a[off] (host-addressable backend), or their download into the
   // same offset of `mirror` (sized like a at creation).
   std::span<const float> host_floats(const backend::Array<float>& a, std::vector<float>& mirror, size_t off,
@@ -190,7 +193,7 @@ class ModelSession {
   // Hidden capture.
   std::vector<int> capture_layers_;
   std::vector<int> capture_index_;       // [n_layer] -> slot in capture_layers_ or -1
-  backend::Array<float> captured_;       // [kMaxChunkRows, n_capture, n_embd]
+  backend::Array<float> captured_;       // [scratch rows, n_capture, n_embd]
   // Host copies for a backend whose memory the host cannot read (empty on the CPU).
   mutable std::vector<float> logits_host_, row_logits_host_, captured_host_;
   std::function<void(int64_t, std::span<const float>)> capture_sink_;

@@ -44,9 +44,13 @@ inline constexpr float kNegInf = -1.0e30f;   // ds4's finite "minus infinity"
 inline constexpr int kMaxBatchRows = 8;      // verify rows per call (prefix slots, row logits)
 // Prefill chunk: rows per forward call when only the last row's logits are needed. Larger
 // chunks read each weight once for more tokens (memory-bound Flash); a chunk boundary never
-// changes a row's bits.
-inline constexpr int kMaxChunkRows = 32;
-inline constexpr int kRollbackSlack = 32;    // raw ring rows beyond the window
+// changes a row's bits. A BoundModel's chunk is 1..kMaxChunkRows (kDefaultChunkRows unless the
+// engine's --prefill-chunk says otherwise); the session's scratch is sized for it.
+inline constexpr int kMaxChunkRows = 256;
+inline constexpr int kDefaultChunkRows = 32;
+// Raw ring rows beyond the window: >= kMaxChunkRows - 1 (a chunk's later rows push before its
+// earlier rows attend, forward.cpp) and the rollback budget of checkpoint().
+inline constexpr int kRollbackSlack = 256;
 
 struct LayerState {
   int ratio = 0;                 // 0, 4 or 128

@@ -77,8 +77,8 @@ TEST_F(CudaForward, CanonicalHashEqualsCpu) {
 }
 
 // The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
-// kernel) inside a whole forward: prefill (many rows) then decodes (one row) equal the CPU's
-// logits at every step. The choices are process-wide; the defaults come back at the end.
+// kernel) inside a whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows)
+// then decodes (one row) equal the CPU's logits at every step. The choices are process-wide; the defaults come back at the end.
 TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   open_pair(model::ExpertQuant::kQ2, 1234);
   if (IsSkipped()) return;
@@ -100,18 +100,20 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   const cuda::DenseRowsKernel saved_dense = cuda::dense_rows_kernel();
   for (const bool new_moe : {false, true}) {
     for (const bool wide : {false, true}) {
+     for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
       cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
       cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
       cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
       const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
-                               (wide ? "wide" : "tiles");
-      auto g = gpu_.session(512);
+                               (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk);
+      auto g = gpu_.session(512, chunk);
       ASSERT_TRUE(g->prefill(prompt).ok()) << what;
       EXPECT_EQ(first_difference(g->logits(), want[0]), "") << what << ": prefill";
       for (int i = 0; i < n_decode; ++i) {
         ASSERT_TRUE(g->decode(toks[n_prompt + i]).ok()) << what;
         EXPECT_EQ(first_difference(g->logits(), want[1 + i]), "") << what << ": decode " << i;
       }
+     }
     }
   }
   cuda::set_moe_r1_kernel(saved_r1);

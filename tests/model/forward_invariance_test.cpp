@@ -55,6 +55,18 @@ TEST(ForwardInvariance, PrefillEqualsSequentialDecode) {
   ASSERT_EQ(at, toks.size());
   EXPECT_TRUE(same_floats(b->logits(), ref.logits.back()));
   EXPECT_EQ(state_bytes(*b), ref.states[450]);
+
+  // Every prefill chunk size (rows per forward: --prefill-chunk) gives the same bits, up to
+  // the largest, where one forward holds 256 rows whose raw pushes all precede their attention.
+  for (const int chunk : {1, 7, 100, session::kMaxChunkRows}) {
+    auto c = st.session(kCtx, chunk);
+    ASSERT_TRUE(c->prefill(toks).ok()) << chunk;
+    EXPECT_TRUE(same_floats(c->logits(), ref.logits.back())) << "chunk " << chunk;
+    EXPECT_EQ(state_bytes(*c), ref.states[450]) << "chunk " << chunk;
+  }
+  EXPECT_FALSE(session::ModelSession::create(*st.model, *st.backend, kCtx, uint64_t{1} << 34, 0).ok());
+  EXPECT_FALSE(
+      session::ModelSession::create(*st.model, *st.backend, kCtx, uint64_t{1} << 34, session::kMaxChunkRows + 1).ok());
 }
 
 TEST(ForwardInvariance, VerifyRowsMatchDecodeQ2) {

@@ -69,8 +69,9 @@ struct Stack {
     s.backend = std::move(be).value();
     return s;
   }
-  std::unique_ptr<session::ModelSession> session(int64_t n_ctx) const {
-    auto s = session::ModelSession::create(*model, *backend, n_ctx, uint64_t{1} << 34);
+  std::unique_ptr<session::ModelSession> session(int64_t n_ctx,
+                                                 int chunk_rows = session::kDefaultChunkRows) const {
+    auto s = session::ModelSession::create(*model, *backend, n_ctx, uint64_t{1} << 34, chunk_rows);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     return s.ok() ? std::move(s).value() : nullptr;
   }

@@ -265,5 +265,22 @@ TEST(BackendFlags, CudaMoeAndDenseRowsFromTheFlagsAndTheirMirrors) {
   EXPECT_NE(s.message().find("--cuda-dense-rows must be tiles or wide, got '8'"), std::string::npos) << s.message();
 }
 
+TEST(BackendFlags, PrefillChunkFromTheFlagAndItsMirror) {
+  EngineOptions eo;
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_EQ(0, eo.prefill_chunk);  // the session's default chunk
+  ASSERT_TRUE(apply({"--prefill-chunk", "256"}, &eo).ok());
+  EXPECT_EQ(256, eo.prefill_chunk);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_PREFILL_CHUNK", "64"}}).ok());
+  EXPECT_EQ(64, eo.prefill_chunk);
+  Status s = apply({"--prefill-chunk", "257"}, &eo);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--prefill-chunk must be 1..256 rows (0 = the default), got 257"), std::string::npos)
+      << s.message();
+  s = apply({}, &eo, {{"DS4_PREFILL_CHUNK", "-1"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("got -1 (from DS4_PREFILL_CHUNK)"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace ds4
