@@ -505,6 +505,12 @@ class Backend {
   virtual void hc_post(const HcPostParams& p) = 0;
   virtual void attention_inputs(const AttentionInputsParams& p) = 0;
   virtual void compressor_step(const CompressorStepParams& p) = 0;
+  // p[0..n) in order (n >= 0), each step seeing the state the steps before it left: the bits
+  // of n compressor_step calls, which a device backend may issue as one launch. The default
+  // (and ForwardingBackend's, so a decorator sees every step) calls compressor_step per step.
+  virtual void compressor_steps(const CompressorStepParams* p, int n) {
+    for (int i = 0; i < n; ++i) compressor_step(p[i]);
+  }
   // n independent queries p[0..n) in one call (n >= 1): each query's result is the bits it
   // gets alone. Batching them lets a backend spread a verify batch's per-row attention over
   // its threads instead of running n small calls one after the other.

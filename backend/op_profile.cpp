@@ -414,6 +414,11 @@ class ProfilingBackend final : public ForwardingBackend {
     timed(key("compressor_step ratio %d%s", p.ratio, p.indexer ? " (indexer)" : ""), op_cost(p),
           [&] { inner_.compressor_step(p); });
   }
+  void compressor_steps(const CompressorStepParams* p, int n) override {
+    OpCost c = n > 0 ? op_cost(p[0]) : OpCost{};
+    for (int i = 1; i < n; ++i) c.bytes += op_cost(p[i]).bytes;
+    timed("compressor_steps", c, [&] { inner_.compressor_steps(p, n); });
+  }
   void indexer_select(const IndexerSelectParams* p, int n) override {
     timed("indexer_select", op_cost(p, n), [&] { inner_.indexer_select(p, n); });
   }

@@ -112,6 +112,7 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
   idx_order = i32(G * max_comp);
   allowed = u8(G * max_comp);
   attn_queries.assign(G, backend::SinkAttentionParams());
+  comp_steps.reserve(2 * G);
   idx_queries.assign(G, backend::IndexerSelectParams());
   pooled = f32(std::max<int64_t>(D, c.indexer_head_dim));
   head_mix = f32(n * c.n_hc);
@@ -274,6 +275,14 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   // outputs feed nothing of the state and later rows of the group append compressed / indexer
   // rows past the counters a query recorded, so each query sees exactly what it saw when the
   // rows ran one by one.
+  // The group's compressor steps go to the backend as ONE compressor_steps call in the order
+  // they were made (each step sees what the steps before it left, as one call per step would),
+  // before anything reads their rows or states: the prefix-slot save of a row and the group's
+  // indexer selections and attentions.
+  auto flush_steps = [&] {
+    be_.compressor_steps(s.comp_steps.data(), static_cast<int>(s.comp_steps.size()));
+    s.comp_steps.clear();
+  };
   for (int g0 = 0; g0 < n; g0 += s.attn_rows) {
     const int g = std::min(s.attn_rows, n - g0);
     int n_sel = 0;
@@ -312,7 +321,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         cp.pooled = os.pooled.data();
         if (fp8_rows != nullptr) cp.out_fp8 = fp8_rows + n_rows * quant::fp8_row_bytes(static_cast<int>(dim), n_rot);
         if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
-        be_.compressor_step(cp);
+        s.comp_steps.push_back(cp);  // issued with the group's other steps (one backend call)
         if (emits) ++n_rows;
       };
       if (ratio != 0) {
@@ -349,8 +358,12 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
                                           os.attn_scores.data() + slot * row_scores, s.heads.data() + i * Q, pos, rp);
       // Slot i is the state after row i for commit_prefix(i + 1) < n; the last row's state is
       // the live one, so its slot is never restored and not saved.
-      if (capture_slots && i + 1 < n) state_.save_layer_frontier(il, slots_[i]);
+      if (capture_slots && i + 1 < n) {
+        flush_steps();
+        state_.save_layer_frontier(il, slots_[i]);
+      }
     }
+    if (!s.comp_steps.empty()) flush_steps();
     if (n_sel > 0) be_.indexer_select(s.idx_queries.data(), n_sel);
     be_.sink_attention(s.attn_queries.data(), g);
   }

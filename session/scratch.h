@@ -58,6 +58,9 @@ struct ModelSession::Scratch {
   backend::Array<uint8_t> allowed;      // [G, max_comp]
   std::vector<backend::SinkAttentionParams> attn_queries;  // [G]
   std::vector<backend::IndexerSelectParams> idx_queries;   // [G]
+  // The compressor steps of the group being built (<= 2 per row: attention and indexer), in
+  // the order they run; capacity reserved at creation, so pushing never allocates.
+  std::vector<backend::CompressorStepParams> comp_steps;
   backend::Array<float> pooled;        // [D] compressor pooling
   backend::Array<float> head_mix;       // [n, n_hc] output-head collapse logits
   backend::Array<float> row_logits;     // [kMaxBatchRows, V] logits of rows [first, n)

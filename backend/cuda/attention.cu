@@ -55,6 +55,7 @@ using attn::launch_result;
 constexpr int kMaxPairs = 256;     // RoPE pairs (n_rot <= 512)
 constexpr int kRowThreads = 256;   // attention_inputs: one block per row
 constexpr int kCompThreads = 512;  // compressor_step: one block
+constexpr int kMaxCompSteps = 16;  // compressor_steps: steps per launch (a group of 8 rows, 2 steps each)
 constexpr int kAttnMaxD = 1024;    // sink attention: head_dim limit
 constexpr int kScoreThreads = 256; // sink scores: one block per (key tile, head group, query)
 constexpr int kScoreHeads = 16;    // heads per score block: 2 octets of heads x 4 key pairs = 8 warps
@@ -209,8 +210,7 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
 // double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4 (the row built in place in
 // p.pooled, each element by the thread that pooled it), the row's FP8 store to out_fp8 (or the
 // indexer row's FP4 store to out_fp4), and the ratio-4 lane shift.
-__global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
-                                                                  const RopeAngles ang, bool emit) {
+__device__ void compressor_body(const CompressorStepParams& p, const RopeAngles& ang, bool emit) {
   __shared__ float s_scale;
   const int R = p.ratio, D = p.head_dim;
   const int W = (R == 4 ? 2 : 1) * D;
@@ -329,6 +329,30 @@ __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_c
       p.state_kv[j] = p.state_kv[4 * W + j];
       p.state_score[j] = p.state_score[4 * W + j];
     }
+  }
+}
+
+__global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
+                                                                  const RopeAngles ang, bool emit) {
+  compressor_body(p, ang, emit);
+}
+
+// Up to kMaxCompSteps compressor steps in one launch, one after the other in one block: the
+// same per-step code, a block barrier between steps (so a step sees every state row and the
+// pooled scratch the steps before it wrote), hence the bits of one launch per step.
+struct CompressorBatch {
+  struct Step {
+    CompressorStepParams p;
+    RopeAngles ang;
+    bool emit;
+  } s[kMaxCompSteps];
+  int n;
+};
+
+__global__ void __launch_bounds__(kCompThreads) compressor_steps_kernel(const __grid_constant__ CompressorBatch b) {
+  for (int i = 0; i < b.n; ++i) {
+    compressor_body(b.s[i].p, b.s[i].ang, b.s[i].emit);
+    __syncthreads();
   }
 }
 
@@ -615,19 +639,52 @@ Status attention_inputs(const AttentionInputsParams& p, Stream stream) {
   return launch_result("attention_inputs", shapes);
 }
 
+namespace {
+
+// The shapes line of a compressor step's error, and whether the kernel takes its arguments.
+bool compressor_args_ok(const CompressorStepParams& p, char* shapes, size_t n) {
+  std::snprintf(shapes, n, "ratio %d, head_dim %d, n_rot %d, pos %lld, indexer %d", p.ratio, p.head_dim, p.n_rot,
+                static_cast<long long>(p.pos), p.indexer ? 1 : 0);
+  const bool emit = backend::compressor_emits(p.pos, p.ratio);
+  return !(p.ratio <= 0 || p.head_dim <= 0 || p.pos < 0 || !rot_ok(p.n_rot, p.head_dim) || p.state_kv == nullptr ||
+           p.state_score == nullptr || p.kv_cur == nullptr || p.sc_cur == nullptr || p.ape == nullptr ||
+           (emit && (p.pooled == nullptr || (p.indexer ? p.out_fp4 == nullptr : p.out_fp8 == nullptr))) ||
+           (p.indexer ? p.head_dim % kvsim::kHadamardDim != 0 : (p.head_dim - p.n_rot) % kvsim::kFp8Block != 0));
+}
+
+Status compressor_args_error(const char* shapes) {
+  return invalid_argument("cuda: compressor_step: unsupported arguments (%s; need an even n_rot <= head_dim, "
+                          "head_dim %% 128 == 0 (indexer) or (head_dim - n_rot) %% 64 == 0)",
+                          shapes);
+}
+
+}  // namespace
+
+Status compressor_steps(const CompressorStepParams* p, int n, Stream stream) {
+  for (int b0 = 0; b0 < n; b0 += kMaxCompSteps) {
+    CompressorBatch batch{};
+    batch.n = n - b0 < kMaxCompSteps ? n - b0 : kMaxCompSteps;
+    char shapes[160];
+    for (int i = 0; i < batch.n; ++i) {
+      const CompressorStepParams& q = p[b0 + i];
+      if (!compressor_args_ok(q, shapes, sizeof shapes)) return compressor_args_error(shapes);
+      batch.s[i].p = q;
+      batch.s[i].ang = angles_for(q.rope, q.n_rot);
+      batch.s[i].emit = backend::compressor_emits(q.pos, q.ratio);
+    }
+    std::snprintf(shapes, sizeof shapes, "%d steps, first ratio %d, head_dim %d, pos %lld", batch.n,
+                  batch.s[0].p.ratio, batch.s[0].p.head_dim, static_cast<long long>(batch.s[0].p.pos));
+    compressor_steps_kernel<<<1, kCompThreads, 0, stream>>>(batch);
+    const Status s = launch_result("compressor_steps", shapes);
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
+
 Status compressor_step(const CompressorStepParams& p, Stream stream) {
   char shapes[160];
-  std::snprintf(shapes, sizeof shapes, "ratio %d, head_dim %d, n_rot %d, pos %lld, indexer %d", p.ratio, p.head_dim,
-                p.n_rot, static_cast<long long>(p.pos), p.indexer ? 1 : 0);
-  const bool emit = backend::compressor_emits(p.pos, p.ratio);
-  if (p.ratio <= 0 || p.head_dim <= 0 || p.pos < 0 || !rot_ok(p.n_rot, p.head_dim) || p.state_kv == nullptr ||
-      p.state_score == nullptr || p.kv_cur == nullptr || p.sc_cur == nullptr || p.ape == nullptr ||
-      (emit && (p.pooled == nullptr || (p.indexer ? p.out_fp4 == nullptr : p.out_fp8 == nullptr))) ||
-      (p.indexer ? p.head_dim % kvsim::kHadamardDim != 0 : (p.head_dim - p.n_rot) % kvsim::kFp8Block != 0))
-    return invalid_argument("cuda: compressor_step: unsupported arguments (%s; need an even n_rot <= head_dim, "
-                            "head_dim %% 128 == 0 (indexer) or (head_dim - n_rot) %% 64 == 0)",
-                            shapes);
-  compressor_kernel<<<1, kCompThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot), emit);
+  if (!compressor_args_ok(p, shapes, sizeof shapes)) return compressor_args_error(shapes);
+  compressor_kernel<<<1, kCompThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot), backend::compressor_emits(p.pos, p.ratio));
   return launch_result("compressor_step", shapes);
 }
 

@@ -330,6 +330,14 @@ class CudaBackend final : public Backend {
     op(cuda::compressor_step(p, stream_), "compressor_step", "ratio %d, head_dim %d, pos %lld", p.ratio,
        p.head_dim, ll(p.pos));
   }
+  void compressor_steps(const CompressorStepParams* p, int n) override {
+    if (n <= 0) {
+      count_op();
+      return;
+    }
+    op(cuda::compressor_steps(p, n, stream_), "compressor_steps", "%d steps, first ratio %d, pos %lld", n,
+       p[0].ratio, ll(p[0].pos));
+  }
   void indexer_select(const IndexerSelectParams* p, int n) override {
     op(cuda::indexer_select(p, n, stream_), "indexer_select", "%d queries, first over %lld rows, top %d", n,
        ll(p[0].n_rows), p[0].top_k);

@@ -84,6 +84,9 @@ Status top_k(const backend::TopKParams& p, Stream stream);
 // ---- attention.cu --------------------------------------------------------------------------
 Status attention_inputs(const backend::AttentionInputsParams& p, Stream stream);
 Status compressor_step(const backend::CompressorStepParams& p, Stream stream);
+// p[0..n) in order, each step seeing the state the steps before it left: the bits of n
+// compressor_step calls, up to 16 steps per launch.
+Status compressor_steps(const backend::CompressorStepParams* p, int n, Stream stream);
 // p[0..n): independent queries (host array; the launcher passes them to the device by value,
 // in launches of as many as fit the kernel parameter space).
 Status indexer_select(const backend::IndexerSelectParams* p, int n, Stream stream);

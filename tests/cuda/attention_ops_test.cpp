@@ -370,6 +370,104 @@ TEST_F(CudaAttentionOps, CompressorStepSequenceBitsEqualCpu) {
   }
 }
 
+// compressor_steps: the steps of a prefill group as the session issues them, two chains
+// interleaved in one call (a ratio-4 layer's attention compressor, FP8 rows, and its indexer
+// compressor, FP4 rows, sharing one pooled scratch), plus a ratio-128 chain; 70 steps per
+// call, so several launches of up to 16 steps. The bits of the CPU's compressor_step per step.
+TEST_F(CudaAttentionOps, CompressorStepsBatchedBitsEqualCpu) {
+  std::mt19937 rng(17);
+  struct Chain {
+    int ratio, head_dim;
+    bool indexer;
+    Mirror<float> skv, ssc, norm;
+    Mirror<uint16_t> ape;
+    Mirror<uint8_t> out;
+    int64_t n_out = 0;
+  };
+  const int n_rot = 64;
+  auto make = [&](int R, int D, bool indexer, int max_rows) {
+    const int W = (R == 4 ? 2 : 1) * D;
+    const int state_rows = (R == 4 ? 2 : 1) * R;
+    std::vector<uint16_t> ape_h(static_cast<size_t>(R) * W);
+    const std::vector<float> a = gaussian(ape_h.size(), rng, 0.5f);
+    for (size_t i = 0; i < a.size(); ++i) ape_h[i] = quant::f32_to_f16(a[i]);
+    const int rb = indexer ? quant::fp4_row_bytes(D) : quant::fp8_row_bytes(D, n_rot);
+    return Chain{R,
+                 D,
+                 indexer,
+                 Mirror<float>(gaussian(static_cast<size_t>(state_rows) * W, rng)),
+                 Mirror<float>(gaussian(static_cast<size_t>(state_rows) * W, rng)),
+                 Mirror<float>(gaussian(D, rng, 0.3f)),
+                 Mirror<uint16_t>(ape_h),
+                 Mirror<uint8_t>(std::vector<uint8_t>(static_cast<size_t>(max_rows) * rb, 0))};
+  };
+  const int rows = 35;          // positions 1000 .. 1034: a ratio-128 window closes at 1023
+  const int64_t pos0 = 1000;
+  Chain chains[3] = {make(4, 512, false, rows / 4 + 2), make(4, 128, true, rows / 4 + 2), make(128, 512, false, 2)};
+  Mirror<float> pooled(std::vector<float>(512, 0.0f));
+  std::vector<Mirror<float>> inputs;  // kv_cur, sc_cur per (row, chain)
+  inputs.reserve(static_cast<size_t>(rows) * 3 * 2);
+  std::vector<CompressorStepParams> hsteps, dsteps;
+  for (int i = 0; i < rows; ++i) {
+    for (Chain& c : chains) {
+      const int W = (c.ratio == 4 ? 2 : 1) * c.head_dim;
+      inputs.emplace_back(gaussian(W, rng));
+      Mirror<float>& kv = inputs.back();
+      inputs.emplace_back(gaussian(W, rng, 2.0f));
+      Mirror<float>& sc = inputs.back();
+      CompressorStepParams p;
+      p.ratio = c.ratio;
+      p.head_dim = c.head_dim;
+      p.n_rot = n_rot;
+      p.pos = pos0 + i;
+      p.eps = 1e-6f;
+      p.rope = rope_yarn(true);
+      p.indexer = c.indexer;
+      CompressorStepParams hp = p, dp = p;
+      hp.state_kv = c.skv.h(), dp.state_kv = c.skv.d();
+      hp.state_score = c.ssc.h(), dp.state_score = c.ssc.d();
+      hp.kv_cur = kv.h(), dp.kv_cur = kv.d();
+      hp.sc_cur = sc.h(), dp.sc_cur = sc.d();
+      hp.ape = c.ape.h(), dp.ape = c.ape.d();
+      hp.norm = c.norm.h(), dp.norm = c.norm.d();
+      hp.pooled = pooled.h(), dp.pooled = pooled.d();
+      const int rb = c.indexer ? quant::fp4_row_bytes(c.head_dim) : quant::fp8_row_bytes(c.head_dim, n_rot);
+      uint8_t* ho = c.out.h() + c.n_out * rb;
+      uint8_t* dout = c.out.d() + c.n_out * rb;
+      (c.indexer ? hp.out_fp4 : hp.out_fp8) = ho;
+      (c.indexer ? dp.out_fp4 : dp.out_fp8) = dout;
+      if (backend::compressor_emits(p.pos, c.ratio)) ++c.n_out;
+      hsteps.push_back(hp);
+      dsteps.push_back(dp);
+    }
+  }
+  for (const CompressorStepParams& hp : hsteps) cpu_->compressor_step(hp);
+  // Two calls (the session issues a group's steps per call): 70 steps, then the rest.
+  const int first = 70;
+  ASSERT_TRUE(compressor_steps(dsteps.data(), first, nullptr).ok());
+  const Status st = compressor_steps(dsteps.data() + first, static_cast<int>(dsteps.size()) - first, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  sync();
+  EXPECT_EQ(chains[2].n_out, 1);  // the ratio-128 chain closed a window inside the batch
+  expect_bits(pooled, "compressor_steps pooled");
+  for (const Chain& c : chains) {
+    const std::string what = "compressor_steps ratio " + std::to_string(c.ratio) + (c.indexer ? " indexer" : "");
+    expect_bits(c.skv, what + " state_kv");
+    expect_bits(c.ssc, what + " state_score");
+    expect_bits(c.out, what + " stored rows");
+    size_t nonzero = 0;
+    for (uint8_t b : c.out.host()) nonzero += b != 0;
+    EXPECT_GT(nonzero, 0u) << what;
+  }
+  // An empty call does nothing; a bad step is an error naming the op, nothing launched.
+  EXPECT_TRUE(compressor_steps(dsteps.data(), 0, nullptr).ok());
+  CompressorStepParams bad = dsteps[0];
+  bad.state_kv = nullptr;
+  const Status e = compressor_steps(&bad, 1, nullptr);
+  EXPECT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("compressor_step"), std::string::npos) << e.message();
+}
+
 // ---- indexer_select ----------------------------------------------------------------------------
 
 struct IndexerQuery {
