@@ -41,6 +41,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.graphs = o.cuda_graphs;
   c.moe = o.cuda_moe;
   c.dense_rows = o.cuda_dense_rows;
+  c.pdl = o.cuda_pdl;
   return make_cuda_backend(c);
 }
 #endif

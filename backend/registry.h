@@ -51,6 +51,9 @@ struct BackendOptions {
   // "wide", --cuda-dense-rows / DS4_CUDA_DENSE_ROWS. Same bits; ignored by the CPU backend.
   std::string cuda_moe = "old";
   std::string cuda_dense_rows = "tiles";
+  // CUDA: programmatic dependent launch of the wide Q8_0 kernel (--cuda-pdl / DS4_CUDA_PDL): it
+  // starts streaming its weights while the kernel before it runs. Same bits.
+  bool cuda_pdl = false;
 };
 
 // The largest --cuda-graphs segment (ops per graph).

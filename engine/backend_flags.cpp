@@ -82,6 +82,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "CUDA: the F16/F32 matmul of 9 or more rows (prefill): tiles (8-row tiles) or wide (the "
               "many-row kernel); for A/B timing, same bits",
               "DS4_CUDA_DENSE_ROWS", "tiles|wide")
+      .flag("--cuda-pdl", &f->cuda_pdl,
+            "CUDA: programmatic dependent launch of the one-row Q8_0 kernel: it starts streaming its weights "
+            "while the kernel before it runs, then waits for it before reading the activation; for A/B "
+            "timing, same bits",
+            "DS4_CUDA_PDL")
       .option("--prefill-chunk", &f->prefill_chunk,
               "Rows per prefill forward, 1..256 (0 = the default, 32): a larger chunk reads each weight once "
               "for more prompt tokens and sizes the session's scratch for that many rows. Same bits",
@@ -160,6 +165,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_moe = f.cuda_moe;
   options->cuda_dense_rows = f.cuda_dense_rows;
   options->prefill_chunk = f.prefill_chunk;
+  options->cuda_pdl = f.cuda_pdl;
   return Status();
 }
 

@@ -36,6 +36,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_sim_hd.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/pdl.cuh"
 #include "core/detmath.h"
 #include "core/rope.h"
 
@@ -167,6 +168,7 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane, uint8_t* st
 // indexer query (RoPE, then one warp per head: Hadamard + FP4) and its weights.
 __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __grid_constant__ AttentionInputsParams p,
                                                                        const RopeAngles ang) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   __shared__ float cs[kMaxPairs], sn[kMaxPairs];
   const int r = blockIdx.x;
   const int64_t pos = p.pos0 + r;
@@ -334,6 +336,7 @@ __device__ void compressor_body(const CompressorStepParams& p, const RopeAngles&
 
 __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
                                                                   const RopeAngles ang, bool emit) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   compressor_body(p, ang, emit);
 }
 
@@ -350,6 +353,7 @@ struct CompressorBatch {
 };
 
 __global__ void __launch_bounds__(kCompThreads) compressor_steps_kernel(const __grid_constant__ CompressorBatch b) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   for (int i = 0; i < b.n; ++i) {
     compressor_body(b.s[i].p, b.s[i].ang, b.s[i].emit);
     __syncthreads();
@@ -496,6 +500,7 @@ __device__ __forceinline__ int slice_lo(int s, int off) { return s * kCombSlice 
 // Then y·(1/den), the inverse RoPE of the tail, the store. Key: as sink_scores_kernel.
 template <typename Key>
 __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid_constant__ SinkBatch b) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   static_assert(kCombSlice == 32 && kCombThreads == 32 * kCombHeads && kCombChunk == kCombThreads,
                 "a warp per head, a lane per dim, a thread per slot of a chunk");
   __shared__ float ks[kCombChunk][kCombSlice];  // compacted key k's slice, f32

@@ -566,6 +566,7 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   cuda::set_q8_0_r1_kernel(r1);
   cuda::set_moe_r1_kernel(c.moe == "new" ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
   cuda::set_moe_rows_kernel(c.moe == "new" ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
+  cuda::set_pdl(c.pdl);
   cuda::set_dense_rows_kernel(c.dense_rows == "wide" ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));

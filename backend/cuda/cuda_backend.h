@@ -41,6 +41,8 @@ struct CudaBackendConfig {
   // The F16/F32 matmul of 9+ rows: "tiles" (8-row tiles) or "wide" (the many-row kernel);
   // cuda::set_dense_rows_kernel, process-wide.
   std::string dense_rows = "tiles";
+  // Programmatic dependent launch of the wide Q8_0 kernel (cuda::set_pdl, process-wide).
+  bool pdl = false;
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

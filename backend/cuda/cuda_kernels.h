@@ -146,6 +146,12 @@ constexpr bool kR1WideInAuto = true;         // kAuto: the wide kernel below kR1
 constexpr int64_t kR1WideFusedMaxIn = 4096;  // kAuto: n_in up to which a one-row matmul fuses it
 void set_q8_0_r1_kernel(Q8_0R1Kernel k);
 Q8_0R1Kernel q8_0_r1_kernel();
+// Programmatic dependent launch (pdl.cuh) of the wide kernel: launched so that it may start
+// while the kernel before it runs, it issues its weight chunks, then waits for that kernel
+// before it reads the activation row. Same bits. Process-wide, off by default; the backend
+// sets it once (--cuda-pdl / DS4_CUDA_PDL).
+void set_pdl(bool on);
+bool pdl();
 // One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),
 // the same bits, in ONE launch: the staged kernel quantizes x into its shared memory with
 // quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs under kStaged (the

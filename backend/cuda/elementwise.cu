@@ -14,6 +14,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/row_math.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/pdl.cuh"
 #include "quant/iq2_tables.h"
 
 namespace ds4::cuda {
@@ -31,6 +32,7 @@ unsigned blocks_for(int64_t n) {
 }
 
 __global__ void fill_kernel(float* __restrict__ dst, int64_t n, float v) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = v;
@@ -43,6 +45,7 @@ struct CopyBatch {
 // Region blockIdx.y of the batch, its bytes strided over the blockIdx.x blocks: 16-byte words
 // when both ends and the length allow, else 4-byte words, else bytes (a copy is exact at any width).
 __global__ void copy_many_kernel(const __grid_constant__ CopyBatch b) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   const backend::CopyRegion& c = b.r[blockIdx.y];
   const auto d = reinterpret_cast<uintptr_t>(c.dst), s = reinterpret_cast<uintptr_t>(c.src);
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -63,12 +66,14 @@ __global__ void copy_many_kernel(const __grid_constant__ CopyBatch b) {
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n, float c) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = backend::rowmath::swiglu_value(gate[i], up[i], c);
@@ -77,6 +82,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, float* out, in
 // grid (n_rows, chunks of n_embd): every stream of row i = f16 table row tokens[i].
 __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, const int32_t* __restrict__ tokens,
                              int n_hc, int64_t n_embd, float* __restrict__ out) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   const int64_t i = blockIdx.x;
   const int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (d >= n_embd) return;
@@ -89,6 +95,7 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
 // grid (n_rows, chunks): out[i][d] = (x0 + x1 + ... in stream order) · inv.
 __global__ void hc_mean_kernel(const float* __restrict__ x, int n_hc, int64_t n_embd, float inv,
                                float* __restrict__ out, int64_t out_stride) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   const int64_t i = blockIdx.x;
   const int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (d >= n_embd) return;
@@ -178,6 +185,7 @@ template <int kType>
 __global__ void get_rows_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                                 const int32_t* __restrict__ ids, float* __restrict__ out, int64_t out_stride,
                                 const __grid_constant__ Iq2Tables tables) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   const int64_t i = blockIdx.x;
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (j >= n_in) return;
@@ -211,6 +219,7 @@ constexpr int kArgmaxThreads = 256;
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* __restrict__ x, int64_t n,
                                                                 int64_t stride, int64_t excluded,
                                                                 int32_t* __restrict__ out) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   __shared__ Best part[kArgmaxThreads / 32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * stride;
   Best b{0.0f, -1};

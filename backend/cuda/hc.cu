@@ -30,6 +30,7 @@
 #include "backend/cuda/lanes64.cuh"
 #include "backend/row_math.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(
     const float* __restrict__ x, const float* __restrict__ mix, const float* __restrict__ scale,
     const float* __restrict__ base, int n_hc, int64_t n_embd, int iters, float eps, float* __restrict__ y,
     float* __restrict__ post, float* __restrict__ comb) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   __shared__ float pre_s[backend::rowmath::kMaxHc];
   __shared__ float post_s[backend::rowmath::kMaxHc];
   __shared__ float comb_s[backend::rowmath::kMaxHc * backend::rowmath::kMaxHc];
@@ -176,6 +178,7 @@ __global__ void __launch_bounds__(kThreads) hc_post_kernel(const float* __restri
                                                            const float* __restrict__ post,
                                                            const float* __restrict__ comb, float* __restrict__ out,
                                                            int n_hc, int64_t n_embd) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   const int64_t row = blockIdx.x / n_hc;
   const int c = static_cast<int>(blockIdx.x % n_hc);
   const float pc = post[row * n_hc + c];
@@ -196,6 +199,7 @@ __global__ void __launch_bounds__(kThreads) hc_collapse_kernel(const float* __re
                                                                const float* __restrict__ mix, float scale,
                                                                const float* __restrict__ base, float hc_eps,
                                                                int n_hc, int64_t n_embd, float* __restrict__ y) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   __shared__ float w_s[backend::rowmath::kMaxHc];
   const int64_t row = blockIdx.x;
   if (threadIdx.x < n_hc) {
@@ -262,6 +266,7 @@ __device__ __forceinline__ bool take_row_ticket(uint32_t* tickets, int64_t row) 
 // mix output g·pairs + q; the row's last block to finish finishes the row.
 template <HcKind kKind>
 __global__ void __launch_bounds__(kMaxPairs * kPair) hc_fused_kernel(const FusedArgs a) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   __shared__ double sq_hi[32];
   __shared__ float dot_hi[kMaxPairs][32];
   __shared__ float s_scale;
@@ -394,6 +399,7 @@ size_t staged_smem(int64_t n, int outs) {
 //     for n_hc = 4) or the sigmoid weights, and the stream sum from its staged x.
 template <HcKind kKind>
 __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ double sq_s[64];
   __shared__ float dot_s[kMaxOuts][64];

@@ -22,15 +22,21 @@
 // s = f16(w.d) · x.d, t = s · (float)isum, and thread m < R adds row m's terms into the row's
 // single accumulator in block order, chunk after chunk (the accumulator stays in a register):
 // the CPU's sequence whichever thread computed each isum. --fmad=false.
+// With programmatic dependent launch (set_pdl; the kernel's `pdl` argument) the weight chunks in
+// flight are issued first, then the kernel waits for its predecessor on the stream (pdl.cuh),
+// then it loads or quantizes the activation row: the weights stream while the kernel before
+// finishes. Every kernel here triggers its dependents at once (pdl_trigger).
 // Invariants: rows 16-byte aligned (w 16-byte aligned, row_bytes a multiple of 16) and nb a
 // multiple of 8 (else the caller's other kernels run); R·C <= 512; no allocation; the per-
 // device opt-in of dynamic shared memory is done once.
+#include <atomic>
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matvec_r1.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -59,7 +65,7 @@ size_t wide_smem_bytes(int nb, int rows, int chunk, int slots) {
 template <int S, class X>
 __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
                                                int64_t n_out, int rows, int chunk, const X* __restrict__ x,
-                                               float* __restrict__ y) {
+                                               float* __restrict__ y, bool pdl) {
   constexpr bool kQuantize = std::is_same_v<X, float>;
   static_assert(kQuantize || std::is_same_v<X, BlockQ8_0Act>, "activation row: f32 or Q8_0 blocks");
   extern __shared__ __align__(16) uint8_t wide_smem[];
@@ -90,23 +96,44 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
       cp_async16_cg(st + m * (chunk * 34) + 16 * i, src + static_cast<size_t>(o0 + m) * row_bytes + 16 * i);
     }
   };
-  // Chunk 0's weights first (the DRAM round trip starts at once), then the activation row in
-  // the same cp.async group (block b's d -> act_d[b], quant word k -> act_q[20(b/2) + 8(b%2) +
-  // k]; an L2 round trip, shorter), then chunks 1 .. S-1, a group each: group j holds chunk j.
-  issue(0);
-  if constexpr (!kQuantize) {
-    const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
-    for (int i = tid; i < nb * 9; i += nt) {
-      const int b = i / 9, k = i - 9 * b;
-      cp_async4(k == 0 ? reinterpret_cast<uint32_t*>(act_d + b) : act_q + 20 * (b >> 1) + 8 * (b & 1) + (k - 1),
-                xw + i);
+  // The activation row into shared memory by cp.async (block b's d -> act_d[b], quant word k ->
+  // act_q[20(b/2) + 8(b%2) + k]; an L2 round trip).
+  auto issue_x = [&] {
+    if constexpr (!kQuantize) {
+      const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
+      for (int i = tid; i < nb * 9; i += nt) {
+        const int b = i / 9, k = i - 9 * b;
+        cp_async4(k == 0 ? reinterpret_cast<uint32_t*>(act_d + b) : act_q + 20 * (b >> 1) + 8 * (b & 1) + (k - 1),
+                  xw + i);
+      }
     }
-  }
-  cp_async_commit();
-#pragma unroll
-  for (int s = 1; s < S; ++s) {
-    if (s < n_chunks) issue(s);
+  };
+  detail::pdl_trigger();
+  if (!pdl) {
+    // Chunk 0's weights first (the DRAM round trip starts at once), then the activation row in
+    // the same cp.async group, then chunks 1 .. S-1, a group each: group j holds chunk j.
+    issue(0);
+    issue_x();
     cp_async_commit();
+#pragma unroll
+    for (int s = 1; s < S; ++s) {
+      if (s < n_chunks) issue(s);
+      cp_async_commit();
+    }
+  } else {
+    // Chunks 0 .. S-1 (groups 0 .. S-1), then the wait for the kernel before, then the row (its
+    // own group S when copied; chunk j >= S lands in group j + 1, so the loop's wait for
+    // "all but the newest S - 1 groups" still covers chunk j).
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if (s < n_chunks) issue(s);
+      cp_async_commit();
+    }
+    detail::pdl_wait();
+    if constexpr (!kQuantize) {
+      issue_x();
+      cp_async_commit();
+    }
   }
   if constexpr (kQuantize) {
     // Thread t quantizes blocks t, t + nt, ... whole (common.cuh's thread form, as the staged
@@ -127,7 +154,11 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   const bool row_live = tid < rows * half && pm < live_rows;
   float acc = 0.0f;  // thread m < live_rows: row m's accumulator (quant::dot_q8_0's)
   for (int j = 0; j < n_chunks; ++j) {
-    cp_async_wait_group<S - 1>();  // this thread's copies of chunk j (group j; group 0 also x)
+    if (!kQuantize && pdl && j == 0) {
+      cp_async_wait_group<0>();  // the row's group is the newest
+    } else {
+      cp_async_wait_group<S - 1>();  // this thread's copies of chunk j (and, from group 0, x)
+    }
     __syncthreads();               // ... and everyone's; the previous chunk's terms are summed
     const int c = j * chunk;
     const int cnt = nb - c < chunk ? nb - c : chunk;
@@ -185,8 +216,9 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
 template <int S, class X>
 __global__ void __launch_bounds__(kWideThreads) q8_0_wide_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                                  int nb, int64_t n_out, int rows, int chunk,
-                                                                 const X* __restrict__ x, float* __restrict__ y) {
-  q8_0_wide_rows<S>(w, row_bytes, nb, n_out, rows, chunk, x, y);
+                                                                 const X* __restrict__ x, float* __restrict__ y,
+                                                                 bool pdl) {
+  q8_0_wide_rows<S>(w, row_bytes, nb, n_out, rows, chunk, x, y, pdl);
 }
 
 // The groups of the fused grouped launch (matvec_q8_0_grouped_r1_f32), by value.
@@ -198,9 +230,9 @@ struct WideGroupF32Args {
 // WideGroupF32Args (f32 rows, quantized in the kernel).
 template <int S, class Args>
 __global__ void __launch_bounds__(kWideThreads) q8_0_wide_grouped_kernel(Args groups, size_t row_bytes, int nb,
-                                                                         int64_t n_out, int rows, int chunk) {
+                                                                         int64_t n_out, int rows, int chunk, bool pdl) {
   const auto& gr = groups.g[blockIdx.y];
-  q8_0_wide_rows<S>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, rows, chunk, gr.x, gr.y);
+  q8_0_wide_rows<S>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, rows, chunk, gr.x, gr.y, pdl);
 }
 
 // Shape of a launch: rows per CTA, chunk blocks, stages (1 or kWideStages), threads, smem.
@@ -275,11 +307,9 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
 template <class X>
 void launch_wide(const WideLaunch& l, const Weights& w, int nb, const X* x, float* y, Stream stream) {
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
-  if (l.stages == 1)
-    q8_0_wide_kernel<1, X><<<l.grid, l.threads, l.smem, stream>>>(wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y);
-  else
-    q8_0_wide_kernel<kWideStages, X>
-        <<<l.grid, l.threads, l.smem, stream>>>(wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y);
+  const bool on = pdl();
+  detail::launch_pdl(on, l.stages == 1 ? q8_0_wide_kernel<1, X> : q8_0_wide_kernel<kWideStages, X>, l.grid, l.threads,
+                     l.smem, stream, wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y, on);
 }
 
 template <class Args>
@@ -293,16 +323,18 @@ bool launch_wide_grouped(const Args& args, int n_groups, size_t row_bytes, int64
   if (!wide_launch_shape(args.g[0].w, row_bytes, nb, n_out, n_groups, &l)) return false;
   const dim3 grid(l.grid, static_cast<unsigned>(n_groups));
   const int inb = static_cast<int>(nb);
-  if (l.stages == 1)
-    q8_0_wide_grouped_kernel<1, Args>
-        <<<grid, l.threads, l.smem, stream>>>(args, row_bytes, inb, n_out, l.rows, l.chunk);
-  else
-    q8_0_wide_grouped_kernel<kWideStages, Args>
-        <<<grid, l.threads, l.smem, stream>>>(args, row_bytes, inb, n_out, l.rows, l.chunk);
+  const bool on = pdl();
+  detail::launch_pdl(on, l.stages == 1 ? q8_0_wide_grouped_kernel<1, Args> : q8_0_wide_grouped_kernel<kWideStages, Args>,
+                     grid, l.threads, l.smem, stream, args, row_bytes, inb, n_out, l.rows, l.chunk, on);
   return true;
 }
 
+std::atomic<bool> g_pdl{false};
+
 }  // namespace
+
+void set_pdl(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
+bool pdl() { return g_pdl.load(std::memory_order_relaxed); }
 
 bool wide_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
   WideLaunch l;

@@ -28,6 +28,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/moe_r1.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/row_math.h"
 #include "quant/iq2_tables.h"
 
@@ -246,6 +247,7 @@ template <class F, int KB, int RPW>
 __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     R1Args gate, R1Args up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, const BlockQ8K* __restrict__ x, float clamp, float* __restrict__ mid) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   extern __shared__ __align__(16) uint8_t r1_smem[];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -306,6 +308,7 @@ template <class F, int KB, int TR>
 __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     R1Args down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     const BlockQ8K* __restrict__ midq, float* __restrict__ out) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   static_assert(TR % 2 == 0 && TR <= 8, "rows decoded in pairs; at most 8 commit groups");
   extern __shared__ __align__(16) uint8_t r1_smem[];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];

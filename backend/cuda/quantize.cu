@@ -12,6 +12,7 @@
 // are IEEE; rounding is x86 lrintf's (detail::quant_round); bsums are exact integer sums.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -39,6 +40,7 @@ __device__ __forceinline__ void q8_0_act_warp(const float* __restrict__ x, int64
 __global__ void __launch_bounds__(256) q8_0_act_kernel(const float* __restrict__ x, int64_t x_stride,
                                                        int64_t total, int64_t nb,
                                                        BlockQ8_0Act* __restrict__ out, int64_t out_stride) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   q8_0_act_warp(x, x_stride, total, nb, out, out_stride);
 }
 
@@ -51,6 +53,7 @@ struct ActGroups {
 __global__ void __launch_bounds__(256) q8_0_act_grouped_kernel(ActGroups groups, int64_t x_stride, int64_t total,
                                                                int64_t nb, BlockQ8_0Act* __restrict__ out,
                                                                int64_t out_stride, int64_t group_stride) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   q8_0_act_warp(groups.x[blockIdx.y], x_stride, total, nb, out + blockIdx.y * group_stride, out_stride);
 }
 
@@ -58,6 +61,7 @@ __global__ void __launch_bounds__(256) q8_0_act_grouped_kernel(ActGroups groups,
 __global__ void __launch_bounds__(256) q8_k_act_kernel(const float* __restrict__ x, int64_t x_stride,
                                                        int64_t total, int64_t nb,
                                                        BlockQ8K* __restrict__ out, int64_t out_stride) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (gw >= total) return;

@@ -23,6 +23,7 @@
 #include "backend/cuda/lanes64.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -36,6 +37,7 @@ constexpr int kNormPer = kNormChunk / kNormThreads;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* __restrict__ w,
                                                                 float* out, int64_t n, int64_t stride, float eps) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   __shared__ __align__(16) float xs[2][kNormChunk];
   __shared__ float s_scale;
   const int tid = threadIdx.x, lane = tid & 31;
@@ -104,6 +106,7 @@ constexpr int kStagedMax = 16384;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x, const float* __restrict__ w,
                                                                        float* out, int n, int64_t stride, float eps) {
+  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   extern __shared__ __align__(16) float dyn[];
   __shared__ double sq_s[64];
   __shared__ float s_scale;

@@ -254,6 +254,44 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideBitsEqualCpu) {
   q8_0_case(Shape{4096, 129280}, {1});  // the head on the wide kernel too (kAuto keeps it staged)
 }
 
+// Programmatic dependent launch (set_pdl): the wide kernel starts while the quantize launch
+// before it runs and must read the row only after it. 64 rounds, each quantizing a different
+// f32 row into ONE buffer that the wide kernel then reads: each round's output equals the CPU's
+// dots of that round's row, so a read of a stale or half-written row shows.
+TEST_F(CudaKernels, MatvecQ8_0R1WideUnderPdlReadsItsProducersRow) {
+  R1KernelScope scope(Q8_0R1Kernel::kWide);
+  set_pdl(true);
+  for (Shape s : {Shape{4096, 1024}, Shape{8192, 4096}}) {
+    SCOPED_TRACE(std::to_string(s.n_in) + "x" + std::to_string(s.n_out));
+    const int rounds = 64;
+    const int64_t nb = s.n_in / 32;
+    const auto x = gaussian(static_cast<size_t>(rounds * s.n_in), 11);
+    const auto w = random_weights(GgmlType::kQ8_0, s, static_cast<uint64_t>(s.n_in + s.n_out));
+    const size_t rb = quant::row_bytes(GgmlType::kQ8_0, s.n_in);
+    auto dw = to_device(w);
+    auto dx = to_device(x);
+    const Weights wv{dw->as<uint8_t>(), rb, s.n_in, s.n_out};
+    DeviceBuf dq(sizeof(quant::BlockQ8_0Act) * nb), dy(sizeof(float) * s.n_out * rounds);
+    dy.poison();
+    for (int k = 0; k < rounds; ++k) {
+      ASSERT_TRUE(quantize_q8_0_act(dx->as<float>() + k * s.n_in, s.n_in, 1, s.n_in, dq.as<quant::BlockQ8_0Act>(), nb)
+                      .ok());
+      ASSERT_TRUE(matvec_q8_0(wv, dq.as<quant::BlockQ8_0Act>(), nb, 1, dy.as<float>() + k * s.n_out, s.n_out).ok());
+    }
+    ASSERT_TRUE(synchronize().ok());
+    std::vector<float> got(static_cast<size_t>(s.n_out) * rounds), want(got.size());
+    dy.get(got.data(), got.size() * sizeof(float));
+    std::vector<quant::BlockQ8_0Act> xq(nb);
+    for (int k = 0; k < rounds; ++k) {
+      quant::quantize_q8_0_act(x.data() + k * s.n_in, xq.data(), s.n_in);
+      for (int64_t o = 0; o < s.n_out; ++o)
+        want[k * s.n_out + o] = quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(w.data() + o * rb), xq.data(), nb);
+    }
+    EXPECT_EQ(0u, bit_mismatches(got.data(), want.data(), want.size(), "q8_0 wide under pdl"));
+  }
+  set_pdl(false);
+}
+
 // One f32 row through matvec_q8_0_r1_f32 (the staged kernel quantizing the row itself: the
 // fused Q8_0 matmul of one row) against the CPU (quant::quantize_q8_0_act then dot_q8_0) and
 // against the two launches it replaces (quantize_q8_0_act, then matvec_q8_0 on the staged

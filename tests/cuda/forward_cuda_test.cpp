@@ -77,7 +77,7 @@ TEST_F(CudaForward, CanonicalHashEqualsCpu) {
 }
 
 // The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
-// kernel) inside a whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows)
+// kernel, programmatic dependent launch) inside a whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows)
 // then decodes (one row) equal the CPU's logits at every step. The choices are process-wide; the defaults come back at the end.
 TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   open_pair(model::ExpertQuant::kQ2, 1234);
@@ -101,11 +101,14 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   for (const bool new_moe : {false, true}) {
     for (const bool wide : {false, true}) {
      for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
+      const bool pdl = new_moe == wide;  // both ways, each with either chunk
+      cuda::set_pdl(pdl);
       cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
       cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
       cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
       const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
-                               (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk);
+                               (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk) +
+                               (pdl ? ", pdl" : "");
       auto g = gpu_.session(512, chunk);
       ASSERT_TRUE(g->prefill(prompt).ok()) << what;
       EXPECT_EQ(first_difference(g->logits(), want[0]), "") << what << ": prefill";
@@ -119,6 +122,7 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_moe_r1_kernel(saved_r1);
   cuda::set_moe_rows_kernel(saved_rows);
   cuda::set_dense_rows_kernel(saved_dense);
+  cuda::set_pdl(false);
 }
 
 void decode_both(const Stack& cpu, const Stack& gpu, int n, int n_ctx, uint64_t prompt_seed) {

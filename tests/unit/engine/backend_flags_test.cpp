@@ -242,7 +242,7 @@ TEST(BackendFlags, StartUpLine) {
   EXPECT_EQ(backend_line("ds4-bench", info), "ds4-bench: backend cpu: avx2, 4 threads");
 }
 
-TEST(BackendFlags, CudaMoeAndDenseRowsFromTheFlagsAndTheirMirrors) {
+TEST(BackendFlags, CudaMoeDenseRowsAndPdlFromTheFlagsAndTheirMirrors) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
   EXPECT_EQ("old", eo.cuda_moe);           // the kernels measured on the device before the rewrites
@@ -255,6 +255,11 @@ TEST(BackendFlags, CudaMoeAndDenseRowsFromTheFlagsAndTheirMirrors) {
   EXPECT_EQ("wide", eo.cuda_dense_rows);
   ASSERT_TRUE(apply({"--cuda-moe", "old"}, &eo, {{"DS4_CUDA_MOE", "new"}}).ok());
   EXPECT_EQ("old", eo.cuda_moe);  // the command line wins
+  EXPECT_FALSE(eo.cuda_pdl);      // off by default
+  ASSERT_TRUE(apply({"--cuda-pdl"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_pdl);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_PDL", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_pdl);
   Status s = apply({}, &eo, {{"DS4_CUDA_MOE", "fast"}});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
