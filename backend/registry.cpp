@@ -42,6 +42,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.moe = o.cuda_moe;
   c.dense_rows = o.cuda_dense_rows;
   c.pdl = o.cuda_pdl;
+  c.batch_steps = o.cuda_batch_steps;
   return make_cuda_backend(c);
 }
 #endif

@@ -54,6 +54,9 @@ struct BackendOptions {
   // CUDA: programmatic dependent launch of the wide Q8_0 kernel (--cuda-pdl / DS4_CUDA_PDL): it
   // starts streaming its weights while the kernel before it runs. Same bits.
   bool cuda_pdl = false;
+  // CUDA: a group's compressor steps as one launch (--cuda-batch-steps / DS4_CUDA_BATCH_STEPS)
+  // instead of one launch per step. Same bits.
+  bool cuda_batch_steps = false;
 };
 
 // The largest --cuda-graphs segment (ops per graph).

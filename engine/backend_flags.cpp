@@ -87,6 +87,10 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "while the kernel before it runs, then waits for it before reading the activation; for A/B "
             "timing, same bits",
             "DS4_CUDA_PDL")
+      .flag("--cuda-batch-steps", &f->cuda_batch_steps,
+            "CUDA: run an attention group's compressor steps (up to 16) in one launch instead of one launch "
+            "per step; for A/B timing, same bits",
+            "DS4_CUDA_BATCH_STEPS")
       .option("--prefill-chunk", &f->prefill_chunk,
               "Rows per prefill forward, 1..256 (0 = the default, 32): a larger chunk reads each weight once "
               "for more prompt tokens and sizes the session's scratch for that many rows. Same bits",
@@ -166,6 +170,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_dense_rows = f.cuda_dense_rows;
   options->prefill_chunk = f.prefill_chunk;
   options->cuda_pdl = f.cuda_pdl;
+  options->cuda_batch_steps = f.cuda_batch_steps;
   return Status();
 }
 

@@ -176,10 +176,11 @@ class CudaBackend final : public Backend {
   // hc_tickets: the fused HC kernels' counters (ops.h kHcTicketRows, zeroed), or nullptr for
   // the three-launch HC path; owned from here on.
   // graphs: 0 no capture, 1 a forward as one graph, N >= 2 a graph per N ops (see the top).
+  // batch_steps: compressor_steps as one launch per 16 steps instead of one per step.
   CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op, uint32_t* hc_tickets,
-              cuda::HcKernel hc_kernel, int graphs)
+              cuda::HcKernel hc_kernel, int graphs, bool batch_steps)
       : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets), hc_kernel_(hc_kernel),
-        graphs_(graphs) {}
+        graphs_(graphs), batch_steps_(batch_steps) {}
   ~CudaBackend() override {
     if (capturing_) {  // a bracket left open: drop what was captured (it never ran)
       cuda::Graph g = nullptr;
@@ -331,6 +332,10 @@ class CudaBackend final : public Backend {
        p.head_dim, ll(p.pos));
   }
   void compressor_steps(const CompressorStepParams* p, int n) override {
+    if (!batch_steps_) {
+      Backend::compressor_steps(p, n);  // one launch per step
+      return;
+    }
     if (n <= 0) {
       count_op();
       return;
@@ -520,6 +525,7 @@ class CudaBackend final : public Backend {
   cuda::HcKernel hc_kernel_ = cuda::HcKernel::kFused;  // with tickets: the one-launch kernel
   cuda::OpScratch scratch_;
   int graphs_ = 0;            // --cuda-graphs: 0 off, 1 a forward per graph, N a graph per N ops
+  bool batch_steps_ = false;  // --cuda-batch-steps: a group's compressor steps per launch
   bool warmed_up_ = false;    // the first one-row forward ran uncaptured
   bool in_forward_ = false;   // inside a captured bracket
   bool capturing_ = false;    // the stream is being captured now
@@ -585,7 +591,7 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   }
   std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op, tickets,
                                               hc_fused == 2 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused,
-                                              graphs));
+                                              graphs, c.batch_steps));
   if (!profile) return be;
   // 2 events per op, 32K ops between read-backs (a Flash decode token issues ~1-2K ops).
   auto clock = make_cuda_event_clock(stream, 65536);

@@ -43,6 +43,8 @@ struct CudaBackendConfig {
   std::string dense_rows = "tiles";
   // Programmatic dependent launch of the wide Q8_0 kernel (cuda::set_pdl, process-wide).
   bool pdl = false;
+  // compressor_steps as one launch per 16 steps (true) or one compressor_step launch per step.
+  bool batch_steps = false;
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

@@ -125,6 +125,39 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_pdl(false);
 }
 
+// --cuda-batch-steps (a group's compressor steps in one launch): a prefill in chunks of 32 and
+// 256 rows, decodes after it, and verify rows with their prefix-slot saves (the steps flushed
+// before each save) equal the CPU's / plain decode's bits.
+TEST_F(CudaForward, BatchedCompressorStepsEqualCpu) {
+  open_pair(model::ExpertQuant::kQ2, 1234);
+  if (IsSkipped()) return;
+  backend::BackendOptions bo;
+  bo.cuda_batch_steps = true;
+  std::string why;
+  Stack batched = Stack::open_on("cuda", model::ExpertQuant::kQ2, 1234, &why, bo);
+  ASSERT_NE(batched.backend, nullptr) << why;
+  const auto toks = prompt_tokens(420, cpu_.model->config().n_vocab, 3);
+  const std::vector<int32_t> prompt(toks.begin(), toks.begin() + 400);
+  auto c = cpu_.session(512);
+  ASSERT_TRUE(c->prefill(prompt).ok());
+  std::vector<std::vector<float>> want{std::vector<float>(c->logits().begin(), c->logits().end())};
+  for (int i = 400; i < 420; ++i) {
+    ASSERT_TRUE(c->decode(toks[i]).ok());
+    want.emplace_back(c->logits().begin(), c->logits().end());
+  }
+  for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
+    auto g = batched.session(512, chunk);
+    ASSERT_TRUE(g->prefill(prompt).ok());
+    EXPECT_EQ(first_difference(g->logits(), want[0]), "") << "prefill, chunk " << chunk;
+    for (int i = 400; i < 420; ++i) {
+      ASSERT_TRUE(g->decode(toks[i]).ok());
+      ASSERT_EQ(first_difference(g->logits(), want[i - 399]), "") << "decode at " << i << ", chunk " << chunk;
+    }
+    EXPECT_EQ(state_bytes(*g), state_bytes(*c)) << "chunk " << chunk;
+  }
+  testing_tiny::check_verify(batched, {66, 124, 254}, 512);
+}
+
 void decode_both(const Stack& cpu, const Stack& gpu, int n, int n_ctx, uint64_t prompt_seed) {
   const auto toks = prompt_tokens(n, cpu.model->config().n_vocab, prompt_seed);
   auto c = cpu.session(n_ctx);

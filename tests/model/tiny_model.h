@@ -57,8 +57,10 @@ struct Stack {
   }
   // The same model on the backend called `name` (backend/registry.h); `why` gets the reason
   // and the stack has no backend when it cannot be made (e.g. no GPU: the caller skips).
-  static Stack open_on(std::string_view name, model::ExpertQuant quant, uint64_t seed, std::string* why) {
-    backend::BackendOptions bo;
+  // `base`: the backend's options (n_threads becomes 2), e.g. a kernel choice to test.
+  static Stack open_on(std::string_view name, model::ExpertQuant quant, uint64_t seed, std::string* why,
+                       const backend::BackendOptions& base = {}) {
+    backend::BackendOptions bo = base;
     bo.n_threads = 2;
     auto be = backend::make_backend(name, bo);
     if (!be.ok()) {

@@ -260,6 +260,9 @@ TEST(BackendFlags, CudaMoeDenseRowsAndPdlFromTheFlagsAndTheirMirrors) {
   EXPECT_TRUE(eo.cuda_pdl);
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_PDL", "1"}}).ok());
   EXPECT_TRUE(eo.cuda_pdl);
+  EXPECT_FALSE(eo.cuda_batch_steps);  // off by default
+  ASSERT_TRUE(apply({"--cuda-batch-steps"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_batch_steps);
   Status s = apply({}, &eo, {{"DS4_CUDA_MOE", "fast"}});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
