@@ -42,6 +42,12 @@
 #     decode(1) units, '#' lines of spec.log; the cost gate then uses these device figures) and
 #     the SPEC_POLICIES rows (default baseline,cost: at acceptance ~0, what the drafter's
 #     proposals cost against plain decoding, and what the calibrated cost gate keeps) run too;
+#  A. (only when STEPS names `ab`) the whole-token A/B of the kernel switches -> ab.csv: one
+#     `ds4-bench --cuda` per entry of AB_CONFIGS (';'-separated flag sets, "" = the defaults;
+#     default: the defaults, then each opt-in switch alone, then some together, then the defaults
+#     again to show the noise) at an AB_CTX frontier (2048) with AB_GEN (16) greedy tokens:
+#     prefill and decode tokens/s per config and the frontier hash, which must be the same for
+#     every config (sweep.log says whether it is);
 #  8. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
 #     session's context; the weights' size is in sweep.log ("weights on cuda").
 # STEPS (default all) picks steps 2-7 by name: roofline,decode,verify,profiles,longctx,spec
@@ -71,8 +77,12 @@ MTP=${MTP:-}
 LONG_CTX=${LONG_CTX:-1K,16K,128K,1M}
 LONG_GEN=${LONG_GEN:-16}
 STEPS=${STEPS:-all}
+AB_CTX=${AB_CTX:-2048}
+AB_GEN=${AB_GEN:-16}
+AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe new;--cuda-dense-rows wide;--prefill-chunk 256;--cuda-batch-steps;--cuda-pdl;--cuda-graphs 1;--cuda-graphs 64;--prefill-chunk 256 --cuda-moe new --cuda-dense-rows wide --cuda-batch-steps;--cuda-moe new --cuda-pdl --cuda-graphs 1 --cuda-batch-steps;"}
 
 want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
+named() { [[ ",$STEPS," == *",$1,"* ]]; }  # steps that run only when named
 # The largest context of a --fill-ctx list (K = 1024, M = 1048576), for memory.csv.
 max_ctx() {
   local m=0 v n
@@ -232,6 +242,27 @@ elif want spec; then
   step spec_oracle "$((SPEC_MAX_PROMPT + SPEC_GEN))" 600 "$OUT/spec.log" "$SPEC" --cuda -m "$MODEL" "${SPEC_DRAFTER[@]}" \
     --oracle "$ORACLE" --prompts-dir "$ROOT/data/prompts" -n "$SPEC_PROMPTS" --gen-tokens "$SPEC_GEN" \
     --max-prompt-tokens "$SPEC_MAX_PROMPT" --csv "$OUT/spec.csv"
+fi
+
+# A. Whole-token A/B of the kernel switches (only when named).
+if named ab; then
+  IFS=';' read -r -a ab_list <<<"$AB_CONFIGS"
+  [[ "$AB_CONFIGS" == *';' ]] && ab_list+=("")  # a trailing ';' is one more "" (the defaults)
+  echo "config,ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,logits_sha256,backend" \
+    >"$OUT/ab.csv"
+  ab_hashes=""
+  for i in "${!ab_list[@]}"; do
+    cfg=${ab_list[$i]}
+    # shellcheck disable=SC2086  # the config is a list of flags
+    step "ab_$i" "$AB_CTX" 240 "$TMPD/ab_$i.log" "$BENCH" --cuda $cfg -m "$MODEL" --prompt-file "$PROMPT" \
+      --ctx-start "$AB_CTX" --ctx-max "$AB_CTX" --gen-tokens "$AB_GEN" --csv "$TMPD/ab_$i.csv"
+    if [ -s "$TMPD/ab_$i.csv" ]; then
+      tail -n +2 "$TMPD/ab_$i.csv" | sed "s|^|\"${cfg:-defaults}\",|" >>"$OUT/ab.csv"
+      ab_hashes+="$(tail -n +2 "$TMPD/ab_$i.csv" | awk -F, '{ print $7 }') "
+    fi
+  done
+  n_distinct=$(echo "$ab_hashes" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)
+  log "ab: ${#ab_list[@]} configs, $n_distinct distinct frontier hash(es) (1 = every switch kept the bits)"
 fi
 
 # 8. Plots and the summary, where matplotlib is installed.
