@@ -31,6 +31,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/moe_r1.h"
 #include "backend/row_math.h"
 #include "backend/cuda/ops.h"
 #include "quant/quant.h"
@@ -677,6 +678,34 @@ TEST_F(FfnOps, MoeOneRowKernelsBitsEqualCpu) {
         for (int64_t o = 0; o < E; ++o) ASSERT_TRUE(std::isnan(got[static_cast<size_t>(o)])) << what << " o=" << o;
       }
     }
+    // The rewritten kernels themselves take every shape above (a silent fall-back to the warp
+    // kernels would pass the comparison): their entry points launch (done) on the case's
+    // experts; the inputs here are zeros, the bits were compared through moe() above.
+    auto ew = [](const backend::ExpertMatrix& m) {
+      return ExpertWeights{m.data, m.row_bytes, m.expert_bytes(), m.n_in, m.n_out, m.n_expert};
+    };
+    const auto fmt = [](GgmlType t) {
+      return t == GgmlType::kIQ2_XXS ? ExpertFormat::kIQ2_XXS
+                                     : t == GgmlType::kQ2_K ? ExpertFormat::kQ2_K : ExpertFormat::kQ4_K;
+    };
+    DeviceBuf xq(sizeof(quant::BlockQ8K) * static_cast<size_t>(E / quant::kQKK)),
+        mid(sizeof(float) * static_cast<size_t>(mc.n_used * F)),
+        midq(sizeof(quant::BlockQ8K) * static_cast<size_t>(mc.n_used * F / quant::kQKK)), o(sizeof(float) * E);
+    {
+      const std::vector<uint8_t> zeros(std::max(xq.bytes(), midq.bytes()), 0);
+      xq.put(zeros.data(), xq.bytes());
+      midq.put(zeros.data(), midq.bytes());
+    }
+    bool done = false;
+    expect_ok(expert_gate_up_r1(fmt(mc.gate_up), ew(em(gw, mc.gate_up, E, F, true)), ew(em(uw, mc.gate_up, E, F, true)),
+                                sel.dp(), wt.dp(), mc.n_used, xq.as<quant::BlockQ8K>(), 10.0f, mid.as<float>(), nullptr,
+                                &done));
+    EXPECT_TRUE(done) << "expert_gate_up_r1 did not take " << gguf::type_name(mc.gate_up) << " " << E << "x" << F;
+    done = false;
+    expect_ok(expert_down_sum_r1(fmt(mc.down), ew(em(dw, mc.down, F, E, true)), sel.dp(), mc.n_used,
+                                 midq.as<quant::BlockQ8K>(), o.as<float>(), nullptr, &done));
+    EXPECT_TRUE(done) << "expert_down_sum_r1 did not take " << gguf::type_name(mc.down) << " " << F << "x" << E;
+    sync();
   }
 }
 
