@@ -31,9 +31,10 @@ namespace {
 // the budget for all the rows of a batched attention call.
 constexpr int64_t kAttnScratchBudget = int64_t{64} << 20;
 // attention_layer defers a group's attention past the group's raw pushes: a later row of a
-// chunk writes at most kMaxChunkRows - 1 positions past an earlier row's, which the ring's
-// slack beyond the window keeps out of that row's window.
-static_assert(kRollbackSlack >= kMaxChunkRows - 1);
+// chunk writes at most (scratch rows) - 1 positions past an earlier row's, which the ring's
+// slack beyond the window (raw_slack of the chunk, >= the scratch rows) keeps out of that
+// row's window.
+static_assert(raw_slack(1) >= kMaxBatchRows && raw_slack(kMaxChunkRows) >= kMaxChunkRows);
 
 int64_t attn_row_bytes(const model::ModelConfig& c, int64_t max_comp, int64_t raw_cap) {
   return static_cast<int64_t>(c.n_head) * (raw_cap + max_comp) * 4 + max_comp * 9;
@@ -125,6 +126,7 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
 void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, bool capture_slots,
                                 ModelSession* const* owners) {
   DS4_CHECK(n >= 1 && n <= s_->rows);
+  DS4_CHECK(state_.raw_cap() - std::min<int64_t>(cfg_.n_swa, state_.n_ctx()) >= n - 1);  // the ring's slack
   DS4_CHECK(n - logits_first <= kMaxBatchRows);
   DS4_CHECK(!capture_slots || n <= kMaxBatchRows);
   DS4_CHECK(owners == nullptr || (n <= kMaxBatchRows && !capture_slots));
@@ -245,7 +247,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   // Everything row-local first (no state read, so the rows may run in parallel): q/kv RoPE,
   // kv's FP8 round trip and its f16 raw push, the indexer queries. The raw pushes of positions
   // pos0 .. pos0 + n - 1 all precede every row's attention; those slots stay clear of each
-  // row's window (raw_cap = window + kRollbackSlack >= window + kMaxChunkRows - 1), so each
+  // row's window (raw_cap = window + raw_slack(chunk) >= window + rows - 1), so each
   // row sees the raw rows it saw when the rows ran one by one. With owners, one call per row
   // (each row pushes into its own session's ring).
   auto inputs = [&](int i0, int cnt, int64_t p0, ModelSession& o, int idx_first) {

@@ -11,7 +11,7 @@
 namespace ds4::session {
 
 uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx, int chunk_rows) {
-  const uint64_t state = State::estimate_bytes(cfg, n_ctx);
+  const uint64_t state = State::estimate_bytes(cfg, n_ctx, chunk_rows);
   // Frontier = compressor states only; kMaxBatchRows prefix slots + 1 checkpoint.
   uint64_t frontier = 0;
   for (uint32_t il = 0; il < cfg.n_layer; ++il) {
@@ -21,7 +21,7 @@ uint64_t ModelSession::estimate_bytes(const model::ModelConfig& cfg, int64_t n_c
     frontier += 2 * coff * r * coff * cfg.head_dim * 4;
     if (r == 4) frontier += 2 * 8 * 2 * static_cast<uint64_t>(cfg.indexer_head_dim) * 4;
   }
-  const int64_t raw_cap = std::min<int64_t>(cfg.n_swa, n_ctx) + kRollbackSlack;
+  const int64_t raw_cap = std::min<int64_t>(cfg.n_swa, n_ctx) + raw_slack(chunk_rows);
   return state + (kMaxBatchRows + 1) * frontier + Scratch::bytes(cfg, n_ctx, raw_cap, chunk_rows) +
          static_cast<uint64_t>(cfg.n_vocab) * 4;
 }
@@ -66,7 +66,7 @@ Expected<std::unique_ptr<ModelSession>> ModelSession::create(const model::Model&
 
 ModelSession::ModelSession(const BoundModel& bound, int64_t n_ctx)
     : bound_(&bound), cfg_(bound.model().config()), be_(bound.backend()),
-      state_(bound.model().config(), n_ctx, bound.backend()) {
+      state_(bound.model().config(), n_ctx, bound.backend(), bound.chunk_rows()) {
   checkpoint_ = state_.make_frontier();
   checkpoint_logits_ = backend::Array<float>(be_, cfg_.n_vocab);
   for (int i = 0; i < kMaxBatchRows; ++i) slots_.push_back(state_.make_frontier());

@@ -35,8 +35,8 @@ LayerShape layer_shape(const model::ModelConfig& cfg, uint32_t il, int64_t n_ctx
   return s;
 }
 
-int64_t raw_cap_for(const model::ModelConfig& cfg, int64_t n_ctx) {
-  return std::min<int64_t>(cfg.n_swa, n_ctx) + kRollbackSlack;
+int64_t raw_cap_for(const model::ModelConfig& cfg, int64_t n_ctx, int chunk_rows) {
+  return std::min<int64_t>(cfg.n_swa, n_ctx) + raw_slack(chunk_rows);
 }
 
 // Host values (counters, tokens) go to / come from the payload by memcpy; backend arrays by
@@ -73,8 +73,8 @@ bool get_dev(backend::Backend& be, std::span<const uint8_t> in, size_t& off, T* 
 
 }  // namespace
 
-uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
-  const int64_t raw_cap = raw_cap_for(cfg, n_ctx);
+uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx, int chunk_rows) {
+  const int64_t raw_cap = raw_cap_for(cfg, n_ctx, chunk_rows);
   uint64_t bytes = 0, halves = 0, floats = 0;
   for (uint32_t il = 0; il < cfg.n_layer; ++il) {
     const LayerShape s = layer_shape(cfg, il, n_ctx, raw_cap);
@@ -85,9 +85,9 @@ uint64_t State::estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx) {
   return bytes + halves * 2 + floats * 4 + static_cast<uint64_t>(n_ctx) * 4 + static_cast<uint64_t>(cfg.n_vocab) * 4;
 }
 
-State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be)
+State::State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be, int chunk_rows)
     : cfg_(cfg), be_(be), n_ctx_(n_ctx) {
-  raw_cap_ = raw_cap_for(cfg, n_ctx);
+  raw_cap_ = raw_cap_for(cfg, n_ctx, chunk_rows);
   layers_.resize(cfg.n_layer);
   state_offsets_.resize(cfg.n_layer);
   frontier_floats_ = 0;

@@ -14,8 +14,9 @@
 // backend copies / fills / uploads / downloads, so it runs unchanged on a device backend.
 // Invariants:
 //  * raw rows are addressed by absolute position (ring slot pos % raw_cap); raw_cap =
-//    min(n_swa, n_ctx) + kRollbackSlack, so rows written by rejected speculative tokens (at
-//    most kRollbackSlack after a checkpoint) never overwrite a row a later query can see;
+//    min(n_swa, n_ctx) + raw_slack(chunk_rows) (>= kRollbackSlack), so rows written by rejected
+//    speculative tokens (at most kRollbackSlack after a checkpoint) or by the later rows of a
+//    prefill chunk never overwrite a row a query can still see;
 //  * compressed rows [0, n_comp) and indexer rows [0, n_index) are visible; rows past the
 //    counters are invisible garbage (left by rolled-back tokens) and are overwritten later;
 //  * compressor states start at kv = 0, score = -1e30 (NEG_INF of ds4);
@@ -48,9 +49,12 @@ inline constexpr int kMaxBatchRows = 8;      // verify rows per call (prefix slo
 // engine's --prefill-chunk says otherwise); the session's scratch is sized for it.
 inline constexpr int kMaxChunkRows = 256;
 inline constexpr int kDefaultChunkRows = 32;
-// Raw ring rows beyond the window: >= kMaxChunkRows - 1 (a chunk's later rows push before its
-// earlier rows attend, forward.cpp) and the rollback budget of checkpoint().
-inline constexpr int kRollbackSlack = 256;
+// The rollback budget of checkpoint(): tokens that may be appended after it and rolled back.
+inline constexpr int kRollbackSlack = 32;
+// Raw ring rows beyond the window of a session prefilling in chunks of chunk_rows: at least
+// chunk_rows - 1 (a chunk's later rows push before its earlier rows attend, forward.cpp) and
+// the rollback budget.
+constexpr int raw_slack(int chunk_rows) { return chunk_rows > kRollbackSlack ? chunk_rows : kRollbackSlack; }
 
 struct LayerState {
   int ratio = 0;                 // 0, 4 or 128
@@ -79,10 +83,12 @@ struct Frontier {
 
 class State {
  public:
-  // Bytes State(cfg, n_ctx) allocates (all layers + tokens + logits), without allocating.
-  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
+  // Bytes State(cfg, n_ctx, be, chunk_rows) allocates (all layers + tokens + logits), without
+  // allocating.
+  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx, int chunk_rows = kDefaultChunkRows);
 
-  State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be);
+  // chunk_rows: the session's prefill chunk (1..kMaxChunkRows), which sizes the raw ring.
+  State(const model::ModelConfig& cfg, int64_t n_ctx, backend::Backend& be, int chunk_rows = kDefaultChunkRows);
 
   void reset();  // empty timeline: counters 0, states initialized, no tokens
   // BENCHMARK TOOL, timing only (ds4-bench --fill-ctx): the shape of a timeline of n tokens
