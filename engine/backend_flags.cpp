@@ -1,6 +1,8 @@
 // engine/backend_flags.cpp — the backend flag table and its EngineOptions (see backend_flags.h).
 #include "engine/backend_flags.h"
 
+#include <initializer_list>
+
 #include "backend/registry.h"
 #include "session/state.h"
 
@@ -22,6 +24,18 @@ std::string origin(const FlagTable& t, const std::string& name) {
   const std::string s = t.source(name);  // "environment (DS4_BACKEND)"
   const size_t open = s.find('(');
   return s.rfind("environment", 0) == 0 && open != std::string::npos ? " (from " + s.substr(open + 1) : "";
+}
+
+// kInvalidArgument "--flag must be a, b or c, got 'v' (from ENV)" unless v is one of choices.
+Status one_of(const FlagTable& t, const char* flag, const std::string& v, std::initializer_list<const char*> choices) {
+  std::string list;
+  size_t i = 0;
+  for (const char* c : choices) {
+    if (v == c) return Status();
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(c);
+    ++i;
+  }
+  return invalid_argument("%s must be %s, got '%s'%s", flag, list.c_str(), v.c_str(), origin(t, flag).c_str());
 }
 
 }  // namespace
@@ -93,15 +107,12 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "DS4_CUDA_BATCH_STEPS")
       .option("--prefill-chunk", &f->prefill_chunk,
               "Rows per prefill forward, 1..256 (0 = the default, 32): a larger chunk reads each weight once "
-              "for more prompt tokens and sizes the session's scratch for that many rows. Same bits",
+              "for more prompt tokens and sizes the session's scratch and raw ring for that many rows. Same bits",
               "DS4_PREFILL_CHUNK", "N");
 }
 
 Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOptions* options) {
-  if (f.backend != "auto" && f.backend != "cpu" && f.backend != "cuda") {
-    return invalid_argument("--backend must be auto, cpu or cuda, got '%s'%s", f.backend.c_str(),
-                            origin(t, "--backend").c_str());
-  }
+  DS4_RETURN_IF_ERROR(one_of(t, "--backend", f.backend, {"auto", "cpu", "cuda"}));
   if (f.cpu && f.cuda) return invalid_argument("--cpu and --cuda are exclusive");
   if (f.device < 0) {
     return invalid_argument("--device must be a GPU index >= 0, got %d%s", f.device, origin(t, "--device").c_str());
@@ -116,23 +127,13 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
                             "ops), got %d%s",
                             backend::kMaxCudaGraphSegmentOps, f.cuda_graphs, origin(t, "--cuda-graphs").c_str());
   }
-  if (f.cuda_q8_r1 != "auto" && f.cuda_q8_r1 != "new" && f.cuda_q8_r1 != "new-prequant" && f.cuda_q8_r1 != "wide" &&
-      f.cuda_q8_r1 != "wide-fused" && f.cuda_q8_r1 != "old") {
-    return invalid_argument("--cuda-q8-r1 must be auto, new, new-prequant, wide, wide-fused or old, got '%s'%s",
-                            f.cuda_q8_r1.c_str(), origin(t, "--cuda-q8-r1").c_str());
-  }
+  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-q8-r1", f.cuda_q8_r1, {"auto", "new", "new-prequant", "wide", "wide-fused", "old"}));
   if (f.prefill_chunk < 0 || f.prefill_chunk > session::kMaxChunkRows) {
-    return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the default), got %d%s", session::kMaxChunkRows, f.prefill_chunk,
-                            origin(t, "--prefill-chunk").c_str());
+    return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the default), got %d%s", session::kMaxChunkRows,
+                            f.prefill_chunk, origin(t, "--prefill-chunk").c_str());
   }
-  if (f.cuda_moe != "old" && f.cuda_moe != "new") {
-    return invalid_argument("--cuda-moe must be old or new, got '%s'%s", f.cuda_moe.c_str(),
-                            origin(t, "--cuda-moe").c_str());
-  }
-  if (f.cuda_dense_rows != "tiles" && f.cuda_dense_rows != "wide") {
-    return invalid_argument("--cuda-dense-rows must be tiles or wide, got '%s'%s", f.cuda_dense_rows.c_str(),
-                            origin(t, "--cuda-dense-rows").c_str());
-  }
+  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new"}));
+  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-dense-rows", f.cuda_dense_rows, {"tiles", "wide"}));
 
   // The shorthand replaces an environment or default --backend; on the command line next to
   // --backend it must agree with it (auto agrees with either).
