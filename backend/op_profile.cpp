@@ -99,6 +99,12 @@ OpCost op_cost(const CompressorStepParams& p) {
   return {OpClass::kAttention, 2 * state + 4 * width * kF32 + u(p.ratio) * width * kHalf + row};
 }
 
+OpCost op_cost(const CompressorStepParams* p, int n) {
+  OpCost c{OpClass::kAttention, 0};
+  for (int i = 0; i < n; ++i) c.bytes += op_cost(p[i]).bytes;
+  return c;
+}
+
 OpCost op_cost(const IndexerSelectParams* p, int n) {
   uint64_t b = 0;
   for (int i = 0; i < n; ++i) {
@@ -415,9 +421,7 @@ class ProfilingBackend final : public ForwardingBackend {
           [&] { inner_.compressor_step(p); });
   }
   void compressor_steps(const CompressorStepParams* p, int n) override {
-    OpCost c = n > 0 ? op_cost(p[0]) : OpCost{};
-    for (int i = 1; i < n; ++i) c.bytes += op_cost(p[i]).bytes;
-    timed("compressor_steps", c, [&] { inner_.compressor_steps(p, n); });
+    timed("compressor_steps", op_cost(p, n), [&] { inner_.compressor_steps(p, n); });
   }
   void indexer_select(const IndexerSelectParams* p, int n) override {
     timed("indexer_select", op_cost(p, n), [&] { inner_.indexer_select(p, n); });

@@ -1,10 +1,10 @@
 // session/forward.cpp — the DS4 forward graph (ds4-architecture.md §4) over backend ops.
 //
-// forward_rows() runs n <= the scratch's rows (the prefill chunk) layer-major. Within a layer, everything that
-// depends only on the row itself (HC pre, norms, projections, RoPE, FP8, the raw push, the
-// indexer query, expert FFN, HC post) is one batched op over the n rows, and the state steps
-// (compressor steps, prefix slots) run row by row in token order, exactly as a decode step
-// (§5.1, §6.4).
+// forward_rows() runs n <= the scratch's rows (the prefill chunk) layer-major. Within a layer,
+// everything that depends only on the row itself (HC pre, norms, projections, RoPE, FP8, the
+// raw push, the indexer query, expert FFN, HC post) is one batched op over the n rows, and the
+// state steps (compressor steps, prefix slots) run row by row in token order, exactly as a
+// decode step (§5.1, §6.4).
 // Each row's indexer selection and sink attention only read keys, so they are recorded as
 // per-row queries and run as one batched call per group of rows (attention_layer). Every
 // batched op is batch invariant, so a row's bits never depend on n.

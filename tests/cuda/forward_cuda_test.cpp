@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,47 +77,57 @@ TEST_F(CudaForward, CanonicalHashEqualsCpu) {
   EXPECT_EQ(state_bytes(*g), state_bytes(*c));
 }
 
+// The logits after prefill(tokens[0, n_prompt)) and after each decode of the tokens after it, on
+// `s` (a prefill-chunk boundary or a kernel choice must not change any of them).
+std::vector<std::vector<float>> logits_trace(session::ModelSession& s, const std::vector<int32_t>& toks, int n_prompt) {
+  std::vector<std::vector<float>> out;
+  const std::span<const int32_t> all(toks);
+  if (!s.prefill(all.first(n_prompt)).ok()) return out;
+  out.emplace_back(s.logits().begin(), s.logits().end());
+  for (size_t i = n_prompt; i < toks.size(); ++i) {
+    if (!s.decode(toks[i]).ok()) return out;
+    out.emplace_back(s.logits().begin(), s.logits().end());
+  }
+  return out;
+}
+
+// "" when both traces have every step and equal bits, else the first step that differs.
+std::string trace_difference(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+  if (got.size() != want.size()) return std::to_string(got.size()) + " of " + std::to_string(want.size()) + " steps ran";
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::string d = first_difference(got[i], want[i]);
+    if (!d.empty()) return (i == 0 ? std::string("prefill: ") : "decode " + std::to_string(i - 1) + ": ") + d;
+  }
+  return "";
+}
+
 // The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
-// kernel, programmatic dependent launch) inside a whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows)
-// then decodes (one row) equal the CPU's logits at every step. The choices are process-wide; the defaults come back at the end.
+// kernel, programmatic dependent launch) inside a whole forward, in prefill chunks of 32 and
+// 256 rows: prefill (many rows) then decodes (one row) equal the CPU's logits at every step.
+// The choices are process-wide; the defaults come back at the end.
 TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   open_pair(model::ExpertQuant::kQ2, 1234);
   if (IsSkipped()) return;
-  const int n_prompt = 300, n_decode = 4;
-  const auto toks = prompt_tokens(n_prompt + n_decode, cpu_.model->config().n_vocab, 5);
-  const std::vector<int32_t> prompt(toks.begin(), toks.begin() + n_prompt);
-  std::vector<std::vector<float>> want;
-  {
-    auto c = cpu_.session(512);
-    ASSERT_TRUE(c->prefill(prompt).ok());
-    want.emplace_back(c->logits().begin(), c->logits().end());
-    for (int i = 0; i < n_decode; ++i) {
-      ASSERT_TRUE(c->decode(toks[n_prompt + i]).ok());
-      want.emplace_back(c->logits().begin(), c->logits().end());
-    }
-  }
+  const int n_prompt = 300;
+  const auto toks = prompt_tokens(n_prompt + 4, cpu_.model->config().n_vocab, 5);
+  const auto want = logits_trace(*cpu_.session(512), toks, n_prompt);
+  ASSERT_EQ(want.size(), 5u);
   const cuda::MoeR1Kernel saved_r1 = cuda::moe_r1_kernel();
   const cuda::MoeRowsKernel saved_rows = cuda::moe_rows_kernel();
   const cuda::DenseRowsKernel saved_dense = cuda::dense_rows_kernel();
   for (const bool new_moe : {false, true}) {
     for (const bool wide : {false, true}) {
-     for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
-      const bool pdl = new_moe == wide;  // both ways, each with either chunk
-      cuda::set_pdl(pdl);
-      cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
-      cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
-      cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
-      const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
-                               (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk) +
-                               (pdl ? ", pdl" : "");
-      auto g = gpu_.session(512, chunk);
-      ASSERT_TRUE(g->prefill(prompt).ok()) << what;
-      EXPECT_EQ(first_difference(g->logits(), want[0]), "") << what << ": prefill";
-      for (int i = 0; i < n_decode; ++i) {
-        ASSERT_TRUE(g->decode(toks[n_prompt + i]).ok()) << what;
-        EXPECT_EQ(first_difference(g->logits(), want[1 + i]), "") << what << ": decode " << i;
+      for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
+        const bool pdl = new_moe == wide;  // both ways, each with either chunk
+        cuda::set_pdl(pdl);
+        cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
+        cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
+        cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
+        const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
+                                 (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk) +
+                                 (pdl ? ", pdl" : "");
+        EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, chunk), toks, n_prompt), want), "") << what;
       }
-     }
     }
   }
   cuda::set_moe_r1_kernel(saved_r1);
@@ -137,22 +148,12 @@ TEST_F(CudaForward, BatchedCompressorStepsEqualCpu) {
   Stack batched = Stack::open_on("cuda", model::ExpertQuant::kQ2, 1234, &why, bo);
   ASSERT_NE(batched.backend, nullptr) << why;
   const auto toks = prompt_tokens(420, cpu_.model->config().n_vocab, 3);
-  const std::vector<int32_t> prompt(toks.begin(), toks.begin() + 400);
   auto c = cpu_.session(512);
-  ASSERT_TRUE(c->prefill(prompt).ok());
-  std::vector<std::vector<float>> want{std::vector<float>(c->logits().begin(), c->logits().end())};
-  for (int i = 400; i < 420; ++i) {
-    ASSERT_TRUE(c->decode(toks[i]).ok());
-    want.emplace_back(c->logits().begin(), c->logits().end());
-  }
+  const auto want = logits_trace(*c, toks, 400);
+  ASSERT_EQ(want.size(), 21u);
   for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
     auto g = batched.session(512, chunk);
-    ASSERT_TRUE(g->prefill(prompt).ok());
-    EXPECT_EQ(first_difference(g->logits(), want[0]), "") << "prefill, chunk " << chunk;
-    for (int i = 400; i < 420; ++i) {
-      ASSERT_TRUE(g->decode(toks[i]).ok());
-      ASSERT_EQ(first_difference(g->logits(), want[i - 399]), "") << "decode at " << i << ", chunk " << chunk;
-    }
+    ASSERT_EQ(trace_difference(logits_trace(*g, toks, 400), want), "") << "chunk " << chunk;
     EXPECT_EQ(state_bytes(*g), state_bytes(*c)) << "chunk " << chunk;
   }
   testing_tiny::check_verify(batched, {66, 124, 254}, 512);
