@@ -578,6 +578,7 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
         set_moe_r1_kernel(rewritten ? MoeR1Kernel::kNew : MoeR1Kernel::kOld);
         set_moe_rows_kernel(rewritten ? MoeRowsKernel::kGrouped : MoeRowsKernel::kPairs);
         out.d->poison();  // NaN everywhere: an output the kernels leave unwritten shows
+        ds.poison();      // so does a scratch row (mid, midq, xq) the kernels leave unwritten
         expect_ok(moe(g, nullptr));
         sync();
         same(out, std::string("moe ") + gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) +
@@ -666,6 +667,7 @@ TEST_F(FfnOps, MoeOneRowKernelsBitsEqualCpu) {
       g.x = x.dp(), g.sel = sel.dp(), g.wt = wt.dp(), g.out = out.dp(), g.scratch = ds.as<void>();
       g.gate = em(gw, mc.gate_up, E, F, true), g.up = em(uw, mc.gate_up, E, F, true), g.down = em(dw, mc.down, F, E, true);
       if (mc.bad_slot < 0) cpu_->moe(c);  // an out-of-range id: the device's NaN, no CPU reference
+      ds.poison();  // a fresh allocation may hold the last kernel's scratch: an unwritten row shows
       expect_ok(moe(g, nullptr));
       sync();
       const std::string what = std::string("moe one row ") + (k == MoeR1Kernel::kNew ? "new " : "old ") +

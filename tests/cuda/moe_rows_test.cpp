@@ -150,6 +150,7 @@ struct Experts {
     EXPECT_LE(moe_device_scratch_bytes(sh.n_embd, sh.n_ff, sh.n_used, rows), bytes)
         << "the CUDA layout must fit moe_scratch_bytes";
     DeviceBuf scratch(bytes);
+    scratch.poison();  // a recycled allocation may hold the last run's rows: an unwritten one shows
     backend::MoeParams p;
     p.n_used = sh.n_used, p.n_rows = rows, p.clamp = 10.0f;
     p.x = dx->as<float>(), p.sel = dsel->as<int32_t>(), p.wt = dwt->as<float>(), p.out = dout->as<float>();
