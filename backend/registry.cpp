@@ -43,6 +43,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.dense_rows = o.cuda_dense_rows;
   c.pdl = o.cuda_pdl;
   c.batch_steps = o.cuda_batch_steps;
+  c.attn = o.cuda_attn;
   return make_cuda_backend(c);
 }
 #endif

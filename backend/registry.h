@@ -57,6 +57,9 @@ struct BackendOptions {
   // CUDA: a group's compressor steps as one launch (--cuda-batch-steps / DS4_CUDA_BATCH_STEPS)
   // instead of one launch per step. Same bits.
   bool cuda_batch_steps = false;
+  // CUDA: the sink attention of prefill groups (9+ queries), "split" or "fused" (one block per 8
+  // heads of a query), --cuda-attn / DS4_CUDA_ATTN. Same bits; ignored by the CPU backend.
+  std::string cuda_attn = "split";
 };
 
 // The largest --cuda-graphs segment (ops per graph).

@@ -105,6 +105,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "CUDA: run an attention group's compressor steps (up to 16) in one launch instead of one launch "
             "per step; for A/B timing, same bits",
             "DS4_CUDA_BATCH_STEPS")
+      .option("--cuda-attn", &f->cuda_attn,
+              "CUDA: the sink attention of a prefill group (9 or more rows): split (a score launch of many "
+              "small blocks, then a combine launch) or fused (one block per 8 heads of a row, the scores and the "
+              "weighted sum in one launch); decode and verify rows always run split. For A/B timing, same bits",
+              "DS4_CUDA_ATTN", "split|fused")
       .option("--prefill-chunk", &f->prefill_chunk,
               "Rows per prefill forward, 1..256 (0 = the default, 32): a larger chunk reads each weight once "
               "for more prompt tokens and sizes the session's scratch and raw ring for that many rows. Same bits",
@@ -134,6 +139,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   }
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new"}));
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-dense-rows", f.cuda_dense_rows, {"tiles", "wide"}));
+  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-attn", f.cuda_attn, {"split", "fused"}));
 
   // The shorthand replaces an environment or default --backend; on the command line next to
   // --backend it must agree with it (auto agrees with either).
@@ -172,6 +178,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->prefill_chunk = f.prefill_chunk;
   options->cuda_pdl = f.cuda_pdl;
   options->cuda_batch_steps = f.cuda_batch_steps;
+  options->cuda_attn = f.cuda_attn;
   return Status();
 }
 

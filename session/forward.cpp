@@ -42,16 +42,16 @@ int64_t attn_row_bytes(const model::ModelConfig& c, int64_t max_comp, int64_t ra
 
 }  // namespace
 
-int ModelSession::Scratch::attn_group_rows(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap) {
+int ModelSession::Scratch::attn_group_rows(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap, int rows) {
   const int64_t per_row = attn_row_bytes(c, n_ctx / 4 + 2, raw_cap);
-  return static_cast<int>(std::clamp<int64_t>(kAttnScratchBudget / per_row, 1, kMaxBatchRows));
+  return static_cast<int>(std::clamp<int64_t>(kAttnScratchBudget / per_row, 1, rows));
 }
 
 uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx, int64_t raw_cap, int rows) {
   const int64_t n = rows_for(rows);
   const int64_t E = c.n_embd, HC = c.hc_dim(), D = c.head_dim;
   const int64_t max_comp = n_ctx / 4 + 2;
-  const int64_t G = attn_group_rows(c, n_ctx, raw_cap);
+  const int64_t G = attn_group_rows(c, n_ctx, raw_cap, static_cast<int>(n));
   uint64_t floats = 0;
   floats += 3 * n * HC + n * c.hc_mix_dim() + 2 * n * E + n * (c.n_hc + c.n_hc * c.n_hc);
   floats += 2 * n * c.q_lora_rank + 2 * n * c.q_dim() + n * D + 2 * n * 2 * D;
@@ -105,7 +105,7 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
   sg = f32(n * c.n_ff_exp);
   su = f32(n * c.n_ff_exp);
   sh_out = f32(n * E);
-  attn_rows = attn_group_rows(c, n_ctx, raw_cap);
+  attn_rows = attn_group_rows(c, n_ctx, raw_cap, rows);
   this->max_comp = max_comp;
   const int64_t G = attn_rows;
   attn_scores = f32(G * c.n_head * (raw_cap + max_comp));

@@ -71,9 +71,11 @@ struct ModelSession::Scratch {
   backend::Array<int32_t> readout;
 
   Scratch(backend::Backend& be, const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap, int rows);
-  // G: kMaxBatchRows, fewer when the per-row attention scratch would pass kAttnScratchBudget
-  // (long contexts of a wide model), never below 1 (the unbatched form).
-  static int attn_group_rows(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap);
+  // G: the scratch's rows (a prefill chunk's attention in one batched call: on CUDA the fused
+  // sink kernel takes groups of more than kMaxBatchRows), fewer when the per-row attention
+  // scratch would pass kAttnScratchBudget (long contexts of a wide model), never below 1 (the
+  // unbatched form).
+  static int attn_group_rows(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap, int rows);
   // Bytes the constructor allocates (for the memory estimate).
   static uint64_t bytes(const model::ModelConfig& cfg, int64_t n_ctx, int64_t raw_cap, int rows);
   // The rows a session whose prefill chunk is `chunk_rows` sizes its scratch for (verify and

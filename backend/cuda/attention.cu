@@ -29,6 +29,7 @@
 //    weighted sum. Both decode the stored keys they read into shared memory as f32 once per
 //    block (all threads), so the dot and chain loops read only shared memory. Every block redoes a head's max / exps / denominator itself (identical
 //    values), and no chain crosses blocks, so the grid shape and the batch change no bit.
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 
@@ -599,24 +600,249 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
   if (head && own) p.out[static_cast<int64_t>(h0 + g) * D + j] = os[g][lane];
 }
 
-// The score kernel's opt-in to more than 48 KB of dynamic shared memory (the largest head_dim's
-// tile), once per device and key type: the attribute call costs host time on every launch
-// otherwise. A failure is reported, not cached.
+// ---- sink_attention, fused: one block per (head group, query) for prefill batches ---------------
+//
+// The split kernels above re-stage a head group's queries for every tile of 8 keys and read the
+// scores back from global memory in a second launch; fine for a decode's one query (many small
+// blocks), costly for a prefill group, whose queries each fill a block of their own. Here one
+// block owns kFusedHeads heads of one query: it stages their queries once, then passes twice
+// over the query's used keys in key order, in tiles of kFusedKeys (the used slots of each
+// chunk of kFusedChunk compacted by a block scan, each tile's keys decoded once into shared
+// memory as f32): pass 1 the dots (half_dot64's order, as sink_scores_kernel: lane hl keeps
+// partials hl + 16·c, the halving tree closes them), stored to p.scores (the CPU's scratch
+// values, -1e30 for disallowed rows) and folded into a running max per head; pass 2 reads its
+// own scores back (written by this block, ordered by the barrier), w = exp(score − max), and
+// warp g chains head g's denominator and its output dims (lane l: dims l + 32·d) over the keys
+// in order, y = y + w·key from y = 0, as sink_combine_kernel. Then y·(1/den), the inverse
+// RoPE, the store. Every chain stays in one thread, so the grid and the batch change no bit.
+constexpr int kFusedThreads = 256;  // 8 warps
+constexpr int kFusedHeads = 8;      // pass 1: two half-warps x 4 heads; pass 2: a warp per head
+constexpr int kFusedKeys = 32;      // keys per tile: 4 per warp in pass 1, a lane each for the exps
+constexpr int kFusedChunk = 512;    // slots per compaction (2 per thread)
+constexpr int kFusedMaxD = 512;     // head_dim limit: kFusedDims output dims per lane
+constexpr int kFusedDims = kFusedMaxD / 32;
+constexpr int kFusedBatch = 32;     // queries per launch (by value: ~7 KB of kernel parameters)
+static_assert(kFusedThreads == 32 * kFusedHeads && kFusedKeys == 32 && kFusedChunk == 2 * kFusedThreads,
+              "a warp per head, a lane per key of a tile, two slots per thread");
+
+struct FusedBatch {
+  SinkQuery q[kFusedBatch];
+};
+
+// Dynamic shared memory of a fused block: the staged queries, then the key tile (which the
+// outputs reuse).
+constexpr size_t fused_smem_bytes(int d) {
+  return sizeof(float) * (static_cast<size_t>(kFusedHeads) * score_q_stride(d) + static_cast<size_t>(kFusedKeys) * d);
+}
+
+// The used slots of [c0, c0 + kFusedChunk) in slot order into cslot; returns their count. With
+// `mark` (pass 1), a disallowed slot's score is the CPU's -1e30 for the block's heads. Every
+// thread calls it; cslot is complete for all threads on return.
+__device__ __forceinline__ int fused_compact(const SinkAttentionParams& p, int64_t c0, int64_t n_all, int h0, int nh,
+                                             bool mark, int64_t* cslot, int* warp_sums) {
+  const int64_t s0 = c0 + 2 * static_cast<int64_t>(threadIdx.x);
+  const bool in0 = s0 < n_all, in1 = s0 + 1 < n_all;
+  const bool u0 = in0 && slot_used(p, s0), u1 = in1 && slot_used(p, s0 + 1);
+  if (mark) {
+    for (int g = 0; g < nh; ++g) {
+      float* row = p.scores + static_cast<int64_t>(h0 + g) * n_all;
+      if (in0 && !u0) row[s0] = -1.0e30f;
+      if (in1 && !u1) row[s0 + 1] = -1.0e30f;
+    }
+  }
+  int total = 0;
+  const int at = block_scan_counts((u0 ? 1 : 0) + (u1 ? 1 : 0), warp_sums, &total);  // syncs: cslot's readers are done
+  if (u0) cslot[at] = s0;
+  if (u1) cslot[at + (u0 ? 1 : 0)] = s0 + 1;
+  __syncthreads();
+  return total;
+}
+
+// Keys k0 .. k0 + nt - 1 of the compacted list, decoded as f32 into ks[k][0, D) (k < nt).
 template <typename Key>
-cudaError_t score_smem_optin() {
-  static bool done[64] = {};
+__device__ __forceinline__ void fused_decode(const SinkAttentionParams& p, const int64_t* cslot, int k0, int nt,
+                                             Key* tkey, float* ks) {
+  const int D = p.head_dim;
+  if (static_cast<int>(threadIdx.x) < nt) tkey[threadIdx.x] = slot_key<Key>(p, cslot[k0 + threadIdx.x]);
+  __syncthreads();
+#pragma unroll 8
+  for (int i = threadIdx.x; i < nt * D; i += kFusedThreads) {
+    const int k = i / D;
+    ks[i] = attn::load_key(tkey[k], i - k * D);
+  }
+  __syncthreads();
+}
+
+template <typename Key>
+__global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_constant__ FusedBatch b) {
+  extern __shared__ float smem[];
+  __shared__ int64_t cslot[kFusedChunk];       // the chunk's used slots, in order
+  __shared__ Key tkey[kFusedKeys];             // the tile's key rows
+  __shared__ float cw[kFusedHeads][kFusedKeys];  // exp(score - max) of the tile's keys, per head
+  __shared__ float mred[kFusedThreads / 32][kFusedHeads];  // pass 1's max per (warp, head)
+  __shared__ int warp_sums[32];
+  const SinkQuery& sq = b.q[blockIdx.y];
+  const SinkAttentionParams& p = sq.p;
+  const int h0 = static_cast<int>(blockIdx.x) * kFusedHeads;
+  if (h0 >= p.n_head) return;  // block-uniform
+  const int nh = p.n_head - h0 < kFusedHeads ? p.n_head - h0 : kFusedHeads;
+  const int D = p.head_dim, Dq = score_q_stride(D);
+  float* qs = smem;                       // [kFusedHeads][Dq]: the group's queries, zeros past nh
+  float* ks = smem + kFusedHeads * Dq;    // [kFusedKeys][D]: the tile's keys as f32; then the outputs
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int hl = lane & 15, half = lane >> 4;
+  const int64_t n_all = p.n_raw + p.n_comp;
+#pragma unroll 8
+  for (int i = tid; i < kFusedHeads * D; i += kFusedThreads) {
+    const int g = i / D, e = i - g * D;
+    qs[g * Dq + e] = g < nh ? p.q[static_cast<int64_t>(h0 + g) * D + e] : 0.0f;
+  }
+  // Pass 1: scores and the running max (lanes 0 and 16: their half's four heads).
+  const int kb = 4 * warp;    // this warp's keys of a tile
+  const int g0 = 4 * half;    // this half's heads
+  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  for (int64_t c0 = 0; c0 < n_all; c0 += kFusedChunk) {
+    const int total = fused_compact(p, c0, n_all, h0, nh, true, cslot, warp_sums);
+    for (int k0 = 0; k0 < total; k0 += kFusedKeys) {
+      const int nt = total - k0 < kFusedKeys ? total - k0 : kFusedKeys;
+      fused_decode<Key>(p, cslot, k0, nt, tkey, ks);  // syncs: qs staged too
+      if (kb < nt) {  // warp-uniform
+        float acc[4][4][4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+          for (int g = 0; g < 4; ++g)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[k][g][c] = 0.0f;
+        const float* kr = ks + kb * D;
+        const float* qr = qs + g0 * Dq;
+        for (int i = 0; i < D; i += 64) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int e = i + 16 * c + hl;
+            if (e < D) {
+              float kv[4];
+#pragma unroll
+              for (int k = 0; k < 4; ++k) kv[k] = kr[k * D + e];
+#pragma unroll
+              for (int g = 0; g < 4; ++g) {
+                const float qv = qr[g * Dq + e];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) acc[k][g][c] = __fadd_rn(acc[k][g][c], __fmul_rn(qv, kv[k]));
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const bool key = kb + k < nt;
+          const int64_t slot = key ? cslot[k0 + kb + k] : 0;
+#pragma unroll
+          for (int g = 0; g < 4; ++g) {
+            const float d = attn::tree64_half(acc[k][g]);
+            if (hl == 0 && key && g0 + g < nh) {
+              const float sc = d * sq.kq_scale;
+              p.scores[static_cast<int64_t>(h0 + g0 + g) * n_all + slot] = sc;
+              m[g] = sc > m[g] ? sc : m[g];  // NaN never enters
+            }
+          }
+        }
+      }
+      __syncthreads();  // the tile's readers are done before the next decode
+    }
+  }
+  if (hl == 0) {
+#pragma unroll
+    for (int g = 0; g < 4; ++g) mred[warp][g0 + g] = m[g];
+  }
+  __syncthreads();
+  // Pass 2: warp g owns head h0 + g.
+  const bool head = warp < nh;  // warp-uniform
+  float mh = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kFusedThreads / 32; ++w) {
+    const float v = mred[w][warp];
+    mh = v > mh ? v : mh;
+  }
+  const float sink = head ? p.sinks[h0 + warp] : 0.0f;
+  const float mx = (sink != sink || !(mh > sink)) ? sink : mh;  // a NaN sink stays
+  float den = detmath::exp_f32(sink - mx);
+  float y[kFusedDims];
+#pragma unroll
+  for (int d = 0; d < kFusedDims; ++d) y[d] = 0.0f;
+  const float* score = p.scores + static_cast<int64_t>(h0 + (head ? warp : 0)) * n_all;
+  for (int64_t c0 = 0; c0 < n_all; c0 += kFusedChunk) {
+    const int total = fused_compact(p, c0, n_all, h0, nh, false, cslot, warp_sums);
+    for (int k0 = 0; k0 < total; k0 += kFusedKeys) {
+      const int nt = total - k0 < kFusedKeys ? total - k0 : kFusedKeys;
+      fused_decode<Key>(p, cslot, k0, nt, tkey, ks);
+      if (head && lane < nt) cw[warp][lane] = detmath::exp_f32(score[cslot[k0 + lane]] - mx);
+      __syncwarp();
+      if (head) {
+        for (int k = 0; k < nt; ++k) {
+          const float wk = cw[warp][k];
+          const float* kr = ks + k * D;
+#pragma unroll
+          for (int d = 0; d < kFusedDims; ++d) {
+            const int j = lane + 32 * d;
+            if (j < D) {
+              const float t = wk * kr[j];
+              y[d] = y[d] + t;
+            }
+          }
+          den = den + wk;
+        }
+      }
+      __syncthreads();  // the tile's readers are done before the next decode
+    }
+  }
+  // y·(1/den) into ks (free now), the inverse RoPE of each head's tail, the store.
+  if (head) {
+#pragma unroll
+    for (int d = 0; d < kFusedDims; ++d) {
+      const int j = lane + 32 * d;
+      if (j < D) ks[warp * D + j] = y[d] * (1.0f / den);
+    }
+  }
+  __syncthreads();
+  if (p.n_rot > 0) {
+    const int pairs = p.n_rot / 2, r0 = D - p.n_rot;
+    for (int i = tid; i < nh * pairs; i += kFusedThreads) {
+      const int g = i / pairs, pr = i - g * pairs;
+      float c, sn;
+      rope_pair(sq.ang, p.pos, pr, &c, &sn);
+      rotate_pair(&ks[g * D + r0 + 2 * pr], c, -sn);
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < nh * D; i += kFusedThreads) p.out[static_cast<int64_t>(h0) * D + i] = ks[i];
+}
+
+// A kernel's opt-in to `bytes` of dynamic shared memory past 48 KB (its largest head_dim's
+// blocks), once per device (`done`: that kernel's flags): the attribute call costs host time
+// on every launch otherwise. A failure is reported, not cached.
+cudaError_t smem_optin(const void* kernel, size_t bytes, bool (&done)[64]) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess || dev < 0 || dev >= 64) return e != cudaSuccess ? e : cudaErrorInvalidDevice;
   if (done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(sink_scores_kernel<Key>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(score_smem_bytes(kAttnMaxD)));
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // not a later launch's error
     return e;
   }
   done[dev] = true;
   return cudaSuccess;
+}
+template <typename Key>
+cudaError_t score_smem_optin() {
+  static bool done[64] = {};
+  return smem_optin(reinterpret_cast<const void*>(sink_scores_kernel<Key>), score_smem_bytes(kAttnMaxD), done);
+}
+template <typename Key>
+cudaError_t fused_smem_optin() {
+  static bool done[64] = {};
+  return smem_optin(reinterpret_cast<const void*>(sink_fused_kernel<Key>), fused_smem_bytes(kFusedMaxD), done);
 }
 
 // RoPE constants of a call (n_rot 0: no rotation, constants unused).
@@ -693,7 +919,87 @@ Status compressor_step(const CompressorStepParams& p, Stream stream) {
   return launch_result("compressor_step", shapes);
 }
 
+namespace {
+
+// Whether query q (index i of the call) is one the sink kernels take (keys of the kind
+// `stored`, that of the call's first query); the error names the query and its shapes.
+Status check_sink_query(const SinkAttentionParams& q, int i, bool stored) {
+  const bool raw_ok = stored ? q.raw_f16 != nullptr : q.raw != nullptr;
+  const bool comp_ok =
+      stored ? q.comp_fp8 != nullptr && (q.head_dim - q.n_rot) % kvsim::kFp8Block == 0 : q.comp != nullptr;
+  if (q.n_head <= 0 || q.head_dim <= 0 || q.head_dim > kAttnMaxD || q.n_raw < 0 || q.n_comp < 0 ||
+      !q.keys_one_kind() || q.stored_keys() != stored || (q.n_raw > 0 && (!raw_ok || q.raw_cap <= 0 || q.raw_first < 0)) ||
+      (q.n_comp > 0 && !comp_ok) || !rot_ok(q.n_rot, q.head_dim) || q.q == nullptr || q.sinks == nullptr ||
+      q.out == nullptr || (q.n_raw + q.n_comp > 0 && q.scores == nullptr))
+    return invalid_argument("cuda: sink_attention: unsupported arguments (query %d: heads %d x %d (head_dim <= "
+                            "%d), raw %d of ring %lld, comp %lld, n_rot %d, %s keys; keys of one type, "
+                            "that of query 0; FP8 rows need (head_dim - n_rot) %% 64 == 0)",
+                            i, q.n_head, q.head_dim, kAttnMaxD, q.n_raw, static_cast<long long>(q.raw_cap),
+                            static_cast<long long>(q.n_comp), q.n_rot,
+                            !q.keys_one_kind() ? "mixed" : (q.stored_keys() ? "stored" : "f32"));
+  return Status();
+}
+
+SinkQuery sink_query(const SinkAttentionParams& q) {
+  SinkQuery sq;
+  sq.p = q;
+  sq.ang = angles_for(q.rope, q.n_rot);
+  sq.kq_scale = 1.0f / sqrtf(static_cast<float>(q.head_dim));
+  return sq;
+}
+
+std::atomic<int> g_sink{static_cast<int>(SinkKernel::kSplit)};
+
+}  // namespace
+
+void set_sink_kernel(SinkKernel k) { g_sink.store(static_cast<int>(k), std::memory_order_relaxed); }
+
+SinkKernel sink_kernel() { return static_cast<SinkKernel>(g_sink.load(std::memory_order_relaxed)); }
+
+Status sink_attention_fused(const SinkAttentionParams* p, int n, Stream stream, bool* done) {
+  *done = false;
+  if (n <= 0) return Status();
+  const bool stored = p[0].stored_keys();
+  for (int i = 0; i < n; ++i) {
+    DS4_RETURN_IF_ERROR(check_sink_query(p[i], i, stored));
+    if (p[i].head_dim > kFusedMaxD) return Status();  // declined: the split kernels take it
+  }
+  const cudaError_t e = stored ? fused_smem_optin<attn::StoredKey>() : fused_smem_optin<const float*>();
+  if (e != cudaSuccess)
+    return resource_error("cuda: sink_attention (fused): shared memory of %zu bytes: %s", fused_smem_bytes(kFusedMaxD),
+                          cudaGetErrorString(e));
+  for (int b0 = 0; b0 < n; b0 += kFusedBatch) {
+    const int nb = n - b0 < kFusedBatch ? n - b0 : kFusedBatch;
+    FusedBatch batch{};
+    int max_heads = 0, max_dim = 0;
+    for (int i = 0; i < nb; ++i) {
+      batch.q[i] = sink_query(p[b0 + i]);
+      max_heads = p[b0 + i].n_head > max_heads ? p[b0 + i].n_head : max_heads;
+      max_dim = p[b0 + i].head_dim > max_dim ? p[b0 + i].head_dim : max_dim;
+    }
+    const dim3 grid(static_cast<unsigned>((max_heads + kFusedHeads - 1) / kFusedHeads), static_cast<unsigned>(nb));
+    const size_t smem = fused_smem_bytes(max_dim);
+    if (stored) {
+      sink_fused_kernel<attn::StoredKey><<<grid, kFusedThreads, smem, stream>>>(batch);
+    } else {
+      sink_fused_kernel<const float*><<<grid, kFusedThreads, smem, stream>>>(batch);
+    }
+    char shapes[160];
+    std::snprintf(shapes, sizeof shapes, "%d queries, heads %d x %d, raw %d, comp %lld", nb, batch.q[0].p.n_head,
+                  batch.q[0].p.head_dim, batch.q[0].p.n_raw, static_cast<long long>(batch.q[0].p.n_comp));
+    const Status s = launch_result("sink_attention (fused)", shapes);
+    if (!s.ok()) return s;
+  }
+  *done = true;
+  return Status();
+}
+
 Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
+  if (n >= kSinkFusedMinQueries && sink_kernel() == SinkKernel::kFused) {
+    bool done = false;
+    const Status s = sink_attention_fused(p, n, stream, &done);
+    if (!s.ok() || done) return s;
+  }
   for (int b0 = 0; b0 < n; b0 += kMaxBatch) {
     const int nb = n - b0 < kMaxBatch ? n - b0 : kMaxBatch;
     SinkBatch batch{};
@@ -702,23 +1008,8 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
     const bool stored = p[b0].stored_keys();  // one key type per call (the target's or the drafter's)
     for (int i = 0; i < nb; ++i) {
       const SinkAttentionParams& q = p[b0 + i];
-      const bool raw_ok = stored ? q.raw_f16 != nullptr : q.raw != nullptr;
-      const bool comp_ok = stored ? q.comp_fp8 != nullptr && (q.head_dim - q.n_rot) % kvsim::kFp8Block == 0
-                                  : q.comp != nullptr;
-      if (q.n_head <= 0 || q.head_dim <= 0 || q.head_dim > kAttnMaxD || q.n_raw < 0 || q.n_comp < 0 ||
-          !q.keys_one_kind() || q.stored_keys() != stored ||
-          (q.n_raw > 0 && (!raw_ok || q.raw_cap <= 0 || q.raw_first < 0)) ||
-          (q.n_comp > 0 && !comp_ok) || !rot_ok(q.n_rot, q.head_dim) || q.q == nullptr ||
-          q.sinks == nullptr || q.out == nullptr || (q.n_raw + q.n_comp > 0 && q.scores == nullptr))
-        return invalid_argument("cuda: sink_attention: unsupported arguments (query %d: heads %d x %d (head_dim <= "
-                                "%d), raw %d of ring %lld, comp %lld, n_rot %d, %s keys; keys of one type, "
-                                "that of query 0; FP8 rows need (head_dim - n_rot) %% 64 == 0)",
-                                b0 + i, q.n_head, q.head_dim, kAttnMaxD, q.n_raw, static_cast<long long>(q.raw_cap),
-                                static_cast<long long>(q.n_comp), q.n_rot,
-                                !q.keys_one_kind() ? "mixed" : (q.stored_keys() ? "stored" : "f32"));
-      batch.q[i].p = q;
-      batch.q[i].ang = angles_for(q.rope, q.n_rot);
-      batch.q[i].kq_scale = 1.0f / sqrtf(static_cast<float>(q.head_dim));
+      DS4_RETURN_IF_ERROR(check_sink_query(q, b0 + i, stored));
+      batch.q[i] = sink_query(q);
       max_heads = q.n_head > max_heads ? q.n_head : max_heads;
       max_dim = q.head_dim > max_dim ? q.head_dim : max_dim;
       // Slices of [0, D) cut at 32s - off (sink_combine_kernel's slice_lo).

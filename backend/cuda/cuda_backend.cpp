@@ -558,6 +558,8 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
     return invalid_argument("cuda: --cuda-moe must be old or new, got '%s'", c.moe.c_str());
   if (c.dense_rows != "tiles" && c.dense_rows != "wide")
     return invalid_argument("cuda: --cuda-dense-rows must be tiles or wide, got '%s'", c.dense_rows.c_str());
+  if (c.attn != "split" && c.attn != "fused")
+    return invalid_argument("cuda: --cuda-attn must be split or fused, got '%s'", c.attn.c_str());
   if (graphs < 0 || graphs > kMaxCudaGraphSegmentOps)
     return invalid_argument("cuda: --cuda-graphs must be 0 (off), 1 (a graph per forward) or N in 2..%d (a graph "
                             "per N ops), got %d", kMaxCudaGraphSegmentOps, graphs);
@@ -574,6 +576,7 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   cuda::set_moe_rows_kernel(c.moe == "new" ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
   cuda::set_pdl(c.pdl);
   cuda::set_dense_rows_kernel(c.dense_rows == "wide" ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
+  cuda::set_sink_kernel(c.attn == "fused" ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
   uint32_t* tickets = nullptr;  // the fused HC kernels' counters: allocated and zeroed once

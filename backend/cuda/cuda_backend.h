@@ -45,6 +45,9 @@ struct CudaBackendConfig {
   bool pdl = false;
   // compressor_steps as one launch per 16 steps (true) or one compressor_step launch per step.
   bool batch_steps = false;
+  // The sink attention of 9+ queries (prefill groups): "split" or "fused" (cuda::set_sink_kernel,
+  // process-wide).
+  std::string attn = "split";
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

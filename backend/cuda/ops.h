@@ -91,6 +91,19 @@ Status compressor_steps(const backend::CompressorStepParams* p, int n, Stream st
 // in launches of as many as fit the kernel parameter space).
 Status indexer_select(const backend::IndexerSelectParams* p, int n, Stream stream);
 Status sink_attention(const backend::SinkAttentionParams* p, int n, Stream stream);
+// sink_attention's kernels (the same bits either way): kSplit, the scores of each tile of 8
+// keys per block then a combine launch per output-dim slice (many small blocks: a decode's
+// query); kFused (for calls of kSinkFusedMinQueries queries or more, more than a verify's
+// rows: prefill groups), one block per (8 heads, query) staging the queries once and keeping
+// every chain of a head in one block, up to 32 queries per launch; head_dims past 512 run
+// split. Process-wide; tests and benchmarks switch it.
+enum class SinkKernel { kSplit, kFused };
+inline constexpr int kSinkFusedMinQueries = 9;
+void set_sink_kernel(SinkKernel k);
+SinkKernel sink_kernel();
+// The fused kernel on p[0..n) whatever n (tests, benchmarks): *done false when it declines
+// the shapes (a head_dim past 512), an error when sink_attention would give one.
+Status sink_attention_fused(const backend::SinkAttentionParams* p, int n, Stream stream, bool* done);
 
 // ---- moe.cu --------------------------------------------------------------------------------
 Status route(const backend::RouteParams& p, Stream stream);

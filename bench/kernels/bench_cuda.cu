@@ -886,7 +886,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&dout, sizeof(float) * nh * D));
     CK(cudaMalloc(&dsink, sizeof(float) * nh));
     CK(cudaMemcpy(dsink, hv.data(), sizeof(float) * nh, cudaMemcpyHostToDevice));
-    auto sink_case = [&](const char* name, int64_t n_comp, bool masked, bool f32_keys = false) {
+    auto sink_params = [&](int64_t n_comp, bool masked, bool f32_keys) {
       ds4::backend::SinkAttentionParams p;
       p.q = dv + (n_raw + max_comp) * D;
       if (f32_keys) {
@@ -909,6 +909,10 @@ int main(int argc, char** argv) {
       p.n_rot = 64;
       p.pos = 1000 + n_raw;
       p.rope.n_ctx_orig = 65536;
+      return p;
+    };
+    auto sink_case = [&](const char* name, int64_t n_comp, bool masked, bool f32_keys = false) {
+      const ds4::backend::SinkAttentionParams p = sink_params(n_comp, masked, f32_keys);
       small(name, [&](int) { ok(cuda::sink_attention(&p, 1, nullptr)); });
     };
     sink_case("sink_attention 64x512 raw 128 + comp 256 (1K)", 256, false);
@@ -916,6 +920,35 @@ int main(int argc, char** argv) {
     sink_case("sink_attention 64x512 raw 128 + 512 of 2048 (8K)", 2048, true);
     sink_case("sink_attention 64x512 raw 128 only", 0, false);
     sink_case("sink_attention 64x512 raw 128 + comp 2048 (8K), f32 keys", 2048, false, true);
+    // A prefill group of 32 rows at the 2K frontier (each 128 raw rows, sliding, + 512 compressed
+    // rows, all allowed; its own scores and output): the split kernels (launches of 8 queries,
+    // --cuda-attn split) against the fused kernel (one launch, --cuda-attn fused).
+    {
+      const int nq = 32;
+      const int64_t n_comp = 512;
+      float *gs = nullptr, *go = nullptr;
+      CK(cudaMalloc(&gs, sizeof(float) * nq * nh * (n_raw + n_comp)));
+      CK(cudaMalloc(&go, sizeof(float) * nq * nh * D));
+      std::vector<ds4::backend::SinkAttentionParams> ps(nq, sink_params(n_comp, false, false));
+      for (int i = 0; i < nq; ++i) {
+        ps[i].raw_first = 1000 + i;
+        ps[i].pos = 1000 + n_raw + i;
+        ps[i].scores = gs + static_cast<int64_t>(i) * nh * (n_raw + n_comp);
+        ps[i].out = go + static_cast<int64_t>(i) * nh * D;
+      }
+      const cuda::SinkKernel saved = cuda::sink_kernel();
+      cuda::set_sink_kernel(cuda::SinkKernel::kSplit);
+      small("sink_attention 32 queries x 64x512, raw 128 + comp 512 (2K prefill group), split",
+            [&](int) { ok(cuda::sink_attention(ps.data(), nq, nullptr)); });
+      small("sink_attention 32 queries x 64x512, raw 128 + comp 512 (2K prefill group), fused", [&](int) {
+        bool done = false;
+        ok(cuda::sink_attention_fused(ps.data(), nq, nullptr, &done));
+        if (!done) std::fprintf(stderr, "bench_cuda: the fused sink kernel declined the prefill group\n");
+      });
+      cuda::set_sink_kernel(saved);
+      CK(cudaFree(gs));
+      CK(cudaFree(go));
+    }
     CK(cudaFree(dv));
     CK(cudaFree(dk));
     CK(cudaFree(d8));

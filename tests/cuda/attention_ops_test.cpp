@@ -572,9 +572,10 @@ struct SinkQuerySpec {
 
 // stored: the keys are the target's stores (raw rows f16, compressed rows FP8 stores, which
 // need (head_dim - n_rot) % 64 == 0); otherwise f32 (the drafter).
+// fused: through sink_attention_fused whatever the query count (it must take the shapes).
 void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head_dim, int64_t raw_cap, bool yarn,
-                   const std::vector<SinkQuerySpec>& qs, std::mt19937& rng, bool stored) {
-  SCOPED_TRACE(std::string(name) + (stored ? " (stored keys)" : " (f32 keys)"));
+                   const std::vector<SinkQuerySpec>& qs, std::mt19937& rng, bool stored, bool fused = false) {
+  SCOPED_TRACE(std::string(name) + (stored ? " (stored keys)" : " (f32 keys)") + (fused ? ", fused kernel" : ""));
   const int n = static_cast<int>(qs.size());
   const int D = head_dim;
   const std::vector<float> raw_v = kv_like(static_cast<size_t>(raw_cap) * D, rng);
@@ -623,8 +624,10 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
     hp[i].out = out[i].h(), dp[i].out = out[i].d();
   }
   cpu.sink_attention(hp.data(), n);
-  const Status st = sink_attention(dp.data(), n, nullptr);
+  bool done = true;
+  const Status st = fused ? sink_attention_fused(dp.data(), n, nullptr, &done) : sink_attention(dp.data(), n, nullptr);
   ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_TRUE(done) << "the fused kernel declined the shapes";
   const Status sy = synchronize();
   ASSERT_TRUE(sy.ok()) << sy.to_string();
   for (int i = 0; i < n; ++i) {
@@ -636,11 +639,13 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
   }
 }
 
-TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
+// The sink cases, through sink_attention (fused false: queries in launches of 8, the split
+// kernels unless a call reaches the fused kernel's count) or sink_attention_fused itself.
+void run_sink_cases(backend::Backend& cpu, bool fused) {
   for (const bool stored : {true, false}) {
     std::mt19937 rng(128);
     // Tiny: ring of 16 wrapping, masks, no keys at all, no de-rotation, 10 queries (2 launches).
-    run_sink_case(*cpu_, "tiny", 4, 128, 16, false,
+    run_sink_case(cpu, "tiny", 4, 128, 16, false,
                   {{16, 9, 20, 60, 64, 24},
                    {5, 30, 0, -1, 64, 34},
                    {0, 0, 0, -1, 64, 0},
@@ -651,42 +656,69 @@ TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) {
                    {0, 0, 25, 40, 64, 99},
                    {16, 17, 1, 100, 64, 32},
                    {8, 2, 3, 30, 64, 9}},
-                  rng, stored);
-    run_sink_case(*cpu_, "flash-yarn", 64, 512, 128, true,
+                  rng, stored, fused);
+    run_sink_case(cpu, "flash-yarn", 64, 512, 128, true,
                   {{128, 999873, 2000, 25, 64, 1000000},
                    {128, 999874, 300, -1, 64, 1000001},
                    {77, 999930, 5000, 10, 64, 1000006}},
-                  rng, stored);
-    run_sink_case(*cpu_, "flash-dense", 64, 512, 128, false,
-                  {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}}, rng, stored);
+                  rng, stored, fused);
+    run_sink_case(cpu, "flash-dense", 64, 512, 128, false,
+                  {{128, 4000, 0, -1, 64, 4127}, {100, 4030, 0, -1, 64, 4129}}, rng, stored, fused);
     // The 1K frontier of the bench (128 raw + 256 compressed, every row allowed) next to a masked 8K one.
-    run_sink_case(*cpu_, "flash-1k", 64, 512, 128, true,
-                  {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}}, rng, stored);
+    run_sink_case(cpu, "flash-1k", 64, 512, 128, true,
+                  {{128, 897, 256, -1, 64, 1024}, {128, 8065, 2048, 30, 64, 8192}}, rng, stored, fused);
+    // A prefill group of 40 rows at 2K (the fused kernel's launches of 32 and 8): the raw window
+    // sliding through a ring of 160, each row's compressed rows and mask its own.
+    std::vector<SinkQuerySpec> group;
+    for (int i = 0; i < 40; ++i) group.push_back({128, 1921 + i, 512 + i / 4, i % 5 == 0 ? -1 : 40 + i, 64, 2048 + i});
+    run_sink_case(cpu, "prefill-group", 64, 512, 160, true, group, rng, stored, fused);
     // Odd shapes for the score tiles (8 slots), head groups (16 heads per score block, 8 per
     // combine block) and dim slices (32 dims, cut at 32s - 1 when an odd head_dim is
     // de-rotated): 5 heads, head_dims 135 / 65 / 1, chunks of the combine pass (256 slots)
-    // overrun, one slot, masks dropping whole tiles; 20 heads and the largest head_dim (1024).
+    // overrun, one slot, masks dropping whole tiles; 20 heads and the largest head_dim (1024,
+    // past the fused kernel's 512: the split kernels only).
     // FP8 rows need (head_dim - n_rot) % 64 == 0 (an even n_rot, so an even head_dim): the
     // stored keys run the same shapes at head_dims 136 / 66 / 2, with FP8 parts of 2, 1 or 0
     // blocks.
     if (stored) {
-      run_sink_case(*cpu_, "odd-136", 5, 136, 20, false,
+      run_sink_case(cpu, "odd-136", 5, 136, 20, false,
                     {{20, 33, 900, 50, 8, 56}, {7, 3, 33, -1, 72, 12}, {0, 0, 1, -1, 136, 7}, {20, 1, 1700, 3, 8, 40}},
-                    rng, stored);
-      run_sink_case(*cpu_, "odd-66", 6, 66, 8, false, {{5, 5, 800, -1, 2, 12}, {8, 9, 70, 70, 66, 20}}, rng, stored);
-      run_sink_case(*cpu_, "dim-2", 3, 2, 4, false, {{4, 1, 5, 50, 2, 8}}, rng, stored);
-      run_sink_case(*cpu_, "dim-1024", 20, 1024, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 512, 9}}, rng,
-                    stored);
+                    rng, stored, fused);
+      run_sink_case(cpu, "odd-66", 6, 66, 8, false, {{5, 5, 800, -1, 2, 12}, {8, 9, 70, 70, 66, 20}}, rng, stored,
+                    fused);
+      run_sink_case(cpu, "dim-2", 3, 2, 4, false, {{4, 1, 5, 50, 2, 8}}, rng, stored, fused);
+      if (!fused)
+        run_sink_case(cpu, "dim-1024", 20, 1024, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 512, 9}}, rng,
+                      stored);
     } else {
-      run_sink_case(*cpu_, "odd-135", 5, 135, 20, false,
+      run_sink_case(cpu, "odd-135", 5, 135, 20, false,
                     {{20, 33, 900, 50, 16, 56}, {7, 3, 33, -1, 0, 12}, {0, 0, 1, -1, 16, 7}, {20, 1, 1700, 3, 134, 40}},
-                    rng, stored);
-      run_sink_case(*cpu_, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng, stored);
-      run_sink_case(*cpu_, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng, stored);
-      run_sink_case(*cpu_, "dim-1023", 20, 1023, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 0, 9}}, rng,
-                    stored);
+                    rng, stored, fused);
+      run_sink_case(cpu, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng, stored,
+                    fused);
+      run_sink_case(cpu, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng, stored, fused);
+      if (!fused)
+        run_sink_case(cpu, "dim-1023", 20, 1023, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 0, 9}}, rng,
+                      stored);
     }
   }
+}
+
+TEST_F(CudaAttentionOps, SinkAttentionBitsEqualCpu) { run_sink_cases(*cpu_, false); }
+
+// The fused kernel (prefill groups under --cuda-attn fused) on every case the split kernels
+// take up to head_dim 512; past it, it declines (the split kernels run).
+TEST_F(CudaAttentionOps, SinkAttentionFusedBitsEqualCpu) {
+  run_sink_cases(*cpu_, true);
+  SinkAttentionParams wide;
+  wide.n_head = 2, wide.head_dim = 1024, wide.n_rot = 64;
+  std::vector<float> buf(2 * 1024);
+  Mirror<float> q(buf), out(buf), sinks(std::vector<float>(2, 0.0f));
+  wide.q = q.d(), wide.out = out.d(), wide.sinks = sinks.d();
+  bool done = true;
+  const Status s = sink_attention_fused(&wide, 1, nullptr, &done);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_FALSE(done) << "head_dim 1024 is past the fused kernel's 512";
 }
 
 // Arguments the kernels do not support come back as an error Status naming the op and the

@@ -102,8 +102,9 @@ std::string trace_difference(const std::vector<std::vector<float>>& got, const s
 }
 
 // The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
-// kernel, programmatic dependent launch) inside a whole forward, in prefill chunks of 32 and
-// 256 rows: prefill (many rows) then decodes (one row) equal the CPU's logits at every step.
+// kernel, programmatic dependent launch, the fused sink attention of prefill groups) inside a
+// whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows) then decodes (one
+// row) equal the CPU's logits at every step.
 // The choices are process-wide; the defaults come back at the end.
 TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   open_pair(model::ExpertQuant::kQ2, 1234);
@@ -115,17 +116,20 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   const cuda::MoeR1Kernel saved_r1 = cuda::moe_r1_kernel();
   const cuda::MoeRowsKernel saved_rows = cuda::moe_rows_kernel();
   const cuda::DenseRowsKernel saved_dense = cuda::dense_rows_kernel();
+  const cuda::SinkKernel saved_sink = cuda::sink_kernel();
   for (const bool new_moe : {false, true}) {
     for (const bool wide : {false, true}) {
       for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
-        const bool pdl = new_moe == wide;  // both ways, each with either chunk
+        const bool pdl = new_moe == wide;                                   // both ways, each with either chunk
+        const bool fused = (chunk == session::kMaxChunkRows) == new_moe;  // likewise: groups of 32 and 256 rows
         cuda::set_pdl(pdl);
+        cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
         cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
         cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
         cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
         const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
                                  (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk) +
-                                 (pdl ? ", pdl" : "");
+                                 (pdl ? ", pdl" : "") + (fused ? ", fused sink attention" : "");
         EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, chunk), toks, n_prompt), want), "") << what;
       }
     }
@@ -133,6 +137,7 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_moe_r1_kernel(saved_r1);
   cuda::set_moe_rows_kernel(saved_rows);
   cuda::set_dense_rows_kernel(saved_dense);
+  cuda::set_sink_kernel(saved_sink);
   cuda::set_pdl(false);
 }
 

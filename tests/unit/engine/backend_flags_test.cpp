@@ -242,7 +242,7 @@ TEST(BackendFlags, StartUpLine) {
   EXPECT_EQ(backend_line("ds4-bench", info), "ds4-bench: backend cpu: avx2, 4 threads");
 }
 
-TEST(BackendFlags, CudaMoeDenseRowsAndPdlFromTheFlagsAndTheirMirrors) {
+TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
   EXPECT_EQ("old", eo.cuda_moe);           // the kernels measured on the device before the rewrites
@@ -271,6 +271,14 @@ TEST(BackendFlags, CudaMoeDenseRowsAndPdlFromTheFlagsAndTheirMirrors) {
   s = apply({"--cuda-dense-rows", "8"}, &eo);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--cuda-dense-rows must be tiles or wide, got '8'"), std::string::npos) << s.message();
+  EXPECT_EQ("split", eo.cuda_attn);  // the kernels measured on the device before the fused one
+  ASSERT_TRUE(apply({"--cuda-attn", "fused"}, &eo).ok());
+  EXPECT_EQ("fused", eo.cuda_attn);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_ATTN", "fused"}}).ok());
+  EXPECT_EQ("fused", eo.cuda_attn);
+  s = apply({"--cuda-attn", "flash"}, &eo);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--cuda-attn must be split or fused, got 'flash'"), std::string::npos) << s.message();
 }
 
 TEST(BackendFlags, PrefillChunkFromTheFlagAndItsMirror) {
