@@ -79,7 +79,7 @@ LONG_GEN=${LONG_GEN:-16}
 STEPS=${STEPS:-all}
 AB_CTX=${AB_CTX:-2048}
 AB_GEN=${AB_GEN:-16}
-AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe new;--cuda-dense-rows wide;--prefill-chunk 256;--cuda-batch-steps;--cuda-pdl;--cuda-graphs 1;--cuda-graphs 64;--prefill-chunk 256 --cuda-moe new --cuda-dense-rows wide --cuda-batch-steps;--cuda-moe new --cuda-pdl --cuda-graphs 1 --cuda-batch-steps;"}
+AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe new;--cuda-dense-rows wide;--prefill-chunk 256;--cuda-batch-steps;--cuda-attn fused;--cuda-pdl;--cuda-graphs 1;--cuda-graphs 64;--prefill-chunk 256 --cuda-moe new --cuda-dense-rows wide --cuda-batch-steps --cuda-attn fused;--cuda-moe new --cuda-pdl --cuda-graphs 1 --cuda-batch-steps;"}
 
 want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
 named() { [[ ",$STEPS," == *",$1,"* ]]; }  # steps that run only when named
