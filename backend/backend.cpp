@@ -2,7 +2,10 @@
 // Backend::alloc (which delegates to the backend's allocator).
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "quant/kv_sim.h"
 
 namespace ds4::backend {
 
@@ -36,6 +39,30 @@ Buffer Backend::alloc(size_t bytes) {
   b.owner_ = this;
   b.bytes_ = bytes;
   return b;
+}
+
+void Backend::compressor_rows(const CompressorRowsParams& p) {
+  constexpr int kBatch = 16;  // steps per compressor_steps call (a stack array: no allocation)
+  const CompressorStepParams& c = p.step;
+  const int64_t width = static_cast<int64_t>(c.ratio == 4 ? 2 : 1) * c.head_dim;
+  const int64_t row_bytes = c.indexer ? quant::fp4_row_bytes(c.head_dim) : quant::fp8_row_bytes(c.head_dim, c.n_rot);
+  CompressorStepParams steps[kBatch];
+  int64_t emitted = 0;
+  for (int i0 = 0; i0 < p.n; i0 += kBatch) {
+    const int m = std::min(kBatch, p.n - i0);
+    for (int k = 0; k < m; ++k) {
+      const int64_t i = i0 + k;
+      CompressorStepParams& s = steps[k];
+      s = c;
+      s.pos = c.pos + i;
+      s.kv_cur = c.kv_cur + i * width;
+      s.sc_cur = c.sc_cur + i * width;
+      if (c.out_fp8 != nullptr) s.out_fp8 = c.out_fp8 + emitted * row_bytes;
+      if (c.out_fp4 != nullptr) s.out_fp4 = c.out_fp4 + emitted * row_bytes;
+      if (compressor_emits(s.pos, c.ratio)) ++emitted;
+    }
+    compressor_steps(steps, m);
+  }
 }
 
 }  // namespace ds4::backend

@@ -227,6 +227,17 @@ struct CompressorStepParams {
 // Whether the compressor step at pos closes a window (and so appends a row).
 constexpr bool compressor_emits(int64_t pos, int ratio) { return (pos + 1) % ratio == 0; }
 
+// n consecutive steps of one compressor chain (a prefill group's rows): the bits of
+// compressor_step at positions step.pos .. step.pos + n - 1 in order. Row i's projections are
+// step.kv_cur / step.sc_cur + i * width (width = (ratio == 4 ? 2 : 1) * head_dim); the k-th row
+// the steps emit goes to step.out_fp8 (out_fp4) + k row stores; the state after is the n steps'
+// state, rows they did not rewrite included. Every emitted row depends only on the projections
+// and the state before the call, so a device backend may pool the windows in parallel.
+struct CompressorRowsParams {
+  CompressorStepParams step;  // the chain, row 0's projections and position, the first output row
+  int n = 0;
+};
+
 // Indexer scores + top-k (§4.5) for one query; only called when n_rows > top_k. The op takes
 // a batch of independent queries (the rows of a verify batch or a prefill chunk, each over its
 // own prefix of the indexer rows, with its own scratch and output).
@@ -511,6 +522,9 @@ class Backend {
   virtual void compressor_steps(const CompressorStepParams* p, int n) {
     for (int i = 0; i < n; ++i) compressor_step(p[i]);
   }
+  // A chain's n steps (CompressorRowsParams). The default (and ForwardingBackend's) issues them
+  // through compressor_steps, 16 at a time, so a decorator sees every step.
+  virtual void compressor_rows(const CompressorRowsParams& p);
   // n independent queries p[0..n) in one call (n >= 1): each query's result is the bits it
   // gets alone. Batching them lets a backend spread a verify batch's per-row attention over
   // its threads instead of running n small calls one after the other.

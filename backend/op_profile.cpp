@@ -105,6 +105,10 @@ OpCost op_cost(const CompressorStepParams* p, int n) {
   return c;
 }
 
+OpCost op_cost(const CompressorRowsParams& p) {
+  return {OpClass::kAttention, op_cost(p.step).bytes * u(p.n)};
+}
+
 OpCost op_cost(const IndexerSelectParams* p, int n) {
   uint64_t b = 0;
   for (int i = 0; i < n; ++i) {
@@ -422,6 +426,10 @@ class ProfilingBackend final : public ForwardingBackend {
   }
   void compressor_steps(const CompressorStepParams* p, int n) override {
     timed("compressor_steps", op_cost(p, n), [&] { inner_.compressor_steps(p, n); });
+  }
+  void compressor_rows(const CompressorRowsParams& p) override {
+    timed(key("compressor_rows ratio %d%s", p.step.ratio, p.step.indexer ? " (indexer)" : ""), op_cost(p),
+          [&] { inner_.compressor_rows(p); });
   }
   void indexer_select(const IndexerSelectParams* p, int n) override {
     timed("indexer_select", op_cost(p, n), [&] { inner_.indexer_select(p, n); });

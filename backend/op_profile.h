@@ -81,6 +81,7 @@ OpCost op_cost(const HcCollapseParams& p);
 OpCost op_cost(const AttentionInputsParams& p);
 OpCost op_cost(const CompressorStepParams& p);
 OpCost op_cost(const CompressorStepParams* p, int n);  // compressor_steps: the sum (n >= 0)
+OpCost op_cost(const CompressorRowsParams& p);         // compressor_rows: its n steps' sum
 OpCost op_cost(const IndexerSelectParams* p, int n);
 OpCost op_cost(const SinkAttentionParams* p, int n);
 OpCost op_cost(const SwigluParams& p);

@@ -54,8 +54,9 @@ struct BackendOptions {
   // CUDA: programmatic dependent launch of the wide Q8_0 kernel (--cuda-pdl / DS4_CUDA_PDL): it
   // starts streaming its weights while the kernel before it runs. Same bits.
   bool cuda_pdl = false;
-  // CUDA: a group's compressor steps as one launch (--cuda-batch-steps / DS4_CUDA_BATCH_STEPS)
-  // instead of one launch per step. Same bits.
+  // CUDA: the compressor steps batched (--cuda-batch-steps / DS4_CUDA_BATCH_STEPS): a prefill
+  // group's windows pooled in parallel, a verify group's steps in one launch; else one launch
+  // per step. Same bits.
   bool cuda_batch_steps = false;
   // CUDA: the sink attention of prefill groups (9+ queries), "split" or "fused" (one block per 8
   // heads of a query), --cuda-attn / DS4_CUDA_ATTN. Same bits; ignored by the CPU backend.

@@ -102,8 +102,9 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "timing, same bits",
             "DS4_CUDA_PDL")
       .flag("--cuda-batch-steps", &f->cuda_batch_steps,
-            "CUDA: run an attention group's compressor steps (up to 16) in one launch instead of one launch "
-            "per step; for A/B timing, same bits",
+            "CUDA: batch the compressor steps: a prefill group's windows pooled in parallel (two launches per "
+            "compressor chain and group), a verify group's steps up to 16 per launch; off, one launch per step. "
+            "For A/B timing, same bits",
             "DS4_CUDA_BATCH_STEPS")
       .option("--cuda-attn", &f->cuda_attn,
               "CUDA: the sink attention of a prefill group (9 or more rows): split (a score launch of many "

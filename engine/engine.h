@@ -44,7 +44,7 @@ struct EngineOptions {
   std::string cuda_moe = "old";           // CUDA: routed-expert kernels, old|new (A/B; same bits)
   std::string cuda_dense_rows = "tiles";  // CUDA: F16/F32 matmul of 9+ rows, tiles|wide (A/B; same bits)
   bool cuda_pdl = false;                  // CUDA: programmatic dependent launch (A/B; same bits)
-  bool cuda_batch_steps = false;          // CUDA: a group's compressor steps per launch (A/B; same bits)
+  bool cuda_batch_steps = false;          // CUDA: compressor steps batched / rows in parallel (A/B; same bits)
   std::string cuda_attn = "split";        // CUDA: prefill groups' sink attention, split|fused (A/B; same bits)
   int prefill_chunk = 0;  // rows per prefill forward, 1..256; 0 = the default (32). Same bits, more scratch
   int n_threads = 0;             // 0 = hardware concurrency

@@ -277,16 +277,66 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   // outputs feed nothing of the state and later rows of the group append compressed / indexer
   // rows past the counters a query recorded, so each query sees exactly what it saw when the
   // rows ran one by one.
-  // The group's compressor steps go to the backend as ONE compressor_steps call in the order
-  // they were made (each step sees what the steps before it left, as one call per step would),
-  // before anything reads their rows or states: the prefix-slot save of a row and the group's
-  // indexer selections and attentions.
+  // The group's compressor steps go to the backend before anything reads their rows or states
+  // (the prefix-slot save of a row, the group's indexer selections and attentions): a prefill
+  // group's as one compressor_rows call per chain, other groups' as ONE compressor_steps call
+  // in the order they were made (each step sees what the steps before it left, as one call per
+  // step would).
   auto flush_steps = [&] {
     be_.compressor_steps(s.comp_steps.data(), static_cast<int>(s.comp_steps.size()));
     s.comp_steps.clear();
   };
+  // One compressor step (§4.4) of a chain at pos: a row emitted there (known from pos and
+  // ratio) goes to the next row of its cache (attention rows [n_comp, D] FP8 or indexer rows
+  // [n_index, IDX] FP4), built in `pooled`.
+  auto step_params = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur, const uint16_t* ape,
+                         const float* norm, int r, int64_t dim, uint8_t* fp8_rows, uint8_t* fp4_rows, int64_t n_rows,
+                         int64_t pos, float* pooled) {
+    backend::CompressorStepParams cp;
+    cp.state_kv = st_kv;
+    cp.state_score = st_sc;
+    cp.kv_cur = kv_cur;
+    cp.sc_cur = sc_cur;
+    cp.ape = ape;
+    cp.norm = norm;
+    cp.ratio = r;
+    cp.head_dim = static_cast<int>(dim);
+    cp.n_rot = n_rot;
+    cp.pos = pos;
+    cp.eps = eps;
+    cp.rope = rp;
+    cp.indexer = fp4_rows != nullptr;
+    cp.pooled = pooled;
+    if (fp8_rows != nullptr) cp.out_fp8 = fp8_rows + n_rows * quant::fp8_row_bytes(static_cast<int>(dim), n_rot);
+    if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
+    return cp;
+  };
+  // A prefill group (this session's rows, no prefix slots) issues each chain's steps as ONE
+  // compressor_rows call over the group's rows, which a device backend may pool in parallel
+  // (every emitted row depends only on the projections and the state before the call); the
+  // rows then only advance the host's row counters. Otherwise each row's steps are collected
+  // in order and flushed as one compressor_steps call.
+  const bool chain_rows = owners == nullptr && !capture_slots;
   for (int g0 = 0; g0 < n; g0 += s.attn_rows) {
     const int g = std::min(s.attn_rows, n - g0);
+    if (chain_rows && ratio != 0) {
+      LayerState& L = state_.layers()[il];
+      const int64_t p0 = pos0 + g0;
+      auto chain = [&](float* st_kv, float* st_sc, const float* kv, const float* sc, const uint16_t* ape,
+                       const float* norm, int r, int64_t dim, uint8_t* fp8_rows, uint8_t* fp4_rows, int64_t n_rows) {
+        const int64_t emitted = (p0 + g) / r - p0 / r;  // positions p in [p0, p0 + g) with (p + 1) % r == 0
+        DS4_CHECK(n_rows + emitted <= state_.comp_cap(il));
+        backend::CompressorRowsParams cr;
+        cr.step = step_params(st_kv, st_sc, kv, sc, ape, norm, r, dim, fp8_rows, fp4_rows, n_rows, p0, s.pooled.data());
+        cr.n = g;
+        be_.compressor_rows(cr);
+      };
+      chain(L.cmp_kv.data(), L.cmp_score.data(), s.ckv.data() + g0 * W, s.csc.data() + g0 * W, m.cmp_ape, m.cmp_norm,
+            ratio, D, L.comp.data(), nullptr, L.n_comp);
+      if (ratio == 4)
+        chain(L.idx_kv.data(), L.idx_score.data(), s.ikv.data() + g0 * IW, s.isc.data() + g0 * IW, m.idx_cmp_ape,
+              m.idx_cmp_norm, 4, IDX, nullptr, L.index.data(), L.n_index);
+    }
     int n_sel = 0;
     for (int j = 0; j < g; ++j) {
       const int i = g0 + j;
@@ -299,31 +349,16 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       const int64_t max_comp = os.max_comp;
       const int64_t row_scores = static_cast<int64_t>(cfg_.n_head) * (raw_cap + max_comp);
 
-      // One compressor step (§4.4); a row emitted at this position (known from pos and ratio)
-      // is appended to its cache (attention rows [n_comp, D] or indexer rows [n_index, IDX]).
+      // The row's step of a chain (issued above in a prefill group, else collected here); the
+      // row counter advances when it emits.
       auto compress = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur,
                           const uint16_t* ape, const float* norm, int r, int64_t dim,
                           uint8_t* fp8_rows, uint8_t* fp4_rows, int64_t& n_rows) {
         const bool emits = backend::compressor_emits(pos, r);
         if (emits) DS4_CHECK(n_rows < o.state_.comp_cap(il));
-        backend::CompressorStepParams cp;
-        cp.state_kv = st_kv;
-        cp.state_score = st_sc;
-        cp.kv_cur = kv_cur;
-        cp.sc_cur = sc_cur;
-        cp.ape = ape;
-        cp.norm = norm;
-        cp.ratio = r;
-        cp.head_dim = static_cast<int>(dim);
-        cp.n_rot = n_rot;
-        cp.pos = pos;
-        cp.eps = eps;
-        cp.rope = rp;
-        cp.indexer = fp4_rows != nullptr;
-        cp.pooled = os.pooled.data();
-        if (fp8_rows != nullptr) cp.out_fp8 = fp8_rows + n_rows * quant::fp8_row_bytes(static_cast<int>(dim), n_rot);
-        if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
-        s.comp_steps.push_back(cp);  // issued with the group's other steps (one backend call)
+        if (!chain_rows)  // issued with the group's other steps (one backend call)
+          s.comp_steps.push_back(step_params(st_kv, st_sc, kv_cur, sc_cur, ape, norm, r, dim, fp8_rows, fp4_rows,
+                                             n_rows, pos, os.pooled.data()));
         if (emits) ++n_rows;
       };
       if (ratio != 0) {

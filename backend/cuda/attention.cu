@@ -208,84 +208,83 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
 
 // ---- compressor_step ----------------------------------------------------------------------------
 
-// One block: the state update (row R + pm for ratio 4, pm otherwise), and when the step emits,
-// the pooled columns (one thread per column, rows in the CPU's order), RMS norm (the 64-lane
-// double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4 (the row built in place in
-// p.pooled, each element by the thread that pooled it), the row's FP8 store to out_fp8 (or the
-// indexer row's FP4 store to out_fp4), and the ratio-4 lane shift.
-__device__ void compressor_body(const CompressorStepParams& p, const RopeAngles& ang, bool emit) {
+// The window a closing step pools (§4.4), as rows r of its scores and kv values at pooled
+// column j: ratio 4, r in [0, 4) the previous lane (state rows 0-3, columns [0, D)) and r in
+// [4, 8) the current one (state rows 4-7, columns [D, 2D)); otherwise r in [0, ratio), the
+// state's rows. StateWindow reads the chain's state (compressor_step); RowsWindow reads each
+// row where compressor_rows finds it (the state or the call's projection rows, whose score is
+// sc + ape as the state would hold it).
+struct StateWindow {
+  const float* ss;  // state_score
+  const float* sk;  // state_kv
+  int W, off;       // row width; column offset of the current lane (D for ratio 4, else 0)
+  __device__ __forceinline__ int64_t at(int r, int j) const {
+    return static_cast<int64_t>(r) * W + (r >= 4 ? off : 0) + j;
+  }
+  __device__ __forceinline__ float sc(int r, int j) const { return ss[at(r, j)]; }
+  __device__ __forceinline__ float kv(int r, int j) const { return sk[at(r, j)]; }
+};
+
+// One block: the pooled columns (one thread per column, rows in the CPU's order), RMS norm (the
+// 64-lane double sum on warp 0), RoPE at pos + 1 − R, FP8 or Hadamard + FP4 (the row built in
+// place in `pooled`, each element by the thread that pooled it), the row's FP8 store to
+// p.out_fp8 (or the indexer row's FP4 store to p.out_fp4). Win: StateWindow or RowsWindow.
+template <class Win>
+__device__ void compressor_emit(const Win& win, const CompressorStepParams& p, const RopeAngles& ang, int64_t pos,
+                                float* pooled) {
   __shared__ float s_scale;
   const int R = p.ratio, D = p.head_dim;
-  const int W = (R == 4 ? 2 : 1) * D;
-  const int pm = static_cast<int>(p.pos % R);
-  const int row = R == 4 ? R + pm : pm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kCompThreads / 32;
-  {
-    float* skv = p.state_kv + static_cast<int64_t>(row) * W;
-    float* ssc = p.state_score + static_cast<int64_t>(row) * W;
-    const uint16_t* ape = p.ape + static_cast<int64_t>(pm) * W;
-    for (int j = tid; j < W; j += kCompThreads) {
-      skv[j] = p.kv_cur[j];
-      ssc[j] = p.sc_cur[j] + kvsim::f16_to_f32(ape[j]);
-    }
-  }
-  if (!emit) return;
-  __syncthreads();
-  const float* ss = p.state_score;
-  const float* sk = p.state_kv;
   for (int j = tid; j < D; j += kCompThreads) {
     float mx = -1.0e30f;
     if (R == 4) {
       for (int r = 0; r < 4; ++r) {
-        const float sp = ss[static_cast<int64_t>(r) * W + j];
-        const float sc = ss[static_cast<int64_t>(4 + r) * W + D + j];
+        const float sp = win.sc(r, j);
+        const float sc = win.sc(4 + r, j);
         if (sp > mx) mx = sp;
         if (sc > mx) mx = sc;
       }
     } else {
       for (int r = 0; r < R; ++r) {
-        const float s = ss[static_cast<int64_t>(r) * W + j];
+        const float s = win.sc(r, j);
         if (s > mx) mx = s;
       }
     }
     if (mx <= -0.5e30f) {
-      p.pooled[j] = 0.0f;
+      pooled[j] = 0.0f;
       continue;
     }
     float den = 0.0f, acc = 0.0f;
     if (R == 4) {
       for (int r = 0; r < 4; ++r) {
-        const int64_t ip = static_cast<int64_t>(r) * W + j;
-        const int64_t ic = static_cast<int64_t>(4 + r) * W + D + j;
-        const float wp = detmath::exp_f32(ss[ip] - mx);
-        const float wc = detmath::exp_f32(ss[ic] - mx);
+        const float wp = detmath::exp_f32(win.sc(r, j) - mx);
+        const float wc = detmath::exp_f32(win.sc(4 + r, j) - mx);
         den += wp + wc;
-        const float tp = wp * sk[ip];
+        const float tp = wp * win.kv(r, j);
         acc = acc + tp;
-        const float tc = wc * sk[ic];
+        const float tc = wc * win.kv(4 + r, j);
         acc = acc + tc;
       }
     } else {
       for (int r = 0; r < R; ++r) {
-        const int64_t ii = static_cast<int64_t>(r) * W + j;
-        const float w = detmath::exp_f32(ss[ii] - mx);
+        const float w = detmath::exp_f32(win.sc(r, j) - mx);
         den += w;
-        const float t = w * sk[ii];
+        const float t = w * win.kv(r, j);
         acc = acc + t;
       }
     }
-    p.pooled[j] = den > 0.0f ? acc / den : 0.0f;
+    pooled[j] = den > 0.0f ? acc / den : 0.0f;
   }
   __syncthreads();
   if (warp == 0) {  // quant::sumsq_f64's 64-lane order: lane t runs partials t and t + 32
     double q0 = 0.0, q1 = 0.0;
     for (int i = 0; i < D; i += 64) {
       if (i + lane < D) {
-        const double v = static_cast<double>(p.pooled[i + lane]);
+        const double v = static_cast<double>(pooled[i + lane]);
         q0 = __dadd_rn(q0, __dmul_rn(v, v));
       }
       if (i + lane + 32 < D) {
-        const double v = static_cast<double>(p.pooled[i + lane + 32]);
+        const double v = static_cast<double>(pooled[i + lane + 32]);
         q1 = __dadd_rn(q1, __dmul_rn(v, v));
       }
     }
@@ -295,13 +294,13 @@ __device__ void compressor_body(const CompressorStepParams& p, const RopeAngles&
   }
   __syncthreads();
   const float scale = s_scale;
-  float* out = p.pooled;
+  float* out = pooled;
   for (int j = tid; j < D; j += kCompThreads) {
     const float t = out[j] * scale;
     out[j] = p.norm != nullptr ? t * p.norm[j] : t;
   }
   __syncthreads();
-  const int64_t rpos = p.pos + 1 - R;
+  const int64_t rpos = pos + 1 - R;
   for (int i = tid; i < p.n_rot / 2; i += kCompThreads) {
     float c, s;
     rope_pair(ang, rpos, i, &c, &s);
@@ -326,6 +325,28 @@ __device__ void compressor_body(const CompressorStepParams& p, const RopeAngles&
     for (int j = tid; j < p.n_rot; j += kCompThreads) tail[j] = kvsim::f32_to_f16(out[lead + j]);
   }
   __syncthreads();
+}
+
+// One block: the state update (row R + pm for ratio 4, pm otherwise), and when the step emits,
+// compressor_emit over the state (the row built in p.pooled) and the ratio-4 lane shift.
+__device__ void compressor_body(const CompressorStepParams& p, const RopeAngles& ang, bool emit) {
+  const int R = p.ratio, D = p.head_dim;
+  const int W = (R == 4 ? 2 : 1) * D;
+  const int pm = static_cast<int>(p.pos % R);
+  const int row = R == 4 ? R + pm : pm;
+  const int tid = threadIdx.x;
+  {
+    float* skv = p.state_kv + static_cast<int64_t>(row) * W;
+    float* ssc = p.state_score + static_cast<int64_t>(row) * W;
+    const uint16_t* ape = p.ape + static_cast<int64_t>(pm) * W;
+    for (int j = tid; j < W; j += kCompThreads) {
+      skv[j] = p.kv_cur[j];
+      ssc[j] = p.sc_cur[j] + kvsim::f16_to_f32(ape[j]);
+    }
+  }
+  if (!emit) return;
+  __syncthreads();
+  compressor_emit(StateWindow{p.state_score, p.state_kv, W, R == 4 ? D : 0}, p, ang, p.pos, p.pooled);
   if (R == 4) {
     // The current window becomes the previous lane of the next one (pooling read it above).
     for (int j = tid; j < 4 * W; j += kCompThreads) {
@@ -358,6 +379,130 @@ __global__ void __launch_bounds__(kCompThreads) compressor_steps_kernel(const __
   for (int i = 0; i < b.n; ++i) {
     compressor_body(b.s[i].p, b.s[i].ang, b.s[i].emit);
     __syncthreads();
+  }
+}
+
+// ---- compressor_rows ----------------------------------------------------------------------------
+//
+// A chain's n steps (backend::CompressorRowsParams) in two launches. First every row the steps
+// emit, a block each, in parallel: the block finds each row of its window where the steps one
+// by one would have read it (a projection row of the call, whose score is sc + ape as the
+// state would hold it, or a state row as it was before the call: the current lane's rows of
+// positions before the call, the previous lane when the window before closed before the call)
+// and runs compressor_emit on them. Then the state after the n steps, one thread per column:
+// each state row's last write in the call (a projection row) or its old value, and for ratio
+// 4 the previous lane as copied at the call's last emission (read before anything is written).
+constexpr int kRowsMaxWindow = 128;  // window rows (ratio 4: 8; ratio R <= 128: R)
+constexpr int kRowsMaxD = 1024;      // head_dim limit (the pooled row in shared memory)
+constexpr int kRowsStateThreads = 256;
+
+struct RowsWindow {
+  const float* const* kvp;     // [rows] the row's kv values at pooled column 0
+  const float* const* scp;     // [rows] its scores (projection rows: sc before the APE)
+  const uint16_t* const* apep; // [rows] the APE row to add (projection rows), or nullptr (state rows)
+  __device__ __forceinline__ float sc(int r, int j) const {
+    return apep[r] != nullptr ? scp[r][j] + kvsim::f16_to_f32(apep[r][j]) : scp[r][j];
+  }
+  __device__ __forceinline__ float kv(int r, int j) const { return kvp[r][j]; }
+};
+
+struct RowsArgs {
+  CompressorStepParams c;  // the chain; c.pos, c.kv_cur / c.sc_cur: row 0; c.out_*: the first emitted row
+  RopeAngles ang;
+  int n;                   // rows (positions c.pos .. c.pos + n - 1)
+  int n_emit;              // rows emitted in the call
+  int64_t first_emit;      // the position of the first
+  int64_t row_bytes;       // bytes of an emitted row's store
+};
+
+__global__ void __launch_bounds__(kCompThreads) compressor_rows_emit_kernel(const __grid_constant__ RowsArgs a) {
+  __shared__ const float* wkv[kRowsMaxWindow];
+  __shared__ const float* wsc[kRowsMaxWindow];
+  __shared__ const uint16_t* wape[kRowsMaxWindow];
+  __shared__ float pooled[kRowsMaxD];
+  const CompressorStepParams& c = a.c;
+  const int R = c.ratio, D = c.head_dim;
+  const int W = (R == 4 ? 2 : 1) * D;
+  const int64_t pos0 = c.pos;
+  const int64_t q = a.first_emit + static_cast<int64_t>(blockIdx.x) * R;  // this block's closing position
+  const int rows = R == 4 ? 8 : R;
+  for (int r = threadIdx.x; r < rows; r += kCompThreads) {
+    const bool prev = R == 4 && r < 4;
+    const int64_t t = R == 4 ? (prev ? q - 7 + r : q - 3 + (r - 4)) : q - R + 1 + r;  // the row's position
+    const int col = R == 4 && !prev ? D : 0;
+    if (t >= pos0) {
+      const int64_t i = t - pos0;
+      wkv[r] = c.kv_cur + i * W + col;
+      wsc[r] = c.sc_cur + i * W + col;
+      wape[r] = c.ape + (t % R) * W + col;
+    } else {
+      // Ratio 4's previous lane is the copy made when the window before closed (at q - 4), if
+      // that was before the call (or never: the initial lane); else its rows of positions
+      // before the call are still the current lane's. t >= 0 on every other path.
+      const int64_t srow = prev ? (q - 4 < pos0 ? r : 4 + t % 4) : (R == 4 ? 4 + t % 4 : t % R);
+      wkv[r] = c.state_kv + srow * W + col;
+      wsc[r] = c.state_score + srow * W + col;
+      wape[r] = nullptr;
+    }
+  }
+  __syncthreads();
+  CompressorStepParams p = c;
+  const int64_t k = blockIdx.x;
+  if (c.out_fp8 != nullptr) p.out_fp8 = c.out_fp8 + k * a.row_bytes;
+  if (c.out_fp4 != nullptr) p.out_fp4 = c.out_fp4 + k * a.row_bytes;
+  compressor_emit(RowsWindow{wkv, wsc, wape}, p, a.ang, q, pooled);
+}
+
+// The last position t in [pos0, end) with t % R == slot, or -1.
+__device__ __forceinline__ int64_t last_write(int64_t pos0, int64_t end, int R, int slot) {
+  const int64_t t = (end - 1) - (((end - 1 - slot) % R) + R) % R;
+  return t >= pos0 ? t : -1;
+}
+
+// The state after the call. Ratio 4: thread j owns column j of all 8 rows (new values from the
+// old ones in registers, then the stores); otherwise thread u owns (slot u / W, column u % W).
+__global__ void __launch_bounds__(kRowsStateThreads) compressor_rows_state_kernel(const __grid_constant__ RowsArgs a) {
+  const CompressorStepParams& c = a.c;
+  const int R = c.ratio, D = c.head_dim;
+  const int W = (R == 4 ? 2 : 1) * D;
+  const int64_t pos0 = c.pos, end = pos0 + a.n;
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * kRowsStateThreads + threadIdx.x;
+  // Row t's values at column j as the step at t writes them.
+  auto proj_kv = [&](int64_t t, int j) { return c.kv_cur[(t - pos0) * W + j]; };
+  auto proj_sc = [&](int64_t t, int j) {
+    return c.sc_cur[(t - pos0) * W + j] + kvsim::f16_to_f32(c.ape[(t % R) * W + j]);
+  };
+  if (R == 4) {
+    if (u >= W) return;
+    const int j = static_cast<int>(u);
+    float nkv[8], nsc[8];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t t = last_write(pos0, end, 4, i);
+      nkv[4 + i] = t >= 0 ? proj_kv(t, j) : c.state_kv[(4 + i) * W + j];
+      nsc[4 + i] = t >= 0 ? proj_sc(t, j) : c.state_score[(4 + i) * W + j];
+    }
+    const int64_t q_last = a.n_emit > 0 ? a.first_emit + static_cast<int64_t>(a.n_emit - 1) * 4 : -1;
+    for (int r = 0; r < 4; ++r) {
+      if (q_last < 0) {
+        nkv[r] = c.state_kv[r * W + j];
+        nsc[r] = c.state_score[r * W + j];
+      } else {
+        const int64_t t = q_last - 3 + r;  // the current lane's row r when the last window closed
+        nkv[r] = t >= pos0 ? proj_kv(t, j) : c.state_kv[(4 + r) * W + j];
+        nsc[r] = t >= pos0 ? proj_sc(t, j) : c.state_score[(4 + r) * W + j];
+      }
+    }
+    for (int r = 0; r < 8; ++r) {
+      c.state_kv[r * W + j] = nkv[r];
+      c.state_score[r * W + j] = nsc[r];
+    }
+  } else {
+    if (u >= static_cast<int64_t>(R) * W) return;
+    const int slot = static_cast<int>(u / W), j = static_cast<int>(u % W);
+    const int64_t t = last_write(pos0, end, R, slot);
+    if (t < 0) return;
+    c.state_kv[static_cast<int64_t>(slot) * W + j] = proj_kv(t, j);
+    c.state_score[static_cast<int64_t>(slot) * W + j] = proj_sc(t, j);
   }
 }
 
@@ -910,6 +1055,38 @@ Status compressor_steps(const CompressorStepParams* p, int n, Stream stream) {
     if (!s.ok()) return s;
   }
   return Status();
+}
+
+Status compressor_rows(const backend::CompressorRowsParams& p, Stream stream, bool* done) {
+  *done = false;
+  const CompressorStepParams& c = p.step;
+  char shapes[160];
+  if (!compressor_args_ok(c, shapes, sizeof shapes) || p.n < 0) return compressor_args_error(shapes);
+  if (c.ratio > kRowsMaxWindow || c.head_dim > kRowsMaxD) return Status();  // declined: the steps one by one
+  *done = true;
+  if (p.n == 0) return Status();
+  RowsArgs a{};
+  a.c = c;
+  a.ang = angles_for(c.rope, c.n_rot);
+  a.n = p.n;
+  const int64_t R = c.ratio, pos0 = c.pos, end = pos0 + p.n;
+  a.n_emit = static_cast<int>(end / R - pos0 / R);  // positions t in [pos0, end) with (t + 1) % R == 0
+  a.first_emit = (pos0 / R) * R + R - 1;
+  a.row_bytes = c.indexer ? kvsim::fp4_row_bytes(c.head_dim) : kvsim::fp8_row_bytes(c.head_dim, c.n_rot);
+  if (a.n_emit > 0 && (c.pooled == nullptr || (c.indexer ? c.out_fp4 == nullptr : c.out_fp8 == nullptr)))
+    return compressor_args_error(shapes);
+  std::snprintf(shapes, sizeof shapes, "%d rows from %lld, ratio %d, head_dim %d, %d emitted", p.n,
+                static_cast<long long>(pos0), c.ratio, c.head_dim, a.n_emit);
+  if (a.n_emit > 0) {
+    compressor_rows_emit_kernel<<<a.n_emit, kCompThreads, 0, stream>>>(a);
+    const Status s = launch_result("compressor_rows (emit)", shapes);
+    if (!s.ok()) return s;
+  }
+  const int64_t W = (c.ratio == 4 ? 2 : 1) * static_cast<int64_t>(c.head_dim);
+  const int64_t units = c.ratio == 4 ? W : R * W;
+  compressor_rows_state_kernel<<<static_cast<unsigned>((units + kRowsStateThreads - 1) / kRowsStateThreads),
+                                 kRowsStateThreads, 0, stream>>>(a);
+  return launch_result("compressor_rows (state)", shapes);
 }
 
 Status compressor_step(const CompressorStepParams& p, Stream stream) {

@@ -176,7 +176,7 @@ class CudaBackend final : public Backend {
   // hc_tickets: the fused HC kernels' counters (ops.h kHcTicketRows, zeroed), or nullptr for
   // the three-launch HC path; owned from here on.
   // graphs: 0 no capture, 1 a forward as one graph, N >= 2 a graph per N ops (see the top).
-  // batch_steps: compressor_steps as one launch per 16 steps instead of one per step.
+  // batch_steps: compressor_steps as one launch per 16 steps and compressor_rows as its two parallel launches.
   CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op, uint32_t* hc_tickets,
               cuda::HcKernel hc_kernel, int graphs, bool batch_steps)
       : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets), hc_kernel_(hc_kernel),
@@ -342,6 +342,20 @@ class CudaBackend final : public Backend {
     }
     op(cuda::compressor_steps(p, n, stream_), "compressor_steps", "%d steps, first ratio %d, pos %lld", n,
        p[0].ratio, ll(p[0].pos));
+  }
+  void compressor_rows(const CompressorRowsParams& p) override {
+    if (!batch_steps_) {
+      Backend::compressor_rows(p);  // the steps, one launch each
+      return;
+    }
+    bool done = false;
+    const Status s = cuda::compressor_rows(p, stream_, &done);
+    if (s.ok() && !done) {
+      Backend::compressor_rows(p);  // declined: 16 steps per launch
+      return;
+    }
+    op(s, "compressor_rows", "%d rows from %lld, ratio %d, head_dim %d", p.n, ll(p.step.pos), p.step.ratio,
+       p.step.head_dim);
   }
   void indexer_select(const IndexerSelectParams* p, int n) override {
     op(cuda::indexer_select(p, n, stream_), "indexer_select", "%d queries, first over %lld rows, top %d", n,
@@ -525,7 +539,7 @@ class CudaBackend final : public Backend {
   cuda::HcKernel hc_kernel_ = cuda::HcKernel::kFused;  // with tickets: the one-launch kernel
   cuda::OpScratch scratch_;
   int graphs_ = 0;            // --cuda-graphs: 0 off, 1 a forward per graph, N a graph per N ops
-  bool batch_steps_ = false;  // --cuda-batch-steps: a group's compressor steps per launch
+  bool batch_steps_ = false;  // --cuda-batch-steps: compressor steps batched (rows in parallel)
   bool warmed_up_ = false;    // the first one-row forward ran uncaptured
   bool in_forward_ = false;   // inside a captured bracket
   bool capturing_ = false;    // the stream is being captured now

@@ -43,7 +43,8 @@ struct CudaBackendConfig {
   std::string dense_rows = "tiles";
   // Programmatic dependent launch of the wide Q8_0 kernel (cuda::set_pdl, process-wide).
   bool pdl = false;
-  // compressor_steps as one launch per 16 steps (true) or one compressor_step launch per step.
+  // compressor_steps as one launch per 16 steps and compressor_rows as its two parallel
+  // launches (true), or one compressor_step launch per step.
   bool batch_steps = false;
   // The sink attention of 9+ queries (prefill groups): "split" or "fused" (cuda::set_sink_kernel,
   // process-wide).

@@ -140,6 +140,7 @@ DS4_HD float fp4_elem(float v, float scale) { return round_elem<1, 0>(v, scale, 
 // ---- FP4 store of the indexer rows (quant/kv_sim.h: fp4_row_bytes, fp4_stored_value) ----
 // Per row of n values: n/2 code bytes (element 2j low nibble, 2j+1 high), then n/32 exponent
 // bytes (k + 127 of the block's scale 2^k). code = (sign < 0) << 3 | E2M1 index of g.
+DS4_HD constexpr int fp4_row_bytes(int n) { return n / 2 + n / kFp4Block; }
 
 // E2M1 index of a grid magnitude g in {0, .5, 1, 1.5, 2, 3, 4, 6}, and back.
 DS4_HD uint32_t e2m1_index(float g) {

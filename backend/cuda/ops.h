@@ -87,6 +87,10 @@ Status compressor_step(const backend::CompressorStepParams& p, Stream stream);
 // p[0..n) in order, each step seeing the state the steps before it left: the bits of n
 // compressor_step calls, up to 16 steps per launch.
 Status compressor_steps(const backend::CompressorStepParams* p, int n, Stream stream);
+// A chain's n steps (backend::CompressorRowsParams, the bits of the steps one by one) in two
+// launches: every emitted row pooled in parallel, then the state after. *done false when it
+// declines the shapes (ratio past 128, head_dim past 1024: the caller runs the steps).
+Status compressor_rows(const backend::CompressorRowsParams& p, Stream stream, bool* done);
 // p[0..n): independent queries (host array; the launcher passes them to the device by value,
 // in launches of as many as fit the kernel parameter space).
 Status indexer_select(const backend::IndexerSelectParams* p, int n, Stream stream);

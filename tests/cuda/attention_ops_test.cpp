@@ -547,6 +547,106 @@ void run_indexer_case(backend::Backend& cpu, const char* name, int n_head, int h
   }
 }
 
+// compressor_rows: a chain's steps as a prefill group issues them, one call per group, against
+// the CPU's steps one by one (Backend::compressor_rows' default): calls that start and end
+// mid-window, cover whole windows, emit nothing or only a window closed by rows of an earlier
+// call (ratio 4's previous lane from the state, or the copy made in this call), a chain from
+// position 0 (the initial previous lane), and ratio 128 windows closing inside a call. The
+// state (every row, the ones the call did not rewrite included) and the stored rows after
+// each call equal the CPU's bits; `pooled` is scratch (the device pools in shared memory).
+TEST_F(CudaAttentionOps, CompressorRowsBitsEqualCpu) {
+  struct Case {
+    const char* name;
+    int ratio, head_dim, n_rot;
+    bool indexer;
+    int64_t pos0;
+    std::vector<int> calls;  // rows per call
+  };
+  const Case cases[] = {
+      {"ratio4-flash", 4, 512, 64, false, 1001, {1, 3, 7, 32, 0, 5, 2, 64}},
+      {"ratio4-indexer", 4, 128, 64, true, 998, {2, 1, 9, 40, 4}},
+      {"ratio4-tiny-from-0", 4, 128, 64, false, 0, {3, 1, 12, 6}},
+      {"ratio128-flash", 128, 512, 64, false, 900, {100, 20, 3, 256, 1}},
+      {"ratio128-from-0", 128, 128, 64, false, 0, {127, 1, 130}},
+  };
+  std::mt19937 rng(23);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int R = c.ratio, D = c.head_dim;
+    const int W = (R == 4 ? 2 : 1) * D;
+    const int state_rows = (R == 4 ? 2 : 1) * R;
+    int total = 0;
+    for (int n : c.calls) total += n;
+    std::vector<float> init_score = gaussian(static_cast<size_t>(state_rows) * W, rng);
+    for (int r = 0; r < state_rows; ++r) init_score[static_cast<size_t>(r) * W + 3] = -1.0e30f;  // a masked column
+    Mirror<float> skv(gaussian(static_cast<size_t>(state_rows) * W, rng));
+    Mirror<float> ssc(init_score);
+    std::vector<uint16_t> ape_h(static_cast<size_t>(R) * W);
+    {
+      const std::vector<float> a = gaussian(ape_h.size(), rng, 0.5f);
+      for (size_t i = 0; i < a.size(); ++i) ape_h[i] = quant::f32_to_f16(a[i]);
+    }
+    Mirror<uint16_t> ape(ape_h);
+    Mirror<float> norm(gaussian(D, rng, 0.3f));
+    Mirror<float> hpooled(std::vector<float>(D, 0.0f)), dpooled(std::vector<float>(D, 0.0f));
+    const int rb = c.indexer ? quant::fp4_row_bytes(D) : quant::fp8_row_bytes(D, c.n_rot);
+    const int max_rows = total / R + 2;
+    Mirror<uint8_t> out(std::vector<uint8_t>(static_cast<size_t>(max_rows) * rb, 0));
+    int64_t pos = c.pos0, n_out = 0;
+    for (int n : c.calls) {
+      std::vector<float> sc = gaussian(static_cast<size_t>(std::max(n, 1)) * W, rng, 2.0f);
+      for (int i = 0; i < n; ++i) sc[static_cast<size_t>(i) * W + 3] = -1.0e30f;
+      Mirror<float> kv(gaussian(static_cast<size_t>(std::max(n, 1)) * W, rng));
+      Mirror<float> scm(sc);
+      backend::CompressorRowsParams p;
+      p.n = n;
+      p.step.ratio = R;
+      p.step.head_dim = D;
+      p.step.n_rot = c.n_rot;
+      p.step.pos = pos;
+      p.step.eps = 1e-6f;
+      p.step.rope = rope_yarn(true);
+      p.step.indexer = c.indexer;
+      backend::CompressorRowsParams hp = p, dp = p;
+      hp.step.state_kv = skv.h(), dp.step.state_kv = skv.d();
+      hp.step.state_score = ssc.h(), dp.step.state_score = ssc.d();
+      hp.step.kv_cur = kv.h(), dp.step.kv_cur = kv.d();
+      hp.step.sc_cur = scm.h(), dp.step.sc_cur = scm.d();
+      hp.step.ape = ape.h(), dp.step.ape = ape.d();
+      hp.step.norm = norm.h(), dp.step.norm = norm.d();
+      hp.step.pooled = hpooled.h(), dp.step.pooled = dpooled.d();
+      (c.indexer ? hp.step.out_fp4 : hp.step.out_fp8) = out.h() + n_out * rb;
+      (c.indexer ? dp.step.out_fp4 : dp.step.out_fp8) = out.d() + n_out * rb;
+      cpu_->compressor_rows(hp);
+      bool done = false;
+      const Status s = compressor_rows(dp, nullptr, &done);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      ASSERT_TRUE(done) << "compressor_rows declined the shape";
+      sync();
+      const std::string op = std::string("compressor_rows ") + c.name + " rows " + std::to_string(pos) + ".." +
+                             std::to_string(pos + n - 1);
+      expect_bits(skv, op + " state_kv");
+      expect_bits(ssc, op + " state_score");
+      expect_bits(out, op + " stored rows");
+      n_out += (pos + n) / R - pos / R;
+      pos += n;
+    }
+    ASSERT_GE(n_out, 2) << "the case must close windows";
+    size_t nonzero = 0;
+    for (uint8_t b : out.host()) nonzero += b != 0;
+    EXPECT_GT(nonzero, static_cast<size_t>(n_out) * rb / 2) << "the stores were written";
+  }
+  // A bad chain is an error naming the op; a ratio past 128 is declined (the steps run).
+  backend::CompressorRowsParams bad;
+  bad.n = 4;
+  bad.step.ratio = 4;
+  bad.step.head_dim = 128;
+  bool done = true;
+  const Status e = compressor_rows(bad, nullptr, &done);
+  EXPECT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("compressor_step"), std::string::npos) << e.message();
+}
+
 TEST_F(CudaAttentionOps, IndexerSelectScoresAndMaskEqualCpu) {
   std::mt19937 rng(512);
   run_indexer_case(*cpu_, "tiny", 4, 128, {{40, 8, 0}, {33, 8, 5}, {100, 16, 3}}, rng);

@@ -141,9 +141,10 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_pdl(false);
 }
 
-// --cuda-batch-steps (a group's compressor steps in one launch): a prefill in chunks of 32 and
-// 256 rows, decodes after it, and verify rows with their prefix-slot saves (the steps flushed
-// before each save) equal the CPU's / plain decode's bits.
+// --cuda-batch-steps: a prefill in chunks of 32 and 256 rows (each group's compressor chains
+// as compressor_rows, the windows pooled in parallel), decodes after it, and verify rows with
+// their prefix-slot saves (the steps batched, flushed before each save) equal the CPU's /
+// plain decode's bits.
 TEST_F(CudaForward, BatchedCompressorStepsEqualCpu) {
   open_pair(model::ExpertQuant::kQ2, 1234);
   if (IsSkipped()) return;
