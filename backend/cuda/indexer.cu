@@ -13,7 +13,7 @@
 //    +0: the CPU's comparator ties them), ties at the threshold resolved by index with an
 //    ordered block scan. NaN scores have no defined order on the CPU; here they rank by key.
 //  * Queries are independent (their own rows prefix, scratch and mask); the host array is
-//    passed by value, attn::kMaxBatch queries per launch. `order` scratch is not used.
+//    passed by value, kIndexerBatch queries per launch. `order` scratch is not used.
 #include <cstdio>
 
 #include "backend/cuda/attention_common.cuh"
@@ -26,7 +26,6 @@ namespace ds4::cuda {
 namespace {
 
 using attn::block_scan_counts;
-using attn::kMaxBatch;
 using attn::launch_result;
 using backend::IndexerSelectParams;
 using detail::kFullMask;
@@ -36,12 +35,14 @@ constexpr int kTopThreads = 1024;  // top-k: one block per query
 constexpr int kFastDim = 128;      // indexer head_dim whose rows are kept in registers
 static_assert(kFastDim % 64 == 0, "the register path has no 64-lane tail");
 
+// Queries per launch: a prefill group's rows (up to 32 in one launch pair; ~3 KB of kernel
+// parameters).
+constexpr int kIndexerBatch = 32;
 struct IndexerBatch {
-  IndexerSelectParams q[kMaxBatch];
+  IndexerSelectParams q[kIndexerBatch];
 };
 
-// quant::fp4_row_bytes: the bytes of one row's FP4 store of n values.
-__host__ __device__ constexpr int fp4_row_bytes(int n) { return n / 2 + n / kvsim::kFp4Block; }
+using kvsim::fp4_row_bytes;
 
 // Element e of an FP4 row store of n values (kv_sim_hd.h): the f16 row's value, exactly.
 __device__ __forceinline__ float load_fp4(const uint8_t* row, int n, int e) {
@@ -179,8 +180,8 @@ __global__ void __launch_bounds__(kTopThreads) indexer_topk_kernel(const __grid_
 }  // namespace
 
 Status indexer_select(const IndexerSelectParams* p, int n, Stream stream) {
-  for (int b0 = 0; b0 < n; b0 += kMaxBatch) {
-    const int nb = n - b0 < kMaxBatch ? n - b0 : kMaxBatch;
+  for (int b0 = 0; b0 < n; b0 += kIndexerBatch) {
+    const int nb = n - b0 < kIndexerBatch ? n - b0 : kIndexerBatch;
     IndexerBatch batch{};
     int64_t max_rows = 0;
     size_t smem = 0;

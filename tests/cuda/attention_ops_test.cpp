@@ -650,10 +650,14 @@ TEST_F(CudaAttentionOps, CompressorRowsBitsEqualCpu) {
 TEST_F(CudaAttentionOps, IndexerSelectScoresAndMaskEqualCpu) {
   std::mt19937 rng(512);
   run_indexer_case(*cpu_, "tiny", 4, 128, {{40, 8, 0}, {33, 8, 5}, {100, 16, 3}}, rng);
-  // More than one launch of queries (8 per launch), ties everywhere.
+  // Ties everywhere; then a prefill group of 40 rows (two launches of up to 32 queries), each
+  // over one more row than the last.
   std::vector<IndexerQuery> many;
   for (int i = 0; i < 11; ++i) many.push_back({50 + 7 * i, 4 + i, i % 3 == 0 ? 0 : 2 + i});
   run_indexer_case(*cpu_, "tiny-11-queries", 2, 128, many, rng);
+  std::vector<IndexerQuery> group;
+  for (int i = 0; i < 40; ++i) group.push_back({600 + i, 512, i % 7 == 0 ? 50 : 0});
+  run_indexer_case(*cpu_, "prefill-group-40", 64, 128, group, rng);
   // A head_dim off the register fast path, with a 64-lane tail of 8.
   run_indexer_case(*cpu_, "dim-160", 3, 160, {{300, 20, 0}, {90, 12, 6}}, rng);
   run_indexer_case(*cpu_, "flash", 64, 128, {{4096, 512, 0}, {3000, 512, 700}, {65536, 512, 0}}, rng);
