@@ -757,18 +757,20 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
 // partials hl + 16·c, the halving tree closes them), stored to p.scores (the CPU's scratch
 // values, -1e30 for disallowed rows) and folded into a running max per head; pass 2 reads its
 // own scores back (written by this block, ordered by the barrier), w = exp(score − max), and
-// warp g chains head g's denominator and its output dims (lane l: dims l + 32·d) over the keys
-// in order, y = y + w·key from y = 0, as sink_combine_kernel. Then y·(1/den), the inverse
-// RoPE, the store. Every chain stays in one thread, so the grid and the batch change no bit.
+// each warp chains two heads' denominators and output dims (half of them, lane l: dims
+// dh + l + 32·d) over the keys in order, y = y + w·key from y = 0, as sink_combine_kernel. Then
+// y·(1/den), the inverse RoPE, the store. Every chain stays in one thread, so the grid and the
+// batch change no bit.
 constexpr int kFusedThreads = 256;  // 8 warps
-constexpr int kFusedHeads = 8;      // pass 1: two half-warps x 4 heads; pass 2: a warp per head
+constexpr int kFusedHeads = 8;      // pass 1: two half-warps x 4 heads; pass 2: 2 heads x 256 dims per warp
 constexpr int kFusedKeys = 32;      // keys per tile: 4 per warp in pass 1, a lane each for the exps
 constexpr int kFusedChunk = 512;    // slots per compaction (2 per thread)
 constexpr int kFusedMaxD = 512;     // head_dim limit: kFusedDims output dims per lane
-constexpr int kFusedDims = kFusedMaxD / 32;
+constexpr int kFusedDims = kFusedMaxD / 64;  // output dims per lane in pass 2 (two warps per head pair)
 constexpr int kFusedBatch = 32;     // queries per launch (by value: ~7 KB of kernel parameters)
-static_assert(kFusedThreads == 32 * kFusedHeads && kFusedKeys == 32 && kFusedChunk == 2 * kFusedThreads,
-              "a warp per head, a lane per key of a tile, two slots per thread");
+static_assert(kFusedThreads == 32 * kFusedHeads && kFusedKeys == 32 && kFusedChunk == 2 * kFusedThreads &&
+                  kFusedMaxD == 2 * 32 * kFusedDims,
+              "a warp per head for the exps, a lane per key of a tile, two slots per thread, two dim halves");
 
 struct FusedBatch {
   SinkQuery q[kFusedBatch];
@@ -825,6 +827,7 @@ __global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_
   __shared__ Key tkey[kFusedKeys];             // the tile's key rows
   __shared__ float cw[kFusedHeads][kFusedKeys];  // exp(score - max) of the tile's keys, per head
   __shared__ float mred[kFusedThreads / 32][kFusedHeads];  // pass 1's max per (warp, head)
+  __shared__ float mxs[kFusedHeads];                        // each head's max (from the sink)
   __shared__ int warp_sums[32];
   const SinkQuery& sq = b.q[blockIdx.y];
   const SinkAttentionParams& p = sq.p;
@@ -901,7 +904,7 @@ __global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_
     for (int g = 0; g < 4; ++g) mred[warp][g0 + g] = m[g];
   }
   __syncthreads();
-  // Pass 2: warp g owns head h0 + g.
+  // The max of head h0 + g (warp g), then the CPU's running max from the sink.
   const bool head = warp < nh;  // warp-uniform
   float mh = -INFINITY;
 #pragma unroll
@@ -911,10 +914,18 @@ __global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_
   }
   const float sink = head ? p.sinks[h0 + warp] : 0.0f;
   const float mx = (sink != sink || !(mh > sink)) ? sink : mh;  // a NaN sink stays
-  float den = detmath::exp_f32(sink - mx);
-  float y[kFusedDims];
+  if (lane == 0) mxs[warp] = mx;
+  // Pass 2: warp w chains heads hp, hp + 1 over the output dims [dh, dh + 256), lane l the dims
+  // dh + l + 32·d (two heads per warp: each key element read from shared memory serves both).
+  // The exps of a tile: thread (g, k) = (warp, lane), head g's max in its registers.
+  const int hp = 2 * (warp % (kFusedHeads / 2)), dh = (warp / (kFusedHeads / 2)) * 32 * kFusedDims;
+  const bool on0 = hp < nh, on1 = hp + 1 < nh;  // warp-uniform
+  __syncthreads();  // mxs
+  float den0 = on0 ? detmath::exp_f32(p.sinks[h0 + hp] - mxs[hp]) : 0.0f;
+  float den1 = on1 ? detmath::exp_f32(p.sinks[h0 + hp + 1] - mxs[hp + 1]) : 0.0f;
+  float y0[kFusedDims], y1[kFusedDims];
 #pragma unroll
-  for (int d = 0; d < kFusedDims; ++d) y[d] = 0.0f;
+  for (int d = 0; d < kFusedDims; ++d) y0[d] = y1[d] = 0.0f;
   const float* score = p.scores + static_cast<int64_t>(h0 + (head ? warp : 0)) * n_all;
   for (int64_t c0 = 0; c0 < n_all; c0 += kFusedChunk) {
     const int total = fused_compact(p, c0, n_all, h0, nh, false, cslot, warp_sums);
@@ -922,31 +933,36 @@ __global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_
       const int nt = total - k0 < kFusedKeys ? total - k0 : kFusedKeys;
       fused_decode<Key>(p, cslot, k0, nt, tkey, ks);
       if (head && lane < nt) cw[warp][lane] = detmath::exp_f32(score[cslot[k0 + lane]] - mx);
-      __syncwarp();
-      if (head) {
+      __syncthreads();  // cw
+      if (on0) {
         for (int k = 0; k < nt; ++k) {
-          const float wk = cw[warp][k];
-          const float* kr = ks + k * D;
+          const float w0 = cw[hp][k];
+          const float w1 = on1 ? cw[hp + 1][k] : 0.0f;
+          const float* kr = ks + k * D + dh;
 #pragma unroll
           for (int d = 0; d < kFusedDims; ++d) {
-            const int j = lane + 32 * d;
-            if (j < D) {
-              const float t = wk * kr[j];
-              y[d] = y[d] + t;
+            if (dh + lane + 32 * d < D) {
+              const float kv = kr[lane + 32 * d];
+              const float t0 = w0 * kv;
+              y0[d] = y0[d] + t0;
+              const float t1 = w1 * kv;
+              y1[d] = y1[d] + t1;
             }
           }
-          den = den + wk;
+          den0 = den0 + w0;
+          den1 = den1 + w1;
         }
       }
       __syncthreads();  // the tile's readers are done before the next decode
     }
   }
   // y·(1/den) into ks (free now), the inverse RoPE of each head's tail, the store.
-  if (head) {
 #pragma unroll
-    for (int d = 0; d < kFusedDims; ++d) {
-      const int j = lane + 32 * d;
-      if (j < D) ks[warp * D + j] = y[d] * (1.0f / den);
+  for (int d = 0; d < kFusedDims; ++d) {
+    const int j = dh + lane + 32 * d;
+    if (j < D) {
+      if (on0) ks[hp * D + j] = y0[d] * (1.0f / den0);
+      if (on1) ks[(hp + 1) * D + j] = y1[d] * (1.0f / den1);
     }
   }
   __syncthreads();
