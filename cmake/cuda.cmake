@@ -10,6 +10,11 @@ endif()
 set(CMAKE_CUDA_ARCHITECTURES OFF)  # the -gencode flags below say exactly what is built
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
+# 12.1: kernel parameters past 4 KB (the fused sink attention passes its queries by value).
+if(CUDAToolkit_VERSION VERSION_LESS 12.1)
+  message(FATAL_ERROR "DS4_CUDA=ON needs CUDA 12.1 or later (found ${CUDAToolkit_VERSION}); configure with "
+                      "-DDS4_CUDA=OFF for the CPU build")
+endif()
 set(CMAKE_CUDA_FLAGS_RELEASE "-O3")
 # C++20 like the host code: CMake 3.25 knows no CUDA20 dialect flag for nvcc 13, so say it.
 if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)

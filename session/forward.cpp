@@ -113,7 +113,7 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
   idx_order = i32(G * max_comp);
   allowed = u8(G * max_comp);
   attn_queries.assign(G, backend::SinkAttentionParams());
-  comp_steps.reserve(2 * G);
+  comp_steps.reserve(2 * kMaxBatchRows);  // groups of up to kMaxBatchRows rows use it (prefill groups: compressor_rows)
   idx_queries.assign(G, backend::IndexerSelectParams());
   pooled = f32(std::max<int64_t>(D, c.indexer_head_dim));
   head_mix = f32(n * c.n_hc);
@@ -311,14 +311,15 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
     return cp;
   };
-  // A prefill group (this session's rows, no prefix slots) issues each chain's steps as ONE
-  // compressor_rows call over the group's rows, which a device backend may pool in parallel
-  // (every emitted row depends only on the projections and the state before the call); the
-  // rows then only advance the host's row counters. Otherwise each row's steps are collected
-  // in order and flushed as one compressor_steps call.
-  const bool chain_rows = owners == nullptr && !capture_slots;
+  // A prefill group (two or more of this session's rows, no prefix slots) issues each chain's
+  // steps as ONE compressor_rows call over the group's rows, which a device backend may pool in
+  // parallel (every emitted row depends only on the projections and the state before the
+  // call); the rows then only advance the host's row counters. Otherwise (a decode, verify
+  // rows, rows of several sessions) each row's steps are collected in order and flushed as one
+  // compressor_steps call.
   for (int g0 = 0; g0 < n; g0 += s.attn_rows) {
     const int g = std::min(s.attn_rows, n - g0);
+    const bool chain_rows = owners == nullptr && !capture_slots && g > 1;
     if (chain_rows && ratio != 0) {
       LayerState& L = state_.layers()[il];
       const int64_t p0 = pos0 + g0;

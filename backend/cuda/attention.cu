@@ -23,12 +23,17 @@
 //    compressor's row as its FP8 store (kvsim::fp8_code / exponent bytes, the RoPE dims as f16:
 //    quant::fp8_kv_row_store's bytes); sink keys are read through attn::load_key, exact for the
 //    target's stores (attn::StoredKey) and f32 (the drafter), one kernel instance per key type.
-//  * Multi-query ops take their host param arrays by value, kMaxBatch queries per launch.
-//  * Sink attention is two launches: the scores per (key tile, head group, query) into
-//    p.scores, then per (output-dim slice, head group, query) the max, exps, denominator and
-//    weighted sum. Both decode the stored keys they read into shared memory as f32 once per
-//    block (all threads), so the dot and chain loops read only shared memory. Every block redoes a head's max / exps / denominator itself (identical
-//    values), and no chain crosses blocks, so the grid shape and the batch change no bit.
+//  * Multi-query ops take their host param arrays by value (kMaxBatch queries per launch of the
+//    split sink kernels, kFusedBatch of the fused one: ~6 KB, CUDA 12.1's larger parameter space).
+//  * Sink attention, split (SinkKernel::kSplit): two launches, the scores per (key tile, head
+//    group, query) into p.scores, then per (output-dim slice, head group, query) the max, exps,
+//    denominator and weighted sum; fused (kFused, prefill groups): one block per (head group,
+//    query) does both passes. Each decodes the stored keys it reads into shared memory as f32
+//    once per block (all threads), so the dot and chain loops read only shared memory. Every
+//    block redoes a head's max / exps / denominator itself (identical values), and no chain
+//    crosses blocks, so the grid shape and the batch change no bit.
+//  * compressor_rows pools a chain's emitted rows in parallel (compressor_emit, the step's own
+//    code) and then writes the state the steps would leave, so its bits are the steps'.
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -57,7 +62,7 @@ using attn::launch_result;
 constexpr int kMaxPairs = 256;     // RoPE pairs (n_rot <= 512)
 constexpr int kRowThreads = 256;   // attention_inputs: one block per row
 constexpr int kCompThreads = 512;  // compressor_step: one block
-constexpr int kMaxCompSteps = 16;  // compressor_steps: steps per launch (a group of 8 rows, 2 steps each)
+constexpr int kMaxCompSteps = 16;  // compressor_steps: steps per launch (a verify group of 8 rows, 2 steps each)
 constexpr int kAttnMaxD = 1024;    // sink attention: head_dim limit
 constexpr int kScoreThreads = 256; // sink scores: one block per (key tile, head group, query)
 constexpr int kScoreHeads = 16;    // heads per score block: 2 octets of heads x 4 key pairs = 8 warps
@@ -460,7 +465,8 @@ __device__ __forceinline__ int64_t last_write(int64_t pos0, int64_t end, int R, 
 }
 
 // The state after the call. Ratio 4: thread j owns column j of all 8 rows (new values from the
-// old ones in registers, then the stores); otherwise thread u owns (slot u / W, column u % W).
+// old ones in registers, then the stores); otherwise thread u owns column u % W of the slot
+// that row u / W of the call writes (the first min(n, R) rows cover every slot the call writes).
 __global__ void __launch_bounds__(kRowsStateThreads) compressor_rows_state_kernel(const __grid_constant__ RowsArgs a) {
   const CompressorStepParams& c = a.c;
   const int R = c.ratio, D = c.head_dim;
@@ -497,10 +503,9 @@ __global__ void __launch_bounds__(kRowsStateThreads) compressor_rows_state_kerne
       c.state_score[r * W + j] = nsc[r];
     }
   } else {
-    if (u >= static_cast<int64_t>(R) * W) return;
-    const int slot = static_cast<int>(u / W), j = static_cast<int>(u % W);
+    if (u >= (a.n < R ? a.n : R) * static_cast<int64_t>(W)) return;
+    const int slot = static_cast<int>((pos0 + u / W) % R), j = static_cast<int>(u % W);
     const int64_t t = last_write(pos0, end, R, slot);
-    if (t < 0) return;
     c.state_kv[static_cast<int64_t>(slot) * W + j] = proj_kv(t, j);
     c.state_score[static_cast<int64_t>(slot) * W + j] = proj_sc(t, j);
   }
@@ -775,6 +780,7 @@ static_assert(kFusedThreads == 32 * kFusedHeads && kFusedKeys == 32 && kFusedChu
 struct FusedBatch {
   SinkQuery q[kFusedBatch];
 };
+static_assert(sizeof(FusedBatch) <= 32764, "kernel parameters past CUDA 12.1's limit");
 
 // Dynamic shared memory of a fused block: the staged queries, then the key tile (which the
 // outputs reuse).
@@ -1099,7 +1105,7 @@ Status compressor_rows(const backend::CompressorRowsParams& p, Stream stream, bo
     if (!s.ok()) return s;
   }
   const int64_t W = (c.ratio == 4 ? 2 : 1) * static_cast<int64_t>(c.head_dim);
-  const int64_t units = c.ratio == 4 ? W : R * W;
+  const int64_t units = c.ratio == 4 ? W : (p.n < R ? p.n : R) * W;
   compressor_rows_state_kernel<<<static_cast<unsigned>((units + kRowsStateThreads - 1) / kRowsStateThreads),
                                  kRowsStateThreads, 0, stream>>>(a);
   return launch_result("compressor_rows (state)", shapes);

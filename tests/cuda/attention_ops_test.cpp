@@ -672,6 +672,7 @@ struct SinkQuerySpec {
   int allowed_pct;  // -1: comp_allowed null
   int n_rot;
   int64_t pos;
+  int64_t masked_first = 0;  // compressed rows [0, masked_first) disallowed (allowed_pct >= 0)
 };
 
 // stored: the keys are the target's stores (raw rows f16, compressed rows FP8 stores, which
@@ -699,6 +700,7 @@ void run_sink_case(backend::Backend& cpu, const char* name, int n_head, int head
     std::vector<uint8_t> a(std::max<int64_t>(s.n_comp, 1), 1);
     std::uniform_int_distribution<int> pct(0, 99);
     for (auto& x : a) x = pct(rng) < s.allowed_pct ? 1 : 0;
+    for (int64_t c = 0; c < std::min<int64_t>(s.masked_first, s.n_comp); ++c) a[static_cast<size_t>(c)] = 0;
     allowed.emplace_back(a);
     scores.emplace_back(std::vector<float>(static_cast<size_t>(n_head) * (s.n_raw + s.n_comp) + 1, 0.0f));
     out.emplace_back(std::vector<float>(static_cast<size_t>(n_head) * D, 0.0f));
@@ -776,6 +778,11 @@ void run_sink_cases(backend::Backend& cpu, bool fused) {
     std::vector<SinkQuerySpec> group;
     for (int i = 0; i < 40; ++i) group.push_back({128, 1921 + i, 512 + i / 4, i % 5 == 0 ? -1 : 40 + i, 64, 2048 + i});
     run_sink_case(cpu, "prefill-group", 64, 512, 160, true, group, rng, stored, fused);
+    // Whole chunks of slots (the fused kernel compacts 512 at a time) with no key before keys;
+    // a query with no key at all.
+    run_sink_case(cpu, "empty-chunks", 16, 512, 128, true,
+                  {{0, 0, 1400, 50, 64, 5000, 1100}, {128, 4000, 1400, 30, 64, 5001, 1300}, {0, 0, 600, 40, 64, 2500, 600}},
+                  rng, stored, fused);
     // Odd shapes for the score tiles (8 slots), head groups (16 heads per score block, 8 per
     // combine block) and dim slices (32 dims, cut at 32s - 1 when an odd head_dim is
     // de-rotated): 5 heads, head_dims 135 / 65 / 1, chunks of the combine pass (256 slots)
@@ -791,6 +798,9 @@ void run_sink_cases(backend::Backend& cpu, bool fused) {
       run_sink_case(cpu, "odd-66", 6, 66, 8, false, {{5, 5, 800, -1, 2, 12}, {8, 9, 70, 70, 66, 20}}, rng, stored,
                     fused);
       run_sink_case(cpu, "dim-2", 3, 2, 4, false, {{4, 1, 5, 50, 2, 8}}, rng, stored, fused);
+      // 20 heads: head groups of 16 / 8 with a part-filled last one.
+      run_sink_case(cpu, "heads-20", 20, 136, 24, true, {{24, 50, 700, 60, 8, 80}, {10, 3, 2, -1, 72, 13}}, rng,
+                    stored, fused);
       if (!fused)
         run_sink_case(cpu, "dim-1024", 20, 1024, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 512, 9}}, rng,
                       stored);
@@ -801,6 +811,8 @@ void run_sink_cases(backend::Backend& cpu, bool fused) {
       run_sink_case(cpu, "odd-65", 6, 65, 8, false, {{5, 5, 800, -1, 64, 12}, {8, 9, 70, 70, 2, 20}}, rng, stored,
                     fused);
       run_sink_case(cpu, "dim-1", 3, 1, 4, false, {{4, 1, 5, 50, 0, 8}}, rng, stored, fused);
+      run_sink_case(cpu, "heads-20", 20, 135, 24, true, {{24, 50, 700, 60, 16, 80}, {10, 3, 2, -1, 0, 13}}, rng,
+                    stored, fused);
       if (!fused)
         run_sink_case(cpu, "dim-1023", 20, 1023, 12, false, {{12, 7, 300, 60, 64, 400}, {9, 0, 3, -1, 0, 9}}, rng,
                       stored);
