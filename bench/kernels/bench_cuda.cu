@@ -700,6 +700,53 @@ int main(int argc, char** argv) {
       for (const ds4::backend::CopyRegion& r : regions) ok(cuda::copy_async(r.dst, r.src, r.bytes, nullptr));
     });
   }
+  // A prefill group's compressor chain of 256 rows (Flash widths: ratio 4 over 2 x 512 columns,
+  // FP8 rows; ratio 128 over 512): one launch per step, 16 steps per launch (compressor_steps),
+  // and compressor_rows (the windows pooled in parallel, then the state). Scratch values (tiny
+  // equal floats): only the times mean anything.
+  for (const int R : {4, 128}) {
+    const int D = 512, W = (R == 4 ? 2 : 1) * D, n = 256;
+    float* base = x + (size_t{128} << 20);  // floats past the other ops' regions
+    ds4::backend::CompressorRowsParams rp;
+    ds4::backend::CompressorStepParams& c = rp.step;
+    c.state_kv = base;
+    c.state_score = base + (size_t{2} * R) * W;
+    c.kv_cur = base + (size_t{4} * R) * W;
+    c.sc_cur = c.kv_cur + static_cast<size_t>(n) * W;
+    c.ape = reinterpret_cast<const uint16_t*>(c.sc_cur + static_cast<size_t>(n) * W);
+    c.norm = c.sc_cur + static_cast<size_t>(n + R) * W;
+    c.pooled = const_cast<float*>(c.norm) + D;
+    c.out_fp8 = reinterpret_cast<uint8_t*>(c.pooled + D);
+    c.ratio = R;
+    c.head_dim = D;
+    c.n_rot = 64;
+    c.pos = 4096;
+    c.rope.n_ctx_orig = 65536;
+    rp.n = n;
+    const int row_bytes = quant::fp8_row_bytes(D, 64);
+    std::vector<ds4::backend::CompressorStepParams> steps(n, c);
+    int emitted = 0;
+    for (int i = 0; i < n; ++i) {
+      steps[i].pos = c.pos + i;
+      steps[i].kv_cur = c.kv_cur + static_cast<size_t>(i) * W;
+      steps[i].sc_cur = c.sc_cur + static_cast<size_t>(i) * W;
+      steps[i].out_fp8 = c.out_fp8 + static_cast<size_t>(emitted) * row_bytes;
+      if ((steps[i].pos + 1) % R == 0) ++emitted;
+    }
+    char name[96];
+    std::snprintf(name, sizeof name, "compressor 256 rows ratio %d, a launch per step", R);
+    small(name, [&](int) {
+      for (const auto& st : steps) ok(cuda::compressor_step(st, nullptr));
+    });
+    std::snprintf(name, sizeof name, "compressor 256 rows ratio %d, compressor_steps", R);
+    small(name, [&](int) { ok(cuda::compressor_steps(steps.data(), n, nullptr)); });
+    std::snprintf(name, sizeof name, "compressor 256 rows ratio %d, compressor_rows", R);
+    small(name, [&](int) {
+      bool done = false;
+      ok(cuda::compressor_rows(rp, nullptr, &done));
+      if (!done) std::fprintf(stderr, "bench_cuda: compressor_rows declined the chain\n");
+    });
+  }
   float* out = x + (size_t{64} << 20);
   // rms_norm: the staged kernel (the default) and the chunked one before it, side by side.
   {
