@@ -967,6 +967,16 @@ int main(int argc, char** argv) {
     sink_case("sink_attention 64x512 raw 128 + 512 of 2048 (8K)", 2048, true);
     sink_case("sink_attention 64x512 raw 128 only", 0, false);
     sink_case("sink_attention 64x512 raw 128 + comp 2048 (8K), f32 keys", 2048, false, true);
+    // The fused kernel on a decode's one query (one block per 8 heads: 8 blocks).
+    for (const int64_t n_comp : {int64_t{256}, int64_t{2048}}) {
+      const ds4::backend::SinkAttentionParams p = sink_params(n_comp, false, false);
+      small(n_comp == 256 ? "sink_attention 64x512 raw 128 + comp 256 (1K), fused"
+                          : "sink_attention 64x512 raw 128 + comp 2048 (8K), fused",
+            [&](int) {
+              bool done = false;
+              ok(cuda::sink_attention_fused(&p, 1, nullptr, &done));
+            });
+    }
     // A prefill group of 32 rows at the 2K frontier (each 128 raw rows, sliding, + 512 compressed
     // rows, all allowed; its own scores and output): the split kernels (launches of 8 queries,
     // --cuda-attn split) against the fused kernel (one launch, --cuda-attn fused).
