@@ -159,6 +159,76 @@ TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(skv[r * W], static_cast<float>(r + 1));
 }
 
+// compressor_rows (a prefill group's chain in one call) is the steps one by one: the same state
+// (every row) and the same stored rows, over calls that start and end mid-window, for both
+// ratios and both row kinds. The CPU runs the default (Backend::compressor_rows), which the
+// CUDA kernels are tested against.
+TEST(CpuBackend, CompressorRowsAreTheStepsOneByOne) {
+  auto be = make_cpu_backend(2);
+  struct Case {
+    int ratio, head_dim;
+    bool indexer;
+    std::vector<int> calls;
+  };
+  for (const Case& c : {Case{4, 128, false, {3, 1, 9, 0, 22}}, Case{4, 128, true, {5, 16, 2}},
+                        Case{128, 128, false, {100, 40, 130}}}) {
+    const int R = c.ratio, D = c.head_dim, W = (R == 4 ? 2 : 1) * D, rows = (R == 4 ? 2 : 1) * R;
+    int total = 0;
+    for (int n : c.calls) total += n;
+    const std::vector<float> kv = randv(static_cast<size_t>(total) * W, 11);
+    const std::vector<float> sc = randv(static_cast<size_t>(total) * W, 12, 3.0f);
+    std::vector<uint16_t> ape(static_cast<size_t>(R) * W);
+    const std::vector<float> a = randv(ape.size(), 13, 0.5f);
+    for (size_t i = 0; i < a.size(); ++i) ape[i] = quant::f32_to_f16(a[i]);
+    const std::vector<float> norm = randv(D, 14);
+    const int rb = c.indexer ? quant::fp4_row_bytes(D) : quant::fp8_row_bytes(D, 64);
+    const int max_out = total / R + 2;
+    // a: compressor_rows per call; b: compressor_step per row. Both from the same prior state.
+    std::vector<float> skv_a = randv(static_cast<size_t>(rows) * W, 15), ssc_a = randv(static_cast<size_t>(rows) * W, 16);
+    std::vector<float> skv_b = skv_a, ssc_b = ssc_a, pooled(D);
+    std::vector<uint8_t> out_a(static_cast<size_t>(max_out) * rb, 0), out_b = out_a;
+    CompressorStepParams base;
+    base.ape = ape.data();
+    base.norm = norm.data();
+    base.ratio = R;
+    base.head_dim = D;
+    base.n_rot = 64;
+    base.indexer = c.indexer;
+    base.pooled = pooled.data();
+    int64_t pos = 1001, row = 0, emitted = 0;
+    for (int n : c.calls) {
+      CompressorRowsParams p;
+      p.step = base;
+      p.n = n;
+      p.step.state_kv = skv_a.data();
+      p.step.state_score = ssc_a.data();
+      p.step.pos = pos;
+      p.step.kv_cur = kv.data() + row * W;
+      p.step.sc_cur = sc.data() + row * W;
+      (c.indexer ? p.step.out_fp4 : p.step.out_fp8) = out_a.data() + emitted * rb;
+      be->compressor_rows(p);
+      for (int i = 0; i < n; ++i) {
+        CompressorStepParams q = p.step;
+        q.state_kv = skv_b.data();
+        q.state_score = ssc_b.data();
+        q.pos = pos + i;
+        q.kv_cur = kv.data() + (row + i) * W;
+        q.sc_cur = sc.data() + (row + i) * W;
+        q.out_fp4 = q.out_fp8 = nullptr;
+        (c.indexer ? q.out_fp4 : q.out_fp8) = out_b.data() + emitted * rb;
+        be->compressor_step(q);
+        emitted += compressor_emits(q.pos, R);
+      }
+      pos += n;
+      row += n;
+      ASSERT_EQ(0, std::memcmp(skv_a.data(), skv_b.data(), skv_a.size() * sizeof(float))) << "ratio " << R << " at " << pos;
+      ASSERT_EQ(0, std::memcmp(ssc_a.data(), ssc_b.data(), ssc_a.size() * sizeof(float))) << "ratio " << R << " at " << pos;
+      ASSERT_EQ(out_a, out_b) << "ratio " << R << " at " << pos;
+    }
+    EXPECT_GE(emitted, 2);
+  }
+}
+
 // The indexer row of a compressor step (Hadamard + FP4) goes to out_fp4 as the FP4 store of
 // its f16 row: the store decodes to f16_round of the row built in pooled, and that row is
 // the QAT of the normed, roped pooled row. Four tokens with the same kv pool to kv exactly.
