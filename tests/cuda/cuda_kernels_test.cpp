@@ -257,10 +257,20 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideBitsEqualCpu) {
 // Programmatic dependent launch (set_pdl): the wide kernel starts while the quantize launch
 // before it runs and must read the row only after it. 64 rounds, each quantizing a different
 // f32 row into ONE buffer that the wide kernel then reads: each round's output equals the CPU's
-// dots of that round's row, so a read of a stale or half-written row shows.
+// dots of that round's row, so a read of a stale or half-written row shows. On a created
+// stream, as the backend runs them (the overlap PDL allows is between kernels of one stream).
 TEST_F(CudaKernels, MatvecQ8_0R1WideUnderPdlReadsItsProducersRow) {
   R1KernelScope scope(Q8_0R1Kernel::kWide);
-  set_pdl(true);
+  struct PdlScope {
+    PdlScope() { set_pdl(true); }
+    ~PdlScope() { set_pdl(false); }
+  } pdl_on;
+  Stream st = nullptr;
+  ASSERT_TRUE(stream_create(&st).ok());
+  struct StreamGuard {
+    Stream s;
+    ~StreamGuard() { stream_destroy(s); }
+  } guard{st};
   for (Shape s : {Shape{4096, 1024}, Shape{8192, 4096}}) {
     SCOPED_TRACE(std::to_string(s.n_in) + "x" + std::to_string(s.n_out));
     const int rounds = 64;
@@ -273,12 +283,14 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideUnderPdlReadsItsProducersRow) {
     const Weights wv{dw->as<uint8_t>(), rb, s.n_in, s.n_out};
     DeviceBuf dq(sizeof(quant::BlockQ8_0Act) * nb), dy(sizeof(float) * s.n_out * rounds);
     dy.poison();
+    ASSERT_TRUE(synchronize().ok());  // the uploads (legacy stream) are done before `st` (non-blocking) reads them
     for (int k = 0; k < rounds; ++k) {
-      ASSERT_TRUE(quantize_q8_0_act(dx->as<float>() + k * s.n_in, s.n_in, 1, s.n_in, dq.as<quant::BlockQ8_0Act>(), nb)
-                      .ok());
-      ASSERT_TRUE(matvec_q8_0(wv, dq.as<quant::BlockQ8_0Act>(), nb, 1, dy.as<float>() + k * s.n_out, s.n_out).ok());
+      ASSERT_TRUE(
+          quantize_q8_0_act(dx->as<float>() + k * s.n_in, s.n_in, 1, s.n_in, dq.as<quant::BlockQ8_0Act>(), nb, st)
+              .ok());
+      ASSERT_TRUE(matvec_q8_0(wv, dq.as<quant::BlockQ8_0Act>(), nb, 1, dy.as<float>() + k * s.n_out, s.n_out, st).ok());
     }
-    ASSERT_TRUE(synchronize().ok());
+    ASSERT_TRUE(stream_sync(st).ok());
     std::vector<float> got(static_cast<size_t>(s.n_out) * rounds), want(got.size());
     dy.get(got.data(), got.size() * sizeof(float));
     std::vector<quant::BlockQ8_0Act> xq(nb);
@@ -289,7 +301,6 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideUnderPdlReadsItsProducersRow) {
     }
     EXPECT_EQ(0u, bit_mismatches(got.data(), want.data(), want.size(), "q8_0 wide under pdl"));
   }
-  set_pdl(false);
 }
 
 // One f32 row through matvec_q8_0_r1_f32 (the staged kernel quantizing the row itself: the
