@@ -543,6 +543,19 @@ __device__ __forceinline__ attn::StoredKey slot_key<attn::StoredKey>(const SinkA
   return {p.comp_fp8 + (slot - p.n_raw) * kvsim::fp8_row_bytes(p.head_dim, p.n_rot), lead};
 }
 
+// The queries of heads h0 .. h0 + Heads - 1 into qs[g][0, D) (rows score_q_stride(D) apart),
+// zeros past the nh heads there are; every thread of the block (Threads) takes part, several
+// loads in flight per thread (the loop unrolled: its iterations are independent).
+template <int Heads, int Threads>
+__device__ __forceinline__ void stage_queries(const SinkAttentionParams& p, int h0, int nh, float* qs) {
+  const int D = p.head_dim, Dq = score_q_stride(D);
+#pragma unroll 8
+  for (int i = threadIdx.x; i < Heads * D; i += Threads) {
+    const int g = i / D, e = i - g * D;
+    qs[g * Dq + e] = g < nh ? p.q[static_cast<int64_t>(h0 + g) * D + e] : 0.0f;
+  }
+}
+
 // Scores, one block per (tile of kScoreKeys slots, group of kScoreHeads heads, query). The
 // block first decodes its tile's used key rows into shared memory as f32 (all threads, each
 // element once: attn::load_key) and stages the group's queries (rows padded to kScorePad mod 8
@@ -583,11 +596,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
   if (used == 0) return;  // block-uniform
   // The staging loops unrolled: their iterations are independent, so several global loads are
   // in flight per thread instead of one latency each.
-#pragma unroll 8
-  for (int i = tid; i < kScoreHeads * D; i += kScoreThreads) {
-    const int g = i / D, e = i - g * D;
-    qs[g * Dq + e] = g < nh ? p.q[static_cast<int64_t>(h0 + g) * D + e] : 0.0f;
-  }
+  stage_queries<kScoreHeads, kScoreThreads>(p, h0, nh, qs);
 #pragma unroll 4
   for (int i = tid; i < kScoreKeys * D; i += kScoreThreads) {
     const int k = i / D, e = i - k * D;
@@ -846,11 +855,7 @@ __global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int hl = lane & 15, half = lane >> 4;
   const int64_t n_all = p.n_raw + p.n_comp;
-#pragma unroll 8
-  for (int i = tid; i < kFusedHeads * D; i += kFusedThreads) {
-    const int g = i / D, e = i - g * D;
-    qs[g * Dq + e] = g < nh ? p.q[static_cast<int64_t>(h0 + g) * D + e] : 0.0f;
-  }
+  stage_queries<kFusedHeads, kFusedThreads>(p, h0, nh, qs);
   // Pass 1: scores and the running max (lanes 0 and 16: their half's four heads).
   const int kb = 4 * warp;    // this warp's keys of a tile
   const int g0 = 4 * half;    // this half's heads
