@@ -448,6 +448,10 @@ class Backend {
     (void)what;
     return Status();
   }
+  // Rows per prefill forward when the user names none, or 0 for the session's default
+  // (session::kDefaultChunkRows): the CPU's prefill measured the same at 32 and 256 rows, a GPU
+  // reads each weight once per chunk and runs its batched kernels wider. Same bits at any chunk.
+  virtual int preferred_prefill_rows() const { return 0; }
 
   // ---- memory ----
   // true when backend memory is host memory (the CPU backend): Buffer::host() is then valid

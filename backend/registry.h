@@ -49,15 +49,15 @@ struct BackendOptions {
   // CUDA: the routed-expert kernels, "old" or "new" (the one-row rewrite and the expert-grouped
   // kernel for 2+ rows), --cuda-moe / DS4_CUDA_MOE; the F16/F32 matmul of 9+ rows, "tiles" or
   // "wide", --cuda-dense-rows / DS4_CUDA_DENSE_ROWS. Same bits; ignored by the CPU backend.
-  std::string cuda_moe = "old";
-  std::string cuda_dense_rows = "tiles";
+  std::string cuda_moe = "new";
+  std::string cuda_dense_rows = "wide";
   // CUDA: programmatic dependent launch of the wide Q8_0 kernel (--cuda-pdl / DS4_CUDA_PDL): it
   // starts streaming its weights while the kernel before it runs. Same bits.
-  bool cuda_pdl = false;
+  bool cuda_pdl = true;
   // CUDA: the compressor steps batched (--cuda-batch-steps / DS4_CUDA_BATCH_STEPS): a prefill
   // group's windows pooled in parallel, a verify group's steps in one launch; else one launch
   // per step. Same bits.
-  bool cuda_batch_steps = false;
+  bool cuda_batch_steps = true;
   // CUDA: the sink attention of prefill groups (9+ queries), "split" or "fused" (one block per 8
   // heads of a query), --cuda-attn / DS4_CUDA_ATTN. Same bits; ignored by the CPU backend.
   std::string cuda_attn = "split";

@@ -89,22 +89,23 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "timing; same bits",
               "DS4_CUDA_GRAPHS", "0|1|N")
       .option("--cuda-moe", &f->cuda_moe,
-              "CUDA: the routed-expert kernels: old (the one-row kernel and the row-pair kernel) or new (the "
-              "one-row rewrite and the expert-grouped kernel for 2+ rows); for A/B timing, same bits",
+              "CUDA: the routed-expert kernels: new (default: the one-row rewrite and the expert-grouped kernel "
+              "for 2+ rows; 2K prefill +24% and decode +4% on an H100) or old (the one-row kernel and the "
+              "row-pair kernel); for A/B timing, same bits",
               "DS4_CUDA_MOE", "old|new")
       .option("--cuda-dense-rows", &f->cuda_dense_rows,
-              "CUDA: the F16/F32 matmul of 9 or more rows (prefill): tiles (8-row tiles) or wide (the "
-              "many-row kernel); for A/B timing, same bits",
+              "CUDA: the F16/F32 matmul of 9 or more rows (prefill): wide (default: the many-row kernel) or "
+              "tiles (8-row tiles); for A/B timing, same bits",
               "DS4_CUDA_DENSE_ROWS", "tiles|wide")
-      .flag("--cuda-pdl", &f->cuda_pdl,
-            "CUDA: programmatic dependent launch of the one-row Q8_0 kernel: it starts streaming its weights "
-            "while the kernel before it runs, then waits for it before reading the activation; for A/B "
-            "timing, same bits",
+      .flag("--cuda-pdl,!--no-cuda-pdl", &f->cuda_pdl,
+            "CUDA: programmatic dependent launch of the one-row Q8_0 kernel (on by default; --no-cuda-pdl "
+            "turns it off): it starts streaming its weights while the kernel before it runs, then waits "
+            "for it before reading the activation; for A/B timing, same bits",
             "DS4_CUDA_PDL")
-      .flag("--cuda-batch-steps", &f->cuda_batch_steps,
-            "CUDA: batch the compressor steps: a prefill group's windows pooled in parallel (two launches per "
-            "compressor chain and group), a verify group's steps up to 16 per launch; off, one launch per step. "
-            "For A/B timing, same bits",
+      .flag("--cuda-batch-steps,!--no-cuda-batch-steps", &f->cuda_batch_steps,
+            "CUDA: batch the compressor steps (on by default; --no-cuda-batch-steps turns it off): a prefill "
+            "group's windows pooled in parallel (two launches per compressor chain and group), a verify "
+            "group's steps up to 16 per launch; off, one launch per step. For A/B timing, same bits",
             "DS4_CUDA_BATCH_STEPS")
       .option("--cuda-attn", &f->cuda_attn,
               "CUDA: the sink attention of a prefill group (9 or more rows): split (a score launch of many "
@@ -112,8 +113,9 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "weighted sum in one launch); decode and verify rows always run split. For A/B timing, same bits",
               "DS4_CUDA_ATTN", "split|fused")
       .option("--prefill-chunk", &f->prefill_chunk,
-              "Rows per prefill forward, 1..256 (0 = the default, 32): a larger chunk reads each weight once "
-              "for more prompt tokens and sizes the session's scratch and raw ring for that many rows. Same bits",
+              "Rows per prefill forward, 1..256 (0 = the backend's default: 32 on the CPU, 256 on CUDA): a "
+              "larger chunk reads each weight once for more prompt tokens and sizes the session's scratch and "
+              "raw ring for that many rows. Same bits",
               "DS4_PREFILL_CHUNK", "N");
 }
 
@@ -135,7 +137,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   }
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-q8-r1", f.cuda_q8_r1, {"auto", "new", "new-prequant", "wide", "wide-fused", "old"}));
   if (f.prefill_chunk < 0 || f.prefill_chunk > session::kMaxChunkRows) {
-    return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the default), got %d%s", session::kMaxChunkRows,
+    return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the backend's default), got %d%s", session::kMaxChunkRows,
                             f.prefill_chunk, origin(t, "--prefill-chunk").c_str());
   }
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new"}));

@@ -319,10 +319,9 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     return invalid_argument("thread count must be >= 0 (0 = all cores), got %d", options.n_threads);
   }
   if (options.prefill_chunk < 0 || options.prefill_chunk > session::kMaxChunkRows) {
-    return invalid_argument("prefill chunk must be 1..%d rows (0 = the default, %d), got %d", session::kMaxChunkRows,
-                            session::kDefaultChunkRows, options.prefill_chunk);
+    return invalid_argument("prefill chunk must be 1..%d rows (0 = the backend's default), got %d",
+                            session::kMaxChunkRows, options.prefill_chunk);
   }
-  const int chunk_rows = options.prefill_chunk > 0 ? options.prefill_chunk : session::kDefaultChunkRows;
   // The backend by name (backend/registry.h): options are checked before the model is read.
   const int threads = options.n_threads > 0
                           ? options.n_threads
@@ -348,6 +347,11 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   auto made = backend::make_backend(name, bo);
   if (!made.ok()) return made.status();
   std::unique_ptr<backend::Backend> be = std::move(made).value();
+  // The user's chunk, else the backend's preference (256 rows on CUDA), else the session's default.
+  const int preferred = std::clamp(be->preferred_prefill_rows(), 0, session::kMaxChunkRows);
+  const int chunk_rows = options.prefill_chunk > 0 ? options.prefill_chunk
+                         : preferred > 0           ? preferred
+                                                   : session::kDefaultChunkRows;
   auto model = model::Model::open(options.model_path);
   if (!model.ok()) return model.status();
   // A device backend copies the weights: refuse early, saying how much is needed and free.

@@ -41,12 +41,12 @@ struct EngineOptions {
   std::string cuda_q8_r1 = "auto";
   // CUDA: graphs for decode forwards: 0 off, 1 one graph per forward, N a graph per N ops (same bits)
   int cuda_graphs = 0;
-  std::string cuda_moe = "old";           // CUDA: routed-expert kernels, old|new (A/B; same bits)
-  std::string cuda_dense_rows = "tiles";  // CUDA: F16/F32 matmul of 9+ rows, tiles|wide (A/B; same bits)
-  bool cuda_pdl = false;                  // CUDA: programmatic dependent launch (A/B; same bits)
-  bool cuda_batch_steps = false;          // CUDA: compressor steps batched / rows in parallel (A/B; same bits)
+  std::string cuda_moe = "new";           // CUDA: routed-expert kernels, old|new (A/B; same bits)
+  std::string cuda_dense_rows = "wide";   // CUDA: F16/F32 matmul of 9+ rows, tiles|wide (A/B; same bits)
+  bool cuda_pdl = true;                   // CUDA: programmatic dependent launch (A/B; same bits)
+  bool cuda_batch_steps = true;           // CUDA: compressor steps batched / rows in parallel (A/B; same bits)
   std::string cuda_attn = "split";        // CUDA: prefill groups' sink attention, split|fused (A/B; same bits)
-  int prefill_chunk = 0;  // rows per prefill forward, 1..256; 0 = the default (32). Same bits, more scratch
+  int prefill_chunk = 0;  // rows per prefill forward, 1..256; 0 = the backend's (CPU 32, CUDA 256). Same bits
   int n_threads = 0;             // 0 = hardware concurrency
   std::string cpu_isa = "auto";  // CPU kernel path: auto|scalar|avx2|avx512 (same bits on all)
   // Reference numerics: slower; for parity checks. Matvecs against quantized weights (Q8_0

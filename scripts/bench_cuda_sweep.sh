@@ -44,7 +44,8 @@
 #     proposals cost against plain decoding, and what the calibrated cost gate keeps) run too;
 #  A. (only when STEPS names `ab`) the whole-token A/B of the kernel switches -> ab.csv: one
 #     `ds4-bench --cuda` per entry of AB_CONFIGS (';'-separated flag sets, "" = the defaults;
-#     default: the defaults, then each opt-in switch alone, then some together, then the defaults
+#     default: the defaults, then the kernels before 2026-12-07 (the old defaults), then each
+#     default switched off alone, the other chunk sizes and opt-in switches, then the defaults
 #     again to show the noise) at an AB_CTX frontier (2048) with AB_GEN (16) greedy tokens:
 #     prefill and decode tokens/s per config and the frontier hash, which must be the same for
 #     every config (sweep.log says whether it is);
@@ -79,7 +80,7 @@ LONG_GEN=${LONG_GEN:-16}
 STEPS=${STEPS:-all}
 AB_CTX=${AB_CTX:-2048}
 AB_GEN=${AB_GEN:-16}
-AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe new;--cuda-dense-rows wide;--prefill-chunk 256;--cuda-batch-steps;--cuda-attn fused;--cuda-pdl;--cuda-graphs 1;--cuda-graphs 64;--prefill-chunk 256 --cuda-moe new --cuda-dense-rows wide --cuda-batch-steps --cuda-attn fused;--cuda-moe new --cuda-pdl --cuda-graphs 1 --cuda-batch-steps;"}
+AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe old --cuda-dense-rows tiles --no-cuda-pdl --no-cuda-batch-steps --prefill-chunk 32;--cuda-moe old;--cuda-dense-rows tiles;--no-cuda-pdl;--no-cuda-batch-steps;--prefill-chunk 32;--prefill-chunk 128;--cuda-attn fused;--cuda-graphs 1;--cuda-graphs 64;"}
 
 want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
 named() { [[ ",$STEPS," == *",$1,"* ]]; }  # steps that run only when named

@@ -60,7 +60,7 @@ using attn::kMaxBatch;
 using attn::launch_result;
 
 constexpr int kMaxPairs = 256;     // RoPE pairs (n_rot <= 512)
-constexpr int kRowThreads = 256;   // attention_inputs: one block per row
+constexpr int kRowThreads = 256;   // attention_inputs: a block per (row, part)
 constexpr int kCompThreads = 512;  // compressor_step: one block
 constexpr int kMaxCompSteps = 16;  // compressor_steps: steps per launch (a verify group of 8 rows, 2 steps each)
 constexpr int kAttnMaxD = 1024;    // sink attention: head_dim limit
@@ -169,46 +169,74 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane, uint8_t* st
 
 // ---- attention_inputs ---------------------------------------------------------------------------
 
-// One block per row: angles of the row's position once (shared), then q's heads, kv (RoPE,
-// FP8 of the non-RoPE dims by one warp per 64-block, the f16 ring copy) and the
-// indexer query (RoPE, then one warp per head: Hadamard + FP4) and its weights.
+// Heads per block of attention_inputs: a block rotates 8 query heads (256 pairs at n_rot 64: a
+// pair per thread) or runs 8 indexer heads (a warp each), so a decode row's ~2,000 rotations and
+// 64 Hadamard + FP4 heads spread over 17 blocks instead of queueing on one SM's 256 threads.
+constexpr int kInputsHeads = 8;
+
+// The blocks of one row: kv, then the query's head groups, then the indexer's.
+struct InputsParts {
+  int q, iq;
+  __host__ __device__ int total() const { return 1 + q + iq; }
+};
+__host__ __device__ inline InputsParts inputs_parts(const AttentionInputsParams& p) {
+  const int q = p.q != nullptr ? (p.n_head + kInputsHeads - 1) / kInputsHeads : 0;
+  const int iq = p.iq != nullptr ? (p.n_idx_head + kInputsHeads - 1) / kInputsHeads : 0;
+  return InputsParts{q, iq};
+}
+
+// grid (rows, parts): block (r, 0) owns kv (RoPE, FP8 of the non-RoPE dims by one warp per
+// 64-block, the f16 ring copy), blocks (r, 1..q) a group of the query's heads (RoPE), the rest a
+// group of the indexer's heads (RoPE, then one warp per head: Hadamard + FP4, and the heads'
+// weights). Each block computes the row's angles into shared memory. Every element gets the
+// same operations as in the one-block form, so the bits do not depend on the split.
 __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __grid_constant__ AttentionInputsParams p,
                                                                        const RopeAngles ang) {
   detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   __shared__ float cs[kMaxPairs], sn[kMaxPairs];
   const int r = blockIdx.x;
+  const int part = blockIdx.y;
+  const InputsParts parts = inputs_parts(p);
+  const bool idx_part = part > parts.q;
+  if (idx_part && r < p.idx_first) return;  // the whole block: no indexer query on this row
   const int64_t pos = p.pos0 + r;
   const int D = p.head_dim, npairs = p.n_rot / 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kRowThreads / 32;
   for (int i = tid; i < npairs; i += kRowThreads) rope_pair(ang, pos, i, &cs[i], &sn[i]);
   __syncthreads();
-  if (p.q != nullptr) {
-    float* q = p.q + r * p.q_stride + (D - p.n_rot);
-    for (int u = tid; u < p.n_head * npairs; u += kRowThreads) {
+  if (part == 0) {
+    float* kv = p.kv + static_cast<int64_t>(r) * D;
+    for (int i = tid; i < npairs; i += kRowThreads) rotate_pair(kv + (D - p.n_rot) + 2 * i, cs[i], sn[i]);
+    for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps)
+      warp_fp8_block(kv + b * kvsim::kFp8Block, lane);
+    if (p.raw != nullptr) {
+      __syncthreads();
+      uint16_t* dst = p.raw + (pos % p.raw_cap) * D;
+      for (int j = tid; j < D; j += kRowThreads) dst[j] = kvsim::f32_to_f16(kv[j]);
+    }
+    return;
+  }
+  if (!idx_part) {
+    const int h0 = (part - 1) * kInputsHeads;
+    const int nh = min(kInputsHeads, p.n_head - h0);
+    float* q = p.q + r * p.q_stride + static_cast<int64_t>(h0) * D + (D - p.n_rot);
+    for (int u = tid; u < nh * npairs; u += kRowThreads) {
       const int h = u / npairs, i = u % npairs;
       rotate_pair(q + static_cast<int64_t>(h) * D + 2 * i, cs[i], sn[i]);
     }
+    return;
   }
-  float* kv = p.kv + static_cast<int64_t>(r) * D;
-  for (int i = tid; i < npairs; i += kRowThreads) rotate_pair(kv + (D - p.n_rot) + 2 * i, cs[i], sn[i]);
-  for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps) warp_fp8_block(kv + b * kvsim::kFp8Block, lane);
-  if (p.raw != nullptr) {
-    __syncthreads();
-    uint16_t* dst = p.raw + (pos % p.raw_cap) * D;
-    for (int j = tid; j < D; j += kRowThreads) dst[j] = kvsim::f32_to_f16(kv[j]);
+  const int h0 = (part - 1 - parts.q) * kInputsHeads;
+  const int nh = min(kInputsHeads, p.n_idx_head - h0), dim = p.idx_dim;
+  float* iq = p.iq + (static_cast<int64_t>(r) * p.n_idx_head + h0) * dim;
+  for (int u = tid; u < nh * npairs; u += kRowThreads) {
+    const int h = u / npairs, i = u % npairs;
+    rotate_pair(iq + static_cast<int64_t>(h) * dim + (dim - p.n_rot) + 2 * i, cs[i], sn[i]);
   }
-  if (p.iq != nullptr && r >= p.idx_first) {
-    const int nh = p.n_idx_head, dim = p.idx_dim;
-    float* iq = p.iq + static_cast<int64_t>(r) * nh * dim;
-    for (int u = tid; u < nh * npairs; u += kRowThreads) {
-      const int h = u / npairs, i = u % npairs;
-      rotate_pair(iq + static_cast<int64_t>(h) * dim + (dim - p.n_rot) + 2 * i, cs[i], sn[i]);
-    }
-    __syncthreads();
-    for (int h = warp; h < nh; h += nwarps) warp_indexer_qat(iq + static_cast<int64_t>(h) * dim, lane);
-    float* iw = p.iw + static_cast<int64_t>(r) * nh;
-    for (int k = tid; k < nh; k += kRowThreads) iw[k] = iw[k] * p.iw_scale;
-  }
+  __syncthreads();
+  for (int h = warp; h < nh; h += nwarps) warp_indexer_qat(iq + static_cast<int64_t>(h) * dim, lane);
+  float* iw = p.iw + static_cast<int64_t>(r) * p.n_idx_head + h0;
+  for (int k = tid; k < nh; k += kRowThreads) iw[k] = iw[k] * p.iw_scale;
 }
 
 // ---- compressor_step ----------------------------------------------------------------------------
@@ -1038,7 +1066,8 @@ Status attention_inputs(const AttentionInputsParams& p, Stream stream) {
                             "with (head_dim - n_rot) %% 64 == 0, raw_cap > 0, idx_dim 128)",
                             shapes);
   if (p.n_rows == 0) return Status();
-  attention_inputs_kernel<<<p.n_rows, kRowThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot));
+  const dim3 grid(static_cast<unsigned>(p.n_rows), static_cast<unsigned>(inputs_parts(p).total()));
+  attention_inputs_kernel<<<grid, kRowThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot));
   return launch_result("attention_inputs", shapes);
 }
 

@@ -37,15 +37,15 @@ struct CudaBackendConfig {
   // The routed-expert kernels: "old" (the one-row kernel kOld and the pair kernel for 2+ rows)
   // or "new" (the one-row rewrite kNew and the expert-grouped kernel for 2+ rows);
   // cuda::set_moe_r1_kernel / set_moe_rows_kernel, process-wide.
-  std::string moe = "old";
+  std::string moe = "new";
   // The F16/F32 matmul of 9+ rows: "tiles" (8-row tiles) or "wide" (the many-row kernel);
   // cuda::set_dense_rows_kernel, process-wide.
-  std::string dense_rows = "tiles";
+  std::string dense_rows = "wide";
   // Programmatic dependent launch of the wide Q8_0 kernel (cuda::set_pdl, process-wide).
-  bool pdl = false;
+  bool pdl = true;
   // compressor_steps as one launch per 16 steps and compressor_rows as its two parallel
   // launches (true), or one compressor_step launch per step.
-  bool batch_steps = false;
+  bool batch_steps = true;
   // The sink attention of 9+ queries (prefill groups): "split" or "fused" (cuda::set_sink_kernel,
   // process-wide).
   std::string attn = "split";

@@ -16,8 +16,9 @@
 // the figure least disturbed by a shared machine); with --threads=1 it is this thread's CPU
 // time. --backend=cuda [--device=N] runs on the GPU (wall time; every timed call ends with a
 // backend sync), e.g. on a full-shape Flash file (--model); --cuda_profile turns on the op
-// profiler there (backend/op_profile.h; report on stderr at exit); --cuda_moe=old|new picks the
-// routed-expert kernels there (ds4's --cuda-moe), --cuda_pdl the programmatic dependent launch. --csv_out=FILE writes
+// profiler there (backend/op_profile.h; report on stderr at exit); --cuda_moe=new|old picks the
+// routed-expert kernels there (ds4's --cuda-moe, default new), --cuda_pdl=1|0 the programmatic
+// dependent launch (default on). --csv_out=FILE writes
 // r,call,best_ms,median_ms,bytes (r = 0: decode(1)), bytes = what one call reads and writes by
 // backend/op_profile.h's op costs, counted in one untimed pass (routed experts: the distinct
 // experts of the call, read back). --only_r takes a list (--only_r=0,6). Nothing here is a test.
@@ -222,9 +223,9 @@ double timed_call(session::ModelSession& s, backend::Backend& be, int r, const s
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, drafter_path, backend_name = "cpu", csv_out, cuda_moe = "old";
+  std::string model_path, drafter_path, backend_name = "cpu", csv_out, cuda_moe = "new";
   int device = 0;
-  bool cuda_profile = false, cuda_pdl = false;
+  bool cuda_profile = false, cuda_pdl = true;
   std::vector<int> only_list;
   model::ExpertQuant quant = model::ExpertQuant::kQ2;
   int threads = 2, ctx = 96, rounds = 15, profile_r = 6, only_r = -1, only_calls = 200;
@@ -263,8 +264,10 @@ int main(int argc, char** argv) {
       backend_name = val("--backend=");
     } else if (a.rfind("--device=", 0) == 0) {
       device = std::atoi(val("--device=").c_str());
-    } else if (a == "--cuda_pdl") {
+    } else if (a == "--cuda_pdl" || a == "--cuda_pdl=1") {
       cuda_pdl = true;
+    } else if (a == "--cuda_pdl=0") {
+      cuda_pdl = false;
     } else if (a.rfind("--cuda_moe=", 0) == 0) {
       cuda_moe = val("--cuda_moe=");
     } else if (a == "--cuda_profile") {

@@ -217,6 +217,8 @@ TEST_F(CudaAttentionOps, AttentionInputsBitsEqualCpu) {
       {"tiny-no-rope", 4, 128, 0, 2, 2, 1, 37, 16, false, true, false, false},
       {"flash-yarn", 3, 512, 64, 64, 64, 1, 999998, 128, true, true, true, true},
       {"flash-dense", 2, 512, 64, 64, 64, 0, 1000003, 128, false, true, true, true},
+      // Head counts off the kernel's 8-head groups, and rows before idx_first.
+      {"odd-heads", 4, 128, 64, 13, 11, 2, 77, 8, true, true, true, true},
   };
   std::mt19937 rng(29);
   for (const InputsCase& c : cases) {

@@ -27,6 +27,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -384,9 +385,11 @@ TEST_F(FfnOps, GetRowsBitsEqualCpu) {
 }
 
 TEST_F(FfnOps, ArgmaxEqualsCpu) {
-  for (int64_t n : {1, 7, 1000, 129280}) {
+  // Strides n + 1 (rows at every 16-byte misalignment: the kernel's scalar head) and n (the
+  // head row's alignment: float4 loads from its first element).
+  for (auto [n, stride] : {std::pair<int64_t, int64_t>{1, 2}, {7, 8}, {1000, 1001}, {129280, 129281}, {4096, 4096},
+                           {129280, 129280}, {4099, 4099}}) {
     const int rows = 11;
-    const int64_t stride = n + 1;
     auto xv = gaussian(rows * stride, 71);
     std::mt19937 rng(72);
     for (int k = 0; k < rows; ++k) {
@@ -410,7 +413,8 @@ TEST_F(FfnOps, ArgmaxEqualsCpu) {
       cpu_->argmax(backend::ArgmaxParams{x.hp(), n, stride, rows, out.hp(), excluded});
       expect_ok(argmax(backend::ArgmaxParams{x.dp(), n, stride, rows, out.dp(), excluded}, nullptr));
       sync();
-      same_ids(out, "argmax n=" + std::to_string(n) + " excluded " + std::to_string(excluded));
+      same_ids(out, "argmax n=" + std::to_string(n) + " stride " + std::to_string(stride) + " excluded " +
+                        std::to_string(excluded));
     }
   }
 }

@@ -24,6 +24,8 @@
 #include "backend/cuda/ops.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "model/model.h"
+#include "session/session.h"
 #include "tests/model/invariance_checks.h"
 #include "tests/model/sha256.h"
 
@@ -262,6 +264,21 @@ TEST_F(CudaEngine, ShippedModelGreedyEqualsCpu) {
   EXPECT_EQ(first_difference(lg, lc), "");
   std::printf("[cuda] shipped model, 200 greedy tokens: final logits hash cpu %s cuda %s\n", sha256_hex(lc).c_str(),
               sha256_hex(lg).c_str());
+}
+
+// Unnamed, the prefill chunk on CUDA is the backend's 256 rows (the session's scratch and raw ring
+// sized for them); the CPU engine keeps the session's default.
+TEST_F(CudaEngine, PrefillChunkIsTheBackendsChoice) {
+  std::string why;
+  auto gpu = open(BackendKind::kCuda, &why);
+  if (gpu == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
+  auto cpu = open(BackendKind::kCpu, &why);
+  ASSERT_NE(cpu, nullptr) << why;
+  auto m = model::Model::open(std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(gpu->session_bytes(1024), session::ModelSession::estimate_bytes((*m)->config(), 1024, 256));
+  EXPECT_EQ(cpu->session_bytes(1024),
+            session::ModelSession::estimate_bytes((*m)->config(), 1024, session::kDefaultChunkRows));
 }
 
 // Temperature sampling through the device read-out (top_k, 2 KiB per token) gives the CPU

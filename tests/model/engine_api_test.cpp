@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "engine/generate.h"
+#include "model/model.h"
 #include "session/session.h"
 #include "tests/model/tiny_model.h"
 
@@ -79,6 +80,26 @@ TEST(EngineApi, VerifyAndCommitThroughTheFacade) {
   (*a)->reset();
   EXPECT_EQ((*a)->n_tokens(), 0);
   EXPECT_TRUE((*a)->logits().empty());
+}
+
+// The prefill chunk sizes a session's scratch and raw ring: unnamed, it is the backend's choice
+// (the CPU has none: the session's default); named, it is the user's.
+TEST(EngineApi, PrefillChunkIsTheBackendsUnlessNamed) {
+  EngineOptions o;
+  o.model_path = testing_tiny::tiny_model_path(model::ExpertQuant::kQ2, 7);
+  o.backend = BackendKind::kCpu;
+  auto by_default = Engine::open(o);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().to_string();
+  o.prefill_chunk = session::kMaxChunkRows;
+  auto named = Engine::open(o);
+  ASSERT_TRUE(named.ok()) << named.status().to_string();
+  auto m = model::Model::open(o.model_path);
+  ASSERT_TRUE(m.ok());
+  const model::ModelConfig& cfg = (*m)->config();
+  EXPECT_EQ((*by_default)->session_bytes(1024),
+            session::ModelSession::estimate_bytes(cfg, 1024, session::kDefaultChunkRows));
+  EXPECT_EQ((*named)->session_bytes(1024), session::ModelSession::estimate_bytes(cfg, 1024, session::kMaxChunkRows));
+  EXPECT_GT((*named)->session_bytes(1024), (*by_default)->session_bytes(1024));
 }
 
 // Session::greedy_next (the backend's argmax, the id alone read back) is the host top_two of

@@ -245,24 +245,33 @@ TEST(BackendFlags, StartUpLine) {
 TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
-  EXPECT_EQ("old", eo.cuda_moe);           // the kernels measured on the device before the rewrites
-  EXPECT_EQ("tiles", eo.cuda_dense_rows);  // the 8-row tiles
-  ASSERT_TRUE(apply({"--cuda-moe", "new", "--cuda-dense-rows", "wide"}, &eo).ok());
-  EXPECT_EQ("new", eo.cuda_moe);
-  EXPECT_EQ("wide", eo.cuda_dense_rows);
-  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_MOE", "new"}, {"DS4_CUDA_DENSE_ROWS", "wide"}}).ok());
-  EXPECT_EQ("new", eo.cuda_moe);
-  EXPECT_EQ("wide", eo.cuda_dense_rows);
-  ASSERT_TRUE(apply({"--cuda-moe", "old"}, &eo, {{"DS4_CUDA_MOE", "new"}}).ok());
-  EXPECT_EQ("old", eo.cuda_moe);  // the command line wins
-  EXPECT_FALSE(eo.cuda_pdl);      // off by default
-  ASSERT_TRUE(apply({"--cuda-pdl"}, &eo).ok());
+  EXPECT_EQ("new", eo.cuda_moe);          // the rewrites, measured faster on the device
+  EXPECT_EQ("wide", eo.cuda_dense_rows);  // the many-row kernel
+  ASSERT_TRUE(apply({"--cuda-moe", "old", "--cuda-dense-rows", "tiles"}, &eo).ok());
+  EXPECT_EQ("old", eo.cuda_moe);
+  EXPECT_EQ("tiles", eo.cuda_dense_rows);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_MOE", "old"}, {"DS4_CUDA_DENSE_ROWS", "tiles"}}).ok());
+  EXPECT_EQ("old", eo.cuda_moe);
+  EXPECT_EQ("tiles", eo.cuda_dense_rows);
+  ASSERT_TRUE(apply({"--cuda-moe", "new"}, &eo, {{"DS4_CUDA_MOE", "old"}}).ok());
+  EXPECT_EQ("new", eo.cuda_moe);  // the command line wins
+  // The two switches are on by default; --no-* or a false mirror turns each off.
+  ASSERT_TRUE(apply({}, &eo).ok());
   EXPECT_TRUE(eo.cuda_pdl);
-  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_PDL", "1"}}).ok());
-  EXPECT_TRUE(eo.cuda_pdl);
-  EXPECT_FALSE(eo.cuda_batch_steps);  // off by default
-  ASSERT_TRUE(apply({"--cuda-batch-steps"}, &eo).ok());
   EXPECT_TRUE(eo.cuda_batch_steps);
+  ASSERT_TRUE(apply({"--no-cuda-pdl"}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_pdl);
+  EXPECT_TRUE(eo.cuda_batch_steps);
+  ASSERT_TRUE(apply({"--no-cuda-pdl", "--cuda-pdl"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_pdl);  // the last one wins
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_PDL", "0"}}).ok());
+  EXPECT_FALSE(eo.cuda_pdl);
+  ASSERT_TRUE(apply({"--cuda-pdl"}, &eo, {{"DS4_CUDA_PDL", "0"}}).ok());
+  EXPECT_TRUE(eo.cuda_pdl);
+  ASSERT_TRUE(apply({"--no-cuda-batch-steps"}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_batch_steps);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_BATCH_STEPS", "off"}}).ok());
+  EXPECT_FALSE(eo.cuda_batch_steps);
   Status s = apply({}, &eo, {{"DS4_CUDA_MOE", "fast"}});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
@@ -284,14 +293,14 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
 TEST(BackendFlags, PrefillChunkFromTheFlagAndItsMirror) {
   EngineOptions eo;
   ASSERT_TRUE(apply({}, &eo).ok());
-  EXPECT_EQ(0, eo.prefill_chunk);  // the session's default chunk
+  EXPECT_EQ(0, eo.prefill_chunk);  // the backend's default chunk
   ASSERT_TRUE(apply({"--prefill-chunk", "256"}, &eo).ok());
   EXPECT_EQ(256, eo.prefill_chunk);
   ASSERT_TRUE(apply({}, &eo, {{"DS4_PREFILL_CHUNK", "64"}}).ok());
   EXPECT_EQ(64, eo.prefill_chunk);
   Status s = apply({"--prefill-chunk", "257"}, &eo);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("--prefill-chunk must be 1..256 rows (0 = the default), got 257"), std::string::npos)
+  EXPECT_NE(s.message().find("--prefill-chunk must be 1..256 rows (0 = the backend's default), got 257"), std::string::npos)
       << s.message();
   s = apply({}, &eo, {{"DS4_PREFILL_CHUNK", "-1"}});
   ASSERT_FALSE(s.ok());
