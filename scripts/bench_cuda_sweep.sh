@@ -49,10 +49,16 @@
 #     again to show the noise) at an AB_CTX frontier (2048) with AB_GEN (16) greedy tokens:
 #     prefill and decode tokens/s per config and the frontier hash, which must be the same for
 #     every config (sweep.log says whether it is);
+#  K. (only when STEPS names `kernels`; needs ncu) a decoded token's device time per kernel ->
+#     kernels_ncu.csv (ncu --metrics gpu__time_duration.sum --csv over `ds4-bench --cuda
+#     KERNEL_FLAGS`, a 64-token prompt and KERNEL_GEN (2) greedy tokens: every kernel's own
+#     duration, no gaps) and kernels.txt / kernels.csv (tools/ncu_kernel_table.py: the last
+#     forward by kernel: calls, µs each, share; compare two runs' CSVs with the same tool);
 #  8. memory.csv: per step the peak device memory (nvidia-smi sampled every 200 ms) and the
 #     session's context; the weights' size is in sweep.log ("weights on cuda").
 # STEPS (default all) picks steps 2-7 by name: roofline,decode,verify,profiles,longctx,spec
-# (the model is always made or reused), e.g. STEPS=longctx to run the long-context step alone.
+# (the model is always made or reused), e.g. STEPS=longctx to run the long-context step alone;
+# `ab` and `kernels` run only when named (STEPS=kernels, STEPS=decode,ab).
 # sweep.log holds every step's command, output tail, exit code and time. Nine files land in
 # OUT, twelve with the three PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
 # importable, else wherever the folder is copied (a GPU machine without network).
@@ -78,6 +84,8 @@ MTP=${MTP:-}
 LONG_CTX=${LONG_CTX:-1K,16K,128K,1M}
 LONG_GEN=${LONG_GEN:-16}
 STEPS=${STEPS:-all}
+KERNEL_GEN=${KERNEL_GEN:-2}
+KERNEL_FLAGS=${KERNEL_FLAGS:-}
 AB_CTX=${AB_CTX:-2048}
 AB_GEN=${AB_GEN:-16}
 AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe old --cuda-dense-rows tiles --no-cuda-pdl --no-cuda-batch-steps --prefill-chunk 32;--cuda-moe old;--cuda-dense-rows tiles;--no-cuda-pdl;--no-cuda-batch-steps;--prefill-chunk 32;--prefill-chunk 128;--cuda-attn fused;--cuda-graphs 1;--cuda-graphs 64;"}
@@ -264,6 +272,22 @@ if named ab; then
   done
   n_distinct=$(echo "$ab_hashes" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)
   log "ab: ${#ab_list[@]} configs, $n_distinct distinct frontier hash(es) (1 = every switch kept the bits)"
+fi
+
+# K. A decoded token's device time per kernel (only when named; needs ncu): ncu times every
+# kernel of a 64-token prefill and KERNEL_GEN greedy tokens one at a time, then
+# tools/ncu_kernel_table.py tables the last forward.
+if named kernels; then
+  if command -v ncu >/dev/null 2>&1; then
+    # shellcheck disable=SC2086  # KERNEL_FLAGS is a list of flags
+    step kernels 64 300 "$OUT/kernels_ncu.csv" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$BENCH" --cuda $KERNEL_FLAGS -m "$MODEL" --prompt-file "$PROMPT" --ctx-start 64 --ctx-max 64 \
+      --gen-tokens "$KERNEL_GEN"
+    python3 "$ROOT/tools/ncu_kernel_table.py" "$OUT/kernels_ncu.csv" --csv "$OUT/kernels.csv" >"$OUT/kernels.txt" 2>&1
+    head -n 14 "$OUT/kernels.txt" | tee -a "$LOG" >&2
+  else
+    log "kernels: ncu is not installed here (the CUDA toolkit's Nsight Compute)"
+  fi
 fi
 
 # 8. Plots and the summary, where matplotlib is installed.

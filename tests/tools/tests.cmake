@@ -42,3 +42,12 @@ if(Python3_Interpreter_FOUND)
                    ${CMAKE_SOURCE_DIR}/tools/bench_plots.py ${CMAKE_BINARY_DIR}/tests/tools/bench_plots)
   set_tests_properties(tools.bench_plots PROPERTIES TIMEOUT 120 LABELS tools SKIP_RETURN_CODE 77)
 endif()
+
+# tools/ncu_kernel_table.py (a decoded token's device time per kernel from ncu's CSV, docs/CUDA.md
+# "Measuring") on synthetic ncu output; needs no GPU and no Python package.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME tools.ncu_kernel_table
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_ncu_kernel_table.py
+                   ${CMAKE_SOURCE_DIR}/tools/ncu_kernel_table.py ${CMAKE_BINARY_DIR}/tests/tools/ncu_kernel_table)
+  set_tests_properties(tools.ncu_kernel_table PROPERTIES TIMEOUT 60 LABELS tools)
+endif()
