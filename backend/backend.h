@@ -154,6 +154,11 @@ struct HcPreParams {
   float* y = nullptr;            // out [n_rows, n_embd]
   float* post = nullptr;         // out [n_rows, n_hc]
   float* comb = nullptr;         // out [n_rows, n_hc*n_hc]  comb[r*n_hc + c]: input r -> output c
+  // With normed: also normed = rms_norm(y) · norm_weight (eps norm_out_eps), the sublayer's
+  // input norm folded in so that a backend may run it in the same kernel (rms_norm's bits).
+  const float* norm_weight = nullptr;  // [n_embd], or nullptr (unweighted)
+  float* normed = nullptr;             // out [n_rows, n_embd], or nullptr (no norm)
+  float norm_out_eps = 1e-6f;
 };
 
 // Hyper-connection "post": out[c][d] = f[d]·post[c] + Σ_r comb[r][c]·x[r][d].
@@ -171,9 +176,11 @@ struct HcPostParams {
 // Row-local finish of the attention inputs of n_rows rows at positions pos0 .. pos0 + n_rows - 1
 // (§4.3-§4.5): everything of a row that reads no state, so rows are independent and a backend
 // may run them in any order or all at once. Per row, in this order:
-//  * q (when given): RoPE (§3.8) on the tail dims [head_dim - n_rot, head_dim) of each of n_head
-//    heads at the row's position;
-//  * kv: RoPE of its tail, then the FP8 round trip of its non-RoPE dims; when raw is given, its
+//  * q (when given): with q_head_norm, each head's unweighted RMS norm (rms_norm of head_dim,
+//    norm_eps; the §4.3 per-head norm), then RoPE (§3.8) on the tail dims [head_dim - n_rot,
+//    head_dim) of each of n_head heads at the row's position;
+//  * kv: with kv_norm, its RMS norm weighted by kv_norm (norm_eps; §4.3's kv_a_norm), then RoPE
+//    of its tail, then the FP8 round trip of its non-RoPE dims; when raw is given, its
 //    f16 bits (quant::f32_to_f16) go to ring row (pos % raw_cap); kv itself stays f32;
 //  * indexer query (when iq is given, rows >= idx_first only): RoPE of each of n_idx_head heads,
 //    the Hadamard + FP4 QAT of each head, then iw[k] = iw[k] * iw_scale.
@@ -195,6 +202,11 @@ struct AttentionInputsParams {
   int idx_dim = 0;
   int idx_first = 0;
   float iw_scale = 1.0f;
+  // The projections' norms, folded in so that a backend may run them in the same kernel (the
+  // bits are rms_norm's either way).
+  bool q_head_norm = false;          // each q head: rms_norm(head, no weight)
+  const float* kv_norm = nullptr;    // [head_dim] kv's norm weight, or nullptr (no norm)
+  float norm_eps = 1e-6f;
 };
 
 // One compressor step (§4.4) on precomputed projections of the current token. The token closes

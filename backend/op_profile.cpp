@@ -69,8 +69,11 @@ OpCost op_cost(const RmsNormParams& p) {
 
 OpCost op_cost(const HcPreParams& p) {
   const uint64_t wide = u(p.n_rows) * u(p.n_hc) * u(p.n_embd) * kF32;
-  // x read, the flat copy written and read back, the F16 mix weights, y written.
-  return {OpClass::kHc, 3 * wide + matrix_bytes(p.fn) + u(p.n_rows) * u(p.n_embd) * kF32};
+  // x read, the flat copy written and read back, the F16 mix weights, y written; with the folded
+  // norm, y read back, its weight and the normed row written.
+  const uint64_t row = u(p.n_rows) * u(p.n_embd) * kF32;
+  const uint64_t norm = p.normed ? 2 * row + (p.norm_weight ? u(p.n_embd) * kF32 : 0) : 0;
+  return {OpClass::kHc, 3 * wide + matrix_bytes(p.fn) + row + norm};
 }
 
 OpCost op_cost(const HcPostParams& p) {
@@ -85,9 +88,10 @@ OpCost op_cost(const HcCollapseParams& p) {
 
 OpCost op_cost(const AttentionInputsParams& p) {
   uint64_t row = u(p.head_dim) * (2 * kF32 + (p.raw ? kHalf : 0));  // kv in place (+ the f16 ring row)
-  if (p.q) row += 2 * u(p.n_head) * u(p.head_dim) * kF32;
+  if (p.q) row += 2 * u(p.n_head) * u(p.head_dim) * kF32 * (p.q_head_norm ? 2 : 1);  // a norm: one more pass
+  if (p.kv_norm) row += 2 * u(p.head_dim) * kF32;
   if (p.iq) row += 2 * u(p.n_idx_head) * (u(p.idx_dim) + 1) * kF32;
-  return {OpClass::kAttention, u(p.n_rows) * row};
+  return {OpClass::kAttention, u(p.n_rows) * row + (p.kv_norm ? u(p.head_dim) * kF32 : 0)};
 }
 
 OpCost op_cost(const CompressorStepParams& p) {

@@ -44,6 +44,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.pdl = o.cuda_pdl;
   c.batch_steps = o.cuda_batch_steps;
   c.attn = o.cuda_attn;
+  c.fuse_norms = o.cuda_fuse_norms;
   return make_cuda_backend(c);
 }
 #endif

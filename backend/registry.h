@@ -61,6 +61,10 @@ struct BackendOptions {
   // CUDA: the sink attention of prefill groups (9+ queries), "split" or "fused" (one block per 8
   // heads of a query), --cuda-attn / DS4_CUDA_ATTN. Same bits; ignored by the CPU backend.
   std::string cuda_attn = "split";
+  // CUDA: the ops' folded norms (HcPreParams::normed, attention_inputs' q heads and kv) inside
+  // their kernels (--cuda-fuse-norms / DS4_CUDA_FUSE_NORMS; cuda::set_fused_norms) or as rms_norm
+  // launches. Same bits.
+  bool cuda_fuse_norms = false;
 };
 
 // The largest --cuda-graphs segment (ops per graph).

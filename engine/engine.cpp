@@ -341,6 +341,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   bo.cuda_pdl = options.cuda_pdl;
   bo.cuda_batch_steps = options.cuda_batch_steps;
   bo.cuda_attn = options.cuda_attn;
+  bo.cuda_fuse_norms = options.cuda_fuse_norms;
   const std::string name = options.backend == BackendKind::kCuda  ? "cuda"
                            : options.backend == BackendKind::kCpu ? "cpu"
                                                                   : backend::resolve_backend_name("auto", options.device);

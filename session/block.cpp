@@ -28,7 +28,8 @@ void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, 
   be.rms_norm(p);
 }
 
-void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n) {
+void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n,
+                 const float* norm) {
   backend::HcPreParams hp;
   hp.x = s.x;
   hp.fn = w.fn;
@@ -45,6 +46,9 @@ void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats
   hp.y = s.y;
   hp.post = s.post;
   hp.comb = s.comb;
+  hp.norm_weight = norm;
+  hp.normed = s.h;
+  hp.norm_out_eps = c.rms_eps;
   be.hc_pre(hp);
 }
 
@@ -71,20 +75,21 @@ void kv_projection(backend::Backend& be, const model::ModelConfig& c, const back
 void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
                            const BlockScratch& s, int n) {
   const int64_t E = c.n_embd, D = c.head_dim, QL = c.q_lora_rank, Q = c.q_dim();
-  const int nh = static_cast<int>(c.n_head);
   const float eps = c.rms_eps;
-  hc_pre_rows(be, c, m.hc, s, n);
-  rms_norm(be, s.y, m.norm, s.h, E, n, eps);
+  hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_attn(y), in the HC pre op
   matmul(be, m.q_a, s.h, E, s.qa, QL, n);
   rms_norm(be, s.qa, m.q_a_norm, s.qr, QL, n, eps);
   matmul(be, m.q_b, s.qr, QL, s.q, Q, n);
-  rms_norm(be, s.q, nullptr, s.q, D, n * nh, eps);  // per-head, no weight
-  kv_projection(be, c, m.kv, m.kv_a_norm, s.h, E, s.kv, n);
+  // q's per-head norm and kv's norm run in attention_inputs (one kernel with the RoPE on CUDA).
+  matmul(be, m.kv, s.h, E, s.kv, D, n);
 }
 
-backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv, int n, int64_t pos0,
-                                                const RopeParams& rp) {
+backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv,
+                                                const float* kv_norm, int n, int64_t pos0, const RopeParams& rp) {
   backend::AttentionInputsParams p;
+  p.q_head_norm = q != nullptr;
+  p.kv_norm = kv_norm;
+  p.norm_eps = c.rms_eps;
   p.n_rows = n;
   p.pos0 = pos0;
   p.rope = rp;
@@ -148,8 +153,7 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   const int64_t E = c.n_embd, F = c.n_ff_exp;
   const int X = static_cast<int>(c.n_expert);
   const int U = static_cast<int>(c.n_expert_used);
-  hc_pre_rows(be, c, m.hc, s, n);
-  rms_norm(be, s.y, m.norm, s.h, E, n, c.rms_eps);
+  hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_ffn(y), in the HC pre op
 
   // Router (§4.6): sqrt-softplus scores; hash layers take the table row of the row's token,
   // the others the top-U by score + exp_probs_b.

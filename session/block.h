@@ -153,23 +153,28 @@ void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int6
 void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim, int n_rows, float eps);
 
 // ---- block steps ----
-// HC pre of rows [0, n) (§4.2): flat/mix/y/post/comb from x.
-void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n);
+// HC pre of rows [0, n) (§4.2): flat/mix/y/post/comb from x, and the sublayer's input
+// h = RMSNorm(y) · norm (the op's folded norm: one kernel with the HC pre on CUDA).
+void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n,
+                 const float* norm);
 // HC post of rows [0, n): x_next = post · o + comb · x.
 void hc_post_rows(backend::Backend& be, const model::ModelConfig& c, const BlockScratch& s, int n);
 // kv = RMSNorm_kv(attn_kv · h) for n rows of h (row stride h_stride floats) into kv [n, D].
 void kv_projection(backend::Backend& be, const model::ModelConfig& c, const backend::Matrix& attn_kv,
                    const float* kv_a_norm, const float* h, int64_t h_stride, float* kv, int n);
-// Attention input (§4.3): HC pre, h = RMSNorm_attn(y), q = per-head-norm(q_b · RMSNorm(q_a · h)),
-// kv = kv_projection(h). Leaves h, qr, q, kv (and post/comb for the HC post) in s.
+// Attention input (§4.3): HC pre, h = RMSNorm_attn(y), q = q_b · RMSNorm(q_a · h), kv = attn_kv · h.
+// Leaves h, qr, q, kv (and post/comb for the HC post) in s; q's per-head norm and kv's norm
+// (kv_a_norm) are the attention_inputs op's (attention_inputs below sets them).
 void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
                            const BlockScratch& s, int n);
 // The row-local attention inputs of rows [0, n) at positions pos0 .. pos0 + n - 1
-// (backend::AttentionInputsParams): q [n, Q] (or null) and kv [n, D] roped at each row's
-// position, kv's non-RoPE dims FP8 round-tripped. The target adds its raw ring and indexer
-// query to the params before issuing them (be.attention_inputs).
-backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv, int n, int64_t pos0,
-                                                const RopeParams& rp);
+// (backend::AttentionInputsParams): q [n, Q] (or null) as attention_projections left it, each
+// head RMS-normed, and kv [n, D], normed by kv_norm (nullptr: kv is normed already, as
+// kv_projection leaves it); both roped at each row's position, kv's non-RoPE dims FP8
+// round-tripped. The target adds its raw ring and indexer query to the params before issuing
+// them (be.attention_inputs).
+backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv,
+                                                const float* kv_norm, int n, int64_t pos0, const RopeParams& rp);
 // A query's raw keys: positions first .. first + n - 1 of a ring of cap rows of head_dim
 // values, position p at base + (p % cap) * head_dim (backend::SinkAttentionParams::raw_row):
 // f32 rows at base (the drafter) or f16 rows at base_f16 (the target's State::raw).

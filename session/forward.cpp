@@ -252,7 +252,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   // (each row pushes into its own session's ring).
   auto inputs = [&](int i0, int cnt, int64_t p0, ModelSession& o, int idx_first) {
     backend::AttentionInputsParams ai =
-        attention_inputs(cfg_, s.q.data() + i0 * Q, s.kv.data() + i0 * D, cnt, p0, rp);
+        attention_inputs(cfg_, s.q.data() + i0 * Q, s.kv.data() + i0 * D, am.kv_a_norm, cnt, p0, rp);
     ai.raw = o.state_.layers()[il].raw.data();
     ai.raw_cap = o.state_.raw_cap();
     if (ratio == 4 && idx_first < cnt) {

@@ -299,7 +299,7 @@ void Drafter::commit_chunk(int64_t pos0, int n, const float* hidden) {
   for (int st = 0; st < w_->config.n_stages; ++st) {
     const StageWeights& sw = mw_->stages[st];
     session::kv_projection(be_, cfg_, sw.attn_kv, sw.kv_a_norm, s.main_x.data(), E, s.ckv.data(), n);
-    be_.attention_inputs(session::attention_inputs(cfg_, nullptr, s.ckv.data(), n, pos0, rp));
+    be_.attention_inputs(session::attention_inputs(cfg_, nullptr, s.ckv.data(), nullptr, n, pos0, rp));
     for (int i = 0; i < n; ++i) {
       be_.copy(ring_.as<float>() + (static_cast<int64_t>(st) * W_ + (pos0 + i) % W_) * D, s.ckv.data() + i * D,
                sizeof(float) * D);
@@ -317,7 +317,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
   const session::AttnMats am = session::attn_mats(mw_->stages[st]);
   const session::BlockScratch bs = session::block_scratch(s);
   session::attention_projections(be_, cfg_, am, bs, n);
-  be_.attention_inputs(session::attention_inputs(cfg_, s.q.data(), s.kv.data(), n, pos, rp));
+  be_.attention_inputs(session::attention_inputs(cfg_, s.q.data(), s.kv.data(), am.kv_a_norm, n, pos, rp));
   // Key set (identical for every slot): ring rows of positions max(start, P-W)..P-1, then the
   // block rows, bidirectionally (§3.3): the ring as the raw keys, the block rows as the
   // (all allowed) compressed keys, so the attention order is the same.

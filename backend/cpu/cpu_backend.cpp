@@ -251,6 +251,9 @@ class CpuBackend final : public Backend {
       q.y = p.y + b * p.n_embd;
       q.n_rows = n;
       cpu::hc_pre_finish_rows(q);
+      if (p.normed != nullptr) {
+        cpu::rms_norm_rows(q.y, p.norm_weight, p.normed + b * p.n_embd, p.n_embd, p.n_embd, n, p.norm_out_eps);
+      }
     });
   }
 
@@ -271,7 +274,8 @@ class CpuBackend final : public Backend {
 
   // Rows are independent (no state read): split over the pool like any row-wise op.
   void attention_inputs(const AttentionInputsParams& p) override {
-    const int64_t per_row = (p.q != nullptr ? static_cast<int64_t>(p.n_head) * p.n_rot : 0) + p.head_dim +
+    const int64_t per_row = (p.q != nullptr ? static_cast<int64_t>(p.n_head) * (p.q_head_norm ? p.head_dim : p.n_rot) : 0) +
+                            p.head_dim +
                             (p.iq != nullptr ? static_cast<int64_t>(p.n_idx_head) * p.idx_dim : 0);
     split_rows(p.n_rows, per_row, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) cpu::attention_inputs_row(p, static_cast<int>(r));

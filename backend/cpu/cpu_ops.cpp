@@ -372,8 +372,15 @@ void sink_attention_heads(const SinkAttentionParams& p, int64_t h_begin, int64_t
 void attention_inputs_row(const AttentionInputsParams& p, int r) {
   const int64_t pos = p.pos0 + r;
   const int D = p.head_dim;
-  if (p.q != nullptr) rope_tail_rows(p.q + r * p.q_stride, p.n_head, D, p.n_rot, pos, p.rope, false);
+  if (p.q != nullptr) {
+    float* q = p.q + r * p.q_stride;
+    if (p.q_head_norm) {
+      for (int h = 0; h < p.n_head; ++h) rms_norm_row(q + static_cast<int64_t>(h) * D, nullptr, q + h * D, D, p.norm_eps);
+    }
+    rope_tail_rows(q, p.n_head, D, p.n_rot, pos, p.rope, false);
+  }
   float* kv = p.kv + static_cast<int64_t>(r) * D;
+  if (p.kv_norm != nullptr) rms_norm_row(kv, p.kv_norm, kv, D, p.norm_eps);
   rope_tail_rows(kv, 1, D, p.n_rot, pos, p.rope, false);
   quant::fp8_e4m3_roundtrip(kv, D - p.n_rot);
   if (p.raw != nullptr) quant::f32_to_f16_row(kv, p.raw + (pos % p.raw_cap) * D, D);

@@ -41,6 +41,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_sim_hd.h"
+#include "backend/cuda/lanes64.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/pdl.cuh"
 #include "core/detmath.h"
@@ -169,6 +170,24 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane, uint8_t* st
 
 // ---- attention_inputs ---------------------------------------------------------------------------
 
+// rms_norm_row of the n values at x in place, by one warp (all 32 lanes call it): lane t runs
+// the 64-lane sum-of-squares chains t and t + 32, the tree gives the statistic, then every
+// value is scaled (and weighted): x·scale (·w), rms_norm's operations and order.
+__device__ void warp_rms_norm(float* x, const float* w, int n, float eps, int lane) {
+  double lo = 0.0, hi = 0.0;
+  for (int i = lane; i < n; i += 64) {
+    lo = detail::sumsq_step(lo, x[i]);
+    if (i + 32 < n) hi = detail::sumsq_step(hi, x[i + 32]);
+  }
+  const double ss = detail::tree64(lo, hi);
+  const float scale = __shfl_sync(kFullMask, detail::rms_scale(ss, n, eps), 0);
+  for (int i = lane; i < n; i += 32) {
+    const float v = __fmul_rn(x[i], scale);
+    x[i] = w != nullptr ? __fmul_rn(v, w[i]) : v;
+  }
+  __syncwarp();
+}
+
 // Heads per block of attention_inputs: a block rotates 8 query heads (256 pairs at n_rot 64: a
 // pair per thread) or runs 8 indexer heads (a warp each), so a decode row's ~2,000 rotations and
 // 64 Hadamard + FP4 heads spread over 17 blocks instead of queueing on one SM's 256 threads.
@@ -206,6 +225,10 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
   __syncthreads();
   if (part == 0) {
     float* kv = p.kv + static_cast<int64_t>(r) * D;
+    if (p.kv_norm != nullptr) {  // the norm first (fused_norms: the host cleared it otherwise)
+      if (warp == 0) warp_rms_norm(kv, p.kv_norm, D, p.norm_eps, lane);
+      __syncthreads();
+    }
     for (int i = tid; i < npairs; i += kRowThreads) rotate_pair(kv + (D - p.n_rot) + 2 * i, cs[i], sn[i]);
     for (int b = warp; b < (D - p.n_rot) / kvsim::kFp8Block; b += nwarps)
       warp_fp8_block(kv + b * kvsim::kFp8Block, lane);
@@ -219,7 +242,12 @@ __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __g
   if (!idx_part) {
     const int h0 = (part - 1) * kInputsHeads;
     const int nh = min(kInputsHeads, p.n_head - h0);
-    float* q = p.q + r * p.q_stride + static_cast<int64_t>(h0) * D + (D - p.n_rot);
+    float* qh = p.q + r * p.q_stride + static_cast<int64_t>(h0) * D;
+    if (p.q_head_norm) {  // a warp per head (kInputsHeads = the block's warps)
+      for (int h = warp; h < nh; h += nwarps) warp_rms_norm(qh + static_cast<int64_t>(h) * D, nullptr, D, p.norm_eps, lane);
+      __syncthreads();
+    }
+    float* q = qh + (D - p.n_rot);
     for (int u = tid; u < nh * npairs; u += kRowThreads) {
       const int h = u / npairs, i = u % npairs;
       rotate_pair(q + static_cast<int64_t>(h) * D + 2 * i, cs[i], sn[i]);
@@ -1050,7 +1078,41 @@ RopeAngles angles_for(const RopeParams& rp, int n_rot) { return n_rot > 0 ? rope
 
 bool rot_ok(int n_rot, int dim) { return n_rot >= 0 && n_rot % 2 == 0 && n_rot <= dim && n_rot / 2 <= kMaxPairs; }
 
+std::atomic<bool> g_fused_norms{false};
+
+// attention_inputs' norms as rms_norm launches: each q head (rows of head_dim; one launch when
+// the heads of consecutive rows are contiguous), then kv with its weight.
+Status unfused_norms(const AttentionInputsParams& p, Stream stream) {
+  const int64_t D = p.head_dim;
+  if (p.q != nullptr && p.q_head_norm && p.n_head > 0) {
+    backend::RmsNormParams rp;
+    rp.n = D;
+    rp.stride = D;
+    rp.eps = p.norm_eps;
+    const bool packed = p.q_stride == p.n_head * D;
+    for (int r = 0; r < (packed ? 1 : p.n_rows); ++r) {
+      rp.x = rp.out = p.q + r * p.q_stride;
+      rp.n_rows = packed ? p.n_rows * p.n_head : p.n_head;
+      DS4_RETURN_IF_ERROR(rms_norm(rp, stream));
+    }
+  }
+  if (p.kv_norm != nullptr) {
+    backend::RmsNormParams rp;
+    rp.x = rp.out = p.kv;
+    rp.weight = p.kv_norm;
+    rp.n = D;
+    rp.stride = D;
+    rp.n_rows = p.n_rows;
+    rp.eps = p.norm_eps;
+    DS4_RETURN_IF_ERROR(rms_norm(rp, stream));
+  }
+  return Status();
+}
+
 }  // namespace
+
+void set_fused_norms(bool on) { g_fused_norms.store(on, std::memory_order_relaxed); }
+bool fused_norms() { return g_fused_norms.load(std::memory_order_relaxed); }
 
 Status attention_inputs(const AttentionInputsParams& p, Stream stream) {
   char shapes[256];
@@ -1066,8 +1128,14 @@ Status attention_inputs(const AttentionInputsParams& p, Stream stream) {
                             "with (head_dim - n_rot) %% 64 == 0, raw_cap > 0, idx_dim 128)",
                             shapes);
   if (p.n_rows == 0) return Status();
+  AttentionInputsParams k = p;
+  if (!fused_norms()) {  // the norms as rms_norm launches, then the kernel without them
+    DS4_RETURN_IF_ERROR(unfused_norms(p, stream));
+    k.q_head_norm = false;
+    k.kv_norm = nullptr;
+  }
   const dim3 grid(static_cast<unsigned>(p.n_rows), static_cast<unsigned>(inputs_parts(p).total()));
-  attention_inputs_kernel<<<grid, kRowThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot));
+  attention_inputs_kernel<<<grid, kRowThreads, 0, stream>>>(k, angles_for(p.rope, p.n_rot));
   return launch_result("attention_inputs", shapes);
 }
 

@@ -49,6 +49,9 @@ struct CudaBackendConfig {
   // The sink attention of 9+ queries (prefill groups): "split" or "fused" (cuda::set_sink_kernel,
   // process-wide).
   std::string attn = "split";
+  // The folded norms of hc_pre and attention_inputs inside their kernels (cuda::set_fused_norms,
+  // process-wide).
+  bool fuse_norms = false;
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

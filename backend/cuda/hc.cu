@@ -241,6 +241,10 @@ struct FusedArgs {
   float* post;           // pre: [rows, n_hc]
   float* comb;           // pre: [rows, n_hc²]
   uint32_t* tickets;     // [rows]: zero on entry, zero again when the launch ends
+  // The staged pre kernel only (fused_norms): normed = rms_norm(y) · norm_w in its last block.
+  float* normed = nullptr;         // [rows, n_embd], or nullptr
+  const float* norm_w = nullptr;   // [n_embd], or nullptr (unweighted)
+  float norm_out_eps = 0.0f;
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -494,13 +498,32 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
     if (tid < nh) w_s[tid] = detmath::sigmoid_f32(mix_s[tid] * a.scale1 + a.base[tid]) + a.hc_eps;
     __syncthreads();
   }
-  // y[d] = 0 + w[0]·x[0][d] + w[1]·x[1][d] + ... (x from shared memory).
+  // y[d] = 0 + w[0]·x[0][d] + w[1]·x[1][d] + ... (x from shared memory). With normed, y[d] also
+  // replaces x[0][d] in shared memory (read by this thread only, before).
   const int E = static_cast<int>(a.n_embd);
   float* yr = a.y + row * a.n_embd;
   for (int d = tid; d < E; d += kStagedThreads) {
     float acc = 0.0f;
     for (int h = 0; h < nh; ++h) acc = acc + w_s[h] * xs[h * E + d];
     yr[d] = acc;
+    if (a.normed != nullptr) xs[d] = acc;
+  }
+  if (a.normed == nullptr) return;
+  // normed = rms_norm(y) · norm_w: the 64-lane double statistic over the staged y (the
+  // statistic's threads and chains of step 2), the tree, then each element scaled and weighted.
+  __syncthreads();
+  if (detail::stat_thread(tid)) sq_s[detail::stat_lane(tid)] = detail::sumsq_range(0.0, xs, 0, E, detail::stat_lane(tid));
+  __syncthreads();
+  if (tid < 32) {
+    const double ss = detail::tree64(sq_s[tid], sq_s[tid + 32]);
+    if (tid == 0) s_scale = detail::rms_scale(ss, E, a.norm_out_eps);
+  }
+  __syncthreads();
+  const float sc = s_scale;
+  float* hr = a.normed + row * a.n_embd;
+  for (int d = tid; d < E; d += kStagedThreads) {
+    const float v = __fmul_rn(xs[d], sc);
+    hr[d] = a.norm_w != nullptr ? __fmul_rn(v, a.norm_w[d]) : v;
   }
 }
 
@@ -532,6 +555,18 @@ Status norm_and_mix(const char* op, const float* x, const backend::Matrix& fn, i
   if (!s.ok()) return s;
   const Weights w{fn.data, fn.row_bytes, fn.n_in, fn.n_out};
   return matvec_f16(w, flat, hc_dim, n_rows, mix, mix_dim, stream);
+}
+
+// out = rms_norm(y) · w over n_rows rows of n (the folded norm of hc_pre as its own launch).
+Status norm_launch(const float* y, const float* w, float* out, int64_t n, int n_rows, float eps, Stream stream) {
+  backend::RmsNormParams rp;
+  rp.x = y;
+  rp.weight = w;
+  rp.out = out;
+  rp.n = n;
+  rp.n_rows = n_rows;
+  rp.eps = eps;
+  return rms_norm(rp, stream);
 }
 
 // Mix outputs per block: two for decode-sized calls (more blocks per row, shorter serial work
@@ -581,8 +616,12 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
   int outs = n_rows <= 8 ? 1 : kMaxOuts;
   if (outs > a.mix_dim) outs = a.mix_dim;
   while (outs > 1 && staged_smem(hc_dim, outs) > static_cast<size_t>(kStagedSmemMax)) outs /= 2;
-  if (!attr_ok || hc_dim > (int64_t{1} << 24) || staged_smem(hc_dim, outs) > static_cast<size_t>(kStagedSmemMax))
-    return launch_fused<kKind>(op, a, n_rows, stream);
+  if (!attr_ok || hc_dim > (int64_t{1} << 24) || staged_smem(hc_dim, outs) > static_cast<size_t>(kStagedSmemMax)) {
+    FusedArgs f = a;
+    f.normed = nullptr;  // the fused kernel has no folded norm: an rms_norm launch after it
+    DS4_RETURN_IF_ERROR(launch_fused<kKind>(op, f, n_rows, stream));
+    return a.normed == nullptr ? Status() : norm_launch(a.y, a.norm_w, a.normed, a.n_embd, n_rows, a.norm_out_eps, stream);
+  }
   const size_t smem = staged_smem(hc_dim, outs);
   const unsigned groups = static_cast<unsigned>((a.mix_dim + outs - 1) / outs);
   for (int r0 = 0; r0 < n_rows; r0 += kHcTicketRows) {
@@ -591,6 +630,7 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
     b.x += r0 * hc_dim;
     b.mix += static_cast<int64_t>(r0) * a.mix_dim;
     b.y += r0 * a.n_embd;
+    if (b.normed != nullptr) b.normed += r0 * a.n_embd;
     if constexpr (kKind == HcKind::kPre) {
       b.post += static_cast<int64_t>(r0) * a.n_hc;
       b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
@@ -600,6 +640,12 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
     if (!s.ok()) return s;
   }
   return Status();
+}
+
+// The op's folded norm as an rms_norm launch: normed = rms_norm(y) · norm_weight.
+Status folded_norm(const backend::HcPreParams& p, Stream stream) {
+  if (p.normed == nullptr) return Status();
+  return norm_launch(p.y, p.norm_weight, p.normed, p.n_embd, p.n_rows, p.norm_out_eps, stream);
 }
 
 }  // namespace
@@ -612,11 +658,23 @@ Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets, H
   if (tickets != nullptr) {
     Status s = check_fn("hc_pre", p.fn, p.n_hc * p.n_embd, mix_dim);
     if (!s.ok()) return s;
-    const FusedArgs a{p.x,      static_cast<const uint8_t*>(p.fn.data), p.fn.row_bytes, p.base, p.scale, 0.0f,
-                      p.n_hc,   p.n_embd, static_cast<int>(mix_dim), p.sinkhorn_iters, p.norm_eps, p.hc_eps,
-                      p.mix,    p.y,      p.post, p.comb, tickets};
-    if (kernel == HcKernel::kStaged) return launch_staged<HcKind::kPre>("hc_pre (staged)", a, p.n_rows, stream);
-    return launch_fused<HcKind::kPre>("hc_pre (fused)", a, p.n_rows, stream);
+    FusedArgs a{p.x,      static_cast<const uint8_t*>(p.fn.data), p.fn.row_bytes, p.base, p.scale, 0.0f,
+                p.n_hc,   p.n_embd, static_cast<int>(mix_dim), p.sinkhorn_iters, p.norm_eps, p.hc_eps,
+                p.mix,    p.y,      p.post, p.comb, tickets};
+    if (kernel == HcKernel::kStaged) {
+      // The folded norm in the staged kernel's last block (fused_norms; launch_staged launches
+      // rms_norm itself when it falls back to the fused kernel), else an rms_norm launch after.
+      const bool fold = p.normed != nullptr && fused_norms();
+      if (fold) {
+        a.normed = p.normed;
+        a.norm_w = p.norm_weight;
+        a.norm_out_eps = p.norm_out_eps;
+      }
+      DS4_RETURN_IF_ERROR(launch_staged<HcKind::kPre>("hc_pre (staged)", a, p.n_rows, stream));
+      return fold ? Status() : folded_norm(p, stream);
+    }
+    DS4_RETURN_IF_ERROR(launch_fused<HcKind::kPre>("hc_pre (fused)", a, p.n_rows, stream));
+    return folded_norm(p, stream);
   }
   Status s = norm_and_mix("hc_pre", p.x, p.fn, p.n_hc, p.n_embd, p.n_rows, p.norm_eps, p.flat, p.mix, mix_dim,
                           stream);
@@ -624,7 +682,8 @@ Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets, H
   const dim3 grid(static_cast<unsigned>(p.n_rows), chunks(p.n_embd));
   hc_pre_finish_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.mix, p.scale, p.base, p.n_hc, p.n_embd,
                                                        p.sinkhorn_iters, p.hc_eps, p.y, p.post, p.comb);
-  return launch_status("hc_pre", p.n_hc * p.n_embd, p.n_embd, p.n_rows);
+  DS4_RETURN_IF_ERROR(launch_status("hc_pre", p.n_hc * p.n_embd, p.n_embd, p.n_rows));
+  return folded_norm(p, stream);
 }
 
 Status hc_post(const backend::HcPostParams& p, Stream stream) {

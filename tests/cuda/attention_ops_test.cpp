@@ -220,11 +220,22 @@ TEST_F(CudaAttentionOps, AttentionInputsBitsEqualCpu) {
       // Head counts off the kernel's 8-head groups, and rows before idx_first.
       {"odd-heads", 4, 128, 64, 13, 11, 2, 77, 8, true, true, true, true},
   };
+  // Each case without norms, then with the folded norms (q_head_norm, kv_norm) as rms_norm
+  // launches and inside the kernel (set_fused_norms).
   std::mt19937 rng(29);
+  struct Restore {  // the process-wide switch back to its default, also when an assertion returns
+    ~Restore() { set_fused_norms(false); }
+  } restore;
+  int case_no = 0;
+  for (const int mode : {0, 1, 2})
   for (const InputsCase& c : cases) {
-    SCOPED_TRACE(c.name);
+    // Rows of q padded (odd cases: one rms_norm launch per row) or packed (the session's layout).
+    const int64_t pad = ++case_no % 2 == 1 ? 16 : 0;
+    SCOPED_TRACE(std::string(c.name) + (mode == 0 ? "" : mode == 1 ? ", norms by rms_norm" : ", norms fused"));
+    set_fused_norms(mode == 2);
     const int D = c.head_dim;
-    const int64_t q_stride = static_cast<int64_t>(c.n_head) * D + 16;
+    Mirror<float> kv_w(gaussian(D, rng, 1.0f));
+    const int64_t q_stride = static_cast<int64_t>(c.n_head) * D + pad;
     Mirror<float> q(gaussian(c.with_q ? c.n_rows * q_stride : 1, rng, 2.0f));
     Mirror<float> kv(kv_like(static_cast<size_t>(c.n_rows) * D, rng));
     Mirror<uint16_t> raw(to_f16(gaussian(c.with_raw ? c.raw_cap * D : 1, rng)));  // f16 ring
@@ -244,7 +255,11 @@ TEST_F(CudaAttentionOps, AttentionInputsBitsEqualCpu) {
     p.idx_dim = idim;
     p.idx_first = c.idx_first;
     p.iw_scale = 0.0441941738f;
+    p.q_head_norm = mode != 0;
+    p.norm_eps = 1e-6f;
     AttentionInputsParams hp = p, dp = p;
+    hp.kv_norm = mode != 0 ? kv_w.h() : nullptr;
+    dp.kv_norm = mode != 0 ? kv_w.d() : nullptr;
     hp.q = c.with_q ? q.h() : nullptr;
     dp.q = c.with_q ? q.d() : nullptr;
     hp.kv = kv.h();

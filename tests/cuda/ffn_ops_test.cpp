@@ -168,38 +168,55 @@ void expect_fused_leftovers(const Dual<uint32_t>& tickets, const Dual<float>& fl
   EXPECT_EQ(0u, written) << t << " flat must stay unwritten on the fused path";
 }
 
+// Every path, without the folded norm, then with it (normed = rms_norm(y) · w, and unweighted)
+// as an rms_norm launch and inside the staged kernel (set_fused_norms).
 TEST_F(FfnOps, HcPreBitsEqualCpu) {
   const int n_hc = 4;
   const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
   auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
+  struct Restore {  // the process-wide switch back to its default, also when an assertion returns
+    ~Restore() { set_fused_norms(false); }
+  } restore;
   for (int64_t n_embd : {64, 100, 33, 4096}) {
     const int64_t hc_dim = n_hc * n_embd;
     auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 11 + n_embd));
     auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
     auto base = dual(gaussian(mix_dim, 12));
+    auto norm_w = dual(gaussian(n_embd, 13));
     for (int rows : hc_row_counts(n_embd)) {
       auto x = dual(gaussian(rows * hc_dim, 100 + rows));
+      for (int norm : {0, 1, 2, 3})  // none; weighted by rms_norm; weighted folded; unweighted folded
       for (HcPath path : kHcPaths) {
+        // The fused kernel's folded norm is always an rms_norm launch after it: one shape will do.
+        if (norm != 0 && path == HcPath::kFused && n_embd != 4096) continue;
+        set_fused_norms(norm >= 2);
         const bool fused = path != HcPath::kThree;
         auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * mix_dim);
         auto y = out_buf<float>(rows * n_embd), post = out_buf<float>(rows * n_hc);
         auto comb = out_buf<float>(rows * n_hc * n_hc);
+        auto normed = out_buf<float>(rows * n_embd);
         backend::HcPreParams p;
         p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, mix_dim, quant::row_bytes(GgmlType::kF16, hc_dim)};
         p.n_hc = n_hc;
         p.n_embd = n_embd;
         p.n_rows = rows;
+        p.norm_out_eps = 1e-6f;
         backend::HcPreParams c = p;
         c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
         c.y = y.hp(), c.post = post.hp(), c.comb = comb.hp();
+        c.normed = norm != 0 ? normed.hp() : nullptr;
+        c.norm_weight = norm == 1 || norm == 2 ? norm_w.hp() : nullptr;
         cpu_->hc_pre(c);
         backend::HcPreParams g = p;
         g.fn.data = fn.dp();
         g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
         g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp();
+        g.normed = norm != 0 ? normed.dp() : nullptr;
+        g.norm_weight = norm == 1 || norm == 2 ? norm_w.dp() : nullptr;
         expect_ok(hc_pre(g, nullptr, fused ? tickets.dp() : nullptr, hc_kernel(path)));
         sync();
-        const std::string t = tag((std::string("hc_pre ") + hc_path_name(path)).c_str(), n_embd, rows);
+        const std::string t = tag((std::string("hc_pre ") + hc_path_name(path)).c_str(), n_embd, rows) +
+                              (norm == 0 ? "" : norm == 1 ? ", norm by rms_norm" : norm == 2 ? ", norm folded" : ", unweighted norm folded");
         if (fused) {
           expect_fused_leftovers(tickets, flat, t);
         } else {
@@ -209,6 +226,7 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
         same(post, t + " post");
         same(comb, t + " comb");
         same(y, t + " y");
+        same(normed, t + " normed");
       }
     }
   }

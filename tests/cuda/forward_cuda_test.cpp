@@ -124,14 +124,17 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
       for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
         const bool pdl = new_moe == wide;                                   // both ways, each with either chunk
         const bool fused = (chunk == session::kMaxChunkRows) == new_moe;  // likewise: groups of 32 and 256 rows
+        const bool fuse_norms = wide;
         cuda::set_pdl(pdl);
+        cuda::set_fused_norms(fuse_norms);
         cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
         cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
         cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
         cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
         const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
                                  (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk) +
-                                 (pdl ? ", pdl" : "") + (fused ? ", fused sink attention" : "");
+                                 (pdl ? ", pdl" : "") + (fused ? ", fused sink attention" : "") +
+                                 (fuse_norms ? ", norms in attention_inputs" : "");
         EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, chunk), toks, n_prompt), want), "") << what;
       }
     }
@@ -141,6 +144,7 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_dense_rows_kernel(saved_dense);
   cuda::set_sink_kernel(saved_sink);
   cuda::set_pdl(false);
+  cuda::set_fused_norms(false);
 }
 
 // --cuda-batch-steps: a prefill in chunks of 32 and 256 rows (each group's compressor chains

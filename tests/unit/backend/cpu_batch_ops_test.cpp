@@ -235,6 +235,111 @@ TEST(CpuBatchOps, AttentionInputsEqualPerRowSteps) {
   }
 }
 
+// attention_inputs' folded norms (q_head_norm, kv_norm) == the rms_norm op on each q head and on
+// kv first, then attention_inputs without them: the same bits, at 1 and 4 threads.
+TEST(CpuBatchOps, AttentionInputsNormsEqualRmsNormFirst) {
+  constexpr int R = 5, NH = 3, D = 128, NR = 64, CAP = 16;
+  RopeParams rp;
+  rp.n_ctx_orig = 4096;
+  const auto q0 = randv(static_cast<size_t>(R * NH * D), 41, 3.0f);
+  const auto kv0 = randv(static_cast<size_t>(R * D), 42, 3.0f);
+  const auto w = randv(static_cast<size_t>(D), 43, 1.0f);
+  auto base = [&](float* q, float* kv, uint16_t* raw) {
+    AttentionInputsParams p;
+    p.n_rows = R;
+    p.pos0 = 77;
+    p.rope = rp;
+    p.n_rot = NR;
+    p.head_dim = D;
+    p.q = q;
+    p.q_stride = NH * D;
+    p.n_head = NH;
+    p.kv = kv;
+    p.raw = raw;
+    p.raw_cap = CAP;
+    p.norm_eps = 1e-6f;
+    return p;
+  };
+  for (int threads : {1, 4}) {
+    auto be = make_cpu_backend(threads);
+    std::vector<float> q = q0, kv = kv0;
+    std::vector<uint16_t> raw(CAP * D, 0);
+    RmsNormParams n;
+    n.x = n.out = q.data();
+    n.n = D;
+    n.n_rows = R * NH;
+    n.eps = 1e-6f;
+    be->rms_norm(n);
+    n.x = n.out = kv.data();
+    n.weight = w.data();
+    n.n_rows = R;
+    be->rms_norm(n);
+    be->attention_inputs(base(q.data(), kv.data(), raw.data()));
+    std::vector<float> fq = q0, fkv = kv0;
+    std::vector<uint16_t> fraw(CAP * D, 0);
+    AttentionInputsParams p = base(fq.data(), fkv.data(), fraw.data());
+    p.q_head_norm = true;
+    p.kv_norm = w.data();
+    be->attention_inputs(p);
+    EXPECT_TRUE(same_bits(q.data(), fq.data(), q.size())) << threads;
+    EXPECT_TRUE(same_bits(kv.data(), fkv.data(), kv.size())) << threads;
+    EXPECT_EQ(raw, fraw) << threads;
+    EXPECT_FALSE(same_bits(q0.data(), fq.data(), q0.size()));  // the norm did change q
+  }
+}
+
+// hc_pre's folded norm (normed = rms_norm(y) · w) == the rms_norm op on its y, weighted and not,
+// at 1 and 4 threads over 1 and 7 rows; y, post and comb are the same with and without it.
+TEST(CpuBatchOps, HcPreFoldedNormEqualsRmsNormAfter) {
+  constexpr int NHC = 4, E = 96, MIX = 2 * NHC + NHC * NHC;
+  const auto fw = randv(static_cast<size_t>(NHC * E * MIX), 51, 0.1f);
+  std::vector<uint8_t> fn(quant::row_bytes(GgmlType::kF16, NHC * E) * MIX);
+  quant::quantize_row(GgmlType::kF16, fw.data(), fn.data(), NHC * E * MIX);
+  const std::vector<float> scale = {0.7f, 0.3f, 0.9f};
+  const auto base = randv(MIX, 52);
+  const auto w = randv(E, 53);
+  for (int threads : {1, 4}) {
+    auto be = make_cpu_backend(threads);
+    for (int rows : {1, 7}) {
+      for (const float* weight : {w.data(), static_cast<const float*>(nullptr)}) {
+        const auto x = randv(static_cast<size_t>(rows * NHC * E), 54 + rows, 2.0f);
+        std::vector<float> flat(rows * NHC * E), mix(rows * MIX), y(rows * E), post(rows * NHC), comb(rows * NHC * NHC);
+        HcPreParams p;
+        p.x = x.data();
+        p.fn = Matrix{fn.data(), GgmlType::kF16, NHC * E, MIX, quant::row_bytes(GgmlType::kF16, NHC * E)};
+        p.scale = scale.data();
+        p.base = base.data();
+        p.n_hc = NHC;
+        p.n_embd = E;
+        p.n_rows = rows;
+        p.flat = flat.data(), p.mix = mix.data(), p.y = y.data(), p.post = post.data(), p.comb = comb.data();
+        be->hc_pre(p);
+        std::vector<float> want(rows * E);
+        RmsNormParams n;
+        n.x = y.data();
+        n.weight = weight;
+        n.out = want.data();
+        n.n = E;
+        n.n_rows = rows;
+        n.eps = 1e-5f;
+        be->rms_norm(n);
+        std::vector<float> y2(rows * E), post2(rows * NHC), comb2(rows * NHC * NHC), normed(rows * E);
+        HcPreParams q = p;
+        q.y = y2.data(), q.post = post2.data(), q.comb = comb2.data();
+        q.normed = normed.data();
+        q.norm_weight = weight;
+        q.norm_out_eps = 1e-5f;
+        be->hc_pre(q);
+        EXPECT_TRUE(same_bits(want.data(), normed.data(), want.size())) << threads << " threads, " << rows << " rows";
+        EXPECT_TRUE(same_bits(y.data(), y2.data(), y.size()));
+        EXPECT_TRUE(same_bits(post.data(), post2.data(), post.size()));
+        EXPECT_TRUE(same_bits(comb.data(), comb2.data(), comb.size()));
+        EXPECT_FALSE(same_bits(y.data(), normed.data(), y.size()));  // the norm did something
+      }
+    }
+  }
+}
+
 // Sink attention with n_rot > 0 == the same queries without, each output head then de-rotated
 // at its query's position; batched over queries and threads.
 TEST(CpuBatchOps, SinkAttentionDerotatesEachHead) {
