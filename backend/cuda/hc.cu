@@ -557,18 +557,6 @@ Status norm_and_mix(const char* op, const float* x, const backend::Matrix& fn, i
   return matvec_f16(w, flat, hc_dim, n_rows, mix, mix_dim, stream);
 }
 
-// out = rms_norm(y) · w over n_rows rows of n (the folded norm of hc_pre as its own launch).
-Status norm_launch(const float* y, const float* w, float* out, int64_t n, int n_rows, float eps, Stream stream) {
-  backend::RmsNormParams rp;
-  rp.x = y;
-  rp.weight = w;
-  rp.out = out;
-  rp.n = n;
-  rp.n_rows = n_rows;
-  rp.eps = eps;
-  return rms_norm(rp, stream);
-}
-
 // Mix outputs per block: two for decode-sized calls (more blocks per row, shorter serial work
 // each), four for batches (fewer recomputations of each row's statistic).
 int fused_pairs(int n_rows, int mix_dim) {
@@ -620,7 +608,8 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
     FusedArgs f = a;
     f.normed = nullptr;  // the fused kernel has no folded norm: an rms_norm launch after it
     DS4_RETURN_IF_ERROR(launch_fused<kKind>(op, f, n_rows, stream));
-    return a.normed == nullptr ? Status() : norm_launch(a.y, a.norm_w, a.normed, a.n_embd, n_rows, a.norm_out_eps, stream);
+    return a.normed == nullptr ? Status()
+                               : rms_norm(a.y, a.norm_w, a.normed, a.n_embd, a.n_embd, n_rows, a.norm_out_eps, stream);
   }
   const size_t smem = staged_smem(hc_dim, outs);
   const unsigned groups = static_cast<unsigned>((a.mix_dim + outs - 1) / outs);
@@ -645,7 +634,7 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
 // The op's folded norm as an rms_norm launch: normed = rms_norm(y) · norm_weight.
 Status folded_norm(const backend::HcPreParams& p, Stream stream) {
   if (p.normed == nullptr) return Status();
-  return norm_launch(p.y, p.norm_weight, p.normed, p.n_embd, p.n_rows, p.norm_out_eps, stream);
+  return rms_norm(p.y, p.norm_weight, p.normed, p.n_embd, p.n_embd, p.n_rows, p.norm_out_eps, stream);
 }
 
 }  // namespace
