@@ -40,6 +40,7 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/kv_sim_hd.h"
 #include "backend/cuda/lanes64.cuh"
 #include "backend/cuda/ops.h"
@@ -1085,27 +1086,13 @@ std::atomic<bool> g_fused_norms{false};
 Status unfused_norms(const AttentionInputsParams& p, Stream stream) {
   const int64_t D = p.head_dim;
   if (p.q != nullptr && p.q_head_norm && p.n_head > 0) {
-    backend::RmsNormParams rp;
-    rp.n = D;
-    rp.stride = D;
-    rp.eps = p.norm_eps;
     const bool packed = p.q_stride == p.n_head * D;
     for (int r = 0; r < (packed ? 1 : p.n_rows); ++r) {
-      rp.x = rp.out = p.q + r * p.q_stride;
-      rp.n_rows = packed ? p.n_rows * p.n_head : p.n_head;
-      DS4_RETURN_IF_ERROR(rms_norm(rp, stream));
+      float* q = p.q + r * p.q_stride;
+      DS4_RETURN_IF_ERROR(rms_norm(q, nullptr, q, D, D, packed ? p.n_rows * p.n_head : p.n_head, p.norm_eps, stream));
     }
   }
-  if (p.kv_norm != nullptr) {
-    backend::RmsNormParams rp;
-    rp.x = rp.out = p.kv;
-    rp.weight = p.kv_norm;
-    rp.n = D;
-    rp.stride = D;
-    rp.n_rows = p.n_rows;
-    rp.eps = p.norm_eps;
-    DS4_RETURN_IF_ERROR(rms_norm(rp, stream));
-  }
+  if (p.kv_norm != nullptr) DS4_RETURN_IF_ERROR(rms_norm(p.kv, p.kv_norm, p.kv, D, D, p.n_rows, p.norm_eps, stream));
   return Status();
 }
 
