@@ -169,15 +169,22 @@ void expect_fused_leftovers(const Dual<uint32_t>& tickets, const Dual<float>& fl
 }
 
 // Every path, without the folded norm, then with it (normed = rms_norm(y) · w, and unweighted)
-// as an rms_norm launch and inside the staged kernel (set_fused_norms).
+// as an rms_norm launch and inside the staged kernel (set_fused_norms). n_hc = 4 (DS4: the
+// lane-per-value Sinkhorn, 20 iterations and 7) and n_hc = 3 (the general warp Sinkhorn).
 TEST_F(FfnOps, HcPreBitsEqualCpu) {
-  const int n_hc = 4;
-  const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
   auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
   struct Restore {  // the process-wide switch back to its default, also when an assertion returns
     ~Restore() { set_fused_norms(false); }
   } restore;
-  for (int64_t n_embd : {64, 100, 33, 4096}) {
+  struct Shape {
+    int n_hc, iters;
+    int64_t n_embd;
+  };
+  for (const Shape& sh : {Shape{4, 20, 64}, Shape{4, 20, 100}, Shape{4, 20, 33}, Shape{4, 20, 4096},
+                          Shape{4, 7, 64}, Shape{3, 20, 64}, Shape{3, 20, 33}}) {
+    const int n_hc = sh.n_hc;
+    const int64_t n_embd = sh.n_embd;
+    const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
     const int64_t hc_dim = n_hc * n_embd;
     auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 11 + n_embd));
     auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
@@ -200,6 +207,7 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
         p.n_hc = n_hc;
         p.n_embd = n_embd;
         p.n_rows = rows;
+        p.sinkhorn_iters = sh.iters;
         p.norm_out_eps = 1e-6f;
         backend::HcPreParams c = p;
         c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
@@ -216,6 +224,7 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
         expect_ok(hc_pre(g, nullptr, fused ? tickets.dp() : nullptr, hc_kernel(path)));
         sync();
         const std::string t = tag((std::string("hc_pre ") + hc_path_name(path)).c_str(), n_embd, rows) +
+                              " n_hc " + std::to_string(n_hc) + " iters " + std::to_string(sh.iters) +
                               (norm == 0 ? "" : norm == 1 ? ", norm by rms_norm" : norm == 2 ? ", norm folded" : ", unweighted norm folded");
         if (fused) {
           expect_fused_leftovers(tickets, flat, t);
@@ -450,8 +459,8 @@ TEST_F(FfnOps, FillWritesValue) {
 
 // ---- Router -----------------------------------------------------------------------------------
 
-// Router logits with ties (equal scores must keep the lower expert id), both softplus tails and,
-// in row 1, a NaN (the kernel's sequential fallback).
+// Router logits with ties (equal scores must keep the lower expert id), both softplus tails, in
+// row 1 a NaN (the kernel's sequential fallback) and in row 2 one value everywhere.
 std::vector<float> router_logits(int rows, int n_expert, uint32_t seed) {
   auto v = gaussian(static_cast<size_t>(rows) * n_expert, seed, 2.0f);
   for (int k = 0; k < rows; ++k) {
@@ -460,14 +469,17 @@ std::vector<float> router_logits(int rows, int n_expert, uint32_t seed) {
     r[1] = 25.0f, r[2] = -25.0f;
     r[n_expert - 1] = r[0];
     if (k == 1) r[7] = std::numeric_limits<float>::quiet_NaN();  // route_select's NaN path
+    if (k == 2) std::fill(r, r + n_expert, 0.5f);                  // one tie over every tile
   }
   return v;
 }
 
 TEST_F(FfnOps, RouteBitsEqualCpu) {
   const int n_vocab = 50;
-  for (int n_expert : {16, 256}) {
-    const int n_used = n_expert == 16 ? 4 : 6;
+  // (n_expert, n_used): the Flash shape, partial 32-expert tiles, n_used above a tile, and a
+  // shape with more candidate slots than the two-pass top-k holds (the all-pairs scan).
+  const std::pair<int, int> shapes[] = {{16, 4}, {40, 6}, {256, 6}, {1000, 8}, {64, 40}, {4096, 16}};
+  for (const auto& [n_expert, n_used] : shapes) {
     auto bias = dual(gaussian(n_expert, 81, 0.1f));
     std::vector<int32_t> table(n_vocab * n_used);
     std::mt19937 rng(82);
