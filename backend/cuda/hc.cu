@@ -15,11 +15,12 @@
 // (rows, output groups of 1 (decode) or 4 (batches)); each block copies the row x and its
 // weight rows to shared memory with cp.async at once, runs the statistic as x's parts arrive
 // (lanes64.cuh's staged_scale), then one dot chain per thread from shared memory; the same
-// ticket, the Sinkhorn in registers (n_hc = 4), the stream sum from the staged x.
+// ticket, the Sinkhorn, the stream sum from the staged x.
 // Layout, three launches (tickets nullptr; DS4_CUDA_HC_FUSED=0): the launchers of
 // cuda_kernels.h (rms_norm unweighted -> flat, matvec_f16 -> mix), then the finish kernel.
-// The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on one warp, a lane per HC
-// row / column (sinkhorn_row_warp: the CPU's scalar sequence per value). Stream sums are
+// The per-row Sinkhorn (a few hundred flops on n_hc² values) runs on one warp: for n_hc = 4 a
+// lane per value (sinkhorn4_warp: one exp and one division per lane and phase), otherwise a
+// lane per HC row / column; either way the CPU's scalar sequence per value. Stream sums are
 // elementwise: y = 0 (or f·post), then y = y + w[h]·x[h] for h in stream order — kernels.h
 // weighted_sum's sequence per element.
 // Invariants: no allocation (flat / mix scratch come in the params, the tickets from the
@@ -39,7 +40,10 @@ namespace {
 using backend::GgmlType;
 
 constexpr int kThreads = 256;
-constexpr int kElemsPerBlock = 1024;  // stream-sum elements of one row per block
+// Stream-sum elements of one row per block: one per thread, so a decode row's 4096 elements are
+// 16 blocks (hc_post: 64) whose loads are all in flight at once, not 4 blocks looping over
+// dependent rounds of loads (each round a memory latency: the kernel's time at one row).
+constexpr int kElemsPerBlock = kThreads;
 
 unsigned chunks(int64_t n) { return static_cast<unsigned>((n + kElemsPerBlock - 1) / kElemsPerBlock); }
 
@@ -104,44 +108,64 @@ __device__ void sinkhorn_iterate_warp(int n, int iters, float eps, float* a) {
   }
 }
 
-__device__ void sinkhorn_row_warp(const float* mix, const float* scale, const float* base, int n, int iters,
-                                  float eps, float* pre, float* post, float* a) {
-  sinkhorn_init_warp(mix, scale, base, n, eps, pre, post, a);
-  sinkhorn_iterate_warp(n, iters, eps, a);
+// The whole split + Sinkhorn of one row for n = 4 (DS4's n_hc) with one value per lane: lane j
+// < 16 owns comb element (r, c) = (j / 4, j % 4), lanes 16-19 pre[j - 16], lanes 20-23
+// post[j - 20]. Every lane runs ONE exp and ONE division per phase, side by side, where the
+// scalar forms above chain 6 exps per lane and divide line after line (an IEEE division is a
+// branchy sequence the compiler cannot interleave: ~8 µs of the 20 iterations). A line's sum
+// is gathered by shuffles in element order from 0 (the scalar sequence per value); each value
+// gets exactly cpu_ops' operations. Called by all 32 lanes of the warp.
+__device__ void sinkhorn4_warp(const float* mix, const float* scale, const float* base, int iters, float eps,
+                               float* pre, float* post, float* comb) {
+  using detail::kFullMask;
+  const int j = threadIdx.x & 31;
+  const bool el = j < 16, is_pre = j >= 16 && j < 20, is_post = j >= 20 && j < 24;
+  const int r4 = j & ~3, c = j & 3;
+  // z: the comb logit (el), else the pre / post logit.
+  const int off = el ? 8 + j : (is_pre ? j - 16 : (is_post ? 4 + (j - 20) : 0));
+  const float sc = scale[el ? 2 : (is_post ? 1 : 0)];
+  const float z = mix[off] * sc + base[off];
+  // The row max of the comb logits, in column order from -1e30 (lanes 16+ get a dummy).
+  float row_max = -1.0e30f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float v = __shfl_sync(kFullMask, z, (r4 + k) & 15);
+    if (v > row_max) row_max = v;
+  }
+  const float e = detmath::exp_f32(el ? z - row_max : -z);
+  // The softmax row sum from 0 in column order; pre and post divide 1 + e.
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) sum += __shfl_sync(kFullMask, e, (r4 + k) & 15);
+  const float q = (is_post ? 2.0f : 1.0f) / (el ? sum : 1.0f + e);
+  if (is_pre) pre[j - 16] = q + eps;
+  if (is_post) post[j - 20] = q;
+  float a = el ? e * q + eps : 1.0f;
+  // One normalization: every value divided by (its line's sum from 0 in order) + eps.
+  auto normalize = [&](bool cols) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s += __shfl_sync(kFullMask, a, cols ? 4 * k + c : r4 + k);
+    const float inv = 1.0f / (s + eps);
+    a *= inv;
+  };
+  normalize(true);
+  for (int it = 1; it < iters; ++it) {
+    normalize(false);
+    normalize(true);
+  }
+  if (el) comb[j] = a;
+  __syncwarp();
 }
 
-// sinkhorn_iterate for n = kN with the whole matrix in registers (the staged kernel's form):
-// every lane of the calling warp runs it (the same values; no exchange, no barrier per phase),
-// lane 0 writes a back. Each value gets the scalar form's operation sequence.
-template <int kN>
-__device__ void sinkhorn_iterate_regs(int iters, float eps, float* a) {
-  float v[kN * kN];
-#pragma unroll
-  for (int e = 0; e < kN * kN; ++e) v[e] = a[e];
-  __syncwarp();
-  // Each of the kN lines (rows: line l at l·kN, elements 1 apart; columns: line l at l, kN
-  // apart) divided by its sum + eps, the sum in element order.
-  auto normalize = [&](int line_step, int elem_step) {
-#pragma unroll
-    for (int l = 0; l < kN; ++l) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kN; ++k) sum += v[l * line_step + k * elem_step];
-      const float inv = 1.0f / (sum + eps);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) v[l * line_step + k * elem_step] *= inv;
-    }
-  };
-  normalize(1, kN);  // columns
-  for (int it = 1; it < iters; ++it) {
-    normalize(kN, 1);  // rows
-    normalize(1, kN);  // columns
+__device__ void sinkhorn_row_warp(const float* mix, const float* scale, const float* base, int n, int iters,
+                                  float eps, float* pre, float* post, float* a) {
+  if (n == 4) {
+    sinkhorn4_warp(mix, scale, base, iters, eps, pre, post, a);
+    return;
   }
-  if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-    for (int e = 0; e < kN * kN; ++e) a[e] = v[e];
-  }
-  __syncwarp();
+  sinkhorn_init_warp(mix, scale, base, n, eps, pre, post, a);
+  sinkhorn_iterate_warp(n, iters, eps, a);
 }
 
 // grid (n_rows, chunks of n_embd). Sinkhorn on warp 0 into shared memory, then the
@@ -399,8 +423,8 @@ size_t staged_smem(int64_t n, int outs) {
 //  3. runs the outs · 64 dot chains of matvec_f16's order, one per thread (thread 64q + l:
 //     output q, lane partial l, i = l, l + 64, ... < n: acc + f16(w[i])·(x[i]·scale)), from
 //     shared memory, then the tree per output on one warp each;
-//  4. the ticket as in hc_fused_kernel; the row's last block runs the Sinkhorn (registers
-//     for n_hc = 4) or the sigmoid weights, and the stream sum from its staged x.
+//  4. the ticket as in hc_fused_kernel; the row's last block runs the Sinkhorn or the sigmoid
+//     weights, and the stream sum from its staged x.
 template <HcKind kKind>
 __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs) {
   detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
@@ -483,14 +507,7 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   const int nh = a.n_hc;
   if constexpr (kKind == HcKind::kPre) {
     const int nn = nh * nh;
-    if (tid < 32) {
-      sinkhorn_init_warp(mix_s, a.scale3, a.base, nh, a.hc_eps, w_s, post_s, comb_s);
-      if (nh == 4) {
-        sinkhorn_iterate_regs<4>(a.iters, a.hc_eps, comb_s);
-      } else {
-        sinkhorn_iterate_warp(nh, a.iters, a.hc_eps, comb_s);
-      }
-    }
+    if (tid < 32) sinkhorn_row_warp(mix_s, a.scale3, a.base, nh, a.iters, a.hc_eps, w_s, post_s, comb_s);
     __syncthreads();
     for (int i = tid; i < nh; i += kStagedThreads) a.post[row * nh + i] = post_s[i];
     for (int i = tid; i < nn; i += kStagedThreads) a.comb[row * nn + i] = comb_s[i];

@@ -3,9 +3,10 @@
 // Role: route / moe of ops.h, bit-identical to backend/cpu/cpu_backend.cpp (route_row; moe in
 // the production numerics: Q8_K activations).
 // route: one block per row; the threads compute the row's probs (sqrtf(softplus)) and scores
-// in parallel (each element is one fixed expression) into shared memory, then each thread
-// ranks its experts (the insertion top-k of route_row equals the stable descending order when
-// no score is NaN; a row with a NaN score runs route_select itself on one thread) and one
+// in parallel (each element is one fixed expression) into shared memory, then ranks the experts
+// (the insertion top-k of route_row equals the stable descending order when no score is NaN):
+// a rank inside each 32-expert tile on its warp, then the global rank among the tiles' top
+// candidates only (a row with a NaN score runs route_select itself on one thread), and one
 // thread runs the renormalization (row_math.h), sequential by definition.
 // moe: four launches, each pair (row, slot) independent of every other (the CPU's grouping of
 // pairs by expert only shares weight reads; no result depends on it):
@@ -37,6 +38,7 @@ using quant::BlockQ8K;
 
 constexpr int kRouteThreads = 256;
 constexpr int kRouteMaxExpert = 4096;  // the row's probs and scores in 32 KB of shared memory
+constexpr int kRouteMaxCand = 1024;    // candidate slots of the two-pass top-k (4 KB)
 
 __global__ void __launch_bounds__(kRouteThreads) route_kernel(
     const float* __restrict__ logits, const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
@@ -46,6 +48,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(
   float* sp = route_smem;
   float* sc = route_smem + n_expert;
   __shared__ int32_t ssel[backend::rowmath::kMaxUsed];
+  __shared__ int32_t scand[kRouteMaxCand];  // candidate expert per slot, -1: none
   __shared__ int has_nan;
   const int64_t i = blockIdx.x;
   const float* lg = logits + i * n_expert;
@@ -65,13 +68,53 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(
   float* w = wt + i * n_used;
   if (tid2eid == nullptr && !has_nan) {
     // Without NaN the scores are totally preordered, and route_select's insertion top-k is the
-    // stable descending order's first n_used: expert e lands in slot rank(e) = #{e' : sc[e'] >
-    // sc[e], or sc[e'] == sc[e] and e' < e} when that is < n_used. Every thread ranks its own.
-    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-      const float v = sc[e];
-      int rank = 0;
-      for (int f = 0; f < n_expert && rank < n_used; ++f) rank += (sc[f] > v || (sc[f] == v && f < e)) ? 1 : 0;
-      if (rank < n_used) ssel[rank] = e;
+    // stable descending order's first n_used: expert e lands in slot rank(e) = #{f : f beats e}
+    // (sc[f] > sc[e], or equal and f < e) when that is < n_used. Two passes instead of every
+    // expert scanning all others: (1) each warp ranks the experts of a 32-expert tile inside
+    // the tile (one shuffle per expert of the tile); those with tile rank < t_used = min(n_used,
+    // 32) are the candidates, slot tile·t_used + tile rank. (2) each candidate counts the
+    // candidates that beat it. Every expert that beats a top-n_used expert is itself top-n_used,
+    // hence a candidate: the count is rank(e) whenever rank(e) < n_used, and >= n_used otherwise
+    // (the n_used top experts all beat e and are all candidates).
+    const int t_used = n_used < 32 ? n_used : 32;
+    const int tiles = (n_expert + 31) / 32;
+    const int slots = tiles * t_used;
+    if (slots <= kRouteMaxCand) {
+      const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+      for (int t = warp; t < tiles; t += kRouteThreads / 32) {
+        const int e = t * 32 + lane;
+        const bool live = e < n_expert;
+        const float v = live ? sc[e] : 0.0f;
+        int rank = 0;
+#pragma unroll 8
+        for (int k = 0; k < 32; ++k) {
+          const float fv = __shfl_sync(detail::kFullMask, v, k);
+          rank += (t * 32 + k < n_expert && (fv > v || (fv == v && k < lane))) ? 1 : 0;
+        }
+        if (lane < t_used) scand[t * t_used + lane] = -1;  // a tile of fewer than t_used experts
+        __syncwarp();
+        if (live && rank < t_used) scand[t * t_used + rank] = e;
+      }
+      __syncthreads();
+      for (int c = threadIdx.x; c < slots; c += blockDim.x) {
+        const int e = scand[c];
+        if (e < 0) continue;
+        const float v = sc[e];
+        int rank = 0;
+#pragma unroll 4
+        for (int d = 0; d < slots; ++d) {
+          const int f = scand[d];
+          rank += (f >= 0 && (sc[f] > v || (sc[f] == v && f < e))) ? 1 : 0;
+        }
+        if (rank < n_used) ssel[rank] = e;
+      }
+    } else {
+      for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {  // every expert against all
+        const float v = sc[e];
+        int rank = 0;
+        for (int f = 0; f < n_expert && rank < n_used; ++f) rank += (sc[f] > v || (sc[f] == v && f < e)) ? 1 : 0;
+        if (rank < n_used) ssel[rank] = e;
+      }
     }
     __syncthreads();
     if (threadIdx.x != 0) return;
