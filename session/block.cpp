@@ -5,8 +5,8 @@
 
 namespace ds4::session {
 
-void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys,
-            int n) {
+backend::MatmulParams matmul_params(const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys,
+                                    int n) {
   backend::MatmulParams p;
   p.w = w;
   p.x = x;
@@ -14,7 +14,12 @@ void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int6
   p.y = y;
   p.y_stride = ys;
   p.n_rows = n;
-  be.matmul(p);
+  return p;
+}
+
+void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys,
+            int n) {
+  be.matmul(matmul_params(w, x, xs, y, ys, n));
 }
 
 void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim, int n_rows, float eps) {

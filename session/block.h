@@ -146,7 +146,9 @@ BlockScratch block_scratch(S& s) {
 }
 
 // ---- single backend ops with the block's parameter shapes ----
-// y[i] = w · x[i] for n rows (row strides xs, ys in floats).
+// y[i] = w · x[i] for n rows (row strides xs, ys in floats): its parameters, and the op.
+backend::MatmulParams matmul_params(const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys,
+                                    int n);
 void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int64_t xs, float* y, int64_t ys,
             int n);
 // RMSNorm of n_rows rows of dim floats; w may be null (unweighted).

@@ -220,14 +220,21 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   const AttnMats am = attn_mats(m);
   const BlockScratch bs = block_scratch(s);
   attention_projections(be_, cfg_, am, bs, n);
+  // The compressors' projections of h (F16, rows of one length): one grouped call, each result
+  // the bits it gets alone (a device backend runs them as one launch).
+  backend::MatmulParams comp_proj[4];
+  int n_comp_proj = 0;
   if (ratio != 0) {
-    matmul(be_, m.cmp_kv, s.h.data(), E, s.ckv.data(), W, n);
-    matmul(be_, m.cmp_gate, s.h.data(), E, s.csc.data(), W, n);
+    comp_proj[n_comp_proj++] = matmul_params(m.cmp_kv, s.h.data(), E, s.ckv.data(), W, n);
+    comp_proj[n_comp_proj++] = matmul_params(m.cmp_gate, s.h.data(), E, s.csc.data(), W, n);
   }
+  if (ratio == 4) {
+    comp_proj[n_comp_proj++] = matmul_params(m.idx_cmp_kv, s.h.data(), E, s.ikv.data(), IW, n);
+    comp_proj[n_comp_proj++] = matmul_params(m.idx_cmp_gate, s.h.data(), E, s.isc.data(), IW, n);
+  }
+  if (n_comp_proj > 0) be_.matmul_grouped(comp_proj, n_comp_proj);
   int first_idx_row = n;  // this session: rows from here on need an indexer query
   if (ratio == 4) {
-    matmul(be_, m.idx_cmp_kv, s.h.data(), E, s.ikv.data(), IW, n);
-    matmul(be_, m.idx_cmp_gate, s.h.data(), E, s.isc.data(), IW, n);
     for (int i = 0; i < n; ++i) {
       if (needs_idx(i)) {
         first_idx_row = i;

@@ -205,6 +205,27 @@ Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, flo
 enum class DenseNarrowKernel { kStaged, kTiled };
 void set_dense_narrow_kernel(DenseNarrowKernel k);
 DenseNarrowKernel dense_narrow_kernel();
+// Several narrow F16 (f16) or F32 matvecs over rows of one length n_in in ONE launch of the
+// staged kernel (grid: every group's outputs side by side): the bits of matvec_f16 / matvec_f32
+// per group. Group g: weights w (row_bytes apart), x row k at x + k·xs, y row k at y + k·ys,
+// and o_end = its n_out on input. *done = false (nothing launched) when the shapes are not the
+// staged kernel's (n_out >= 4096, rows past its shared memory, r > kMaxRows, kTiled chosen).
+inline constexpr int kMaxDenseGroups = 8;
+struct DenseGroup {
+  const uint8_t* w;
+  size_t row_bytes;
+  const float* x;
+  int64_t xs;
+  float* y;
+  int64_t ys;
+  int64_t o_end;  // on input: the group's n_out; in the kernel's table: the end of its outputs
+};
+struct DenseGroups {
+  DenseGroup g[kMaxDenseGroups];
+  int n;
+};
+Status matvec_dense_grouped(bool f16, const DenseGroup* groups, int n_groups, int64_t n_in, int r, bool* done,
+                            Stream stream = nullptr);
 // F16 / F32 × MANY activation rows (prefill, issue #30): matvec_f16's / matvec_f32's result
 // (quant::dot_f16 / dot_f32 per output, the same bits) from one CUDA-core kernel for any r
 // (matvec_dense_rows.cu): CTA tiles of 16 outputs × 16 rows (8 × 8 while that leaves under two

@@ -10,8 +10,10 @@
 // (kMaxRows, or the tensor-core GEMM's tiles from kQ8_0TcMinRows Q8_0 rows; each row keeps its
 // own accumulators, so a tile boundary changes no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
 // output LoRA) take one quantization launch and one matvec launch for all groups (same
-// per-row kernel body, same bits; one fused launch at one row, as matmul); other group lists
-// run matmul one by one. The CPU twin is backend/cpu/matmul.cpp.
+// per-row kernel body, same bits; one fused launch at one row, as matmul); narrow F16 / F32
+// matrices over rows of one length take one launch of the staged kernel (up to
+// kMaxDenseGroups, any n_out each); other group lists run matmul one by one. The CPU twin is
+// backend/cpu/matmul.cpp.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/ops.h"
@@ -90,7 +92,27 @@ bool grouped_q8_0(const backend::MatmulParams* p, int n) {
   return true;
 }
 
+// n F16 (or n F32) narrow matrices over rows of one length (the compressors' and indexer's
+// projections of one h): one staged launch for all, each group the bits of its own matmul.
+// False when the shapes are not that kernel's (then the matmuls run one by one).
+bool dense_grouped(const backend::MatmulParams* p, int n, Stream stream, Status* status) {
+  const gguf::GgmlType t = p[0].w.type;
+  if (n < 2 || n > kMaxDenseGroups || (t != gguf::GgmlType::kF16 && t != gguf::GgmlType::kF32)) return false;
+  DenseGroup g[kMaxDenseGroups];
+  for (int i = 0; i < n; ++i) {
+    const backend::MatmulParams& q = p[i];
+    if (q.w.type != t || q.w.n_in != p[0].w.n_in || q.n_rows != p[0].n_rows) return false;
+    g[i] = DenseGroup{static_cast<const uint8_t*>(q.w.data), q.w.row_bytes, q.x, q.x_stride == 0 ? q.w.n_in : q.x_stride,
+                      q.y, q.y_stride == 0 ? q.w.n_out : q.y_stride, q.w.n_out};
+  }
+  bool done = false;
+  const Status s = matvec_dense_grouped(t == gguf::GgmlType::kF16, g, n, p[0].w.n_in, p[0].n_rows, &done, stream);
+  *status = s;
+  return done || !s.ok();
+}
+
 Status matmul_grouped(const backend::MatmulParams* p, int n, const OpScratch& scratch, Stream stream) {
+  if (Status s; dense_grouped(p, n, stream, &s)) return s;
   if (!grouped_q8_0(p, n)) {
     for (int i = 0; i < n; ++i) DS4_RETURN_IF_ERROR(matmul(p[i], scratch, stream));
     return Status();

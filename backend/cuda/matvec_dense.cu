@@ -232,21 +232,25 @@ __device__ __forceinline__ void stage_f16(uint16_t* dst, const uint16_t* src, in
   for (int i = s + static_cast<int>(threadIdx.x); i < hi; i += static_cast<int>(blockDim.x)) dst[i] = __ldg(src + i);
 }
 
-// grid (n_out, r): CTA (o, k) computes y[k][o] = dot(w row o, x row k).
+// grid (Σ n_out of the groups, r): CTA (o, k) computes y[k][o'] = dot(w row o', x row k) of the
+// group g whose outputs [o_begin, o_end) hold o (o' = o - o_begin): one matvec (n = 1) or several
+// over rows of one length in one launch (matvec_dense_grouped); a CTA's work is the same
+// whichever launch it belongs to.
 template <bool kF16>
-__global__ void __launch_bounds__(kDenseStagedThreads) dense_staged_kernel(const uint8_t* __restrict__ w,
-                                                                           size_t row_bytes, int n,
-                                                                           const float* __restrict__ x, int64_t xs,
-                                                                           float* __restrict__ y, int64_t ys) {
+__global__ void __launch_bounds__(kDenseStagedThreads) dense_staged_kernel(const __grid_constant__ DenseGroups gs,
+                                                                           int n) {
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ float p_s[64];
   const int tid = threadIdx.x;
-  const int64_t o = blockIdx.x;
-  x += static_cast<int64_t>(blockIdx.y) * xs;
-  y += static_cast<int64_t>(blockIdx.y) * ys;
+  int g = 0;
+  while (g + 1 < gs.n && static_cast<int64_t>(blockIdx.x) >= gs.g[g].o_end) ++g;
+  const DenseGroup& gr = gs.g[g];
+  const int64_t o = static_cast<int64_t>(blockIdx.x) - (g == 0 ? 0 : gs.g[g - 1].o_end);
+  const float* x = gr.x + static_cast<int64_t>(blockIdx.y) * gr.xs;
+  float* y = gr.y + static_cast<int64_t>(blockIdx.y) * gr.ys;
   float* xsm = reinterpret_cast<float*>(dyn);  // [n4]
   unsigned char* wsm = dyn + 4 * round_up(n, 4);
-  const uint8_t* wr = w + o * row_bytes;
+  const uint8_t* wr = gr.w + o * gr.row_bytes;
   const bool xvec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool wvec = reinterpret_cast<uintptr_t>(wr) % 16 == 0;
   const int part = detail::stage_part(n);
@@ -323,9 +327,12 @@ Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int 
                                                                       rr, yk, ys, w_vec, x_vec);
     } else if (g_narrow == DenseNarrowKernel::kStaged && w.n_in > 0 &&
                dense_staged_smem(kF16, w.n_in) <= static_cast<size_t>(kDenseStagedSmem) && dense_staged_ready<kF16>()) {
+      DenseGroups gs{};
+      gs.n = 1;
+      gs.g[0] = DenseGroup{wp, w.row_bytes, xk, xs, yk, ys, w.n_out};
       const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
       dense_staged_kernel<kF16><<<grid, kDenseStagedThreads, dense_staged_smem(kF16, w.n_in), stream>>>(
-          wp, w.row_bytes, static_cast<int>(w.n_in), xk, xs, yk, ys);
+          gs, static_cast<int>(w.n_in));
     } else {
       const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
       dense_matvec_kernel<kF16, 1, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, 1, yk,
@@ -346,6 +353,38 @@ Status matvec_f16(const Weights& w, const float* x, int64_t x_stride, int r, flo
 Status matvec_f32(const Weights& w, const float* x, int64_t x_stride, int r, float* y, int64_t y_stride,
                   Stream stream) {
   return launch<false>("matvec_f32", w, x, x_stride, r, y, y_stride, stream);
+}
+
+Status matvec_dense_grouped(bool f16, const DenseGroup* groups, int n_groups, int64_t n_in, int r, bool* done,
+                            Stream stream) {
+  *done = false;
+  if (n_groups < 1 || n_groups > kMaxDenseGroups || r < 1 || r > kMaxRows || n_in <= 0 ||
+      g_narrow != DenseNarrowKernel::kStaged || dense_staged_smem(f16, n_in) > static_cast<size_t>(kDenseStagedSmem))
+    return Status();
+  const size_t elem = f16 ? 2 : 4;
+  DenseGroups gs{};
+  gs.n = n_groups;
+  int64_t end = 0;
+  for (int g = 0; g < n_groups; ++g) {
+    const DenseGroup& d = groups[g];
+    const int64_t n_out = d.o_end;  // the caller's o_end: this group's own n_out
+    // The narrow kernel's shapes only (matvec_f16 takes wide ones on another kernel).
+    if (n_out <= 0 || n_out >= 4096 || d.row_bytes < static_cast<size_t>(n_in) * elem || d.row_bytes % elem != 0 ||
+        reinterpret_cast<uintptr_t>(d.w) % elem != 0)
+      return Status();
+    end += n_out;
+    gs.g[g] = d;
+    gs.g[g].o_end = end;
+  }
+  if (end > 0x7fffffff || !(f16 ? dense_staged_ready<true>() : dense_staged_ready<false>())) return Status();
+  const dim3 grid(static_cast<unsigned>(end), static_cast<unsigned>(r));
+  if (f16) {
+    dense_staged_kernel<true><<<grid, kDenseStagedThreads, dense_staged_smem(true, n_in), stream>>>(gs, static_cast<int>(n_in));
+  } else {
+    dense_staged_kernel<false><<<grid, kDenseStagedThreads, dense_staged_smem(false, n_in), stream>>>(gs, static_cast<int>(n_in));
+  }
+  *done = true;
+  return launch_status(f16 ? "matvec_f16 (grouped)" : "matvec_f32 (grouped)", n_in, end, r);
 }
 
 void set_dense_narrow_kernel(DenseNarrowKernel k) { g_narrow = k; }

@@ -525,6 +525,76 @@ TEST_F(CudaKernels, MatvecF32BitsEqualCpuForR1To8) {
   set_dense_narrow_kernel(saved);
 }
 
+// matmul_grouped (ops.h) over narrow F16 / F32 matrices of one n_in: one staged launch for all
+// groups (matvec_dense_grouped), each group's outputs the CPU's dots. Shapes: the compressors'
+// and indexer's projections of one h (4096 -> 1024, 1024, 256, 256); n_in 100 with groups of 3,
+// 17, 64 outputs reading different x rows with odd strides (unaligned: the scalar paths); the
+// fallbacks (a group of >= 4096 outputs, 9 rows: the matmuls one by one) give the same bits.
+TEST_F(CudaKernels, MatmulGroupedDenseBitsEqualCpu) {
+  struct Case {
+    int64_t n_in;
+    std::vector<int64_t> n_out;
+    bool shared_x;
+    std::vector<int> rows;
+  };
+  const Case cases[] = {{4096, {1024, 1024, 256, 256}, true, {1, 2, 8}},
+                        {100, {3, 17, 64}, false, {1, 3, 8}},
+                        {256, {40, 4100}, true, {1}},
+                        {256, {40, 24}, true, {9}}};
+  for (bool f16 : {true, false}) {
+    const GgmlType t = f16 ? GgmlType::kF16 : GgmlType::kF32;
+    for (const Case& c : cases) {
+      const int n = static_cast<int>(c.n_out.size());
+      const size_t rb = quant::row_bytes(t, c.n_in) + (c.shared_x ? 0 : 4);  // odd: rows not 16-byte aligned
+      std::vector<std::vector<uint8_t>> w(n);
+      std::vector<std::unique_ptr<DeviceBuf>> dw(n);
+      for (int g = 0; g < n; ++g) {
+        w[g].assign(rb * c.n_out[g], 0);
+        for (int64_t o = 0; o < c.n_out[g]; ++o)
+          quant::fill_random_blocks(t, w[g].data() + o * rb, c.n_in, 0.5f, static_cast<uint64_t>(70 + 13 * g + o));
+        dw[g] = to_device(w[g]);
+      }
+      for (int rows : c.rows) {
+        const int64_t xs = c.shared_x ? c.n_in : c.n_in + 3;  // x row k of group g at g·(n_in + 1) + k·xs
+        const auto x = activation_rows(rows + 2, xs + c.n_in, static_cast<uint32_t>(c.n_in + rows), /*finite=*/true);
+        auto dx = to_device(x);
+        std::vector<int64_t> ys(n);
+        std::vector<std::unique_ptr<DeviceBuf>> dy(n);
+        std::vector<backend::MatmulParams> p(n);
+        for (int g = 0; g < n; ++g) {
+          ys[g] = c.n_out[g] + g;
+          dy[g] = std::make_unique<DeviceBuf>(sizeof(float) * ys[g] * rows);
+          dy[g]->poison();
+          p[g].w = backend::Matrix{dw[g]->as<uint8_t>(), t, c.n_in, c.n_out[g], rb};
+          p[g].x = dx->as<float>() + (c.shared_x ? 0 : g * (c.n_in + 1)), p[g].x_stride = xs;
+          p[g].y = dy[g]->as<float>(), p[g].y_stride = ys[g];
+          p[g].n_rows = rows;
+        }
+        DeviceBuf scratch(matmul_grouped_scratch_bytes(p.data(), n) + 64);
+        const Status st = matmul_grouped(p.data(), n, OpScratch{scratch.data(), scratch.bytes()}, nullptr);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        sync();
+        for (int g = 0; g < n; ++g) {
+          const auto got = dy[g]->get_vec<float>(static_cast<size_t>(ys[g]) * rows);
+          std::vector<float> want, have;
+          for (int k = 0; k < rows; ++k) {
+            const float* xr = x.data() + (c.shared_x ? 0 : g * (c.n_in + 1)) + k * xs;
+            for (int64_t o = 0; o < c.n_out[g]; ++o) {
+              const uint8_t* row = w[g].data() + o * rb;
+              want.push_back(f16 ? quant::dot_f16(reinterpret_cast<const uint16_t*>(row), xr, c.n_in)
+                                 : quant::dot_f32(reinterpret_cast<const float*>(row), xr, c.n_in));
+              have.push_back(got[k * ys[g] + o]);
+            }
+          }
+          EXPECT_EQ(0u, bit_mismatches(have.data(), want.data(), want.size(),
+                                       std::string(f16 ? "f16" : "f32") + " n_in " + std::to_string(c.n_in) +
+                                           " group " + std::to_string(g) + " rows " + std::to_string(rows)));
+        }
+      }
+    }
+  }
+}
+
 template <typename Run, typename Dot>
 void expert_case(GgmlType t, const Shape& s, Run run, Dot dot, const char* name) {
   const int64_t nb = s.n_in / 256;

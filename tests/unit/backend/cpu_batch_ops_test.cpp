@@ -429,38 +429,46 @@ TEST(CpuBatchOps, RouteRowsEqualSingleRows) {
 
 // matmul_grouped (one pool job, each matmul cut into output pieces) == the matmuls one by one,
 // Q8_0 and F16 weights, 1 and 8 rows (the output LoRA's shape: group g reads its own slice of
-// the x row and writes its own slice of the y row), 1 and 4 threads.
+// the x row and writes its own slice of the y row; and the compressor projections' mixed
+// widths), 1 and 4 threads.
 TEST(CpuBatchOps, MatmulGroupedEqualsSeparateMatmuls) {
   const int G = 4;
-  const int64_t n_in = 256, n_out = 160;  // 160: pieces end inside a 16-output tile boundary
-  for (gguf::GgmlType t : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kF16}) {
-    const size_t rb = quant::row_bytes(t, n_in);
-    std::vector<uint8_t> w(rb * n_out * G);
-    quant::fill_random_blocks(t, w.data(), n_in * n_out * G, 0.5f, 61);
-    for (int rows : {1, 8}) {
-      const auto x = randv(static_cast<size_t>(rows * G * n_in), 62 + rows, 2.0f);
-      auto params = [&](std::vector<float>& y) {
-        std::vector<MatmulParams> ps(G);
-        for (int g = 0; g < G; ++g) {
-          ps[g].w = Matrix{w.data() + g * n_out * rb, t, n_in, n_out, rb};
-          ps[g].x = x.data() + g * n_in;
-          ps[g].x_stride = G * n_in;
-          ps[g].y = y.data() + g * n_out;
-          ps[g].y_stride = G * n_out;
-          ps[g].n_rows = rows;
+  const int64_t n_in = 256;
+  // 160: pieces end inside a 16-output tile boundary; mixed widths as the compressors' groups.
+  for (const std::vector<int64_t>& n_out :
+       {std::vector<int64_t>{160, 160, 160, 160}, std::vector<int64_t>{160, 96, 160, 32}}) {
+    int64_t off[G + 1] = {0};
+    for (int g = 0; g < G; ++g) off[g + 1] = off[g] + n_out[g];
+    const int64_t total = off[G];
+    for (gguf::GgmlType t : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kF16}) {
+      const size_t rb = quant::row_bytes(t, n_in);
+      std::vector<uint8_t> w(rb * total);
+      quant::fill_random_blocks(t, w.data(), n_in * total, 0.5f, 61);
+      for (int rows : {1, 8}) {
+        const auto x = randv(static_cast<size_t>(rows * G * n_in), 62 + rows, 2.0f);
+        auto params = [&](std::vector<float>& y) {
+          std::vector<MatmulParams> ps(G);
+          for (int g = 0; g < G; ++g) {
+            ps[g].w = Matrix{w.data() + off[g] * rb, t, n_in, n_out[g], rb};
+            ps[g].x = x.data() + g * n_in;
+            ps[g].x_stride = G * n_in;
+            ps[g].y = y.data() + off[g];
+            ps[g].y_stride = total;
+            ps[g].n_rows = rows;
+          }
+          return ps;
+        };
+        std::vector<float> want(static_cast<size_t>(rows * total), 0.0f);
+        auto be1 = make_cpu_backend(1);
+        for (const MatmulParams& q : params(want)) be1->matmul(q);
+        for (int threads : {1, 4}) {
+          auto be = make_cpu_backend(threads);
+          std::vector<float> got(want.size(), -7.0f);
+          auto ps = params(got);
+          be->matmul_grouped(ps.data(), G);
+          EXPECT_TRUE(same_bits(want.data(), got.data(), want.size()))
+              << gguf::type_name(t) << " rows " << rows << " threads " << threads << " widths " << n_out[1];
         }
-        return ps;
-      };
-      std::vector<float> want(static_cast<size_t>(rows * G * n_out), 0.0f);
-      auto be1 = make_cpu_backend(1);
-      for (const MatmulParams& q : params(want)) be1->matmul(q);
-      for (int threads : {1, 4}) {
-        auto be = make_cpu_backend(threads);
-        std::vector<float> got(want.size(), -7.0f);
-        auto ps = params(got);
-        be->matmul_grouped(ps.data(), G);
-        EXPECT_TRUE(same_bits(want.data(), got.data(), want.size()))
-            << gguf::type_name(t) << " rows " << rows << " threads " << threads;
       }
     }
   }
