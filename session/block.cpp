@@ -82,11 +82,14 @@ void attention_projections(backend::Backend& be, const model::ModelConfig& c, co
   const int64_t E = c.n_embd, D = c.head_dim, QL = c.q_lora_rank, Q = c.q_dim();
   const float eps = c.rms_eps;
   hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_attn(y), in the HC pre op
-  matmul(be, m.q_a, s.h, E, s.qa, QL, n);
+  // q_a and kv read the same h: one grouped call, each result the bits it gets alone (on CUDA
+  // one launch for a decode row).
+  const backend::MatmulParams qa_kv[2] = {matmul_params(m.q_a, s.h, E, s.qa, QL, n),
+                                          matmul_params(m.kv, s.h, E, s.kv, D, n)};
+  be.matmul_grouped(qa_kv, 2);
   rms_norm(be, s.qa, m.q_a_norm, s.qr, QL, n, eps);
   matmul(be, m.q_b, s.qr, QL, s.q, Q, n);
   // q's per-head norm and kv's norm run in attention_inputs (one kernel with the RoPE on CUDA).
-  matmul(be, m.kv, s.h, E, s.kv, D, n);
 }
 
 backend::AttentionInputsParams attention_inputs(const model::ModelConfig& c, float* q, float* kv,

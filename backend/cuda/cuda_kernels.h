@@ -137,13 +137,15 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
 // shape, when kR1WideInAuto (issue #30: designed for the small Flash shapes; the H200 A/B is
 // bench_cuda --rows=1 q8_0, " wide" against " old"), fused into a lone matmul of at most
 // kR1WideFusedMaxIn inputs (every CTA quantizes the whole row: cheap beside a launch for short
-// rows, not for 8192+; grouped matmuls keep their quantize launch).
+// rows, not for 8192+), and into grouped ones of at most kR1WideFusedMaxGroups matrices (q_a
+// and kv, the shared expert's gate and up; the 8-group output LoRA keeps its quantize launch).
 // Process-wide; the backend sets it once at start-up (--cuda-q8-r1 / DS4_CUDA_Q8_R1), tests
 // and benchmarks switch it for A/B.
 enum class Q8_0R1Kernel { kStaged, kWarp, kStagedPrequant, kAuto, kWide, kWideFused };
 constexpr int64_t kR1StagedMinRows = 65536;  // kAuto: n_out from which the staged kernel runs
 constexpr bool kR1WideInAuto = true;         // kAuto: the wide kernel below kR1StagedMinRows
 constexpr int64_t kR1WideFusedMaxIn = 4096;  // kAuto: n_in up to which a one-row matmul fuses it
+constexpr int kR1WideFusedMaxGroups = 2;     // kAuto: groups up to which a grouped one fuses it
 void set_q8_0_r1_kernel(Q8_0R1Kernel k);
 Q8_0R1Kernel q8_0_r1_kernel();
 // Programmatic dependent launch (pdl.cuh) of the wide kernel: launched so that it may start
@@ -163,10 +165,13 @@ bool pdl();
 Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream = nullptr);
 // The grouped form (matvec_q8_0_grouped at r = 1 with f32 rows): group g computes
 // matvec_q8_0_r1_f32(Weights{w[g], row_bytes, n_in, n_out}, x[g], y[g]); one launch for all.
+// A group may have fewer outputs than the call's n_out (n_out > 0 here: mixed widths, e.g.
+// q_a and kv of one h); only the wide kernel takes such a list (else *fused = false).
 struct Q8_0GroupF32 {
   const void* w = nullptr;  // [n_out rows of row_bytes] Q8_0, 16-byte aligned for the fused kernel
   const float* x = nullptr;  // [n_in] f32, one row (16-byte aligned for the fused kernel)
   float* y = nullptr;        // [n_out] f32
+  int64_t n_out = 0;         // this group's outputs, <= the call's; 0: the call's
 };
 Status matvec_q8_0_grouped_r1_f32(const Q8_0GroupF32* groups, int n_groups, size_t row_bytes, int64_t n_in,
                                   int64_t n_out, bool* fused, Stream stream = nullptr);

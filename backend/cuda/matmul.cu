@@ -10,7 +10,8 @@
 // (kMaxRows, or the tensor-core GEMM's tiles from kQ8_0TcMinRows Q8_0 rows; each row keeps its
 // own accumulators, so a tile boundary changes no bit). matmul_grouped: n Q8_0 matrices of one shape (the grouped
 // output LoRA) take one quantization launch and one matvec launch for all groups (same
-// per-row kernel body, same bits; one fused launch at one row, as matmul); narrow F16 / F32
+// per-row kernel body, same bits; one fused launch at one row, as matmul; one row of mixed
+// widths, one fused wide launch where the kernel choice fuses it); narrow F16 / F32
 // matrices over rows of one length take one launch of the staged kernel (up to
 // kMaxDenseGroups, any n_out each); other group lists run matmul one by one. The CPU twin is
 // backend/cpu/matmul.cpp.
@@ -111,9 +112,31 @@ bool dense_grouped(const backend::MatmulParams* p, int n, Stream stream, Status*
   return done || !s.ok();
 }
 
+// One row of Q8_0 matrices of one n_in and row length but mixed widths (attention's q_a and kv
+// of one h): one fused wide launch when the kernel choice fuses it (matvec_q8_0_grouped_r1_f32
+// with each group's n_out); false when it does not (then the matmuls run one by one).
+bool mixed_q8_0_r1(const backend::MatmulParams* p, int n, Stream stream, Status* status) {
+  if (n < 2 || n > kMaxMatvecGroups || p[0].n_rows != 1) return false;
+  int64_t n_out = 0;
+  Q8_0GroupF32 fg[kMaxMatvecGroups];
+  for (int g = 0; g < n; ++g) {
+    const backend::MatmulParams& q = p[g];
+    if (q.w.type != gguf::GgmlType::kQ8_0 || q.n_rows != 1 || q.w.n_in != p[0].w.n_in ||
+        q.w.row_bytes != p[0].w.row_bytes || q.w.n_out <= 0)
+      return false;
+    n_out = q.w.n_out > n_out ? q.w.n_out : n_out;
+    fg[g] = Q8_0GroupF32{q.w.data, q.x, q.y, q.w.n_out};
+  }
+  bool fused = false;
+  const Status s = matvec_q8_0_grouped_r1_f32(fg, n, p[0].w.row_bytes, p[0].w.n_in, n_out, &fused, stream);
+  *status = s;
+  return fused || !s.ok();
+}
+
 Status matmul_grouped(const backend::MatmulParams* p, int n, const OpScratch& scratch, Stream stream) {
   if (Status s; dense_grouped(p, n, stream, &s)) return s;
   if (!grouped_q8_0(p, n)) {
+    if (Status s; mixed_q8_0_r1(p, n, stream, &s)) return s;
     for (int i = 0; i < n; ++i) DS4_RETURN_IF_ERROR(matmul(p[i], scratch, stream));
     return Status();
   }

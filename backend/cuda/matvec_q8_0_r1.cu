@@ -334,10 +334,12 @@ bool r1_wide(int64_t n_out) {
          (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && n_out < kR1StagedMinRows);
 }
 // Whether a one-row matmul (f32 row) fuses its quantization into the wide kernel.
-bool r1_wide_fused(int64_t n_in, int64_t n_out, bool grouped) {
+// n_groups: 1 for a lone matmul.
+bool r1_wide_fused(int64_t n_in, int64_t n_out, int n_groups) {
   const Q8_0R1Kernel m = r1_mode();
-  return m == Q8_0R1Kernel::kWideFused || (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && !grouped &&
-                                           n_in <= kR1WideFusedMaxIn && n_out < kR1StagedMinRows);
+  return m == Q8_0R1Kernel::kWideFused ||
+         (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && n_groups <= kR1WideFusedMaxGroups &&
+          n_in <= kR1WideFusedMaxIn && n_out < kR1StagedMinRows);
 }
 
 }  // namespace
@@ -366,7 +368,7 @@ Q8_0R1Kernel q8_0_r1_kernel() { return static_cast<Q8_0R1Kernel>(g_q8_0_r1.load(
 
 Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream) {
   *fused = false;
-  if (r1_wide_fused(w.n_in, w.n_out, false)) {
+  if (r1_wide_fused(w.n_in, w.n_out, 1)) {
     if (!wide_try_launch_f32(w, x, y, stream)) return Status();
     *fused = true;
     return launch_status("matvec_q8_0_r1_f32", w.n_in, w.n_out, 1);
@@ -382,11 +384,17 @@ Status matvec_q8_0_grouped_r1_f32(const Q8_0GroupF32* groups, int n_groups, size
                                   int64_t n_out, bool* fused, Stream stream) {
   *fused = false;
   if (n_groups < 1 || n_groups > kMaxMatvecGroups) return Status();
-  if (r1_wide_fused(n_in, n_out, true)) {
+  bool mixed = false;  // groups narrower than n_out: the wide kernel only
+  for (int g = 0; g < n_groups; ++g) {
+    if (groups[g].n_out < 0 || groups[g].n_out > n_out) return Status();
+    mixed = mixed || (groups[g].n_out != 0 && groups[g].n_out != n_out);
+  }
+  if (r1_wide_fused(n_in, n_out, n_groups)) {
     if (!wide_try_launch_grouped_f32(groups, n_groups, row_bytes, n_in, n_out, stream)) return Status();
     *fused = true;
     return launch_status("matvec_q8_0_grouped_r1_f32", n_in, n_out, 1);
   }
+  if (mixed) return Status();
   Q8_0GroupF32Args args{};
   bool x_aligned16 = true;
   for (int g = 0; g < n_groups; ++g) {

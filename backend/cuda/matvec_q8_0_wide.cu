@@ -79,6 +79,7 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   float* ts = reinterpret_cast<float*>(stages + slots * slot_bytes);  // [rows][chunk + 4]
   const int ts_stride = wide_ts_stride(chunk);
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * rows;
+  if (o0 >= n_out) return;  // a group narrower than the grid (mixed widths): the whole CTA
   const int live_rows = n_out - o0 < rows ? static_cast<int>(n_out - o0) : rows;
 
   // Chunk j into slot j % S: live_rows rows of 17·cnt/8 16-byte pieces, consecutive threads
@@ -228,11 +229,18 @@ struct WideGroupF32Args {
 
 // matvec_q8_0_grouped at r = 1: blockIdx.y = group. Args: Q8_0GroupArgs (quantized rows) or
 // WideGroupF32Args (f32 rows, quantized in the kernel).
+// A group's outputs: the call's n_out, or its own (Q8_0GroupF32::n_out, mixed widths).
+__device__ __forceinline__ int64_t group_n_out(const Q8_0Group&, int64_t n_out) { return n_out; }
+__device__ __forceinline__ int64_t group_n_out(const Q8_0GroupF32& g, int64_t n_out) {
+  return g.n_out > 0 ? g.n_out : n_out;
+}
+
 template <int S, class Args>
 __global__ void __launch_bounds__(kWideThreads) q8_0_wide_grouped_kernel(Args groups, size_t row_bytes, int nb,
                                                                          int64_t n_out, int rows, int chunk, bool pdl) {
   const auto& gr = groups.g[blockIdx.y];
-  q8_0_wide_rows<S>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, rows, chunk, gr.x, gr.y, pdl);
+  q8_0_wide_rows<S>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, group_n_out(gr, n_out), rows, chunk, gr.x,
+                    gr.y, pdl);
 }
 
 // Shape of a launch: rows per CTA, chunk blocks, stages (1 or kWideStages), threads, smem.

@@ -595,6 +595,67 @@ TEST_F(CudaKernels, MatmulGroupedDenseBitsEqualCpu) {
   }
 }
 
+// matmul_grouped (ops.h) over one row of Q8_0 matrices of one n_in: mixed widths (attention's
+// q_a 4096 -> 1024 and kv 4096 -> 512 of one h: the fused wide launch with each group's n_out
+// where the kernel choice fuses it, the matmuls one by one where not) and one width (the shared
+// expert's gate and up, 4096 -> 2048: fused under kAuto now that two groups fuse), under every
+// one-row kernel choice: each group's outputs the CPU's dots, nothing past a group written.
+TEST_F(CudaKernels, MatmulGroupedQ8_0OneRowBitsEqualCpu) {
+  struct Case {
+    int64_t n_in;
+    std::vector<int64_t> n_out;
+  };
+  const Case cases[] = {{4096, {1024, 512}}, {4096, {2048, 2048}}, {4096, {512, 1024, 8}}, {256, {13, 300}}};
+  for (const Case& c : cases) {
+    const int n = static_cast<int>(c.n_out.size());
+    const int64_t nb = c.n_in / 32;
+    const size_t rb = quant::row_bytes(GgmlType::kQ8_0, c.n_in);
+    const auto x = activation_rows(1, c.n_in, static_cast<uint32_t>(c.n_in + n), /*finite=*/true);
+    std::vector<quant::BlockQ8_0Act> xq(nb);
+    quant::quantize_q8_0_act(x.data(), xq.data(), c.n_in);
+    auto dx = to_device(x);
+    std::vector<std::vector<uint8_t>> w(n);
+    std::vector<std::unique_ptr<DeviceBuf>> dw(n), dy(n);
+    for (int g = 0; g < n; ++g) {
+      w[g] = random_weights(GgmlType::kQ8_0, Shape{c.n_in, c.n_out[g]}, static_cast<uint64_t>(90 + g));
+      dw[g] = to_device(w[g]);
+      dy[g] = std::make_unique<DeviceBuf>(sizeof(float) * (c.n_out[g] + 16));  // 16 past the group: stay untouched
+    }
+    for (Q8_0R1Kernel k : {Q8_0R1Kernel::kAuto, Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kWide,
+                           Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp}) {
+      R1KernelScope scope(k);
+      std::vector<backend::MatmulParams> p(n);
+      for (int g = 0; g < n; ++g) {
+        dy[g]->poison();
+        p[g].w = backend::Matrix{dw[g]->as<uint8_t>(), GgmlType::kQ8_0, c.n_in, c.n_out[g], rb};
+        p[g].x = dx->as<float>(), p[g].x_stride = c.n_in;
+        p[g].y = dy[g]->as<float>(), p[g].y_stride = c.n_out[g];
+        p[g].n_rows = 1;
+      }
+      DeviceBuf scratch(matmul_grouped_scratch_bytes(p.data(), n) + 64);
+      const Status st = matmul_grouped(p.data(), n, OpScratch{scratch.data(), scratch.bytes()}, nullptr);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      sync();
+      for (int g = 0; g < n; ++g) {
+        const auto got = dy[g]->get_vec<float>(static_cast<size_t>(c.n_out[g] + 16));
+        std::vector<float> want(c.n_out[g]);
+        for (int64_t o = 0; o < c.n_out[g]; ++o)
+          want[o] = quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(w[g].data() + o * rb), xq.data(), nb);
+        const std::string what = "mode " + std::to_string(static_cast<int>(k)) + " n_in " + std::to_string(c.n_in) +
+                                 " group " + std::to_string(g) + " of " + std::to_string(c.n_out[g]);
+        EXPECT_EQ(0u, bit_mismatches(got.data(), want.data(), want.size(), what));
+        uint32_t past = 0;
+        for (int i = 0; i < 16; ++i) {
+          uint32_t b;
+          std::memcpy(&b, &got[c.n_out[g] + i], 4);
+          past += b == 0xffffffffu ? 0 : 1;
+        }
+        EXPECT_EQ(0u, past) << what << ": outputs past the group written";
+      }
+    }
+  }
+}
+
 template <typename Run, typename Dot>
 void expert_case(GgmlType t, const Shape& s, Run run, Dot dot, const char* name) {
   const int64_t nb = s.n_in / 256;
