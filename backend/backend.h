@@ -359,7 +359,9 @@ struct MoeParams {
   int n_rows = 1;
   ExpertMatrix gate, up, down;     // [n_embd -> n_ff] ×E, [n_ff -> n_embd] ×E
   float clamp = 10.0f;
-  float* out = nullptr;            // [n_rows, n_embd]
+  const float* add = nullptr;      // [n_rows, n_embd] or null: out = routed sum + add (the shared
+                                   // expert; the bits of an add op after the moe)
+  float* out = nullptr;            // [n_rows, n_embd] (must not alias add)
   void* scratch = nullptr;         // moe_scratch_bytes(n_embd, n_ff, n_used, n_rows)
 };
 

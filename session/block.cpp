@@ -163,41 +163,11 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   const int U = static_cast<int>(c.n_expert_used);
   hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_ffn(y), in the HC pre op
 
-  // Router (§4.6): sqrt-softplus scores; hash layers take the table row of the row's token,
-  // the others the top-U by score + exp_probs_b.
-  matmul(be, m.gate_inp, s.h, E, s.router, X, n);
-  backend::RouteParams rt;
-  rt.logits = s.router;
-  rt.bias = m.exp_probs_b;
-  rt.tid2eid = m.tid2eid;
-  rt.tokens = tokens;
-  rt.n_rows = n;
-  rt.n_expert = X;
-  rt.n_used = U;
-  rt.renorm = c.expert_weights_norm;
-  rt.scale = c.expert_weights_scale;
-  rt.probs = s.probs;
-  rt.sel = s.sel;
-  rt.wt = s.wt;
-  be.route(rt);
-
-  backend::MoeParams mp;
-  mp.x = s.h;
-  mp.sel = s.sel;
-  mp.wt = s.wt;
-  mp.n_used = U;
-  mp.n_rows = n;
-  mp.gate = m.gate_exps;
-  mp.up = m.up_exps;
-  mp.down = m.down_exps;
-  mp.clamp = clamp;
-  mp.out = s.moe_out;
-  mp.scratch = s.moe_scratch;
-  be.moe(mp);
-
-  // Shared expert (Q8_0): silu(min(g, c)) * clamp(u, -c, c), then down.
-  // gate and up read the same rows: one grouped call (on CUDA one quantize and one matvec
-  // launch for both when their shapes match), each result the bits it gets alone.
+  // Shared expert (Q8_0): silu(min(g, c)) * clamp(u, -c, c), then down. It goes first so that
+  // the routed experts' final sum can add it (MoeParams::add: o = moe + shared, the bits of
+  // an add op after the moe, without its pass over the rows).
+  // gate and up read the same rows: one grouped call (on CUDA one launch for both when their
+  // shapes match), each result the bits it gets alone.
   backend::MatmulParams gu[2];
   for (int k = 0; k < 2; ++k) {
     gu[k].w = k == 0 ? m.gate_shexp : m.up_shexp;
@@ -216,12 +186,39 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   sw.clamp = clamp;
   be.swiglu(sw);
   matmul(be, m.down_shexp, s.sg, F, s.sh_out, E, n);
-  backend::AddParams ad;  // o = moe + shared
-  ad.a = s.moe_out;
-  ad.b = s.sh_out;
-  ad.out = s.o;
-  ad.n = n * E;
-  be.add(ad);
+
+  // Router (§4.6): sqrt-softplus scores; hash layers take the table row of the row's token,
+  // the others the top-U by score + exp_probs_b.
+  matmul(be, m.gate_inp, s.h, E, s.router, X, n);
+  backend::RouteParams rt;
+  rt.logits = s.router;
+  rt.bias = m.exp_probs_b;
+  rt.tid2eid = m.tid2eid;
+  rt.tokens = tokens;
+  rt.n_rows = n;
+  rt.n_expert = X;
+  rt.n_used = U;
+  rt.renorm = c.expert_weights_norm;
+  rt.scale = c.expert_weights_scale;
+  rt.probs = s.probs;
+  rt.sel = s.sel;
+  rt.wt = s.wt;
+  be.route(rt);
+
+  backend::MoeParams mp;  // o = routed experts + shared
+  mp.x = s.h;
+  mp.sel = s.sel;
+  mp.wt = s.wt;
+  mp.n_used = U;
+  mp.n_rows = n;
+  mp.gate = m.gate_exps;
+  mp.up = m.up_exps;
+  mp.down = m.down_exps;
+  mp.clamp = clamp;
+  mp.add = s.sh_out;
+  mp.out = s.o;
+  mp.scratch = s.moe_scratch;
+  be.moe(mp);
 
   hc_post_rows(be, c, s, n);
 }

@@ -107,7 +107,6 @@ struct BlockScratch {
   float* probs = nullptr;    // [n, X]
   int32_t* sel = nullptr;    // [n, U]
   float* wt = nullptr;       // [n, U]
-  float* moe_out = nullptr;  // [n, E]
   void* moe_scratch = nullptr;  // backend::moe_scratch_bytes(E, F, U, n)
   float* sg = nullptr;       // [n, F]
   float* su = nullptr;       // [n, F]
@@ -137,7 +136,6 @@ BlockScratch block_scratch(S& s) {
   b.probs = s.probs.data();
   b.sel = s.sel.data();
   b.wt = s.wt.data();
-  b.moe_out = s.moe_out.data();
   b.moe_scratch = s.moe_scratch.data();
   b.sg = s.sg.data();
   b.su = s.su.data();

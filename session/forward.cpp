@@ -56,7 +56,7 @@ uint64_t ModelSession::Scratch::bytes(const model::ModelConfig& c, int64_t n_ctx
   floats += 3 * n * HC + n * c.hc_mix_dim() + 2 * n * E + n * (c.n_hc + c.n_hc * c.n_hc);
   floats += 2 * n * c.q_lora_rank + 2 * n * c.q_dim() + n * D + 2 * n * 2 * D;
   floats += 2 * n * 2 * c.indexer_head_dim + n * c.indexer_q_dim() + n * c.n_indexer_head;
-  floats += n * c.o_low_dim() + 3 * n * E + 2 * n * c.n_expert + 2 * n * c.n_expert_used;
+  floats += n * c.o_low_dim() + 2 * n * E + 2 * n * c.n_expert + 2 * n * c.n_expert_used;
   floats += 2 * n * c.n_ff_exp + n * E;
   floats += std::max<int64_t>(D, c.indexer_head_dim) + n * c.n_hc + kMaxBatchRows * c.n_vocab;
   floats += n + kMaxBatchRows;       // token ids and argmax (int32)
@@ -100,7 +100,6 @@ ModelSession::Scratch::Scratch(backend::Backend& be, const model::ModelConfig& c
   probs = f32(n * c.n_expert);
   sel = i32(n * c.n_expert_used);
   wt = f32(n * c.n_expert_used);
-  moe_out = f32(n * E);
   moe_scratch = u8(backend::moe_scratch_bytes(E, c.n_ff_exp, c.n_expert_used, n));
   sg = f32(n * c.n_ff_exp);
   su = f32(n * c.n_ff_exp);

@@ -44,7 +44,6 @@ struct ModelSession::Scratch {
   backend::Array<float> probs;          // [n, X] sqrt-softplus scores
   backend::Array<int32_t> sel;          // [n, U]
   backend::Array<float> wt;             // [n, U]
-  backend::Array<float> moe_out;        // [n, E]
   backend::Array<uint8_t> moe_scratch;  // backend::moe_scratch_bytes
   backend::Array<float> sg, su;         // [n, F] shared expert gate/up
   backend::Array<float> sh_out;         // [n, E]

@@ -70,7 +70,7 @@ struct Drafter::Scratch {
   Arr<float> probs;                 // [B, X]
   Arr<int32_t> sel;                 // [n, U]
   Arr<float> wt;                    // [n, U]
-  Arr<float> moe_out, sh_out;       // [n, E]
+  Arr<float> sh_out;                // [n, E]
   Arr<uint8_t> moe_scratch;         // moe_scratch_bytes(E, F, U, n)
   Arr<float> sg, su;                // [n, F]
   Arr<float> scores;                // [B, n_head, W + B] per-row attention scratch
@@ -229,7 +229,6 @@ Drafter::Drafter(const DrafterModel& model)
   s.probs.alloc(be, n * c.n_expert);
   s.sel.alloc(be, n * c.n_expert_used);
   s.wt.alloc(be, n * c.n_expert_used);
-  s.moe_out.alloc(be, n * E);
   s.sh_out.alloc(be, n * E);
   s.moe_scratch.alloc(be, backend::moe_scratch_bytes(E, c.n_ff_exp, static_cast<int>(c.n_expert_used), static_cast<int>(n)));
   s.sg.alloc(be, n * c.n_ff_exp);

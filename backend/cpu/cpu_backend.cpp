@@ -616,6 +616,10 @@ class CpuBackend final : public Backend {
         const float* d = down + static_cast<int64_t>(inv[i * U + sl]) * n_embd;
         for (int64_t o = 0; o < n_embd; ++o) out[o] = out[o] + d[o];
       }
+      if (p.add != nullptr) {
+        const float* a = p.add + i * n_embd;
+        for (int64_t o = 0; o < n_embd; ++o) out[o] = out[o] + a[o];
+      }
     }
   }
 

@@ -252,6 +252,10 @@ void moe_f32(const MoeParams& p, ThreadPool* pool) {
       const float* d = down + static_cast<int64_t>(inv[i * U + sl]) * n_embd;
       for (int64_t o = 0; o < n_embd; ++o) out[o] = out[o] + d[o];
     }
+    if (p.add != nullptr) {
+      const float* a = p.add + static_cast<int64_t>(i) * n_embd;
+      for (int64_t o = 0; o < n_embd; ++o) out[o] = out[o] + a[o];
+    }
   }
 }
 

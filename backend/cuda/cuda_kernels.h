@@ -277,9 +277,10 @@ Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWei
                       const float* wt, int n_rows, int n_used, const quant::BlockQ8K* x, float clamp, float* mid,
                       Stream stream = nullptr);
 // out[i·n_embd + o] = ((0 + d(i, 0)) + d(i, 1)) + ... + d(i, n_used - 1), the slot order, where
-// d(i, s) = dot(down_e row o, midq row q) (midq rows n_ff/256 blocks apart).
+// d(i, s) = dot(down_e row o, midq row q) (midq rows n_ff/256 blocks apart); then, with add,
+// out = out + add[i·n_embd + o] (MoeParams::add: the shared expert, the add op's bits).
 Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
-                       const quant::BlockQ8K* midq, float* out, Stream stream = nullptr);
+                       const quant::BlockQ8K* midq, const float* add, float* out, Stream stream = nullptr);
 // Which kernels run expert_gate_up / expert_down_sum at n_rows = 1 (decode; issue #30), same
 // bits: kNew the one-row kernels of moe_r1.cu (activations in registers, every weight row of a
 // warp in flight at once; shapes they do not take fall back), kOld (the default until kNew has

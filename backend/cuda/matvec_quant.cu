@@ -996,13 +996,14 @@ __global__ void __launch_bounds__(32 * kGateUpWarps) expert_gate_up_kernel(
 }
 
 // grid (n_rows, n_embd / down_warps<F>()): out[i][o] = 0 + down(slot 0) + down(slot 1) + ... in
-// slot order, down(s) = dot(expert sel[i][s] row o, midq pair i·n_used + s); NaN for an id
-// outside [0, n_expert). Slots go in groups of `group` <= kDownSlots (their midq rows staged
-// in shared memory together).
+// slot order (+ add[i][o] after, when given), down(s) = dot(expert sel[i][s] row o, midq pair
+// i·n_used + s); NaN for an id outside [0, n_expert). Slots go in groups of `group` <=
+// kDownSlots (their midq rows staged in shared memory together).
 template <class F>
 __global__ void __launch_bounds__(32 * down_warps<F>()) expert_down_sum_kernel(
     ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
-    int group, const BlockQ8K* __restrict__ midq, bool vec16, float* __restrict__ out) {
+    int group, const BlockQ8K* __restrict__ midq, bool vec16, const float* __restrict__ add,
+    float* __restrict__ out) {
   constexpr int kW = down_warps<F>();
   __shared__ __align__(16) uint8_t stage[kW][stage_bytes<F, kDownSlots>()];
   __shared__ float ts[kW][stage_terms<F, kDownSlots>()];
@@ -1038,7 +1039,7 @@ __global__ void __launch_bounds__(32 * down_warps<F>()) expert_down_sum_kernel(
       for (int m = 0; m < m_cnt; ++m) sum = sum + __shfl_sync(kFullMask, d, m);
     }
   }
-  if (live && lane == 0) out[i * n_embd + o] = sum;
+  if (live && lane == 0) out[i * n_embd + o] = add != nullptr ? sum + add[i * n_embd + o] : sum;
 }
 
 // Shape checks shared by both launchers; *vec16 = the 16-byte staging applies.
@@ -1113,7 +1114,7 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
 
 template <class F>
 Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
-                       const BlockQ8K* midq, float* out, Stream stream) {
+                       const BlockQ8K* midq, const float* add, float* out, Stream stream) {
   bool vec16 = false;
   if (Status s = check_experts<F>("expert_down_sum", down, down.n_in, down.n_out, &vec16); !s.ok()) return s;
   constexpr int kW = down_warps<F>();
@@ -1133,7 +1134,7 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((down.n_out + kW - 1) / kW));
   expert_down_sum_kernel<F><<<grid, 32 * kW, static_cast<size_t>(group) * row_act, stream>>>(
       ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
-      down.n_out, sel, n_used, group, midq, vec16, out);
+      down.n_out, sel, n_used, group, midq, vec16, add, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, n_rows);
 }
 
@@ -1244,19 +1245,19 @@ Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWei
 }
 
 Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
-                       const BlockQ8K* midq, float* out, Stream stream) {
+                       const BlockQ8K* midq, const float* add, float* out, Stream stream) {
   if (n_rows == 1 && moe_r1_kernel() == MoeR1Kernel::kNew) {  // decode: moe_r1.cu where it takes the shape
     bool done = false;
-    Status s = expert_down_sum_r1(f, down, sel, n_used, midq, out, stream, &done);
+    Status s = expert_down_sum_r1(f, down, sel, n_used, midq, add, out, stream, &done);
     if (!s.ok() || done) return s;
   }
   switch (f) {
     case ExpertFormat::kIQ2_XXS:
-      return launch_down_sum<Iq2XxsFmt>(down, sel, n_rows, n_used, midq, out, stream);
+      return launch_down_sum<Iq2XxsFmt>(down, sel, n_rows, n_used, midq, add, out, stream);
     case ExpertFormat::kQ2_K:
-      return launch_down_sum<Q2KFmt>(down, sel, n_rows, n_used, midq, out, stream);
+      return launch_down_sum<Q2KFmt>(down, sel, n_rows, n_used, midq, add, out, stream);
     case ExpertFormat::kQ4_K:
-      return launch_down_sum<Q4KFmt>(down, sel, n_rows, n_used, midq, out, stream);
+      return launch_down_sum<Q4KFmt>(down, sel, n_rows, n_used, midq, add, out, stream);
   }
   return invalid_argument("cuda: expert_down_sum: unknown expert format %d", static_cast<int>(f));
 }

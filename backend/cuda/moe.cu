@@ -234,7 +234,7 @@ Status moe(const backend::MoeParams& p, Stream stream) {
       !s.ok())
     return s;
   if (Status s = quantize_q8_k_act(mid, n_ff, n_pairs, n_ff, midq, mb, stream); !s.ok()) return s;
-  return expert_down_sum(f_down, expert_weights(p.down), p.sel, p.n_rows, U, midq, p.out, stream);
+  return expert_down_sum(f_down, expert_weights(p.down), p.sel, p.n_rows, U, midq, p.add, p.out, stream);
 }
 
 }  // namespace ds4::cuda

@@ -303,11 +303,12 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
 // grid (ceil(n_embd / TR)), 32·n_used threads: warp s computes slot s's down dots of output rows
 // o0 = x·TR .. o0 + TR - 1 (the TR rows of expert sel[s] staged, one commit group per row, the
 // rows decoded two at a time) into ds[s][·]; then thread t < TR writes out[o0 + t] = ((0 +
-// ds[0][t]) + ds[1][t]) + ... in slot order. Dynamic shared memory: n_used·TR staged rows.
+// ds[0][t]) + ds[1][t]) + ... in slot order (+ add[o0 + t] after, when given). Dynamic shared
+// memory: n_used·TR staged rows.
 template <class F, int KB, int TR>
 __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     R1Args down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
-    const BlockQ8K* __restrict__ midq, float* __restrict__ out) {
+    const BlockQ8K* __restrict__ midq, const float* __restrict__ add, float* __restrict__ out) {
   detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
   static_assert(TR % 2 == 0 && TR <= 8, "rows decoded in pairs; at most 8 commit groups");
   extern __shared__ __align__(16) uint8_t r1_smem[];
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
   if (t < TR && o0 + t < n_embd) {
     float sum = 0.0f;
     for (int k = 0; k < n_used; ++k) sum = sum + ds[k][t];
-    out[o0 + t] = sum;
+    out[o0 + t] = add != nullptr ? sum + add[o0 + t] : sum;
   }
 }
 
@@ -445,30 +446,30 @@ Status gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, const int3
 }
 
 template <class F, int KB, int TR>
-Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, float* out,
-                      int nb, Stream stream) {
+Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq,
+                      const float* add, float* out, int nb, Stream stream) {
   auto kernel = down_sum_r1_kernel<F, KB, TR>;
   if (Status s = r1_optin<F, KB, TR, true>(kernel, "expert_down_sum"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(n_used) * TR * nb * F::kBlockBytes;
   const unsigned grid = static_cast<unsigned>((down.n_out + TR - 1) / TR);
   kernel<<<grid, 32 * n_used, smem, stream>>>(
       R1Args{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
-      down.n_out, sel, n_used, midq, out);
+      down.n_out, sel, n_used, midq, add, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, 1);
 }
 
 template <class F, int KB>
-Status down_r1_tr(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, float* out, int nb,
-                  Stream stream) {
+Status down_r1_tr(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
+                  float* out, int nb, Stream stream) {
   const size_t row = static_cast<size_t>(n_used) * nb * F::kBlockBytes;  // one output row, every slot
-  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8>(down, sel, n_used, midq, out, nb, stream);
-  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4>(down, sel, n_used, midq, out, nb, stream);
-  return launch_down_r1<F, KB, 2>(down, sel, n_used, midq, out, nb, stream);
+  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8>(down, sel, n_used, midq, add, out, nb, stream);
+  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4>(down, sel, n_used, midq, add, out, nb, stream);
+  return launch_down_r1<F, KB, 2>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 template <class F>
-Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, float* out,
-               Stream stream, bool* done) {
+Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
+               float* out, Stream stream, bool* done) {
   if (!r1_takes<F>(down, down.n_in, down.n_out) || n_used < 1 || n_used > kMoeR1MaxSlots ||
       (down.n_out + 1) / 2 > INT32_MAX)
     return Status();
@@ -478,8 +479,8 @@ Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const 
     if (Status s = upload_r1_tables(); !s.ok()) return s;
   }
   *done = true;
-  if (nb <= 8) return down_r1_tr<F, 2>(down, sel, n_used, midq, out, nb, stream);
-  return down_r1_tr<F, 4>(down, sel, n_used, midq, out, nb, stream);
+  if (nb <= 8) return down_r1_tr<F, 2>(down, sel, n_used, midq, add, out, nb, stream);
+  return down_r1_tr<F, 4>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 }  // namespace
@@ -500,12 +501,12 @@ Status expert_gate_up_r1(ExpertFormat f, const ExpertWeights& gate, const Expert
 }
 
 Status expert_down_sum_r1(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_used,
-                          const BlockQ8K* midq, float* out, Stream stream, bool* done) {
+                          const BlockQ8K* midq, const float* add, float* out, Stream stream, bool* done) {
   *done = false;
   switch (f) {
-    case ExpertFormat::kIQ2_XXS: return down_r1<R1Iq2Xxs>(down, sel, n_used, midq, out, stream, done);
-    case ExpertFormat::kQ2_K: return down_r1<R1Q2K>(down, sel, n_used, midq, out, stream, done);
-    case ExpertFormat::kQ4_K: return down_r1<R1Q4K>(down, sel, n_used, midq, out, stream, done);
+    case ExpertFormat::kIQ2_XXS: return down_r1<R1Iq2Xxs>(down, sel, n_used, midq, add, out, stream, done);
+    case ExpertFormat::kQ2_K: return down_r1<R1Q2K>(down, sel, n_used, midq, add, out, stream, done);
+    case ExpertFormat::kQ4_K: return down_r1<R1Q4K>(down, sel, n_used, midq, add, out, stream, done);
   }
   return Status();
 }

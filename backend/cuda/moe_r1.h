@@ -19,6 +19,6 @@ Status expert_gate_up_r1(ExpertFormat f, const ExpertWeights& gate, const Expert
                          const float* wt, int n_used, const quant::BlockQ8K* x, float clamp, float* mid,
                          Stream stream, bool* done);
 Status expert_down_sum_r1(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_used,
-                          const quant::BlockQ8K* midq, float* out, Stream stream, bool* done);
+                          const quant::BlockQ8K* midq, const float* add, float* out, Stream stream, bool* done);
 
 }  // namespace ds4::cuda

@@ -405,11 +405,12 @@ __global__ void __launch_bounds__(kThreads) moe_rows_kernel(const RowsArgs a) {
   }
 }
 
-// out[i·n_embd + o] = ((0 + d(i, 0)) + d(i, 1)) + ..., d(i, s) = dpair row i·n_used + s, NaN
-// for an id outside [0, n_expert).
+// out[i·n_embd + o] = ((0 + d(i, 0)) + d(i, 1)) + ... (+ add[i·n_embd + o] after, when given),
+// d(i, s) = dpair row i·n_used + s, NaN for an id outside [0, n_expert).
 __global__ void __launch_bounds__(256) moe_rows_sum_kernel(const float* __restrict__ dpair,
                                                            const int32_t* __restrict__ sel, int n_rows, int n_used,
-                                                           int64_t n_embd, int n_expert, float* __restrict__ out) {
+                                                           int64_t n_embd, int n_expert, const float* __restrict__ add,
+                                                           float* __restrict__ out) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n_rows) * n_embd) return;
   const int64_t i = idx / n_embd, o = idx - i * n_embd;
@@ -420,7 +421,7 @@ __global__ void __launch_bounds__(256) moe_rows_sum_kernel(const float* __restri
     const float d = (e >= 0 && e < n_expert) ? dpair[q * n_embd + o] : __int_as_float(0x7fffffff);
     sum = sum + d;
   }
-  out[idx] = sum;
+  out[idx] = add != nullptr ? sum + add[idx] : sum;
 }
 
 // ---- host -------------------------------------------------------------------------------------
@@ -597,7 +598,7 @@ Status moe_rows_try(const backend::MoeParams& p, ExpertFormat f_gu, ExpertFormat
 
   const int64_t total = static_cast<int64_t>(p.n_rows) * n_embd;
   moe_rows_sum_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-      dpair, p.sel, p.n_rows, U, n_embd, static_cast<int>(n_expert), p.out);
+      dpair, p.sel, p.n_rows, U, n_embd, static_cast<int>(n_expert), p.add, p.out);
   return launch_status("moe_rows_sum", n_embd, U, p.n_rows);
 }
 

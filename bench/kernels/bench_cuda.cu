@@ -236,7 +236,7 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
     const double t_down = time_per_call(
         [&](int i) {
           ok(cuda::expert_down_sum(f_down, down_w, dsel + static_cast<size_t>(i % kSets) * r * kUsed, r, kUsed,
-                                   midq, dout));
+                                   midq, nullptr, dout));
         },
         kSets);
     std::printf("%-28s %6d %10.2f %10.0f\n", "  expert_gate_up", r, t_gu * 1e6, distinct * 2 * gu_eb / t_gu / 1e9);

@@ -546,7 +546,8 @@ std::vector<uint8_t> expert_weights(GgmlType t, int64_t n_in, int64_t n_out, int
 // experts and rows share experts (40 rows: every live expert serves many rows). The small
 // widths take the kernels' 2-byte staging path (rows not a multiple of 16 bytes), the Flash
 // widths the 16-byte one; 10240 -> 3072 splits every row into several stages; 8 of 16 used runs
-// the down sum over two slot groups.
+// the down sum over two slot groups. Every run adds a shared-expert row (MoeParams::add) in the
+// final sum; the runs without one are MoeOneRowKernelsBitsEqualCpu's and MoeRows'.
 TEST_F(FfnOps, MoeBitsEqualCpu) {
   const std::vector<int> all_rows(std::begin(kRowCounts), std::end(kRowCounts));
   std::vector<int> flash_rows = all_rows;
@@ -590,6 +591,7 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       for (auto& w : wv) w = uni(rng);
       auto wt = dual(wv);
       auto x = dual(gaussian(rows * E, static_cast<uint32_t>(900 + rows)));
+      auto sh = dual(gaussian(rows * E, static_cast<uint32_t>(950 + rows)));  // MoeParams::add
       auto out = out_buf<float>(rows * E);
       const size_t cpu_bytes = backend::moe_scratch_bytes(E, F, mc.n_used, rows);
       const size_t gpu_bytes = moe_device_scratch_bytes(E, F, mc.n_used, rows);
@@ -603,6 +605,7 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       c.gate = em(gw, mc.gate_up, E, F, false), c.up = em(uw, mc.gate_up, E, F, false), c.down = em(dw, mc.down, F, E, false);
       g.x = x.dp(), g.sel = sel.dp(), g.wt = wt.dp(), g.out = out.dp(), g.scratch = ds.as<void>();
       g.gate = em(gw, mc.gate_up, E, F, true), g.up = em(uw, mc.gate_up, E, F, true), g.down = em(dw, mc.down, F, E, true);
+      c.add = sh.hp(), g.add = sh.dp();  // the shared expert added by the final sum (every kernel)
       cpu_->moe(c);
       // The kernels before issue #30's rewrites, then the rewrites (moe_r1.cu at one row,
       // moe_rows.cu at two or more): the same bits.
@@ -739,7 +742,7 @@ TEST_F(FfnOps, MoeOneRowKernelsBitsEqualCpu) {
     EXPECT_TRUE(done) << "expert_gate_up_r1 did not take " << gguf::type_name(mc.gate_up) << " " << E << "x" << F;
     done = false;
     expect_ok(expert_down_sum_r1(fmt(mc.down), ew(em(dw, mc.down, F, E, true)), sel.dp(), mc.n_used,
-                                 midq.as<quant::BlockQ8K>(), o.as<float>(), nullptr, &done));
+                                 midq.as<quant::BlockQ8K>(), nullptr, o.as<float>(), nullptr, &done));
     EXPECT_TRUE(done) << "expert_down_sum_r1 did not take " << gguf::type_name(mc.down) << " " << F << "x" << E;
     sync();
   }
