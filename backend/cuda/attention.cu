@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <type_traits>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/common.cuh"
@@ -606,6 +607,17 @@ __device__ __forceinline__ attn::StoredKey slot_key<attn::StoredKey>(const SinkA
 template <int Heads, int Threads>
 __device__ __forceinline__ void stage_queries(const SinkAttentionParams& p, int h0, int nh, float* qs) {
   const int D = p.head_dim, Dq = score_q_stride(D);
+  if (D % 4 == 0 && (reinterpret_cast<uintptr_t>(p.q) & 15u) == 0) {  // 16-byte loads (qs rows: Dq % 4 == 0)
+    const int D4 = D / 4;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < Heads * D4; i += Threads) {
+      const int g = i / D4, e = 4 * (i - g * D4);
+      const float4 v = g < nh ? __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(h0 + g) * D + e))
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      *reinterpret_cast<float4*>(qs + g * Dq + e) = v;
+    }
+    return;
+  }
 #pragma unroll 8
   for (int i = threadIdx.x; i < Heads * D; i += Threads) {
     const int g = i / D, e = i - g * D;
@@ -654,10 +666,33 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
   // The staging loops unrolled: their iterations are independent, so several global loads are
   // in flight per thread instead of one latency each.
   stage_queries<kScoreHeads, kScoreThreads>(p, h0, nh, qs);
+  bool vec_done = false;  // block-uniform
+  if constexpr (std::is_same_v<Key, attn::StoredKey>) {
+    if (D % 8 == 0) {  // eight elements per load (attn::load_key8), all of a thread's in flight
+      const int D8 = D / 8;
+#pragma unroll 2
+      for (int i = tid; i < kScoreKeys * D8; i += kScoreThreads) {
+        const int k = i / D8, e = 8 * (i - k * D8);
+        if (!((used >> k) & 1)) continue;
+        float v[8];
+        if (attn::key_vec8(tkey[k])) {
+          attn::load_key8(tkey[k], e, v);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = attn::load_key(tkey[k], e + j);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ks[k * D + e + j] = v[j];
+      }
+      vec_done = true;
+    }
+  }
+  if (!vec_done) {
 #pragma unroll 4
-  for (int i = tid; i < kScoreKeys * D; i += kScoreThreads) {
-    const int k = i / D, e = i - k * D;
-    if ((used >> k) & 1) ks[i] = attn::load_key(tkey[k], e);
+    for (int i = tid; i < kScoreKeys * D; i += kScoreThreads) {
+      const int k = i / D, e = i - k * D;
+      if ((used >> k) & 1) ks[i] = attn::load_key(tkey[k], e);
+    }
   }
   __syncthreads();
   const int k0 = 2 * (warp % (kScoreKeys / 2));
@@ -772,10 +807,32 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
       ckey[at] = slot_key<Key>(p, s);
     }
     __syncthreads();
-    // Decode: warp w takes compacted keys w, w + kCombHeads, ...; lane l element lo + l.
+    // Decode: warp w takes compacted keys w, w + kCombHeads, ...; lane l element lo + l. Stored
+    // keys of a whole aligned slice: eight elements per load (attn::load_key8), lanes 4m..4m+3
+    // on key 8w + m, so a warp instruction covers eight keys.
+    bool vec_done = false;  // block-uniform
+    if constexpr (std::is_same_v<Key, attn::StoredKey>) {
+      if (hi - lo == kCombSlice && (lo & 7) == 0) {
+        const int e = lo + 8 * (lane & 3);
+#pragma unroll 2
+        for (int k = 8 * g + (lane >> 2); k < total; k += 8 * kCombHeads) {
+          float v[8];
+          if (attn::key_vec8(ckey[k])) {
+            attn::load_key8(ckey[k], e, v);
+          } else {
+#pragma unroll
+            for (int q = 0; q < 8; ++q) v[q] = attn::load_key(ckey[k], e + q);
+          }
+#pragma unroll
+          for (int q = 0; q < 8; ++q) ks[k][8 * (lane & 3) + q] = v[q];
+        }
+        vec_done = true;
+      }
+    }
+    if (!vec_done) {
 #pragma unroll 4
-    for (int k = g; k < total; k += kCombHeads)
-      ks[k][lane] = own ? attn::load_key(ckey[k], j) : 0.0f;
+      for (int k = g; k < total; k += kCombHeads) ks[k][lane] = own ? attn::load_key(ckey[k], j) : 0.0f;
+    }
     if (head) {
 #pragma unroll 4
       for (int k = lane; k < total; k += 32) cw[g][k] = detmath::exp_f32(score[cslot[k]] - mx);

@@ -49,9 +49,11 @@ __device__ __forceinline__ float tree64_half(float (&p)[4]) {
 // Element e of a key row, as f32: f32 keys as they are; f16 keys by the hardware conversion
 // when finite (exact), by kvsim's (the CPU's NaN payload rule) for ±inf / NaN.
 __device__ __forceinline__ float load_key(const float* k, int64_t e) { return __ldg(k + e); }
+__device__ __forceinline__ float f16_key_value(uint32_t h) {
+  return (h & 0x7c00u) != 0x7c00u ? __half2float(__ushort_as_half(static_cast<uint16_t>(h))) : kvsim::f16_to_f32(static_cast<uint16_t>(h));
+}
 __device__ __forceinline__ float load_key(const uint16_t* k, int64_t e) {
-  const uint16_t h = __ldg(reinterpret_cast<const unsigned short*>(k) + e);
-  return (h & 0x7c00u) != 0x7c00u ? __half2float(__ushort_as_half(h)) : kvsim::f16_to_f32(h);
+  return f16_key_value(__ldg(reinterpret_cast<const unsigned short*>(k) + e));
 }
 
 // A key row of the target's stores: a raw ring row of f16 bits (lead 0) or a compressed row's
@@ -65,6 +67,36 @@ __device__ __forceinline__ float load_key(const StoredKey& k, int64_t e) {
   if (e < k.lead)
     return kvsim::fp8_stored_value(__ldg(k.row + e), __ldg(k.row + k.lead + e / kvsim::kFp8Block));
   return load_key(reinterpret_cast<const uint16_t*>(k.row + kvsim::fp8_rope_offset(k.lead)), e - k.lead);
+}
+
+// Eight elements per load: whether load_key8 may read this row (8-byte aligned row, lead and
+// the RoPE offset multiples of 8, so an 8-element run is all codes of one exponent block or
+// all f16), and elements [e, e + 8) (e % 8 == 0, e + 8 <= head_dim) with 8-byte loads: the
+// values of load_key, one memory round trip instead of eight (the sink kernels waited on their
+// 1- and 2-byte key loads more than on anything else).
+__device__ __forceinline__ bool key_vec8(const StoredKey& k) {
+  return (reinterpret_cast<uintptr_t>(k.row) & 7u) == 0 && (k.lead & 7) == 0 &&
+         (kvsim::fp8_rope_offset(k.lead) & 7) == 0;
+}
+__device__ __forceinline__ void load_key8(const StoredKey& k, int e, float (&v)[8]) {
+  if (e < k.lead) {
+    const uint2 c = __ldg(reinterpret_cast<const uint2*>(k.row + e));
+    const uint32_t x = __ldg(k.row + k.lead + e / kvsim::kFp8Block);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[j] = kvsim::fp8_stored_value((c.x >> (8 * j)) & 0xffu, x);
+      v[4 + j] = kvsim::fp8_stored_value((c.y >> (8 * j)) & 0xffu, x);
+    }
+  } else {
+    const uint2* h = reinterpret_cast<const uint2*>(k.row + kvsim::fp8_rope_offset(k.lead) + 2 * (e - k.lead));
+    const uint2 a = __ldg(h), b = __ldg(h + 1);
+    const uint32_t w[4] = {a.x, a.y, b.x, b.y};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = f16_key_value(w[j] & 0xffffu);
+      v[2 * j + 1] = f16_key_value(w[j] >> 16);
+    }
+  }
 }
 
 // quant::dot_f32(a, b, n) on a half-warp (hl = lane & 15; both halves of the warp call it
