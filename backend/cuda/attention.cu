@@ -636,7 +636,7 @@ __device__ __forceinline__ void stage_queries(const SinkAttentionParams& p, int 
 // serves four heads and a query element two keys.
 template <typename Key>
 __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid_constant__ SinkBatch b) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   const SinkQuery& sq = b.q[blockIdx.z];
   const SinkAttentionParams& p = sq.p;
   const int h0 = static_cast<int>(blockIdx.y) * kScoreHeads;
@@ -951,7 +951,7 @@ __device__ __forceinline__ void fused_decode(const SinkAttentionParams& p, const
 
 template <typename Key>
 __global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_constant__ FusedBatch b) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   __shared__ int64_t cslot[kFusedChunk];       // the chunk's used slots, in order
   __shared__ Key tkey[kFusedKeys];             // the tile's key rows
   __shared__ float cw[kFusedHeads][kFusedKeys];  // exp(score - max) of the tile's keys, per head
