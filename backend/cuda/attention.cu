@@ -675,12 +675,7 @@ __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid
         const int k = i / D8, e = 8 * (i - k * D8);
         if (!((used >> k) & 1)) continue;
         float v[8];
-        if (attn::key_vec8(tkey[k])) {
-          attn::load_key8(tkey[k], e, v);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = attn::load_key(tkey[k], e + j);
-        }
+        attn::load_key8_any(tkey[k], e, v);
 #pragma unroll
         for (int j = 0; j < 8; ++j) ks[k * D + e + j] = v[j];
       }
@@ -817,12 +812,7 @@ __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid
 #pragma unroll 2
         for (int k = 8 * g + (lane >> 2); k < total; k += 8 * kCombHeads) {
           float v[8];
-          if (attn::key_vec8(ckey[k])) {
-            attn::load_key8(ckey[k], e, v);
-          } else {
-#pragma unroll
-            for (int q = 0; q < 8; ++q) v[q] = attn::load_key(ckey[k], e + q);
-          }
+          attn::load_key8_any(ckey[k], e, v);
 #pragma unroll
           for (int q = 0; q < 8; ++q) ks[k][8 * (lane & 3) + q] = v[q];
         }

@@ -98,6 +98,15 @@ __device__ __forceinline__ void load_key8(const StoredKey& k, int e, float (&v)[
     }
   }
 }
+// Elements [e, e + 8) of any stored row: load_key8 where key_vec8 allows it, else one by one.
+__device__ __forceinline__ void load_key8_any(const StoredKey& k, int e, float (&v)[8]) {
+  if (key_vec8(k)) {
+    load_key8(k, e, v);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = load_key(k, e + j);
+}
 
 // quant::dot_f32(a, b, n) on a half-warp (hl = lane & 15; both halves of the warp call it
 // together), element e of a read as load(e) (a row of f32, f16 bits or an FP4 store: every
