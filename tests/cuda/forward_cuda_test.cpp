@@ -237,14 +237,23 @@ class CudaEngine : public ::testing::Test {
     }
     return std::move(e).value();
   }
+  // Both engines for the CPU == CUDA comparisons; skips without a CUDA backend (callers return
+  // on IsSkipped() or HasFatalFailure()).
+  void open_both() {
+    std::string why;
+    gpu_ = open(BackendKind::kCuda, &why);
+    if (gpu_ == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
+    cpu_ = open(BackendKind::kCpu, &why);
+    ASSERT_NE(cpu_, nullptr) << why;
+  }
+  std::unique_ptr<Engine> gpu_, cpu_;
 };
 
 TEST_F(CudaEngine, ShippedModelGreedyEqualsCpu) {
-  std::string why;
-  auto gpu = open(BackendKind::kCuda, &why);
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
-  auto cpu = open(BackendKind::kCpu, &why);
-  ASSERT_NE(cpu, nullptr) << why;
+  open_both();
+  if (IsSkipped() || HasFatalFailure()) return;
+  auto& gpu = gpu_;
+  auto& cpu = cpu_;
   std::printf("[cuda] %s\n", gpu->info().backend.c_str());
   const std::vector<ChatMessage> chat = {{"user", "Write a short story about a lighthouse keeper."}};
   const auto prompt = cpu->tokenize_rendered(cpu->render_chat(chat, ThinkMode::kNoThink));
@@ -273,11 +282,10 @@ TEST_F(CudaEngine, ShippedModelGreedyEqualsCpu) {
 // Unnamed, the prefill chunk on CUDA is the backend's 256 rows (the session's scratch and raw ring
 // sized for them); the CPU engine keeps the session's default.
 TEST_F(CudaEngine, PrefillChunkIsTheBackendsChoice) {
-  std::string why;
-  auto gpu = open(BackendKind::kCuda, &why);
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
-  auto cpu = open(BackendKind::kCpu, &why);
-  ASSERT_NE(cpu, nullptr) << why;
+  open_both();
+  if (IsSkipped() || HasFatalFailure()) return;
+  auto& gpu = gpu_;
+  auto& cpu = cpu_;
   auto m = model::Model::open(std::string(DS4_SOURCE_DIR) + "/models/ds4-tiny.gguf");
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(gpu->session_bytes(1024), session::ModelSession::estimate_bytes((*m)->config(), 1024, 256));
@@ -288,11 +296,10 @@ TEST_F(CudaEngine, PrefillChunkIsTheBackendsChoice) {
 // Temperature sampling through the device read-out (top_k, 2 KiB per token) gives the CPU
 // engine's tokens seed for seed (the CPU runs the same op on the host), for several settings.
 TEST_F(CudaEngine, SampledTokensEqualCpu) {
-  std::string why;
-  auto gpu = open(BackendKind::kCuda, &why);
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
-  auto cpu = open(BackendKind::kCpu, &why);
-  ASSERT_NE(cpu, nullptr) << why;
+  open_both();
+  if (IsSkipped() || HasFatalFailure()) return;
+  auto& gpu = gpu_;
+  auto& cpu = cpu_;
   const std::vector<ChatMessage> chat = {{"user", "Tell me about the sea."}};
   const auto prompt = cpu->tokenize_rendered(cpu->render_chat(chat, ThinkMode::kNoThink));
   const SamplerParams settings[] = {{1.0f, 0, 1.0f, 0.05f, 11}, {0.8f, 40, 0.95f, 0.0f, 12}, {1.5f, 0, 0.9f, 0.0f, 13}};
