@@ -54,6 +54,9 @@ struct BackendOptions {
   // CUDA: programmatic dependent launch of the wide Q8_0 kernel (--cuda-pdl / DS4_CUDA_PDL): it
   // starts streaming its weights while the kernel before it runs. Same bits.
   bool cuda_pdl = true;
+  // CUDA: every other kernel launched with PDL too, each waiting for the one before at its top
+  // (--cuda-pdl-all / DS4_CUDA_PDL_ALL; cuda::set_pdl_all). Same bits.
+  bool cuda_pdl_all = false;
   // CUDA: the compressor steps batched (--cuda-batch-steps / DS4_CUDA_BATCH_STEPS): a prefill
   // group's windows pooled in parallel, a verify group's steps in one launch; else one launch
   // per step. Same bits.

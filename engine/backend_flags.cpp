@@ -102,6 +102,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "turns it off): it starts streaming its weights while the kernel before it runs, then waits "
             "for it before reading the activation; for A/B timing, same bits",
             "DS4_CUDA_PDL")
+      .flag("--cuda-pdl-all", &f->cuda_pdl_all,
+            "CUDA: programmatic dependent launch of every other kernel too (off until measured): each one "
+            "waits for the kernel before at its top, then lets the next one launch, so a launch overlaps the "
+            "kernel before it; for A/B timing, same bits",
+            "DS4_CUDA_PDL_ALL")
       .flag("--cuda-batch-steps,!--no-cuda-batch-steps", &f->cuda_batch_steps,
             "CUDA: batch the compressor steps (on by default; --no-cuda-batch-steps turns it off): a prefill "
             "group's windows pooled in parallel (two launches per compressor chain and group), a verify "
@@ -185,6 +190,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_dense_rows = f.cuda_dense_rows;
   options->prefill_chunk = f.prefill_chunk;
   options->cuda_pdl = f.cuda_pdl;
+  options->cuda_pdl_all = f.cuda_pdl_all;
   options->cuda_batch_steps = f.cuda_batch_steps;
   options->cuda_attn = f.cuda_attn;
   options->cuda_fuse_norms = f.cuda_fuse_norms;

@@ -213,7 +213,7 @@ __host__ __device__ inline InputsParts inputs_parts(const AttentionInputsParams&
 // same operations as in the one-block form, so the bits do not depend on the split.
 __global__ void __launch_bounds__(kRowThreads) attention_inputs_kernel(const __grid_constant__ AttentionInputsParams p,
                                                                        const RopeAngles ang) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ float cs[kMaxPairs], sn[kMaxPairs];
   const int r = blockIdx.x;
   const int part = blockIdx.y;
@@ -421,7 +421,7 @@ __device__ void compressor_body(const CompressorStepParams& p, const RopeAngles&
 
 __global__ void __launch_bounds__(kCompThreads) compressor_kernel(const __grid_constant__ CompressorStepParams p,
                                                                   const RopeAngles ang, bool emit) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   compressor_body(p, ang, emit);
 }
 
@@ -438,7 +438,7 @@ struct CompressorBatch {
 };
 
 __global__ void __launch_bounds__(kCompThreads) compressor_steps_kernel(const __grid_constant__ CompressorBatch b) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   for (int i = 0; i < b.n; ++i) {
     compressor_body(b.s[i].p, b.s[i].ang, b.s[i].emit);
     __syncthreads();
@@ -479,6 +479,7 @@ struct RowsArgs {
 };
 
 __global__ void __launch_bounds__(kCompThreads) compressor_rows_emit_kernel(const __grid_constant__ RowsArgs a) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ const float* wkv[kRowsMaxWindow];
   __shared__ const float* wsc[kRowsMaxWindow];
   __shared__ const uint16_t* wape[kRowsMaxWindow];
@@ -526,6 +527,7 @@ __device__ __forceinline__ int64_t last_write(int64_t pos0, int64_t end, int R, 
 // old ones in registers, then the stores); otherwise thread u owns column u % W of the slot
 // that row u / W of the call writes (the first min(n, R) rows cover every slot the call writes).
 __global__ void __launch_bounds__(kRowsStateThreads) compressor_rows_state_kernel(const __grid_constant__ RowsArgs a) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const CompressorStepParams& c = a.c;
   const int R = c.ratio, D = c.head_dim;
   const int W = (R == 4 ? 2 : 1) * D;
@@ -636,6 +638,7 @@ __device__ __forceinline__ void stage_queries(const SinkAttentionParams& p, int 
 // serves four heads and a query element two keys.
 template <typename Key>
 __global__ void __launch_bounds__(kScoreThreads) sink_scores_kernel(const __grid_constant__ SinkBatch b) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) float smem[];
   const SinkQuery& sq = b.q[blockIdx.z];
   const SinkAttentionParams& p = sq.p;
@@ -747,7 +750,7 @@ __device__ __forceinline__ int slice_lo(int s, int off) { return s * kCombSlice 
 // Then y·(1/den), the inverse RoPE of the tail, the store. Key: as sink_scores_kernel.
 template <typename Key>
 __global__ void __launch_bounds__(kCombThreads) sink_combine_kernel(const __grid_constant__ SinkBatch b) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   static_assert(kCombSlice == 32 && kCombThreads == 32 * kCombHeads && kCombChunk == kCombThreads,
                 "a warp per head, a lane per dim, a thread per slot of a chunk");
   __shared__ float ks[kCombChunk][kCombSlice];  // compacted key k's slice, f32
@@ -941,6 +944,7 @@ __device__ __forceinline__ void fused_decode(const SinkAttentionParams& p, const
 
 template <typename Key>
 __global__ void __launch_bounds__(kFusedThreads) sink_fused_kernel(const __grid_constant__ FusedBatch b) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) float smem[];
   __shared__ int64_t cslot[kFusedChunk];       // the chunk's used slots, in order
   __shared__ Key tkey[kFusedKeys];             // the tile's key rows
@@ -1169,7 +1173,7 @@ Status attention_inputs(const AttentionInputsParams& p, Stream stream) {
     k.kv_norm = nullptr;
   }
   const dim3 grid(static_cast<unsigned>(p.n_rows), static_cast<unsigned>(inputs_parts(p).total()));
-  attention_inputs_kernel<<<grid, kRowThreads, 0, stream>>>(k, angles_for(p.rope, p.n_rot));
+  detail::launch_pdl(pdl_all(), attention_inputs_kernel, grid, kRowThreads, 0, stream, k, angles_for(p.rope, p.n_rot));
   return launch_result("attention_inputs", shapes);
 }
 
@@ -1208,7 +1212,7 @@ Status compressor_steps(const CompressorStepParams* p, int n, Stream stream) {
     }
     std::snprintf(shapes, sizeof shapes, "%d steps, first ratio %d, head_dim %d, pos %lld", batch.n,
                   batch.s[0].p.ratio, batch.s[0].p.head_dim, static_cast<long long>(batch.s[0].p.pos));
-    compressor_steps_kernel<<<1, kCompThreads, 0, stream>>>(batch);
+    detail::launch_pdl(pdl_all(), compressor_steps_kernel, 1, kCompThreads, 0, stream, batch);
     const Status s = launch_result("compressor_steps", shapes);
     if (!s.ok()) return s;
   }
@@ -1236,21 +1240,23 @@ Status compressor_rows(const backend::CompressorRowsParams& p, Stream stream, bo
   std::snprintf(shapes, sizeof shapes, "%d rows from %lld, ratio %d, head_dim %d, %d emitted", p.n,
                 static_cast<long long>(pos0), c.ratio, c.head_dim, a.n_emit);
   if (a.n_emit > 0) {
-    compressor_rows_emit_kernel<<<a.n_emit, kCompThreads, 0, stream>>>(a);
+    detail::launch_pdl(pdl_all(), compressor_rows_emit_kernel, a.n_emit, kCompThreads, 0, stream, a);
     const Status s = launch_result("compressor_rows (emit)", shapes);
     if (!s.ok()) return s;
   }
   const int64_t W = (c.ratio == 4 ? 2 : 1) * static_cast<int64_t>(c.head_dim);
   const int64_t units = c.ratio == 4 ? W : (p.n < R ? p.n : R) * W;
-  compressor_rows_state_kernel<<<static_cast<unsigned>((units + kRowsStateThreads - 1) / kRowsStateThreads),
-                                 kRowsStateThreads, 0, stream>>>(a);
+  detail::launch_pdl(pdl_all(), compressor_rows_state_kernel,
+                     static_cast<unsigned>((units + kRowsStateThreads - 1) / kRowsStateThreads), kRowsStateThreads, 0,
+                     stream, a);
   return launch_result("compressor_rows (state)", shapes);
 }
 
 Status compressor_step(const CompressorStepParams& p, Stream stream) {
   char shapes[160];
   if (!compressor_args_ok(p, shapes, sizeof shapes)) return compressor_args_error(shapes);
-  compressor_kernel<<<1, kCompThreads, 0, stream>>>(p, angles_for(p.rope, p.n_rot), backend::compressor_emits(p.pos, p.ratio));
+  detail::launch_pdl(pdl_all(), compressor_kernel, 1, kCompThreads, 0, stream, p, angles_for(p.rope, p.n_rot),
+                     backend::compressor_emits(p.pos, p.ratio));
   return launch_result("compressor_step", shapes);
 }
 
@@ -1315,9 +1321,9 @@ Status sink_attention_fused(const SinkAttentionParams* p, int n, Stream stream, 
     const dim3 grid(static_cast<unsigned>((max_heads + kFusedHeads - 1) / kFusedHeads), static_cast<unsigned>(nb));
     const size_t smem = fused_smem_bytes(max_dim);
     if (stored) {
-      sink_fused_kernel<attn::StoredKey><<<grid, kFusedThreads, smem, stream>>>(batch);
+      detail::launch_pdl(pdl_all(), sink_fused_kernel<attn::StoredKey>, grid, kFusedThreads, smem, stream, batch);
     } else {
-      sink_fused_kernel<const float*><<<grid, kFusedThreads, smem, stream>>>(batch);
+      detail::launch_pdl(pdl_all(), sink_fused_kernel<const float*>, grid, kFusedThreads, smem, stream, batch);
     }
     char shapes[160];
     std::snprintf(shapes, sizeof shapes, "%d queries, heads %d x %d, raw %d, comp %lld", nb, batch.q[0].p.n_head,
@@ -1367,9 +1373,9 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
         return resource_error("cuda: sink_attention (scores) (%s): shared memory of %zu bytes: %s", shapes,
                               score_smem_bytes(kAttnMaxD), cudaGetErrorString(e));
       if (stored) {
-        sink_scores_kernel<attn::StoredKey><<<grid, kScoreThreads, smem, stream>>>(batch);
+        detail::launch_pdl(pdl_all(), sink_scores_kernel<attn::StoredKey>, grid, kScoreThreads, smem, stream, batch);
       } else {
-        sink_scores_kernel<const float*><<<grid, kScoreThreads, smem, stream>>>(batch);
+        detail::launch_pdl(pdl_all(), sink_scores_kernel<const float*>, grid, kScoreThreads, smem, stream, batch);
       }
       const Status s = launch_result("sink_attention (scores)", shapes);
       if (!s.ok()) return s;
@@ -1377,9 +1383,9 @@ Status sink_attention(const SinkAttentionParams* p, int n, Stream stream) {
     const dim3 grid(static_cast<unsigned>(max_slices), static_cast<unsigned>((max_heads + kCombHeads - 1) / kCombHeads),
                     static_cast<unsigned>(nb));
     if (stored) {
-      sink_combine_kernel<attn::StoredKey><<<grid, kCombThreads, 0, stream>>>(batch);
+      detail::launch_pdl(pdl_all(), sink_combine_kernel<attn::StoredKey>, grid, kCombThreads, 0, stream, batch);
     } else {
-      sink_combine_kernel<const float*><<<grid, kCombThreads, 0, stream>>>(batch);
+      detail::launch_pdl(pdl_all(), sink_combine_kernel<const float*>, grid, kCombThreads, 0, stream, batch);
     }
     const Status s = launch_result("sink_attention", shapes);
     if (!s.ok()) return s;

@@ -43,6 +43,8 @@ struct CudaBackendConfig {
   std::string dense_rows = "wide";
   // Programmatic dependent launch of the wide Q8_0 kernel (cuda::set_pdl, process-wide).
   bool pdl = true;
+  // Every other kernel launched with PDL too (cuda::set_pdl_all, process-wide).
+  bool pdl_all = false;
   // compressor_steps as one launch per 16 steps and compressor_rows as its two parallel
   // launches (true), or one compressor_step launch per step.
   bool batch_steps = true;

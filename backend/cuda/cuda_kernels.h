@@ -154,6 +154,10 @@ Q8_0R1Kernel q8_0_r1_kernel();
 // sets it once (--cuda-pdl / DS4_CUDA_PDL).
 void set_pdl(bool on);
 bool pdl();
+// Every other kernel launched with PDL too (pdl.cuh's pdl_enter opens each: wait for the kernel
+// before, then let the next one launch), so a kernel's launch overlaps the one before it. Same
+// bits. Process-wide, off by default (--cuda-pdl-all / DS4_CUDA_PDL_ALL); pdl_all() in pdl.cuh.
+void set_pdl_all(bool on);
 // One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),
 // the same bits, in ONE launch: the staged kernel quantizes x into its shared memory with
 // quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs under kStaged (the

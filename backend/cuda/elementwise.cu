@@ -32,7 +32,7 @@ unsigned blocks_for(int64_t n) {
 }
 
 __global__ void fill_kernel(float* __restrict__ dst, int64_t n, float v) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = v;
@@ -45,7 +45,7 @@ struct CopyBatch {
 // Region blockIdx.y of the batch, its bytes strided over the blockIdx.x blocks: 16-byte words
 // when both ends and the length allow, else 4-byte words, else bytes (a copy is exact at any width).
 __global__ void copy_many_kernel(const __grid_constant__ CopyBatch b) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const backend::CopyRegion& c = b.r[blockIdx.y];
   const auto d = reinterpret_cast<uintptr_t>(c.dst), s = reinterpret_cast<uintptr_t>(c.src);
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -66,14 +66,14 @@ __global__ void copy_many_kernel(const __grid_constant__ CopyBatch b) {
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n, float c) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = backend::rowmath::swiglu_value(gate[i], up[i], c);
@@ -82,7 +82,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, float* out, in
 // grid (n_rows, chunks of n_embd): every stream of row i = f16 table row tokens[i].
 __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, const int32_t* __restrict__ tokens,
                              int n_hc, int64_t n_embd, float* __restrict__ out) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const int64_t i = blockIdx.x;
   const int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (d >= n_embd) return;
@@ -95,7 +95,7 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
 // grid (n_rows, chunks): out[i][d] = (x0 + x1 + ... in stream order) · inv.
 __global__ void hc_mean_kernel(const float* __restrict__ x, int n_hc, int64_t n_embd, float inv,
                                float* __restrict__ out, int64_t out_stride) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const int64_t i = blockIdx.x;
   const int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (d >= n_embd) return;
@@ -185,7 +185,7 @@ template <int kType>
 __global__ void get_rows_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                                 const int32_t* __restrict__ ids, float* __restrict__ out, int64_t out_stride,
                                 const __grid_constant__ Iq2Tables tables) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const int64_t i = blockIdx.x;
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (j >= n_in) return;
@@ -227,7 +227,7 @@ __device__ __forceinline__ void argmax_take(Best* b, float v, int64_t i, int64_t
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* __restrict__ x, int64_t n,
                                                                 int64_t stride, int64_t excluded,
                                                                 int32_t* __restrict__ out) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ Best part[kArgmaxThreads / 32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * stride;
   Best b{0.0f, -1};
@@ -310,7 +310,8 @@ int64_t block_elems(GgmlType t) {
 
 Status fill_f32(float* dst, size_t n, float value, Stream stream) {
   if (n == 0) return Status();
-  fill_kernel<<<blocks_for(static_cast<int64_t>(n)), kThreads, 0, stream>>>(dst, static_cast<int64_t>(n), value);
+  detail::launch_pdl(pdl_all(), fill_kernel, blocks_for(static_cast<int64_t>(n)), kThreads, 0, stream, dst,
+                     static_cast<int64_t>(n), value);
   return launch_status("fill_f32", static_cast<int64_t>(n), static_cast<int64_t>(n), 1);
 }
 
@@ -327,7 +328,7 @@ Status copy_many(const backend::CopyRegion* regions, int n, Stream stream) {
     // Enough blocks that the largest region moves 16 bytes per thread per block pass, at most 64.
     const size_t per_block = static_cast<size_t>(kThreads) * 16;
     const unsigned bx = static_cast<unsigned>(most / per_block + 1 < 64 ? most / per_block + 1 : 64);
-    copy_many_kernel<<<dim3(bx, static_cast<unsigned>(nb)), kThreads, 0, stream>>>(batch);
+    detail::launch_pdl(pdl_all(), copy_many_kernel, dim3(bx, static_cast<unsigned>(nb)), kThreads, 0, stream, batch);
     const Status s = launch_status("copy_many", static_cast<int64_t>(most), static_cast<int64_t>(most), nb);
     if (!s.ok()) return s;
   }
@@ -337,14 +338,14 @@ Status copy_many(const backend::CopyRegion* regions, int n, Stream stream) {
 Status add(const backend::AddParams& p, Stream stream) {
   if (p.n < 0) return invalid_argument("cuda: add: bad length %lld", static_cast<long long>(p.n));
   if (p.n == 0) return Status();
-  add_kernel<<<blocks_for(p.n), kThreads, 0, stream>>>(p.a, p.b, p.out, p.n);
+  detail::launch_pdl(pdl_all(), add_kernel, blocks_for(p.n), kThreads, 0, stream, p.a, p.b, p.out, p.n);
   return launch_status("add", p.n, p.n, 1);
 }
 
 Status swiglu(const backend::SwigluParams& p, Stream stream) {
   if (p.n < 0) return invalid_argument("cuda: swiglu: bad length %lld", static_cast<long long>(p.n));
   if (p.n == 0) return Status();
-  swiglu_kernel<<<blocks_for(p.n), kThreads, 0, stream>>>(p.gate, p.up, p.out, p.n, p.clamp);
+  detail::launch_pdl(pdl_all(), swiglu_kernel, blocks_for(p.n), kThreads, 0, stream, p.gate, p.up, p.out, p.n, p.clamp);
   return launch_status("swiglu", p.n, p.n, 1);
 }
 
@@ -356,7 +357,8 @@ Status embed(const backend::EmbedParams& p, Stream stream) {
                             p.row_bytes);
   if (p.n_rows == 0) return Status();
   const dim3 grid(static_cast<unsigned>(p.n_rows), static_cast<unsigned>((p.n_embd + kThreads - 1) / kThreads));
-  embed_kernel<<<grid, kThreads, 0, stream>>>(p.table, p.row_bytes, p.tokens, p.n_hc, p.n_embd, p.out);
+  detail::launch_pdl(pdl_all(), embed_kernel, grid, kThreads, 0, stream, p.table, p.row_bytes, p.tokens, p.n_hc,
+                     p.n_embd, p.out);
   return launch_status("embed", p.n_embd, p.n_hc * p.n_embd, p.n_rows);
 }
 
@@ -368,7 +370,8 @@ Status hc_mean(const backend::HcMeanParams& p, Stream stream) {
   if (p.n_rows == 0) return Status();
   const float inv = 1.0f / static_cast<float>(p.n_hc);
   const dim3 grid(static_cast<unsigned>(p.n_rows), static_cast<unsigned>((p.n_embd + kThreads - 1) / kThreads));
-  hc_mean_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.n_hc, p.n_embd, inv, p.out, p.out_stride);
+  detail::launch_pdl(pdl_all(), hc_mean_kernel, grid, kThreads, 0, stream, p.x, p.n_hc, p.n_embd, inv, p.out,
+                     p.out_stride);
   return launch_status("hc_mean", p.n_hc * p.n_embd, p.n_embd, p.n_rows);
 }
 
@@ -382,8 +385,8 @@ Status argmax(const backend::ArgmaxParams& p, Stream stream) {
   if (p.margin != nullptr) {
     return top_two_rows(p.x, p.n, stride, p.n_rows, p.excluded, p.out, p.margin, stream);
   }
-  argmax_kernel<<<static_cast<unsigned>(p.n_rows), kArgmaxThreads, 0, stream>>>(p.x, p.n, stride, p.excluded,
-                                                                                p.out);
+  detail::launch_pdl(pdl_all(), argmax_kernel, static_cast<unsigned>(p.n_rows), kArgmaxThreads, 0, stream, p.x, p.n,
+                     stride, p.excluded, p.out);
   return launch_status("argmax", p.n, 1, p.n_rows);
 }
 
@@ -407,10 +410,10 @@ Status get_rows(const backend::GetRowsParams& p, Stream stream) {
   }
   const dim3 grid(static_cast<unsigned>(p.n_rows), static_cast<unsigned>((p.w.n_in + kThreads - 1) / kThreads));
   switch (t) {
-#define DS4_CASE(T)                                                                                   \
-  case GgmlType::T:                                                                                   \
-    get_rows_kernel<static_cast<int>(GgmlType::T)><<<grid, kThreads, 0, stream>>>(                   \
-        p.w.data, p.w.row_bytes, p.w.n_in, p.w.n_out, p.ids, p.out, p.out_stride, tables);                       \
+#define DS4_CASE(T)                                                                                                    \
+  case GgmlType::T:                                                                                                    \
+    detail::launch_pdl(pdl_all(), get_rows_kernel<static_cast<int>(GgmlType::T)>, grid, kThreads, 0, stream, p.w.data, \
+                       p.w.row_bytes, p.w.n_in, p.w.n_out, p.ids, p.out, p.out_stride, tables);                        \
     break;
     DS4_CASE(kF32) DS4_CASE(kF16) DS4_CASE(kBF16) DS4_CASE(kQ8_0) DS4_CASE(kQ8_K) DS4_CASE(kQ2_K)
     DS4_CASE(kQ4_K) DS4_CASE(kIQ2_XXS)

@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(
     const float* __restrict__ x, const float* __restrict__ mix, const float* __restrict__ scale,
     const float* __restrict__ base, int n_hc, int64_t n_embd, int iters, float eps, float* __restrict__ y,
     float* __restrict__ post, float* __restrict__ comb) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ float pre_s[backend::rowmath::kMaxHc];
   __shared__ float post_s[backend::rowmath::kMaxHc];
   __shared__ float comb_s[backend::rowmath::kMaxHc * backend::rowmath::kMaxHc];
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) hc_post_kernel(const float* __restri
                                                            const float* __restrict__ post,
                                                            const float* __restrict__ comb, float* __restrict__ out,
                                                            int n_hc, int64_t n_embd) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const int64_t row = blockIdx.x / n_hc;
   const int c = static_cast<int>(blockIdx.x % n_hc);
   const float pc = post[row * n_hc + c];
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) hc_collapse_kernel(const float* __re
                                                                const float* __restrict__ mix, float scale,
                                                                const float* __restrict__ base, float hc_eps,
                                                                int n_hc, int64_t n_embd, float* __restrict__ y) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ float w_s[backend::rowmath::kMaxHc];
   const int64_t row = blockIdx.x;
   if (threadIdx.x < n_hc) {
@@ -294,7 +294,7 @@ __device__ __forceinline__ bool take_row_ticket(uint32_t* tickets, int64_t row) 
 // mix output g·pairs + q; the row's last block to finish finishes the row.
 template <HcKind kKind>
 __global__ void __launch_bounds__(kMaxPairs * kPair) hc_fused_kernel(const FusedArgs a) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ double sq_hi[32];
   __shared__ float dot_hi[kMaxPairs][32];
   __shared__ float s_scale;
@@ -427,7 +427,7 @@ size_t staged_smem(int64_t n, int outs) {
 //     weights, and the stream sum from its staged x.
 template <HcKind kKind>
 __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ double sq_s[64];
   __shared__ float dot_s[kMaxOuts][64];
@@ -598,7 +598,8 @@ Status launch_fused(const char* op, const FusedArgs& a, int n_rows, Stream strea
       b.post += static_cast<int64_t>(r0) * a.n_hc;
       b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
     }
-    hc_fused_kernel<kKind><<<dim3(static_cast<unsigned>(rr), groups), pairs * kPair, 0, stream>>>(b);
+    detail::launch_pdl(pdl_all(), hc_fused_kernel<kKind>, dim3(static_cast<unsigned>(rr), groups), pairs * kPair, 0,
+                       stream, b);
     const Status s = launch_status(op, hc_dim, a.mix_dim, rr);
     if (!s.ok()) return s;
   }
@@ -641,7 +642,8 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
       b.post += static_cast<int64_t>(r0) * a.n_hc;
       b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
     }
-    hc_staged_kernel<kKind><<<dim3(static_cast<unsigned>(rr), groups), kStagedThreads, smem, stream>>>(b, outs);
+    detail::launch_pdl(pdl_all(), hc_staged_kernel<kKind>, dim3(static_cast<unsigned>(rr), groups), kStagedThreads,
+                       smem, stream, b, outs);
     const Status s = launch_status(op, hc_dim, a.mix_dim, rr);
     if (!s.ok()) return s;
   }
@@ -686,8 +688,8 @@ Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets, H
                           stream);
   if (!s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(p.n_rows), chunks(p.n_embd));
-  hc_pre_finish_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.mix, p.scale, p.base, p.n_hc, p.n_embd,
-                                                       p.sinkhorn_iters, p.hc_eps, p.y, p.post, p.comb);
+  detail::launch_pdl(pdl_all(), hc_pre_finish_kernel, grid, kThreads, 0, stream, p.x, p.mix, p.scale, p.base, p.n_hc,
+                     p.n_embd, p.sinkhorn_iters, p.hc_eps, p.y, p.post, p.comb);
   DS4_RETURN_IF_ERROR(launch_status("hc_pre", p.n_hc * p.n_embd, p.n_embd, p.n_rows));
   return folded_norm(p, stream);
 }
@@ -697,7 +699,8 @@ Status hc_post(const backend::HcPostParams& p, Stream stream) {
     return hc_shape_error("hc_post", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
   const dim3 grid(static_cast<unsigned>(p.n_rows * p.n_hc), chunks(p.n_embd));
-  hc_post_kernel<<<grid, kThreads, 0, stream>>>(p.f, p.x, p.post, p.comb, p.out, p.n_hc, p.n_embd);
+  detail::launch_pdl(pdl_all(), hc_post_kernel, grid, kThreads, 0, stream, p.f, p.x, p.post, p.comb, p.out, p.n_hc,
+                     p.n_embd);
   return launch_status("hc_post", p.n_hc * p.n_embd, p.n_hc * p.n_embd, p.n_rows);
 }
 
@@ -718,7 +721,8 @@ Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* 
                           p.n_hc, stream);
   if (!s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(p.n_rows), chunks(p.n_embd));
-  hc_collapse_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.mix, p.scale, p.base, p.hc_eps, p.n_hc, p.n_embd, p.y);
+  detail::launch_pdl(pdl_all(), hc_collapse_kernel, grid, kThreads, 0, stream, p.x, p.mix, p.scale, p.base, p.hc_eps,
+                     p.n_hc, p.n_embd, p.y);
   return launch_status("hc_collapse", p.n_hc * p.n_embd, p.n_embd, p.n_rows);
 }
 

@@ -20,6 +20,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_sim_hd.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -55,6 +56,7 @@ __device__ __forceinline__ float load_fp4(const uint8_t* row, int n, int e) {
 // Scores: blockIdx.y picks the query; a half-warp per indexer row, the query's heads (in
 // dynamic shared memory, then its weights) dotted in head order, the score summed on lane 0.
 __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const __grid_constant__ IndexerBatch b) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ float smem[];
   const IndexerSelectParams& p = b.q[blockIdx.y];
   const int nq = p.n_head * p.head_dim;
@@ -110,6 +112,7 @@ __device__ __forceinline__ uint32_t score_key(float v) {
 // row and how many rows keyed T to take; the final pass selects rows keyed above T and the
 // first `need` keyed T in index order (an ordered block scan per chunk).
 __global__ void __launch_bounds__(kTopThreads) indexer_topk_kernel(const __grid_constant__ IndexerBatch b) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ int hist[256];
   __shared__ int warp_sums[32];
   __shared__ uint32_t s_prefix;
@@ -212,10 +215,11 @@ Status indexer_select(const IndexerSelectParams* p, int n, Stream stream) {
     const int64_t rows_per_block = kIdxThreads / 16;
     int64_t gx = (max_rows + rows_per_block - 1) / rows_per_block;
     gx = gx > 8192 ? 8192 : gx;
-    indexer_scores_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(nb)), kIdxThreads, smem, stream>>>(batch);
+    detail::launch_pdl(pdl_all(), indexer_scores_kernel, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(nb)),
+                       kIdxThreads, smem, stream, batch);
     const Status scored = launch_result("indexer_select scores", shapes);
     if (!scored.ok()) return scored;
-    indexer_topk_kernel<<<nb, kTopThreads, 0, stream>>>(batch);
+    detail::launch_pdl(pdl_all(), indexer_topk_kernel, nb, kTopThreads, 0, stream, batch);
     const Status selected = launch_result("indexer_select top-k", shapes);
     if (!selected.ok()) return selected;
   }

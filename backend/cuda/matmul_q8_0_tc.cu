@@ -39,6 +39,7 @@
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_q8_0_tc.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -200,6 +201,7 @@ template <int WM, int WN, int MT, int NT>
 __global__ void __launch_bounds__(32 * WM * WN) q8_0_tc_kernel(Q8_0GroupArgs args, size_t row_bytes, int nb,
                                                                  int64_t n_out, int64_t xs, int r, int64_t ys,
                                                                  bool wvec, bool xvec) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   using T = TcTile<WM, WN, MT, NT>;
   extern __shared__ __align__(16) uint8_t tc_smem[];
   const Q8_0Group& gr = args.g[blockIdx.z];
@@ -298,8 +300,8 @@ bool tc_launch(const Q8_0GroupArgs& args, int n_groups, size_t row_bytes, int nb
   if (gy > 65535) return false;
   const dim3 grid(static_cast<unsigned>(ceil_div(r, T::kBN)), static_cast<unsigned>(gy),
                   static_cast<unsigned>(n_groups));
-  q8_0_tc_kernel<WM, WN, MT, NT><<<grid, T::kThreads, T::kSmem, stream>>>(args, row_bytes, nb, n_out, xs, r, ys,
-                                                                         wvec, xvec);
+  detail::launch_pdl(pdl_all(), q8_0_tc_kernel<WM, WN, MT, NT>, grid, T::kThreads, T::kSmem, stream, args, row_bytes,
+                     nb, n_out, xs, r, ys, wvec, xvec);
   return true;
 }
 

@@ -15,9 +15,10 @@
 // halving tree: h = 32 inside the thread (p[t] + p[t+32]), h = 16, 8, 4, 2, 1 by shuffles
 // (lane t gets p[t+h]): lanes64.cuh's dot_step and tree64. --fmad=false keeps mul and add apart.
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/lanes64.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(256) dense_matvec_kernel(const uint8_t* __rest
                                                            int64_t n, int64_t n_out, const float* __restrict__ x,
                                                            int64_t xs, int r, float* __restrict__ y, int64_t ys,
                                                            bool w_vec, bool x_vec) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   using C = DenseCfg<kF16, kRpc, kXRows>;
   constexpr int kT = C::kT, kCe = C::kCe;
   __shared__ __align__(16) float ws[2][kRpc * C::kWStride];
@@ -239,6 +241,7 @@ __device__ __forceinline__ void stage_f16(uint16_t* dst, const uint16_t* src, in
 template <bool kF16>
 __global__ void __launch_bounds__(kDenseStagedThreads) dense_staged_kernel(const __grid_constant__ DenseGroups gs,
                                                                            int n) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ float p_s[64];
   const int tid = threadIdx.x;
@@ -323,20 +326,20 @@ Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int 
     float* yk = y + k0 * ys;
     if (wide) {
       const unsigned grid = static_cast<unsigned>((w.n_out + 7) / 8);
-      dense_matvec_kernel<kF16, 8, kMaxRows><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs,
-                                                                      rr, yk, ys, w_vec, x_vec);
+      detail::launch_pdl(pdl_all(), dense_matvec_kernel<kF16, 8, kMaxRows>, grid, 256, 0, stream, wp, w.row_bytes,
+                         w.n_in, w.n_out, xk, xs, rr, yk, ys, w_vec, x_vec);
     } else if (g_narrow == DenseNarrowKernel::kStaged && w.n_in > 0 &&
                dense_staged_smem(kF16, w.n_in) <= static_cast<size_t>(kDenseStagedSmem) && dense_staged_ready<kF16>()) {
       DenseGroups gs{};
       gs.n = 1;
       gs.g[0] = DenseGroup{wp, w.row_bytes, xk, xs, yk, ys, w.n_out};
       const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
-      dense_staged_kernel<kF16><<<grid, kDenseStagedThreads, dense_staged_smem(kF16, w.n_in), stream>>>(
-          gs, static_cast<int>(w.n_in));
+      detail::launch_pdl(pdl_all(), dense_staged_kernel<kF16>, grid, kDenseStagedThreads,
+                         dense_staged_smem(kF16, w.n_in), stream, gs, static_cast<int>(w.n_in));
     } else {
       const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
-      dense_matvec_kernel<kF16, 1, 1><<<grid, 256, 0, stream>>>(wp, w.row_bytes, w.n_in, w.n_out, xk, xs, 1, yk,
-                                                                ys, w_vec, x_vec);
+      detail::launch_pdl(pdl_all(), dense_matvec_kernel<kF16, 1, 1>, grid, 256, 0, stream, wp, w.row_bytes, w.n_in,
+                         w.n_out, xk, xs, 1, yk, ys, w_vec, x_vec);
     }
     Status s = launch_status(op, w.n_in, w.n_out, rr);
     if (!s.ok()) return s;
@@ -379,9 +382,11 @@ Status matvec_dense_grouped(bool f16, const DenseGroup* groups, int n_groups, in
   if (end > 0x7fffffff || !(f16 ? dense_staged_ready<true>() : dense_staged_ready<false>())) return Status();
   const dim3 grid(static_cast<unsigned>(end), static_cast<unsigned>(r));
   if (f16) {
-    dense_staged_kernel<true><<<grid, kDenseStagedThreads, dense_staged_smem(true, n_in), stream>>>(gs, static_cast<int>(n_in));
+    detail::launch_pdl(pdl_all(), dense_staged_kernel<true>, grid, kDenseStagedThreads, dense_staged_smem(true, n_in),
+                       stream, gs, static_cast<int>(n_in));
   } else {
-    dense_staged_kernel<false><<<grid, kDenseStagedThreads, dense_staged_smem(false, n_in), stream>>>(gs, static_cast<int>(n_in));
+    detail::launch_pdl(pdl_all(), dense_staged_kernel<false>, grid, kDenseStagedThreads, dense_staged_smem(false, n_in),
+                       stream, gs, static_cast<int>(n_in));
   }
   *done = true;
   return launch_status(f16 ? "matvec_f16 (grouped)" : "matvec_f32 (grouped)", n_in, end, r);

@@ -21,12 +21,13 @@
 // Padding rows / outputs of a partial tile load a clamped copy (row r-1, output n_out-1) and
 // store nothing. Shapes: any n_in >= 0 (16-byte cp.async when the weight rows and x rows are
 // 16-byte aligned, else 4-byte cp.async for x and plain loads for the weights).
-#include "backend/cuda/common.cuh"
-#include "backend/cuda/cuda_kernels.h"
-#include "backend/cuda/cp_async.cuh"
-#include "backend/cuda/lanes64.cuh"
-
 #include <atomic>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/lanes64.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -83,6 +84,7 @@ __global__ void __launch_bounds__(kRowsThreads) dense_rows_kernel(const uint8_t*
                                                                   const float* __restrict__ x, int64_t xs, int r,
                                                                   float* __restrict__ y, int64_t ys, bool w_vec,
                                                                   bool x_vec) {
+  detail::pdl_enter();               // wait for the kernel before, then let the next one launch (pdl.cuh)
   constexpr int kEs = kF16 ? 2 : 4;  // weight element bytes
   constexpr int kWTile = T::kBO * kKT * kEs;
   constexpr size_t kStage = rows_stage_bytes<kF16, T>();
@@ -253,8 +255,8 @@ template <bool kF16, class T>
 void launch_tile(const Weights& w, const float* x, int64_t xs, int r, float* y, int64_t ys, bool w_vec, bool x_vec,
                  Stream stream) {
   const dim3 grid(static_cast<unsigned>((w.n_out + T::kBO - 1) / T::kBO), static_cast<unsigned>((r + T::kBR - 1) / T::kBR));
-  dense_rows_kernel<kF16, T><<<grid, kRowsThreads, rows_smem_bytes<kF16, T>(), stream>>>(
-      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_in, w.n_out, x, xs, r, y, ys, w_vec, x_vec);
+  detail::launch_pdl(pdl_all(), dense_rows_kernel<kF16, T>, grid, kRowsThreads, rows_smem_bytes<kF16, T>(), stream,
+                     static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_in, w.n_out, x, xs, r, y, ys, w_vec, x_vec);
 }
 
 template <bool kF16>

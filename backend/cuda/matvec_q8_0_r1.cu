@@ -22,6 +22,7 @@
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matvec_r1.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 
@@ -190,6 +191,7 @@ template <int RW, int kStages, class X>
 __global__ void __launch_bounds__(256) q8_0_r1_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
                                                       int64_t n_out, const X* __restrict__ x,
                                                       float* __restrict__ y) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   q8_0_r1_rows<RW, kStages>(w, row_bytes, nb, n_out, x, y);
 }
 
@@ -203,6 +205,7 @@ struct Q8_0GroupF32Args {
 template <int RW, int kStages, class Args>
 __global__ void __launch_bounds__(256) q8_0_r1_grouped_kernel(Args groups, size_t row_bytes, int nb,
                                                               int64_t n_out) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const auto& gr = groups.g[blockIdx.y];
   q8_0_r1_rows<RW, kStages>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, gr.x, gr.y);
 }
@@ -292,8 +295,8 @@ template <class X>
 void launch_r1(const R1Launch& l, const uint8_t* w, size_t row_bytes, int nb, int64_t n_out, const X* x, float* y,
                Stream stream) {
   with_r1_shape(l, [&](auto rw, auto st) {
-    q8_0_r1_kernel<decltype(rw)::value, decltype(st)::value, X>
-        <<<l.grid, dim3(32 * l.nw), l.smem, stream>>>(w, row_bytes, nb, n_out, x, y);
+    detail::launch_pdl(pdl_all(), q8_0_r1_kernel<decltype(rw)::value, decltype(st)::value, X>, l.grid, dim3(32 * l.nw),
+                       l.smem, stream, w, row_bytes, nb, n_out, x, y);
   });
 }
 
@@ -302,8 +305,8 @@ void launch_r1_grouped(const R1Launch& l, const Args& args, int n_groups, size_t
                        Stream stream) {
   const dim3 grid(l.grid, static_cast<unsigned>(n_groups));
   with_r1_shape(l, [&](auto rw, auto st) {
-    q8_0_r1_grouped_kernel<decltype(rw)::value, decltype(st)::value, Args>
-        <<<grid, dim3(32 * l.nw), l.smem, stream>>>(args, row_bytes, nb, n_out);
+    detail::launch_pdl(pdl_all(), q8_0_r1_grouped_kernel<decltype(rw)::value, decltype(st)::value, Args>, grid,
+                       dim3(32 * l.nw), l.smem, stream, args, row_bytes, nb, n_out);
   });
 }
 

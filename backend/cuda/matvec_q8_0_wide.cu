@@ -338,11 +338,14 @@ bool launch_wide_grouped(const Args& args, int n_groups, size_t row_bytes, int64
 }
 
 std::atomic<bool> g_pdl{false};
+std::atomic<bool> g_pdl_all{false};
 
 }  // namespace
 
 void set_pdl(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 bool pdl() { return g_pdl.load(std::memory_order_relaxed); }
+void set_pdl_all(bool on) { g_pdl_all.store(on, std::memory_order_relaxed); }
+bool pdl_all() { return g_pdl_all.load(std::memory_order_relaxed); }
 
 bool wide_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
   WideLaunch l;

@@ -28,11 +28,12 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
-#include "backend/cuda/q8k_staged.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_q8_0_tc.h"
 #include "backend/cuda/matvec_r1.h"
 #include "backend/cuda/moe_r1.h"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/q8k_staged.cuh"
 #include "backend/row_math.h"
 #include "quant/iq2_tables.h"
 
@@ -422,6 +423,7 @@ template <class F, int R>
 __global__ void __launch_bounds__(32 * kWarps) quant_matvec_kernel(
     const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out,
     const typename F::Act* __restrict__ x, int64_t xs, float* __restrict__ y, int64_t ys) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   quant_matvec_rows<F, R>(w, row_bytes, nb, n_out, x, xs, y, ys);
 }
 
@@ -471,6 +473,7 @@ template <int R>
 __global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
     const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
     int64_t xs, float* __restrict__ y, int64_t ys) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   q8_0_split_rows<R>(w, row_bytes, nb, n_out, x, xs, y, ys);
 }
 
@@ -482,6 +485,7 @@ __global__ void __launch_bounds__(32 * kWarps) q8_0_split_kernel(
 template <int R>
 __global__ void __launch_bounds__(32 * kWarps) q8_0_split_grouped_kernel(
     Q8_0GroupArgs groups, size_t row_bytes, int nb, int64_t n_out, int64_t xs, int64_t ys) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const Q8_0Group& gr = groups.g[blockIdx.y];
   q8_0_split_rows<R>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, n_out, gr.x, xs, gr.y, ys);
 }
@@ -588,6 +592,7 @@ __device__ __forceinline__ void mma_block(const uint32_t* sg, const uint32_t* sg
 __global__ void __launch_bounds__(32 * kMmaWarps) q8_0_mma_kernel(
     const uint8_t* __restrict__ w, size_t row_bytes, int nb, int64_t n_out, const BlockQ8_0Act* __restrict__ x,
     int64_t xs, int r, float* __restrict__ y, int64_t ys, bool vec16) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) uint8_t mma_smem[];
   const int aw = mma_act_words(nb);
   uint32_t* act = reinterpret_cast<uint32_t*>(mma_smem);  // [r][aw] words: row k's blocks, 9 words each
@@ -758,8 +763,8 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
       const bool want = force_mma || (rr >= kMmaMinRows && w.n_out >= kMmaMinOut);
       if (want && mma_launch_shape(smem, (w.n_out + kMmaTileRows - 1) / kMmaTileRows, &mgrid)) {
         const bool vec16 = base % 16 == 0 && w.row_bytes % 16 == 0;
-        q8_0_mma_kernel<<<mgrid, 32 * kMmaWarps, smem, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, rr, yk,
-                                                                 ys, vec16);
+        detail::launch_pdl(pdl_all(), q8_0_mma_kernel, mgrid, 32 * kMmaWarps, smem, stream, wp, w.row_bytes, inb,
+                           w.n_out, xk, xs, rr, yk, ys, vec16);
         Status s = launch_status(op, w.n_in, w.n_out, rr);
         if (!s.ok()) return s;
         continue;
@@ -776,15 +781,17 @@ Status launch(const char* op, const Weights& w, const typename F::Act* x, int64_
       }
     }
     switch (rr) {
-#define DS4_CASE(R)                                                                                      \
-  case R:                                                                                                \
-    if constexpr (std::is_same_v<F, Q8_0Fmt>) {                                                          \
-      if (split) {                                                                                       \
-        q8_0_split_kernel<R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, yk, ys); \
-        break;                                                                                           \
-      }                                                                                                  \
-    }                                                                                                    \
-    quant_matvec_kernel<F, R><<<grid, 32 * kWarps, 0, stream>>>(wp, w.row_bytes, inb, w.n_out, xk, xs, yk, ys); \
+#define DS4_CASE(R)                                                                                              \
+  case R:                                                                                                        \
+    if constexpr (std::is_same_v<F, Q8_0Fmt>) {                                                                  \
+      if (split) {                                                                                               \
+        detail::launch_pdl(pdl_all(), q8_0_split_kernel<R>, grid, 32 * kWarps, 0, stream, wp, w.row_bytes, inb,  \
+                           w.n_out, xk, xs, yk, ys);                                                             \
+        break;                                                                                                   \
+      }                                                                                                          \
+    }                                                                                                            \
+    detail::launch_pdl(pdl_all(), quant_matvec_kernel<F, R>, grid, 32 * kWarps, 0, stream, wp, w.row_bytes, inb, \
+                       w.n_out, xk, xs, yk, ys);                                                                 \
     break;
       DS4_CASE(1) DS4_CASE(2) DS4_CASE(3) DS4_CASE(4) DS4_CASE(5) DS4_CASE(6) DS4_CASE(7) DS4_CASE(8)
 #undef DS4_CASE
@@ -961,6 +968,7 @@ __global__ void __launch_bounds__(32 * kGateUpWarps) expert_gate_up_kernel(
     ExpertArgs gate, ExpertArgs up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, int n_used, const BlockQ8K* __restrict__ x, float clamp, bool vec16,
     float* __restrict__ mid) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ __align__(16) uint8_t stage[kGateUpWarps][stage_bytes<F, 2>()];
   __shared__ float ts[kGateUpWarps][stage_terms<F, 2>()];
   __shared__ const uint8_t* rows[kGateUpWarps][2];
@@ -1004,6 +1012,7 @@ __global__ void __launch_bounds__(32 * down_warps<F>()) expert_down_sum_kernel(
     ExpertArgs down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     int group, const BlockQ8K* __restrict__ midq, bool vec16, const float* __restrict__ add,
     float* __restrict__ out) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   constexpr int kW = down_warps<F>();
   __shared__ __align__(16) uint8_t stage[kW][stage_bytes<F, kDownSlots>()];
   __shared__ float ts[kW][stage_terms<F, kDownSlots>()];
@@ -1105,10 +1114,11 @@ Status launch_gate_up(const ExpertWeights& gate, const ExpertWeights& up, const 
   if (Status s = expert_smem_optin<F, false>("expert_gate_up"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows * n_used),
                   static_cast<unsigned>((gate.n_out + kGateUpWarps - 1) / kGateUpWarps));
-  expert_gate_up_kernel<F><<<grid, 32 * kGateUpWarps, act_bytes, stream>>>(
-      ExpertArgs{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
-      ExpertArgs{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert,
-      static_cast<int>(gate.n_in / F::kBlockElems), gate.n_out, sel, wt, n_used, x, clamp, v_gate && v_up, mid);
+  detail::launch_pdl(pdl_all(), expert_gate_up_kernel<F>, grid, 32 * kGateUpWarps, act_bytes, stream,
+                     ExpertArgs{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
+                     ExpertArgs{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert,
+                     static_cast<int>(gate.n_in / F::kBlockElems), gate.n_out, sel, wt, n_used, x, clamp,
+                     v_gate && v_up, mid);
   return launch_status("expert_gate_up", gate.n_in, gate.n_out, n_rows * n_used);
 }
 
@@ -1132,9 +1142,9 @@ Status launch_down_sum(const ExpertWeights& down, const int32_t* sel, int n_rows
   if (n_rows == 0) return Status();
   if (Status s = expert_smem_optin<F, true>("expert_down_sum"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((down.n_out + kW - 1) / kW));
-  expert_down_sum_kernel<F><<<grid, 32 * kW, static_cast<size_t>(group) * row_act, stream>>>(
-      ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
-      down.n_out, sel, n_used, group, midq, vec16, add, out);
+  detail::launch_pdl(pdl_all(), expert_down_sum_kernel<F>, grid, 32 * kW, static_cast<size_t>(group) * row_act, stream,
+                     ExpertArgs{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes},
+                     down.n_expert, nb, down.n_out, sel, n_used, group, midq, vec16, add, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, n_rows);
 }
 
@@ -1194,10 +1204,10 @@ Status matvec_q8_0_grouped(const Q8_0Group* groups, int n_groups, size_t row_byt
       continue;
     }
     switch (rr) {
-#define DS4_CASE(R)                                                                                   \
-  case R:                                                                                             \
-    q8_0_split_grouped_kernel<R><<<grid, 32 * kWarps, 0, stream>>>(args, row_bytes, inb, n_out, x_stride, \
-                                                                   y_stride);                         \
+#define DS4_CASE(R)                                                                                                 \
+  case R:                                                                                                           \
+    detail::launch_pdl(pdl_all(), q8_0_split_grouped_kernel<R>, grid, 32 * kWarps, 0, stream, args, row_bytes, inb, \
+                       n_out, x_stride, y_stride);                                                                  \
     break;
       DS4_CASE(1) DS4_CASE(2) DS4_CASE(3) DS4_CASE(4) DS4_CASE(5) DS4_CASE(6) DS4_CASE(7) DS4_CASE(8)
 #undef DS4_CASE

@@ -25,9 +25,10 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
-#include "backend/row_math.h"
 #include "backend/cuda/moe_rows.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/pdl.cuh"
+#include "backend/row_math.h"
 
 namespace ds4::cuda {
 
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(
     const float* __restrict__ logits, const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
     const int32_t* __restrict__ tokens, int n_expert, int n_used, bool renorm, float scale, float* probs,
     int32_t* __restrict__ sel, float* __restrict__ wt) {
+  detail::pdl_enter();                   // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ float route_smem[];  // [n_expert] probs, [n_expert] scores
   float* sp = route_smem;
   float* sc = route_smem + n_expert;
@@ -188,9 +190,9 @@ Status route(const backend::RouteParams& p, Stream stream) {
     return invalid_argument("cuda: route: bad shape (rows %d, n_expert %d, n_used %d: need 1 <= n_used <= "
                             "min(64, n_expert), n_expert <= 4096; hash rows need tokens)", p.n_rows, p.n_expert, p.n_used);
   if (p.n_rows == 0) return Status();
-  route_kernel<<<static_cast<unsigned>(p.n_rows), kRouteThreads, 2 * static_cast<size_t>(p.n_expert) * sizeof(float),
-                 stream>>>(
-      p.logits, p.bias, p.tid2eid, p.tokens, p.n_expert, p.n_used, p.renorm, p.scale, p.probs, p.sel, p.wt);
+  detail::launch_pdl(pdl_all(), route_kernel, static_cast<unsigned>(p.n_rows), kRouteThreads,
+                     2 * static_cast<size_t>(p.n_expert) * sizeof(float), stream, p.logits, p.bias, p.tid2eid, p.tokens,
+                     p.n_expert, p.n_used, p.renorm, p.scale, p.probs, p.sel, p.wt);
   return launch_status("route", p.n_expert, p.n_used, p.n_rows);
 }
 

@@ -247,7 +247,7 @@ template <class F, int KB, int RPW>
 __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     R1Args gate, R1Args up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, const BlockQ8K* __restrict__ x, float clamp, float* __restrict__ mid) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) uint8_t r1_smem[];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -309,7 +309,7 @@ template <class F, int KB, int TR>
 __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     R1Args down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     const BlockQ8K* __restrict__ midq, const float* __restrict__ add, float* __restrict__ out) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   static_assert(TR % 2 == 0 && TR <= 8, "rows decoded in pairs; at most 8 commit groups");
   extern __shared__ __align__(16) uint8_t r1_smem[];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
@@ -412,10 +412,10 @@ Status launch_gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, con
   const size_t smem = static_cast<size_t>(kGuWarps) * RPW * 2 * nb * F::kBlockBytes;
   const dim3 grid(static_cast<unsigned>((gate.n_out + kGuWarps * RPW - 1) / (kGuWarps * RPW)),
                   static_cast<unsigned>(n_used));
-  kernel<<<grid, 32 * kGuWarps, smem, stream>>>(
-      R1Args{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
-      R1Args{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert, nb, gate.n_out,
-      sel, wt, x, clamp, mid);
+  detail::launch_pdl(pdl_all(), kernel, grid, 32 * kGuWarps, smem, stream,
+                     R1Args{static_cast<const uint8_t*>(gate.data), gate.row_bytes, gate.expert_bytes},
+                     R1Args{static_cast<const uint8_t*>(up.data), up.row_bytes, up.expert_bytes}, gate.n_expert, nb,
+                     gate.n_out, sel, wt, x, clamp, mid);
   return launch_status("expert_gate_up", gate.n_in, gate.n_out, n_used);
 }
 
@@ -452,9 +452,9 @@ Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used,
   if (Status s = r1_optin<F, KB, TR, true>(kernel, "expert_down_sum"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(n_used) * TR * nb * F::kBlockBytes;
   const unsigned grid = static_cast<unsigned>((down.n_out + TR - 1) / TR);
-  kernel<<<grid, 32 * n_used, smem, stream>>>(
-      R1Args{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert, nb,
-      down.n_out, sel, n_used, midq, add, out);
+  detail::launch_pdl(pdl_all(), kernel, grid, 32 * n_used, smem, stream,
+                     R1Args{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert,
+                     nb, down.n_out, sel, n_used, midq, add, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, 1);
 }
 

@@ -28,8 +28,9 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/moe_rows.h"
-#include "backend/cuda/q8k_staged.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/q8k_staged.cuh"
 #include "backend/row_math.h"
 #include "quant/iq2_tables.h"
 
@@ -208,6 +209,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_rows_group_kernel(const int
                                                                        int32_t* __restrict__ gstart,
                                                                        int32_t* __restrict__ gexp,
                                                                        int32_t* __restrict__ order) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ int32_t cnt[kMoeRowsMaxExperts];
   __shared__ int32_t wsum[kGroupThreads / 32], wnz[kGroupThreads / 32];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -304,6 +306,7 @@ __host__ __device__ constexpr int table_bytes() {
 // every pair of group g (blocks of a g >= n_groups return at once).
 template <class F, bool kGU>
 __global__ void __launch_bounds__(kThreads) moe_rows_kernel(const RowsArgs a) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) uint8_t smem[];
   uint64_t* grid_s = reinterpret_cast<uint64_t*>(smem);
   uint8_t* ws = smem + table_bytes<F>();
@@ -411,6 +414,7 @@ __global__ void __launch_bounds__(256) moe_rows_sum_kernel(const float* __restri
                                                            const int32_t* __restrict__ sel, int n_rows, int n_used,
                                                            int64_t n_embd, int n_expert, const float* __restrict__ add,
                                                            float* __restrict__ out) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n_rows) * n_embd) return;
   const int64_t i = idx / n_embd, o = idx - i * n_embd;
@@ -507,7 +511,7 @@ Status launch_rows(RowsArgs a, int groups_bound, Stream stream) {
   if (Status s = smem_optin<F, kGU>(smem); !s.ok()) return s;
   const int64_t tiles = a.n_out / (kGU ? kGuOut : kDownOut);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(groups_bound));
-  moe_rows_kernel<F, kGU><<<grid, kThreads, smem, stream>>>(a);
+  detail::launch_pdl(pdl_all(), moe_rows_kernel<F, kGU>, grid, kThreads, smem, stream, a);
   return launch_status(op, a.nb * quant::kQKK, a.n_out, groups_bound);
 }
 
@@ -573,8 +577,8 @@ Status moe_rows_try(const backend::MoeParams& p, ExpertFormat f_gu, ExpertFormat
   *done = true;  // from here on the grouped path owns the call (errors are reported)
 
   if (Status s = quantize_q8_k_act(p.x, n_embd, p.n_rows, n_embd, xq, xb, stream); !s.ok()) return s;
-  moe_rows_group_kernel<<<1, kGroupThreads, 0, stream>>>(p.sel, n_pairs, static_cast<int>(n_expert), meta, gstart,
-                                                        gexp, order);
+  detail::launch_pdl(pdl_all(), moe_rows_group_kernel, 1, kGroupThreads, 0, stream, p.sel, n_pairs,
+                     static_cast<int>(n_expert), meta, gstart, gexp, order);
   if (Status s = launch_status("moe_rows_group", n_expert, U, p.n_rows); !s.ok()) return s;
 
   RowsArgs a{};
@@ -597,8 +601,8 @@ Status moe_rows_try(const backend::MoeParams& p, ExpertFormat f_gu, ExpertFormat
   if (Status s = launch_fmt<false>(f_down, a, groups_bound, stream); !s.ok()) return s;
 
   const int64_t total = static_cast<int64_t>(p.n_rows) * n_embd;
-  moe_rows_sum_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-      dpair, p.sel, p.n_rows, U, n_embd, static_cast<int>(n_expert), p.add, p.out);
+  detail::launch_pdl(pdl_all(), moe_rows_sum_kernel, static_cast<unsigned>((total + 255) / 256), 256, 0, stream, dpair,
+                     p.sel, p.n_rows, U, n_embd, static_cast<int>(n_expert), p.add, p.out);
   return launch_status("moe_rows_sum", n_embd, U, p.n_rows);
 }
 

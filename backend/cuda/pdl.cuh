@@ -2,8 +2,11 @@
 // start while the kernel before it on the stream is still running, do the work that depends on
 // nothing that kernel writes (stream its weights into shared memory), then wait for it.
 //
-// Role: pdl_wait / pdl_trigger for kernels, launch_pdl for their launchers (cuda_kernels.h's
-// set_pdl switch, --cuda-pdl: off by default, same bits either way).
+// Role: pdl_wait / pdl_trigger / pdl_enter for kernels, launch_pdl for their launchers. Two
+// process-wide switches, same bits either way: cuda_kernels.h's set_pdl (--cuda-pdl, on by
+// default) launches the wide Q8_0 kernel with it (weights streamed before its wait), and
+// set_pdl_all (--cuda-pdl-all, off until measured) every other kernel, each opening with
+// pdl_enter.
 // Invariants:
 //  * A kernel launched with launch_pdl(on = true) calls pdl_wait() in every block before it
 //    reads anything an earlier kernel of the stream writes, and before it writes anything (so
@@ -17,6 +20,13 @@
 
 #include <utility>
 
+namespace ds4::cuda {
+
+// Whether the kernels other than the wide Q8_0 one are launched with PDL (set_pdl_all).
+bool pdl_all();
+
+}  // namespace ds4::cuda
+
 namespace ds4::cuda::detail {
 
 __device__ __forceinline__ void pdl_wait() {
@@ -29,6 +39,15 @@ __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// A kernel's first statement: wait for the kernel before (a no-op when not launched with PDL),
+// then let the next one be scheduled. Triggering after the wait keeps at most one grid waiting
+// ahead of the running one; a trigger before it let every queued grid launch at once, each
+// holding SM slots while it waited (measured: no gain, docs/CUDA.md).
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-stream-serialization

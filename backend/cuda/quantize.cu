@@ -40,7 +40,7 @@ __device__ __forceinline__ void q8_0_act_warp(const float* __restrict__ x, int64
 __global__ void __launch_bounds__(256) q8_0_act_kernel(const float* __restrict__ x, int64_t x_stride,
                                                        int64_t total, int64_t nb,
                                                        BlockQ8_0Act* __restrict__ out, int64_t out_stride) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   q8_0_act_warp(x, x_stride, total, nb, out, out_stride);
 }
 
@@ -53,7 +53,7 @@ struct ActGroups {
 __global__ void __launch_bounds__(256) q8_0_act_grouped_kernel(ActGroups groups, int64_t x_stride, int64_t total,
                                                                int64_t nb, BlockQ8_0Act* __restrict__ out,
                                                                int64_t out_stride, int64_t group_stride) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   q8_0_act_warp(groups.x[blockIdx.y], x_stride, total, nb, out + blockIdx.y * group_stride, out_stride);
 }
 
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(256) q8_0_act_grouped_kernel(ActGroups groups,
 __global__ void __launch_bounds__(256) q8_k_act_kernel(const float* __restrict__ x, int64_t x_stride,
                                                        int64_t total, int64_t nb,
                                                        BlockQ8K* __restrict__ out, int64_t out_stride) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (gw >= total) return;
@@ -134,7 +134,8 @@ Status quantize_q8_0_act(const float* x, int64_t x_stride, int n_rows, int64_t n
   const int64_t total = nb * n_rows;
   if (total == 0) return Status();
   const int64_t blocks = (total + 7) / 8;
-  q8_0_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, x_stride, total, nb, out, out_stride);
+  detail::launch_pdl(pdl_all(), q8_0_act_kernel, static_cast<unsigned>(blocks), 256, 0, stream, x, x_stride, total, nb,
+                     out, out_stride);
   return launch_status("quantize_q8_0_act", n, nb, n_rows);
 }
 
@@ -155,7 +156,8 @@ Status quantize_q8_0_act_grouped(const float* const* x, int n_groups, int64_t x_
   for (int g = 0; g < n_groups; ++g) groups.x[g] = x[g];
   const int64_t blocks = (total + 7) / 8;
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(n_groups));
-  q8_0_act_grouped_kernel<<<grid, 256, 0, stream>>>(groups, x_stride, total, nb, out, out_stride, group_stride);
+  detail::launch_pdl(pdl_all(), q8_0_act_grouped_kernel, grid, 256, 0, stream, groups, x_stride, total, nb, out,
+                     out_stride, group_stride);
   return launch_status("quantize_q8_0_act_grouped", n, nb, n_rows);
 }
 
@@ -169,7 +171,8 @@ Status quantize_q8_k_act(const float* x, int64_t x_stride, int n_rows, int64_t n
   const int64_t total = nb * n_rows;
   if (total == 0) return Status();
   const int64_t blocks = (total + 7) / 8;
-  q8_k_act_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, x_stride, total, nb, out, out_stride);
+  detail::launch_pdl(pdl_all(), q8_k_act_kernel, static_cast<unsigned>(blocks), 256, 0, stream, x, x_stride, total, nb,
+                     out, out_stride);
   return launch_status("quantize_q8_k_act", n, nb, n_rows);
 }
 

@@ -37,7 +37,7 @@ constexpr int kNormPer = kNormChunk / kNormThreads;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* __restrict__ w,
                                                                 float* out, int64_t n, int64_t stride, float eps) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ __align__(16) float xs[2][kNormChunk];
   __shared__ float s_scale;
   const int tid = threadIdx.x, lane = tid & 31;
@@ -106,7 +106,7 @@ constexpr int kStagedMax = 16384;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x, const float* __restrict__ w,
                                                                        float* out, int n, int64_t stride, float eps) {
-  detail::pdl_trigger();  // the next kernel may be scheduled now (pdl.cuh)
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) float dyn[];
   __shared__ double sq_s[64];
   __shared__ float s_scale;
@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(kTopThreads) top_two_kernel(const float* __res
                                                               int32_t* __restrict__ ids,
                                                               float* __restrict__ margins,
                                                               TopTwoResult* out) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ Top part[kTopThreads / 32];
   const float* x = x_all + static_cast<int64_t>(blockIdx.x) * stride;
   Top t{-INFINITY, -INFINITY, 0.0f, -1};
@@ -287,6 +288,7 @@ __global__ void __launch_bounds__(kSelThreads) top_k_kernel(const float* __restr
                                                             int64_t stride, int k, int64_t excluded,
                                                             int32_t* __restrict__ ids_all,
                                                             float* __restrict__ values_all) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   __shared__ uint32_t hist[256];
   __shared__ uint32_t sel_key[backend::kTopKMax];
   __shared__ int32_t sel_id[backend::kTopKMax];
@@ -433,11 +435,12 @@ Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int6
   if (staged_ok && g_norm_kernel == RmsNormKernel::kStaged && n <= kStagedMax) {
     const int ni = static_cast<int>(n);
     const size_t smem = sizeof(float) * static_cast<size_t>((ni + 3) / 4 * 4) * (weight != nullptr ? 2 : 1);
-    rms_norm_staged_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, smem, stream>>>(x, weight, out, ni, stride,
-                                                                                          eps);
+    detail::launch_pdl(pdl_all(), rms_norm_staged_kernel, static_cast<unsigned>(n_rows), kNormThreads, smem, stream, x,
+                       weight, out, ni, stride, eps);
     return launch_status("rms_norm", n, n, n_rows);
   }
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, 0, stream>>>(x, weight, out, n, stride, eps);
+  detail::launch_pdl(pdl_all(), rms_norm_kernel, static_cast<unsigned>(n_rows), kNormThreads, 0, stream, x, weight, out,
+                     n, stride, eps);
   return launch_status("rms_norm", n, n, n_rows);
 }
 
@@ -446,7 +449,8 @@ RmsNormKernel rms_norm_kernel_choice() { return g_norm_kernel; }
 
 Status top_two(const float* logits, int64_t n, int32_t excluded, TopTwoResult* out, Stream stream) {
   if (n < 0 || n > INT32_MAX) return invalid_argument("cuda: top_two: bad row length %lld", static_cast<long long>(n));
-  top_two_kernel<<<1, kTopThreads, 0, stream>>>(logits, n, n, excluded, nullptr, nullptr, out);
+  detail::launch_pdl(pdl_all(), top_two_kernel, 1, kTopThreads, 0, stream, logits, n, n, excluded, nullptr, nullptr,
+                     out);
   return launch_status("top_two", n, 1, 1);
 }
 
@@ -456,8 +460,8 @@ Status top_two_rows(const float* logits, int64_t n, int64_t stride, int n_rows, 
     return invalid_argument("cuda: top_two_rows: bad shape (n %lld, stride %lld, rows %d)", static_cast<long long>(n),
                             static_cast<long long>(stride), n_rows);
   if (n_rows == 0) return Status();
-  top_two_kernel<<<static_cast<unsigned>(n_rows), kTopThreads, 0, stream>>>(logits, n, stride, excluded, ids,
-                                                                           margins, nullptr);
+  detail::launch_pdl(pdl_all(), top_two_kernel, static_cast<unsigned>(n_rows), kTopThreads, 0, stream, logits, n,
+                     stride, excluded, ids, margins, nullptr);
   return launch_status("top_two_rows", n, 2, n_rows);
 }
 
@@ -467,8 +471,8 @@ Status top_k(const backend::TopKParams& p, Stream stream) {
                             static_cast<long long>(p.n), static_cast<long long>(p.stride), p.n_rows, p.k,
                             backend::kTopKMax);
   if (p.n_rows == 0) return Status();
-  top_k_kernel<<<static_cast<unsigned>(p.n_rows), kSelThreads, 0, stream>>>(p.x, p.n, p.stride, p.k, p.excluded,
-                                                                           p.ids, p.values);
+  detail::launch_pdl(pdl_all(), top_k_kernel, static_cast<unsigned>(p.n_rows), kSelThreads, 0, stream, p.x, p.n,
+                     p.stride, p.k, p.excluded, p.ids, p.values);
   return launch_status("top_k", p.n, p.k, p.n_rows);
 }
 

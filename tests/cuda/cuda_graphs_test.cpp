@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/registry.h"
 #include "engine/engine.h"
 #include "tests/model/invariance_checks.h"
@@ -24,12 +25,14 @@ using testing_tiny::same_floats;
 using testing_tiny::Stack;
 using testing_tiny::state_bytes;
 
-// The tiny model on a CUDA backend with --cuda-graphs `graphs`; no backend (and `why` set)
-// without a usable GPU.
-Stack open_cuda(model::ExpertQuant quant, uint64_t seed, int graphs, std::string* why) {
+// The tiny model on a CUDA backend with --cuda-graphs `graphs` (and --cuda-pdl-all `pdl_all`:
+// process-wide, so the last backend made sets it for all); no backend (and `why` set) without a
+// usable GPU.
+Stack open_cuda(model::ExpertQuant quant, uint64_t seed, int graphs, std::string* why, bool pdl_all = false) {
   backend::BackendOptions bo;
   bo.n_threads = 2;
   bo.cuda_graphs = graphs;
+  bo.cuda_pdl_all = pdl_all;
   auto be = backend::make_backend("cuda", bo);
   if (!be.ok()) {
     *why = be.status().message();
@@ -55,12 +58,13 @@ std::string first_difference(std::span<const float> got, std::span<const float> 
 
 // Greedy decoding of `steps` tokens after a prompt (prefilled: rows of 32, not captured) on a
 // backend with graphs and one without: the same token at every step, the same logits bits
-// after every forward, the same final state.
-void greedy_equal(int graphs, int steps) {
+// after every forward, the same final state. pdl_all: every kernel launched with PDL on both
+// (the graphs capture programmatic edges).
+void greedy_equal(int graphs, int steps, bool pdl_all = false) {
   std::string why;
-  Stack on = open_cuda(model::ExpertQuant::kQ2, 7, graphs, &why);
+  Stack on = open_cuda(model::ExpertQuant::kQ2, 7, graphs, &why, pdl_all);
   if (on.backend == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
-  Stack off = open_cuda(model::ExpertQuant::kQ2, 7, 0, &why);
+  Stack off = open_cuda(model::ExpertQuant::kQ2, 7, 0, &why, pdl_all);
   ASSERT_NE(off.backend, nullptr) << why;
   const auto prompt = prompt_tokens(40, on.model->config().n_vocab, 3);
   auto a = on.session(640);
@@ -87,6 +91,12 @@ TEST(CudaGraphs, GreedyDecodeEqualsUngraphedOneGraphPerForward) { greedy_equal(1
 
 // A graph per 7 ops: ~a hundred segments per forward, boundaries inside every layer.
 TEST(CudaGraphs, GreedyDecodeEqualsUngraphedSegments) { greedy_equal(7, 300); }
+
+// Every kernel launched with PDL (--cuda-pdl-all), captured as one graph per forward.
+TEST(CudaGraphs, GreedyDecodeEqualsUngraphedWithPdlAll) {
+  greedy_equal(1, 200, true);
+  cuda::set_pdl_all(false);  // process-wide: back to the default
+}
 
 // Prefill in pieces, some of one row (a one-row prefill is a captured forward), equals plain
 // decoding without graphs: logits and state.

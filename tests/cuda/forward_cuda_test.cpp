@@ -125,7 +125,9 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         const bool pdl = new_moe == wide;                                   // both ways, each with either chunk
         const bool fused = (chunk == session::kMaxChunkRows) == new_moe;  // likewise: groups of 32 and 256 rows
         const bool fuse_norms = wide;
+        const bool pdl_all = chunk == session::kMaxChunkRows;  // every kernel with PDL: half the runs
         cuda::set_pdl(pdl);
+        cuda::set_pdl_all(pdl_all);
         cuda::set_fused_norms(fuse_norms);
         cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
         cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
@@ -133,7 +135,8 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
         const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
                                  (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk) +
-                                 (pdl ? ", pdl" : "") + (fused ? ", fused sink attention" : "") +
+                                 (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
+                                 (fused ? ", fused sink attention" : "") +
                                  (fuse_norms ? ", norms in attention_inputs" : "");
         EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, chunk), toks, n_prompt), want), "") << what;
       }
@@ -144,6 +147,7 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_dense_rows_kernel(saved_dense);
   cuda::set_sink_kernel(saved_sink);
   cuda::set_pdl(false);
+  cuda::set_pdl_all(false);
   cuda::set_fused_norms(false);
 }
 

@@ -268,6 +268,11 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   EXPECT_FALSE(eo.cuda_pdl);
   ASSERT_TRUE(apply({"--cuda-pdl"}, &eo, {{"DS4_CUDA_PDL", "0"}}).ok());
   EXPECT_TRUE(eo.cuda_pdl);
+  EXPECT_FALSE(eo.cuda_pdl_all);  // every kernel with PDL: opt-in until measured
+  ASSERT_TRUE(apply({"--cuda-pdl-all"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_pdl_all);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_PDL_ALL", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_pdl_all);
   ASSERT_TRUE(apply({"--no-cuda-batch-steps"}, &eo).ok());
   EXPECT_FALSE(eo.cuda_batch_steps);
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_BATCH_STEPS", "off"}}).ok());
