@@ -426,8 +426,7 @@ size_t staged_smem(int64_t n, int outs) {
 //  4. the ticket as in hc_fused_kernel; the row's last block runs the Sinkhorn or the sigmoid
 //     weights, and the stream sum from its staged x.
 template <HcKind kKind>
-__global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs) {
-  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
+__global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs, bool pdl) {
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ double sq_s[64];
   __shared__ float dot_s[kMaxOuts][64];
@@ -446,7 +445,28 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   const float* xr = a.x + row * n;
   const int o0 = static_cast<int>(blockIdx.y) * outs;
 
-  // 1. Stage x (parts first: the statistic waits on them), then the weight rows.
+  // 1. Stage x (parts first: the statistic waits on them), then the weight rows; launched with
+  // PDL (pdl), the weight rows first, before the wait for the kernel that writes x, so they
+  // stream while it runs (the statistic's first wait then covers them too).
+  auto stage_weights = [&] {
+    for (int q = 0; q < outs; ++q) {
+      const int o = o0 + q;
+      if (o >= a.mix_dim) break;
+      const uint8_t* wb = a.fn + static_cast<size_t>(o) * a.fn_row_bytes;
+      const uint16_t* wrow = reinterpret_cast<const uint16_t*>(wb);
+      uint16_t* dst = ws + q * n8;
+      int s = 0;
+      if (reinterpret_cast<uintptr_t>(wb) % 16 == 0) {
+        const int c1 = n / 8;
+        for (int c = tid; c < c1; c += kStagedThreads) cp_async16_cg(dst + 8 * c, wrow + 8 * c);
+        s = c1 * 8;
+      }
+      for (int i = s + tid; i < n; i += kStagedThreads) dst[i] = __ldg(wrow + i);
+    }
+    cp_async_commit();
+  };
+  if (pdl) stage_weights();
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   const int part = detail::stage_part(n);
   const bool xvec = reinterpret_cast<uintptr_t>(xr) % 16 == 0;
 #pragma unroll
@@ -455,24 +475,12 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
     detail::stage_f32(xs, xr, lo, lo + part < n ? lo + part : n, xvec);
     cp_async_commit();
   }
-  for (int q = 0; q < outs; ++q) {
-    const int o = o0 + q;
-    if (o >= a.mix_dim) break;
-    const uint8_t* wb = a.fn + static_cast<size_t>(o) * a.fn_row_bytes;
-    const uint16_t* wrow = reinterpret_cast<const uint16_t*>(wb);
-    uint16_t* dst = ws + q * n8;
-    int s = 0;
-    if (reinterpret_cast<uintptr_t>(wb) % 16 == 0) {
-      const int c1 = n / 8;
-      for (int c = tid; c < c1; c += kStagedThreads) cp_async16_cg(dst + 8 * c, wrow + 8 * c);
-      s = c1 * 8;
-    }
-    for (int i = s + tid; i < n; i += kStagedThreads) dst[i] = __ldg(wrow + i);
-  }
-  cp_async_commit();
+  if (!pdl) stage_weights();
 
-  // 2. The statistic.
-  const float scale = detail::staged_scale(xs, n, a.norm_eps, detail::kStageParts + 1, sq_s, &s_scale);
+  // 2. The statistic (x's parts: the first kStageParts groups, or the last when the weights
+  // went first).
+  const float scale =
+      detail::staged_scale(xs, n, a.norm_eps, pdl ? detail::kStageParts : detail::kStageParts + 1, sq_s, &s_scale);
   cp_async_wait_all();  // the weight rows
   __syncthreads();
 
@@ -643,7 +651,7 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
       b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
     }
     detail::launch_pdl(pdl_all(), hc_staged_kernel<kKind>, dim3(static_cast<unsigned>(rr), groups), kStagedThreads,
-                       smem, stream, b, outs);
+                       smem, stream, b, outs, pdl_all());
     const Status s = launch_status(op, hc_dim, a.mix_dim, rr);
     if (!s.ok()) return s;
   }

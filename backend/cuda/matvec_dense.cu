@@ -240,8 +240,7 @@ __device__ __forceinline__ void stage_f16(uint16_t* dst, const uint16_t* src, in
 // whichever launch it belongs to.
 template <bool kF16>
 __global__ void __launch_bounds__(kDenseStagedThreads) dense_staged_kernel(const __grid_constant__ DenseGroups gs,
-                                                                           int n) {
-  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
+                                                                           int n, bool pdl) {
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ float p_s[64];
   const int tid = threadIdx.x;
@@ -257,16 +256,32 @@ __global__ void __launch_bounds__(kDenseStagedThreads) dense_staged_kernel(const
   const bool xvec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool wvec = reinterpret_cast<uintptr_t>(wr) % 16 == 0;
   const int part = detail::stage_part(n);
-#pragma unroll
-  for (int c = 0; c < detail::kStageParts; ++c) {
-    const int lo = c * part < n ? c * part : n;
-    const int hi = lo + part < n ? lo + part : n;
-    detail::stage_f32(xsm, x, lo, hi, xvec);
+  // Part c of the weight row and of x: one cp.async group each (interleaved), or, launched with
+  // PDL (pdl), the weight parts first, before the wait for the kernel that writes x, then x's.
+  // Either way x's part c is followed by at most kStageParts - 1 - c newer groups, all of them
+  // later parts, so the chains' wait below is the same.
+  auto stage_w = [&](int lo, int hi) {
     if constexpr (kF16) {
       stage_f16(reinterpret_cast<uint16_t*>(wsm), reinterpret_cast<const uint16_t*>(wr), lo, hi, wvec);
     } else {
       detail::stage_f32(reinterpret_cast<float*>(wsm), reinterpret_cast<const float*>(wr), lo, hi, wvec);
     }
+  };
+  if (pdl) {
+#pragma unroll
+    for (int c = 0; c < detail::kStageParts; ++c) {
+      const int lo = c * part < n ? c * part : n;
+      stage_w(lo, lo + part < n ? lo + part : n);
+      cp_async_commit();
+    }
+  }
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
+#pragma unroll
+  for (int c = 0; c < detail::kStageParts; ++c) {
+    const int lo = c * part < n ? c * part : n;
+    const int hi = lo + part < n ? lo + part : n;
+    detail::stage_f32(xsm, x, lo, hi, xvec);
+    if (!pdl) stage_w(lo, hi);
     cp_async_commit();
   }
   const bool st = detail::stat_thread(tid);
@@ -335,7 +350,7 @@ Status launch(const char* op, const Weights& w, const float* x, int64_t xs, int 
       gs.g[0] = DenseGroup{wp, w.row_bytes, xk, xs, yk, ys, w.n_out};
       const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
       detail::launch_pdl(pdl_all(), dense_staged_kernel<kF16>, grid, kDenseStagedThreads,
-                         dense_staged_smem(kF16, w.n_in), stream, gs, static_cast<int>(w.n_in));
+                         dense_staged_smem(kF16, w.n_in), stream, gs, static_cast<int>(w.n_in), pdl_all());
     } else {
       const dim3 grid(static_cast<unsigned>(w.n_out), static_cast<unsigned>(rr));
       detail::launch_pdl(pdl_all(), dense_matvec_kernel<kF16, 1, 1>, grid, 256, 0, stream, wp, w.row_bytes, w.n_in,
@@ -383,10 +398,10 @@ Status matvec_dense_grouped(bool f16, const DenseGroup* groups, int n_groups, in
   const dim3 grid(static_cast<unsigned>(end), static_cast<unsigned>(r));
   if (f16) {
     detail::launch_pdl(pdl_all(), dense_staged_kernel<true>, grid, kDenseStagedThreads, dense_staged_smem(true, n_in),
-                       stream, gs, static_cast<int>(n_in));
+                       stream, gs, static_cast<int>(n_in), pdl_all());
   } else {
     detail::launch_pdl(pdl_all(), dense_staged_kernel<false>, grid, kDenseStagedThreads, dense_staged_smem(false, n_in),
-                       stream, gs, static_cast<int>(n_in));
+                       stream, gs, static_cast<int>(n_in), pdl_all());
   }
   *done = true;
   return launch_status(f16 ? "matvec_f16 (grouped)" : "matvec_f32 (grouped)", n_in, end, r);
