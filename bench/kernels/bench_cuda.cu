@@ -811,16 +811,19 @@ int main(int argc, char** argv) {
         if (!rows_selected(r)) continue;
         // fused, staged, three launches (staged rms_norm and matvec_f16), three launches with the
         // kernels before (chunked rms_norm, tiled matvec_f16: the path as it was)
-        for (int path = 0; path < 4; ++path) {
-          const bool fused = path < 2;
+        // (path 4, hc_pre only: staged with one Sinkhorn iteration instead of DS4's 20, so the
+        // difference to "staged" is the cost of the other 19 on the row's last block)
+        for (int path = 0; path < (pre ? 5 : 4); ++path) {
+          const bool fused = path < 2 || path == 4;
           const std::string name = std::string(pre ? "hc_pre" : "hc_collapse") + " 4x4096 x" + std::to_string(r) +
                                    (path == 0   ? " fused"
                                     : path == 1 ? " staged"
                                     : path == 2 ? " 3-launch"
-                                                : " 3-launch old");
+                                    : path == 3 ? " 3-launch old"
+                                                : " staged 1 iter");
           if (!selected(name.c_str())) continue;
           uint32_t* tk = fused ? tickets : nullptr;
-          const cuda::HcKernel hk = path == 1 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
+          const cuda::HcKernel hk = path == 1 || path == 4 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
           const ds4::backend::Matrix m{nullptr, GgmlType::kF16, HC, n_out, rb};
           auto fn = [&](int i) {
             if (pre) {
@@ -828,6 +831,7 @@ int main(int argc, char** argv) {
               p.x = dx, p.fn = m, p.fn.data = static_cast<const uint8_t*>(w[i % copies]);
               p.scale = dscale, p.base = dbase;
               p.n_hc = nhc, p.n_embd = E, p.n_rows = r;
+              if (path == 4) p.sinkhorn_iters = 1;
               p.flat = dflat, p.mix = dmix, p.y = dy, p.post = dpost, p.comb = dcomb;
               ok(cuda::hc_pre(p, nullptr, tk, hk));
             } else {
