@@ -43,6 +43,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.dense_rows = o.cuda_dense_rows;
   c.pdl = o.cuda_pdl;
   c.pdl_all = o.cuda_pdl_all;
+  c.wide_persistent = o.cuda_wide_persistent;
   c.batch_steps = o.cuda_batch_steps;
   c.attn = o.cuda_attn;
   c.fuse_norms = o.cuda_fuse_norms;

@@ -107,6 +107,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "waits for the kernel before at its top, then lets the next one launch, so a launch overlaps the "
             "kernel before it; for A/B timing, same bits",
             "DS4_CUDA_PDL_ALL")
+      .flag("--cuda-wide-persistent", &f->cuda_wide_persistent,
+            "CUDA: the one-row Q8_0 kernel on a persistent grid (off until measured): as many CTAs as the SMs "
+            "hold, each walking several row groups with three weight chunks in flight, instead of a CTA per "
+            "row group; for A/B timing, same bits",
+            "DS4_CUDA_WIDE_PERSISTENT")
       .flag("--cuda-batch-steps,!--no-cuda-batch-steps", &f->cuda_batch_steps,
             "CUDA: batch the compressor steps (on by default; --no-cuda-batch-steps turns it off): a prefill "
             "group's windows pooled in parallel (two launches per compressor chain and group), a verify "
@@ -191,6 +196,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->prefill_chunk = f.prefill_chunk;
   options->cuda_pdl = f.cuda_pdl;
   options->cuda_pdl_all = f.cuda_pdl_all;
+  options->cuda_wide_persistent = f.cuda_wide_persistent;
   options->cuda_batch_steps = f.cuda_batch_steps;
   options->cuda_attn = f.cuda_attn;
   options->cuda_fuse_norms = f.cuda_fuse_norms;

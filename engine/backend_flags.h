@@ -5,7 +5,7 @@
 // debugging / measuring switches (--cuda-sync, --cuda-profile = DS4_CUDA_GAP_PROFILE, the A/B
 // switches --cuda-hc-fused = DS4_CUDA_HC_FUSED, --cuda-q8-r1 = DS4_CUDA_Q8_R1, --cuda-graphs =
 // DS4_CUDA_GRAPHS, --cuda-moe = DS4_CUDA_MOE, --cuda-dense-rows = DS4_CUDA_DENSE_ROWS, --cuda-pdl = DS4_CUDA_PDL,
-// --cuda-pdl-all = DS4_CUDA_PDL_ALL,
+// --cuda-pdl-all = DS4_CUDA_PDL_ALL, --cuda-wide-persistent = DS4_CUDA_WIDE_PERSISTENT,
 // --cuda-batch-steps = DS4_CUDA_BATCH_STEPS, --cuda-attn = DS4_CUDA_ATTN, --cuda-fuse-norms =
 // DS4_CUDA_FUSE_NORMS) and the prefill chunk (--prefill-chunk =
 // DS4_PREFILL_CHUNK), with their
@@ -50,6 +50,7 @@ struct BackendFlags {
   std::string cuda_dense_rows = "wide";   // --cuda-dense-rows (DS4_CUDA_DENSE_ROWS): tiles|wide
   bool cuda_pdl = true;  // --cuda-pdl / --no-cuda-pdl (DS4_CUDA_PDL): programmatic dependent launch
   bool cuda_pdl_all = false;  // --cuda-pdl-all (DS4_CUDA_PDL_ALL): every kernel launched with PDL
+  bool cuda_wide_persistent = false;  // --cuda-wide-persistent (DS4_CUDA_WIDE_PERSISTENT)
   bool cuda_batch_steps = true;  // --cuda-batch-steps / --no-cuda-batch-steps (DS4_CUDA_BATCH_STEPS)
   std::string cuda_attn = "split";  // --cuda-attn (DS4_CUDA_ATTN): split|fused sink attention of prefill groups
   bool cuda_fuse_norms = false;  // --cuda-fuse-norms (DS4_CUDA_FUSE_NORMS): folded norms in the hc_pre / attention_inputs kernels

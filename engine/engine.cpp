@@ -340,6 +340,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   bo.cuda_dense_rows = options.cuda_dense_rows;
   bo.cuda_pdl = options.cuda_pdl;
   bo.cuda_pdl_all = options.cuda_pdl_all;
+  bo.cuda_wide_persistent = options.cuda_wide_persistent;
   bo.cuda_batch_steps = options.cuda_batch_steps;
   bo.cuda_attn = options.cuda_attn;
   bo.cuda_fuse_norms = options.cuda_fuse_norms;

@@ -593,6 +593,7 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   cuda::set_moe_rows_kernel(c.moe == "new" ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
   cuda::set_pdl(c.pdl);
   cuda::set_pdl_all(c.pdl_all);
+  cuda::set_wide_persistent(c.wide_persistent);
   cuda::set_dense_rows_kernel(c.dense_rows == "wide" ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
   cuda::set_sink_kernel(c.attn == "fused" ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
   cuda::set_fused_norms(c.fuse_norms);

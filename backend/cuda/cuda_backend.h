@@ -45,6 +45,8 @@ struct CudaBackendConfig {
   bool pdl = true;
   // Every other kernel launched with PDL too (cuda::set_pdl_all, process-wide).
   bool pdl_all = false;
+  // The wide Q8_0 kernel on a persistent grid (cuda::set_wide_persistent, process-wide).
+  bool wide_persistent = false;
   // compressor_steps as one launch per 16 steps and compressor_rows as its two parallel
   // launches (true), or one compressor_step launch per step.
   bool batch_steps = true;

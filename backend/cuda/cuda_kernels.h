@@ -158,6 +158,12 @@ bool pdl();
 // before, then let the next one launch), so a kernel's launch overlaps the one before it. Same
 // bits. Process-wide, off by default (--cuda-pdl-all / DS4_CUDA_PDL_ALL); pdl_all() in pdl.cuh.
 void set_pdl_all(bool on);
+// The wide kernel's grid: a CTA per row group (false, the default), or as many CTAs as the SMs
+// hold at once, each walking several row groups with 3 (group, chunk) pairs in flight (true:
+// no partial second wave, no gap between a CTA's groups). Same bits. Process-wide
+// (--cuda-wide-persistent / DS4_CUDA_WIDE_PERSISTENT).
+void set_wide_persistent(bool on);
+bool wide_persistent();
 // One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),
 // the same bits, in ONE launch: the staged kernel quantizes x into its shared memory with
 // quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs under kStaged (the

@@ -57,11 +57,15 @@ size_t wide_smem_bytes(int nb, int rows, int chunk, int slots) {
          static_cast<size_t>(rows) * wide_ts_stride(chunk) * 4;
 }
 
-// Rows [o0, o0 + rows) of w against the row x, chunks of `chunk` blocks, S stages. X =
-// BlockQ8_0Act: the quantized row, copied to shared memory (cp.async). X = float: the f32 row
-// (16-byte aligned), quantized by the CTA into the same layout (a thread per block, common.cuh's
-// q8_0_act_* pieces: quantize_q8_0_act's bits) while the weight chunks are in flight — the
-// fused matmul of one row, one launch.
+// The CTA's row groups of w against the row x: rows [t·rows, (t + 1)·rows) for t = blockIdx.x,
+// blockIdx.x + gridDim.x, ... (one group when the grid has a CTA per group; several in the
+// persistent grid of set_wide_persistent), each row in chunks of `chunk` blocks. The CTA walks
+// its (group, chunk) pairs in order, S of them in flight in the stage ring, so the next group's
+// weights stream while this one's sums run. X = BlockQ8_0Act: the quantized row, copied to
+// shared memory (cp.async) once per CTA. X = float: the f32 row (16-byte aligned), quantized by
+// the CTA into the same layout (a thread per block, common.cuh's q8_0_act_* pieces:
+// quantize_q8_0_act's bits) while the weight chunks are in flight — the fused matmul of one row,
+// one launch.
 template <int S, class X>
 __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
                                                int64_t n_out, int rows, int chunk, const X* __restrict__ x,
@@ -74,27 +78,46 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   float* act_d = reinterpret_cast<float*>(act_q + 20 * (nb / 2));  // [nb]
   uint8_t* stages = reinterpret_cast<uint8_t*>(act_d + nb);       // [slots][rows][chunk·34]
   const int n_chunks = (nb + chunk - 1) / chunk;
-  const int slots = n_chunks < S ? n_chunks : S;
+  const int64_t n_groups = (n_out + rows - 1) / rows;  // row groups of the matrix
+  const int64_t g0 = blockIdx.x, g_step = gridDim.x;
+  if (g0 >= n_groups) return;  // a group narrower than the grid (mixed widths): the whole CTA
+  const int my_groups = static_cast<int>((n_groups - 1 - g0) / g_step + 1);
+  const int total = my_groups * n_chunks;  // this CTA's (group, chunk) pairs
+  // The ring's slots: as the launcher sized the shared memory (the most pairs of any CTA).
+  const int most = static_cast<int>((n_groups + g_step - 1) / g_step) * n_chunks;
+  const int slots = most < S ? most : S;
   const int slot_bytes = rows * chunk * 34;
   float* ts = reinterpret_cast<float*>(stages + slots * slot_bytes);  // [rows][chunk + 4]
   const int ts_stride = wide_ts_stride(chunk);
-  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * rows;
-  if (o0 >= n_out) return;  // a group narrower than the grid (mixed widths): the whole CTA
-  const int live_rows = n_out - o0 < rows ? static_cast<int>(n_out - o0) : rows;
+  // Pair v of this CTA: its group's first output row, live rows, chunk start and length.
+  struct Pair {
+    int64_t o0;
+    int live, c, cnt;
+    bool last;  // the row's last chunk
+  };
+  auto pair_of = [&](int v) {
+    const int k = v / n_chunks, j = v - k * n_chunks;
+    Pair q;
+    q.o0 = (g0 + k * g_step) * rows;
+    q.live = n_out - q.o0 < rows ? static_cast<int>(n_out - q.o0) : rows;
+    q.c = j * chunk;
+    q.cnt = nb - q.c < chunk ? nb - q.c : chunk;
+    q.last = j == n_chunks - 1;
+    return q;
+  };
 
-  // Chunk j into slot j % S: live_rows rows of 17·cnt/8 16-byte pieces, consecutive threads
-  // on consecutive pieces. m = idx / np by a multiply-high (exact: idx·np < 2^32).
-  auto issue = [&](int j) {
-    const int c = j * chunk;
-    const int cnt = nb - c < chunk ? nb - c : chunk;
-    const unsigned np = static_cast<unsigned>(17 * cnt / 8);
+  // Pair v into slot v % S: live rows of 17·cnt/8 16-byte pieces, consecutive threads on
+  // consecutive pieces. m = idx / np by a multiply-high (exact: idx·np < 2^32).
+  auto issue = [&](int v) {
+    const Pair q = pair_of(v);
+    const unsigned np = static_cast<unsigned>(17 * q.cnt / 8);
     const unsigned magic = 0xffffffffu / np + 1u;
-    uint8_t* st = stages + (j % S) * slot_bytes;
-    const uint8_t* src = w + static_cast<size_t>(c) * 34;
-    const unsigned total = static_cast<unsigned>(live_rows) * np;
-    for (unsigned idx = tid; idx < total; idx += nt) {
+    uint8_t* st = stages + (v % S) * slot_bytes;
+    const uint8_t* src = w + static_cast<size_t>(q.c) * 34;
+    const unsigned total_pieces = static_cast<unsigned>(q.live) * np;
+    for (unsigned idx = tid; idx < total_pieces; idx += nt) {
       const unsigned m = __umulhi(idx, magic), i = idx - m * np;
-      cp_async16_cg(st + m * (chunk * 34) + 16 * i, src + static_cast<size_t>(o0 + m) * row_bytes + 16 * i);
+      cp_async16_cg(st + m * (chunk * 34) + 16 * i, src + static_cast<size_t>(q.o0 + m) * row_bytes + 16 * i);
     }
   };
   // The activation row into shared memory by cp.async (block b's d -> act_d[b], quant word k ->
@@ -111,23 +134,23 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   };
   detail::pdl_trigger();
   if (!pdl) {
-    // Chunk 0's weights first (the DRAM round trip starts at once), then the activation row in
-    // the same cp.async group, then chunks 1 .. S-1, a group each: group j holds chunk j.
+    // Pair 0's weights first (the DRAM round trip starts at once), then the activation row in
+    // the same cp.async group, then pairs 1 .. S-1, a group each: group v holds pair v.
     issue(0);
     issue_x();
     cp_async_commit();
 #pragma unroll
     for (int s = 1; s < S; ++s) {
-      if (s < n_chunks) issue(s);
+      if (s < total) issue(s);
       cp_async_commit();
     }
   } else {
-    // Chunks 0 .. S-1 (groups 0 .. S-1), then the wait for the kernel before, then the row (its
-    // own group S when copied; chunk j >= S lands in group j + 1, so the loop's wait for
-    // "all but the newest S - 1 groups" still covers chunk j).
+    // Pairs 0 .. S-1 (groups 0 .. S-1), then the wait for the kernel before, then the row (its
+    // own group S when copied; pair v >= S lands in group v + 1, so the loop's wait for "all
+    // but the newest S - 1 groups" still covers pair v).
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      if (s < n_chunks) issue(s);
+      if (s < total) issue(s);
       cp_async_commit();
     }
     detail::pdl_wait();
@@ -152,23 +175,22 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
   // This thread's block pair of every chunk: row pm, pair pp (blocks 2pp, 2pp + 1 of the chunk).
   const int half = chunk / 2;
   const int pm = tid / half, pp = tid - pm * half;
-  const bool row_live = tid < rows * half && pm < live_rows;
-  float acc = 0.0f;  // thread m < live_rows: row m's accumulator (quant::dot_q8_0's)
-  for (int j = 0; j < n_chunks; ++j) {
-    if (!kQuantize && pdl && j == 0) {
+  float acc = 0.0f;  // thread m < live: row m's accumulator (quant::dot_q8_0's)
+  for (int v = 0; v < total; ++v) {
+    if (!kQuantize && pdl && v == 0) {
       cp_async_wait_group<0>();  // the row's group is the newest
     } else {
-      cp_async_wait_group<S - 1>();  // this thread's copies of chunk j (and, from group 0, x)
+      cp_async_wait_group<S - 1>();  // this thread's copies of pair v (and, from group 0, x)
     }
-    __syncthreads();               // ... and everyone's; the previous chunk's terms are summed
-    const int c = j * chunk;
-    const int cnt = nb - c < chunk ? nb - c : chunk;
-    if (row_live && 2 * pp < cnt) {
-      const uint32_t* sp = reinterpret_cast<const uint32_t*>(stages + (j % S) * slot_bytes) + 17 * tid;
+    __syncthreads();  // ... and everyone's; the previous pair's terms are summed
+    const Pair q = pair_of(v);
+    const bool row_live = tid < rows * half && pm < q.live;
+    if (row_live && 2 * pp < q.cnt) {
+      const uint32_t* sp = reinterpret_cast<const uint32_t*>(stages + (v % S) * slot_bytes) + 17 * tid;
       uint32_t wv[17];
 #pragma unroll
       for (int i = 0; i < 17; ++i) wv[i] = sp[i];
-      const int b0 = c + 2 * pp;  // even: its pair's quants are uint4 5(b0/2) .. +3
+      const int b0 = q.c + 2 * pp;  // even: its pair's quants are uint4 5(b0/2) .. +3
       const uint4* aq = reinterpret_cast<const uint4*>(act_q) + 5 * (b0 >> 1);
       const float2 ad = *reinterpret_cast<const float2*>(act_d + b0);
       const uint4 a0 = aq[0], a1 = aq[1], a2 = aq[2], a3 = aq[3];
@@ -197,21 +219,24 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
       *reinterpret_cast<float2*>(ts + pm * ts_stride + 2 * pp) =
           make_float2(sa * static_cast<float>(ia), sb * static_cast<float>(ib));
     }
-    __syncthreads();  // the chunk's terms are in ts; its stage slot is free
-    if (j + S < n_chunks) issue(j + S);
+    __syncthreads();  // the pair's terms are in ts; its stage slot is free
+    if (v + S < total) issue(v + S);
     cp_async_commit();
-    if (tid < live_rows) {
+    if (tid < q.live) {
       const float4* tr = reinterpret_cast<const float4*>(ts + tid * ts_stride);
-      for (int q = 0; q < cnt / 4; ++q) {  // block order: quant::dot_q8_0's single accumulator
-        const float4 v = tr[q];
-        acc = acc + v.x;
-        acc = acc + v.y;
-        acc = acc + v.z;
-        acc = acc + v.w;
+      for (int k = 0; k < q.cnt / 4; ++k) {  // block order: quant::dot_q8_0's single accumulator
+        const float4 t = tr[k];
+        acc = acc + t.x;
+        acc = acc + t.y;
+        acc = acc + t.z;
+        acc = acc + t.w;
+      }
+      if (q.last) {
+        y[q.o0 + tid] = acc;  // Q8_0Fmt::finish: the sum as it is
+        acc = 0.0f;
       }
     }
   }
-  if (tid < live_rows) y[o0 + tid] = acc;  // Q8_0Fmt::finish: the sum as it is
 }
 
 template <int S, class X>
@@ -255,6 +280,32 @@ struct WideDev {
   int sms = 0, smem_optin = 0;
 };
 
+std::atomic<bool> g_wide_persistent{false};
+
+// CTAs of `threads` threads and `smem` bytes of dynamic shared memory one SM holds at once
+// (the occupancy calculator on the one-row f32 kernel: the four instantiations share its
+// registers within a few), cached per (threads, smem) on this thread; 1 when unknown.
+int wide_ctas_per_sm(int threads, size_t smem) {
+  struct Entry {
+    int threads;
+    size_t smem;
+    int ctas;
+  };
+  thread_local Entry cache[16];
+  thread_local int n_cache = 0;
+  for (int i = 0; i < n_cache; ++i)
+    if (cache[i].threads == threads && cache[i].smem == smem) return cache[i].ctas;
+  int ctas = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, q8_0_wide_kernel<kWideStages, float>, threads, smem) !=
+          cudaSuccess ||
+      ctas < 1) {
+    cudaGetLastError();
+    ctas = 1;
+  }
+  if (n_cache < 16) cache[n_cache++] = Entry{threads, smem, ctas};
+  return ctas;
+}
+
 template <int S>
 cudaError_t wide_optin(int bytes) {
   const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
@@ -272,7 +323,10 @@ cudaError_t wide_optin(int bytes) {
 // not further, since every CTA copies the whole activation row (its L2 reads are 1/R of the
 // weights'). Rows longer than kWideMaxOneChunk blocks (8192 inputs and up) go in chunks of 64
 // blocks, 8 rows per CTA, 3 in flight, so row m's sequential sum of chunk j (thread m) runs
-// while chunks j+1, j+2 load, instead of after the whole row.
+// while chunks j+1, j+2 load, instead of after the whole row. The grid: a CTA per row group;
+// under set_wide_persistent as many CTAs as the SMs hold at once (3 pairs in flight each), each
+// walking several row groups, so no second partial wave waits on a launch and every SM keeps
+// its copies going from one group to the next.
 bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t n_out, int n_groups,
                        WideLaunch* l) {
   static WideDev devs[64];
@@ -300,12 +354,22 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
   if (s.rows < 1) s.rows = 1;
   while (s.rows > 1 && (n_out + s.rows - 1) / s.rows * n_groups < d.sms) s.rows /= 2;
   const int n_chunks = (nb + s.chunk - 1) / s.chunk;
-  s.stages = n_chunks > 1 ? kWideStages : 1;
   s.threads = s.rows * s.chunk / 2;
   if (s.threads > kWideThreads || s.threads < 1) return false;
-  s.smem = wide_smem_bytes(nb, s.rows, s.chunk, n_chunks < s.stages ? n_chunks : s.stages);
+  const int64_t row_groups = (n_out + s.rows - 1) / s.rows;
+  int64_t grid = row_groups;
+  if (g_wide_persistent.load(std::memory_order_relaxed)) {
+    const size_t full = wide_smem_bytes(nb, s.rows, s.chunk, kWideStages);
+    if (full <= static_cast<size_t>(d.smem_optin)) {
+      const int64_t held = static_cast<int64_t>(wide_ctas_per_sm(s.threads, full)) * d.sms / n_groups;
+      if (held >= 1 && held < grid) grid = held;
+    }
+  }
+  // The most (group, chunk) pairs one CTA walks: the stage ring's length and slots.
+  const int64_t most = (row_groups + grid - 1) / grid * n_chunks;
+  s.stages = most > 1 ? kWideStages : 1;
+  s.smem = wide_smem_bytes(nb, s.rows, s.chunk, most < s.stages ? static_cast<int>(most) : s.stages);
   if (s.smem > static_cast<size_t>(d.smem_optin)) return false;
-  const int64_t grid = (n_out + s.rows - 1) / s.rows;
   if (grid > 0x7fffffff) return false;
   s.grid = static_cast<unsigned>(grid);
   *l = s;
@@ -346,6 +410,8 @@ void set_pdl(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 bool pdl() { return g_pdl.load(std::memory_order_relaxed); }
 void set_pdl_all(bool on) { g_pdl_all.store(on, std::memory_order_relaxed); }
 bool pdl_all() { return g_pdl_all.load(std::memory_order_relaxed); }
+void set_wide_persistent(bool on) { g_wide_persistent.store(on, std::memory_order_relaxed); }
+bool wide_persistent() { return g_wide_persistent.load(std::memory_order_relaxed); }
 
 bool wide_try_launch(const Weights& w, int nb, const BlockQ8_0Act* x, float* y, Stream stream) {
   WideLaunch l;

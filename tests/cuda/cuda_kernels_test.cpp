@@ -200,6 +200,13 @@ struct R1KernelScope {
   Q8_0R1Kernel saved;
 };
 
+// The wide kernel's grid (set_wide_persistent) for a scope.
+struct PersistentScope {
+  explicit PersistentScope(bool on) : saved(wide_persistent()) { set_wide_persistent(on); }
+  ~PersistentScope() { set_wide_persistent(saved); }
+  bool saved;
+};
+
 TEST_F(CudaKernels, MatvecQ8_0BitsEqualCpuForR1To8) {
   // Below 4096 rows the split kernel (4 warps per row); from 4096 rows r = 1 takes the
   // one-warp-per-row kernel and r = 2..8 the tensor-core kernel (tiles of 16 rows, chunks of 8
@@ -242,16 +249,22 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideBitsEqualCpu) {
   // (one chunk of 36 pairs per row, 7 rows per CTA), 264 blocks (8448: five chunks, the last
   // of 8 blocks) and 1040 blocks (33280: a partial last chunk after sixteen whole ones). 96 /
   // 1056 inputs (3 / 33 blocks, not a multiple of 8) fall back to the warp kernels; r = 2 runs
-  // the other kernels as before.
+  // the other kernels as before. Both grids: a CTA per row group, and the persistent one
+  // (set_wide_persistent: each CTA walks several row groups through the ring, the last group
+  // of some CTAs partial).
   R1KernelScope scope(Q8_0R1Kernel::kWide);
-  for (Shape s : {Shape{4096, 1024}, Shape{4096, 512}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{8192, 4096},
-                  Shape{32768, 4096}, Shape{1024, 4099}, Shape{4096, 1023}, Shape{2304, 1030}, Shape{256, 13},
-                  Shape{2304, 13}, Shape{8448, 37}, Shape{33280, 261}, Shape{16384, 2200}, Shape{4096, 1},
-                  Shape{8192, 1}, Shape{96, 13}, Shape{1056, 37}}) {
-    q8_0_case(s, {1, 2});
+  for (const bool persistent : {false, true}) {
+    SCOPED_TRACE(persistent ? "persistent grid" : "a CTA per row group");
+    PersistentScope grid(persistent);
+    for (Shape s : {Shape{4096, 1024}, Shape{4096, 512}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{8192, 4096},
+                    Shape{32768, 4096}, Shape{1024, 4099}, Shape{4096, 1023}, Shape{2304, 1030}, Shape{256, 13},
+                    Shape{2304, 13}, Shape{8448, 37}, Shape{33280, 261}, Shape{16384, 2200}, Shape{4096, 1},
+                    Shape{8192, 1}, Shape{96, 13}, Shape{1056, 37}}) {
+      q8_0_case(s, {1, 2});
+    }
+    q8_0_case(Shape{1024, 32768}, {1});
+    q8_0_case(Shape{4096, 129280}, {1});  // the head on the wide kernel too (kAuto keeps it staged)
   }
-  q8_0_case(Shape{1024, 32768}, {1});
-  q8_0_case(Shape{4096, 129280}, {1});  // the head on the wide kernel too (kAuto keeps it staged)
 }
 
 // Programmatic dependent launch (set_pdl): the wide kernel starts while the quantize launch
@@ -271,35 +284,40 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideUnderPdlReadsItsProducersRow) {
     Stream s;
     ~StreamGuard() { stream_destroy(s); }
   } guard{st};
-  for (Shape s : {Shape{4096, 1024}, Shape{8192, 4096}}) {
-    SCOPED_TRACE(std::to_string(s.n_in) + "x" + std::to_string(s.n_out));
-    const int rounds = 64;
-    const int64_t nb = s.n_in / 32;
-    const auto x = gaussian(static_cast<size_t>(rounds * s.n_in), 11);
-    const auto w = random_weights(GgmlType::kQ8_0, s, static_cast<uint64_t>(s.n_in + s.n_out));
-    const size_t rb = quant::row_bytes(GgmlType::kQ8_0, s.n_in);
-    auto dw = to_device(w);
-    auto dx = to_device(x);
-    const Weights wv{dw->as<uint8_t>(), rb, s.n_in, s.n_out};
-    DeviceBuf dq(sizeof(quant::BlockQ8_0Act) * nb), dy(sizeof(float) * s.n_out * rounds);
-    dy.poison();
-    ASSERT_TRUE(synchronize().ok());  // the uploads (legacy stream) are done before `st` (non-blocking) reads them
-    for (int k = 0; k < rounds; ++k) {
-      ASSERT_TRUE(
-          quantize_q8_0_act(dx->as<float>() + k * s.n_in, s.n_in, 1, s.n_in, dq.as<quant::BlockQ8_0Act>(), nb, st)
-              .ok());
-      ASSERT_TRUE(matvec_q8_0(wv, dq.as<quant::BlockQ8_0Act>(), nb, 1, dy.as<float>() + k * s.n_out, s.n_out, st).ok());
+  for (Shape s : {Shape{4096, 1024}, Shape{8192, 4096}, Shape{1024, 32768}}) {
+    for (const bool persistent : {false, true}) {
+      PersistentScope grid(persistent);
+      SCOPED_TRACE(std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + (persistent ? ", persistent grid" : ""));
+      const int rounds = 64;
+      const int64_t nb = s.n_in / 32;
+      const auto x = gaussian(static_cast<size_t>(rounds * s.n_in), 11);
+      const auto w = random_weights(GgmlType::kQ8_0, s, static_cast<uint64_t>(s.n_in + s.n_out));
+      const size_t rb = quant::row_bytes(GgmlType::kQ8_0, s.n_in);
+      auto dw = to_device(w);
+      auto dx = to_device(x);
+      const Weights wv{dw->as<uint8_t>(), rb, s.n_in, s.n_out};
+      DeviceBuf dq(sizeof(quant::BlockQ8_0Act) * nb), dy(sizeof(float) * s.n_out * rounds);
+      dy.poison();
+      ASSERT_TRUE(synchronize().ok());  // the uploads (legacy stream) are done before `st` (non-blocking) reads them
+      for (int k = 0; k < rounds; ++k) {
+        ASSERT_TRUE(
+            quantize_q8_0_act(dx->as<float>() + k * s.n_in, s.n_in, 1, s.n_in, dq.as<quant::BlockQ8_0Act>(), nb, st)
+                .ok());
+        ASSERT_TRUE(
+            matvec_q8_0(wv, dq.as<quant::BlockQ8_0Act>(), nb, 1, dy.as<float>() + k * s.n_out, s.n_out, st).ok());
+      }
+      ASSERT_TRUE(stream_sync(st).ok());
+      std::vector<float> got(static_cast<size_t>(s.n_out) * rounds), want(got.size());
+      dy.get(got.data(), got.size() * sizeof(float));
+      std::vector<quant::BlockQ8_0Act> xq(nb);
+      for (int k = 0; k < rounds; ++k) {
+        quant::quantize_q8_0_act(x.data() + k * s.n_in, xq.data(), s.n_in);
+        for (int64_t o = 0; o < s.n_out; ++o)
+          want[k * s.n_out + o] =
+              quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(w.data() + o * rb), xq.data(), nb);
+      }
+      EXPECT_EQ(0u, bit_mismatches(got.data(), want.data(), want.size(), "q8_0 wide under pdl"));
     }
-    ASSERT_TRUE(stream_sync(st).ok());
-    std::vector<float> got(static_cast<size_t>(s.n_out) * rounds), want(got.size());
-    dy.get(got.data(), got.size() * sizeof(float));
-    std::vector<quant::BlockQ8_0Act> xq(nb);
-    for (int k = 0; k < rounds; ++k) {
-      quant::quantize_q8_0_act(x.data() + k * s.n_in, xq.data(), s.n_in);
-      for (int64_t o = 0; o < s.n_out; ++o)
-        want[k * s.n_out + o] = quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(w.data() + o * rb), xq.data(), nb);
-    }
-    EXPECT_EQ(0u, bit_mismatches(got.data(), want.data(), want.size(), "q8_0 wide under pdl"));
   }
 }
 
@@ -621,9 +639,15 @@ TEST_F(CudaKernels, MatmulGroupedQ8_0OneRowBitsEqualCpu) {
       dw[g] = to_device(w[g]);
       dy[g] = std::make_unique<DeviceBuf>(sizeof(float) * (c.n_out[g] + 16));  // 16 past the group: stay untouched
     }
-    for (Q8_0R1Kernel k : {Q8_0R1Kernel::kAuto, Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kWide,
-                           Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp}) {
+    // The wide paths also on the persistent grid (mode + 100 in the messages).
+    for (int mode = 0; mode < 9; ++mode) {
+      static constexpr Q8_0R1Kernel kModes[] = {Q8_0R1Kernel::kAuto,           Q8_0R1Kernel::kWideFused,
+                                                Q8_0R1Kernel::kWide,           Q8_0R1Kernel::kStaged,
+                                                Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp};
+      const Q8_0R1Kernel k = kModes[mode % 6];
+      const bool persistent = mode >= 6;
       R1KernelScope scope(k);
+      PersistentScope grid(persistent);
       std::vector<backend::MatmulParams> p(n);
       for (int g = 0; g < n; ++g) {
         dy[g]->poison();
@@ -641,8 +665,9 @@ TEST_F(CudaKernels, MatmulGroupedQ8_0OneRowBitsEqualCpu) {
         std::vector<float> want(c.n_out[g]);
         for (int64_t o = 0; o < c.n_out[g]; ++o)
           want[o] = quant::dot_q8_0(reinterpret_cast<const quant::BlockQ8_0*>(w[g].data() + o * rb), xq.data(), nb);
-        const std::string what = "mode " + std::to_string(static_cast<int>(k)) + " n_in " + std::to_string(c.n_in) +
-                                 " group " + std::to_string(g) + " of " + std::to_string(c.n_out[g]);
+        const std::string what = "mode " + std::to_string(static_cast<int>(k) + (persistent ? 100 : 0)) + " n_in " +
+                                 std::to_string(c.n_in) + " group " + std::to_string(g) + " of " +
+                                 std::to_string(c.n_out[g]);
         EXPECT_EQ(0u, bit_mismatches(got.data(), want.data(), want.size(), what));
         uint32_t past = 0;
         for (int i = 0; i < 16; ++i) {

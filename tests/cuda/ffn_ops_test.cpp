@@ -756,6 +756,13 @@ bool poison_changed(const DeviceBuf& b) {
   return std::count(v.begin(), v.end(), uint8_t{0xff}) != static_cast<ptrdiff_t>(v.size());
 }
 
+// The wide kernel's grid (set_wide_persistent) for a scope.
+struct PersistentScope {
+  explicit PersistentScope(bool on) : saved(wide_persistent()) { set_wide_persistent(on); }
+  ~PersistentScope() { set_wide_persistent(saved); }
+  bool saved;
+};
+
 // Restores the process-wide r = 1 kernel choice (Q8_0R1Kernel) when a scope ends.
 struct R1KernelScope {
   explicit R1KernelScope(Q8_0R1Kernel k) : saved(q8_0_r1_kernel()) { set_q8_0_r1_kernel(k); }
@@ -834,11 +841,16 @@ TEST_F(FfnOps, MatmulR1FusedBitsEqualCpu) {
   struct Shape {
     int64_t n_in, n_out;
   };
-  for (const Shape sh : {Shape{4096, 512}, Shape{4096, 1024}, Shape{1024, 32768}, Shape{8192, 4096},
-                         Shape{32768, 4096}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{2304, 1030},
-                         Shape{256, 1}, Shape{1024, 4099}, Shape{96, 14}, Shape{1056, 38}, Shape{4160, 3}}) {
-    matmul_r1_case(*cpu_, sh.n_in, sh.n_out, 1300 + sh.n_in + sh.n_out);
-    if (HasFatalFailure()) return;
+  // The wide kernel on both grids (a CTA per row group; persistent).
+  for (const bool persistent : {false, true}) {
+    SCOPED_TRACE(persistent ? "persistent wide grid" : "a CTA per row group");
+    PersistentScope grid(persistent);
+    for (const Shape sh : {Shape{4096, 512}, Shape{4096, 1024}, Shape{1024, 32768}, Shape{8192, 4096},
+                           Shape{32768, 4096}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{2304, 1030}, Shape{256, 1},
+                           Shape{1024, 4099}, Shape{96, 14}, Shape{1056, 38}, Shape{4160, 3}}) {
+      matmul_r1_case(*cpu_, sh.n_in, sh.n_out, 1300 + sh.n_in + sh.n_out);
+      if (HasFatalFailure()) return;
+    }
   }
   // x 4 bytes past 16-byte alignment: the fused kernel's 16-byte loads cannot take it.
   matmul_r1_case(*cpu_, 4096, 1024, 1400, /*x_off=*/1);
@@ -994,20 +1006,25 @@ TEST_F(FfnOps, MatmulGroupedBitsEqualCpu) {
   // two launches under kStaged too.
   // kWide (the wide kernel after a quantize launch) writes it too; kWideFused (the wide kernel
   // quantizing each group's row) is one launch like kStaged.
-  for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp,
-                         Q8_0R1Kernel::kWide, Q8_0R1Kernel::kWideFused}) {
-    R1KernelScope scope(k);
-    const bool fused = k == Q8_0R1Kernel::kStaged || k == Q8_0R1Kernel::kWideFused;
-    bool written = false;
-    grouped_case(*cpu_, 8, 4096, 1024, 1, 0, false, 901, &written);
-    EXPECT_EQ(!fused, written) << "8x(4096x1024) rows=1 mode " << static_cast<int>(k);
-    grouped_case(*cpu_, 3, 2304, 37, 1, 3, false, 902, &written);
-    EXPECT_EQ(!fused, written) << "3x(2304x37) rows=1 mode " << static_cast<int>(k);
-    grouped_case(*cpu_, 2, 64, 4101, 1, 3, false, 903, &written);
-    EXPECT_TRUE(written) << "2x(64x4101) rows=1 mode " << static_cast<int>(k);
-    grouped_case(*cpu_, 3, 96, 38, 1, 3, false, 904, &written);
-    EXPECT_TRUE(written) << "3x(96x38) rows=1 mode " << static_cast<int>(k);
-    if (HasFatalFailure()) return;
+  // The wide paths on both grids (persistent: each CTA walks several row groups of its group).
+  for (const bool persistent : {false, true}) {
+    PersistentScope grid(persistent);
+    for (Q8_0R1Kernel k : {Q8_0R1Kernel::kStaged, Q8_0R1Kernel::kStagedPrequant, Q8_0R1Kernel::kWarp,
+                           Q8_0R1Kernel::kWide, Q8_0R1Kernel::kWideFused}) {
+      if (persistent && k != Q8_0R1Kernel::kWide && k != Q8_0R1Kernel::kWideFused) continue;
+      R1KernelScope scope(k);
+      const bool fused = k == Q8_0R1Kernel::kStaged || k == Q8_0R1Kernel::kWideFused;
+      bool written = false;
+      grouped_case(*cpu_, 8, 4096, 1024, 1, 0, false, 901, &written);
+      EXPECT_EQ(!fused, written) << "8x(4096x1024) rows=1 mode " << static_cast<int>(k);
+      grouped_case(*cpu_, 3, 2304, 37, 1, 3, false, 902, &written);
+      EXPECT_EQ(!fused, written) << "3x(2304x37) rows=1 mode " << static_cast<int>(k);
+      grouped_case(*cpu_, 2, 64, 4101, 1, 3, false, 903, &written);
+      EXPECT_TRUE(written) << "2x(64x4101) rows=1 mode " << static_cast<int>(k);
+      grouped_case(*cpu_, 3, 96, 38, 1, 3, false, 904, &written);
+      EXPECT_TRUE(written) << "3x(96x38) rows=1 mode " << static_cast<int>(k);
+      if (HasFatalFailure()) return;
+    }
   }
   // Odd shapes (every group's first row 4-byte aligned: the Q8_0 kernels' contract, which every
   // DS4 matrix meets with its 272·k-byte rows): a tail chunk of blocks, row counts not a

@@ -126,18 +126,20 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         const bool fused = (chunk == session::kMaxChunkRows) == new_moe;  // likewise: groups of 32 and 256 rows
         const bool fuse_norms = wide;
         const bool pdl_all = chunk == session::kMaxChunkRows;  // every kernel with PDL: half the runs
+        const bool persistent = (chunk == session::kMaxChunkRows) == wide;  // the wide kernel's grid: likewise
         cuda::set_pdl(pdl);
         cuda::set_pdl_all(pdl_all);
+        cuda::set_wide_persistent(persistent);
         cuda::set_fused_norms(fuse_norms);
         cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
         cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
         cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
         cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
-        const std::string what = std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " +
-                                 (wide ? "wide" : "tiles") + ", prefill chunk " + std::to_string(chunk) +
-                                 (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
-                                 (fused ? ", fused sink attention" : "") +
-                                 (fuse_norms ? ", norms in attention_inputs" : "");
+        const std::string what =
+            std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " + (wide ? "wide" : "tiles") +
+            ", prefill chunk " + std::to_string(chunk) + (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
+            (persistent ? ", persistent wide grid" : "") + (fused ? ", fused sink attention" : "") +
+            (fuse_norms ? ", norms in attention_inputs" : "");
         EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, chunk), toks, n_prompt), want), "") << what;
       }
     }
@@ -148,6 +150,7 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_sink_kernel(saved_sink);
   cuda::set_pdl(false);
   cuda::set_pdl_all(false);
+  cuda::set_wide_persistent(false);
   cuda::set_fused_norms(false);
 }
 

@@ -273,6 +273,9 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   EXPECT_TRUE(eo.cuda_pdl_all);
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_PDL_ALL", "1"}}).ok());
   EXPECT_TRUE(eo.cuda_pdl_all);
+  EXPECT_FALSE(eo.cuda_wide_persistent);  // opt-in until measured
+  ASSERT_TRUE(apply({"--cuda-wide-persistent"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_wide_persistent);
   ASSERT_TRUE(apply({"--no-cuda-batch-steps"}, &eo).ok());
   EXPECT_FALSE(eo.cuda_batch_steps);
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_BATCH_STEPS", "off"}}).ok());
