@@ -601,11 +601,12 @@ int main(int argc, char** argv) {
     // kStaged), the wide kernel alone (" wide": kWide; issue #30's A/B against " old"),
     // quantize_q8_0_act then the wide kernel (" mm wide": kWide, two launches) and the wide
     // kernel quantizing the row itself (" mm wide fused": kWideFused, one launch; kAuto's
-    // matmul for n_in <= 4096).
+    // matmul for n_in <= 4096); the last two again on the persistent grid (" wide persist",
+    // " mm wide fused persist": set_wide_persistent).
     // F16 / F32 twice: as dispatched (narrow matrices: the staged kernel) and " tiled"
     // (DenseNarrowKernel::kTiled, the kernel before; the same for >= 4096 rows).
     const bool dense = c.type == GgmlType::kF16 || c.type == GgmlType::kF32;
-    const int variants = c.type == GgmlType::kQ8_0 ? 9 : dense ? 2 : 1;
+    const int variants = c.type == GgmlType::kQ8_0 ? 11 : dense ? 2 : 1;
     for (int v = 0; v < variants; ++v)
     for (int r : {1, 2, 4, 8}) {
       if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
@@ -615,11 +616,13 @@ int main(int argc, char** argv) {
       if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
       const cuda::DenseNarrowKernel narrow_saved = cuda::dense_narrow_kernel();
       if (dense && v == 1) cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
-      if (v == 6 || v == 7) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
-      if (v == 8) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
+      if (v == 6 || v == 7 || v == 9) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
+      if (v == 8 || v == 10) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
+      const bool persistent_saved = cuda::wide_persistent();
+      cuda::set_wide_persistent(v >= 9);
       auto fn = [&](int i) {
         const cuda::Weights wv{w[i % copies], rb, c.n_in, c.n_out};
-        if (v == 3 || v == 4 || v == 7 || v == 8) {
+        if (v == 3 || v == 4 || v == 7 || v == 8 || v == 10) {
           ds4::backend::MatmulParams mp;
           mp.w = ds4::backend::Matrix{static_cast<const uint8_t*>(w[i % copies]), GgmlType::kQ8_0, c.n_in, c.n_out, rb};
           mp.x = dx, mp.x_stride = c.n_in, mp.y = dy, mp.y_stride = c.n_out, mp.n_rows = 1;
@@ -648,9 +651,11 @@ int main(int argc, char** argv) {
       const double t = time_per_call(fn, std::max(copies, 8));
       cuda::set_q8_0_r1_kernel(r1_saved);
       cuda::set_dense_narrow_kernel(narrow_saved);
+      cuda::set_wide_persistent(persistent_saved);
       const double gbs = bytes / t / 1e9;
       const char* const kVariant[] = {"",       " mma",  " old",     " mm fused",      " mm unfused",
-                                      " staged", " wide", " mm wide", " mm wide fused"};
+                                      " staged", " wide", " mm wide", " mm wide fused", " wide persist",
+                                      " mm wide fused persist"};
       const std::string label = std::string(c.name) + (dense && v == 1 ? " tiled" : kVariant[v]);
       std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
     }
