@@ -267,7 +267,7 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
 // " unfused": the quantize launch then the staged kernel (kStagedPrequant); " old": then the
 // warp kernels (kWarp); " wide": then the wide kernel (kWide, the same as the default unless
 // kR1WideInAuto is off); " wide fused": the wide kernel quantizing each group's row (kWideFused,
-// one launch).
+// one launch); " wide persist" / " wide fused persist": those two on the persistent grid.
 void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_gbs) {
   constexpr int kGroups = 8, kMaxR = 8;
   constexpr int64_t kIn = 4096, kOut = 1024;
@@ -295,14 +295,16 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
   void* scratch = nullptr;
   CK(cudaMalloc(&scratch, sbytes));
   const cuda::OpScratch sc{scratch, sbytes};
-  for (int v = 0; v < 6; ++v)
+  for (int v = 0; v < 8; ++v)
   for (int r : {1, 2, 4, 8}) {
     if (!rows_selected(r) || (v >= 2 && r != 1)) continue;
     const cuda::Q8_0R1Kernel r1_saved = cuda::q8_0_r1_kernel();
+    const bool persistent_saved = cuda::wide_persistent();
     if (v == 2) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kStagedPrequant);
     if (v == 3) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWarp);
-    if (v == 4) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
-    if (v == 5) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
+    if (v == 4 || v == 6) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWide);
+    if (v == 5 || v == 7) cuda::set_q8_0_r1_kernel(cuda::Q8_0R1Kernel::kWideFused);
+    cuda::set_wide_persistent(v >= 6);
     auto fn = [&](int i) {
       const auto* base = static_cast<const uint8_t*>(w[i % copies]);
       for (int k = 0; k < kGroups; ++k) {
@@ -321,8 +323,10 @@ void bench_grouped(const char* name, const cuda::DeviceInfo& info, double read_g
     };
     const double t = time_per_call(fn, std::max(copies, 8));
     cuda::set_q8_0_r1_kernel(r1_saved);
+    cuda::set_wide_persistent(persistent_saved);
     const double gbs = bytes / t / 1e9;
-    const char* const kVariant[] = {"", " loop", " unfused", " old", " wide", " wide fused"};
+    const char* const kVariant[] = {"",       " loop",       " unfused",      " old",
+                                    " wide", " wide fused", " wide persist", " wide fused persist"};
     const std::string label = std::string(name) + kVariant[v];
     std::printf("%-28s %6d %10.2f %10.0f %7.0f%%\n", label.c_str(), r, t * 1e6, gbs, 100.0 * gbs / read_gbs);
   }
