@@ -56,7 +56,7 @@ struct BackendOptions {
   bool cuda_pdl = true;
   // CUDA: every other kernel launched with PDL too, each waiting for the one before at its top
   // (--cuda-pdl-all / DS4_CUDA_PDL_ALL; cuda::set_pdl_all). Same bits.
-  bool cuda_pdl_all = false;
+  bool cuda_pdl_all = true;
   // CUDA: the one-row Q8_0 (wide) kernel on a persistent grid, each CTA walking several row
   // groups (--cuda-wide-persistent / DS4_CUDA_WIDE_PERSISTENT; cuda::set_wide_persistent). Same bits.
   bool cuda_wide_persistent = false;

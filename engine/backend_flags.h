@@ -49,7 +49,7 @@ struct BackendFlags {
   std::string cuda_moe = "new";           // --cuda-moe (DS4_CUDA_MOE): old|new routed-expert kernels
   std::string cuda_dense_rows = "wide";   // --cuda-dense-rows (DS4_CUDA_DENSE_ROWS): tiles|wide
   bool cuda_pdl = true;  // --cuda-pdl / --no-cuda-pdl (DS4_CUDA_PDL): programmatic dependent launch
-  bool cuda_pdl_all = false;  // --cuda-pdl-all (DS4_CUDA_PDL_ALL): every kernel launched with PDL
+  bool cuda_pdl_all = true;  // --cuda-pdl-all / --no-cuda-pdl-all (DS4_CUDA_PDL_ALL): every kernel with PDL
   bool cuda_wide_persistent = false;  // --cuda-wide-persistent (DS4_CUDA_WIDE_PERSISTENT)
   bool cuda_batch_steps = true;  // --cuda-batch-steps / --no-cuda-batch-steps (DS4_CUDA_BATCH_STEPS)
   std::string cuda_attn = "split";  // --cuda-attn (DS4_CUDA_ATTN): split|fused sink attention of prefill groups

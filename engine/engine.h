@@ -44,7 +44,7 @@ struct EngineOptions {
   std::string cuda_moe = "new";           // CUDA: routed-expert kernels, old|new (A/B; same bits)
   std::string cuda_dense_rows = "wide";   // CUDA: F16/F32 matmul of 9+ rows, tiles|wide (A/B; same bits)
   bool cuda_pdl = true;                   // CUDA: programmatic dependent launch (A/B; same bits)
-  bool cuda_pdl_all = false;              // CUDA: ... of every kernel (A/B; same bits)
+  bool cuda_pdl_all = true;               // CUDA: ... of every kernel (A/B; same bits)
   bool cuda_wide_persistent = false;      // CUDA: one-row Q8_0 kernel on a persistent grid (A/B; same bits)
   bool cuda_batch_steps = true;           // CUDA: compressor steps batched / rows in parallel (A/B; same bits)
   std::string cuda_attn = "split";        // CUDA: prefill groups' sink attention, split|fused (A/B; same bits)

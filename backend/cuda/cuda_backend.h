@@ -44,7 +44,7 @@ struct CudaBackendConfig {
   // Programmatic dependent launch of the wide Q8_0 kernel (cuda::set_pdl, process-wide).
   bool pdl = true;
   // Every other kernel launched with PDL too (cuda::set_pdl_all, process-wide).
-  bool pdl_all = false;
+  bool pdl_all = true;
   // The wide Q8_0 kernel on a persistent grid (cuda::set_wide_persistent, process-wide).
   bool wide_persistent = false;
   // compressor_steps as one launch per 16 steps and compressor_rows as its two parallel

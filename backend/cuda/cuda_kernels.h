@@ -156,7 +156,8 @@ void set_pdl(bool on);
 bool pdl();
 // Every other kernel launched with PDL too (pdl.cuh's pdl_enter opens each: wait for the kernel
 // before, then let the next one launch), so a kernel's launch overlaps the one before it. Same
-// bits. Process-wide, off by default (--cuda-pdl-all / DS4_CUDA_PDL_ALL); pdl_all() in pdl.cuh.
+// bits. Process-wide; off until set, the backend sets it once (--cuda-pdl-all, on by default /
+// DS4_CUDA_PDL_ALL); pdl_all() in pdl.cuh.
 void set_pdl_all(bool on);
 // The wide kernel's grid: a CTA per row group (false, the default), or as many CTAs as the SMs
 // hold at once, each walking several row groups with 3 (group, chunk) pairs in flight (true:
@@ -303,7 +304,8 @@ MoeR1Kernel moe_r1_kernel();
 // ---- Norm and read-out ----------------------------------------------------------------------
 // out row k = rms_norm_row(x row k) (· weight when not null): ss = quant::sumsq_f64 (Σ (double)x²
 // in the 64-lane order), scale = 1/sqrtf((float)(ss/n) + eps), out = x·scale·w. Rows `stride` floats apart
-// (0 = n); out may equal x.
+// (0 = n); out may equal x. weight is a model weight: no kernel of the stream writes it (under
+// set_pdl_all the kernel copies it before waiting for the kernel before).
 Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int64_t stride,
                 int n_rows, float eps, Stream stream = nullptr);
 // Which rms_norm kernel runs (same bits): kStaged (the default) copies the whole row to shared

@@ -5,8 +5,7 @@
 // Role: pdl_wait / pdl_trigger / pdl_enter for kernels, launch_pdl for their launchers. Two
 // process-wide switches, same bits either way: cuda_kernels.h's set_pdl (--cuda-pdl, on by
 // default) launches the wide Q8_0 kernel with it (weights streamed before its wait), and
-// set_pdl_all (--cuda-pdl-all, off until measured) every other kernel, each opening with
-// pdl_enter.
+// set_pdl_all (--cuda-pdl-all, on by default) every other kernel, each opening with pdl_enter.
 // Invariants:
 //  * A kernel launched with launch_pdl(on = true) calls pdl_wait() in every block before it
 //    reads anything an earlier kernel of the stream writes, and before it writes anything (so
