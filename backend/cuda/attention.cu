@@ -172,10 +172,48 @@ __device__ __forceinline__ void warp_indexer_qat(float* x, int lane, uint8_t* st
 
 // ---- attention_inputs ---------------------------------------------------------------------------
 
+constexpr int kWarpNormRegs = 16;  // warp_rms_norm holds rows of up to 32 x this in registers
+
 // rms_norm_row of the n values at x in place, by one warp (all 32 lanes call it): lane t runs
 // the 64-lane sum-of-squares chains t and t + 32, the tree gives the statistic, then every
-// value is scaled (and weighted): x·scale (·w), rms_norm's operations and order.
+// value is scaled (and weighted): x·scale (·w), rms_norm's operations and order. Rows of up to
+// 32·kWarpNormRegs values (the Flash heads: 512) are loaded into registers first, x and w all
+// in flight at once, then chained and scaled from there; a loop that loads as it goes waits
+// out a global round trip per element (its stores may alias the next loads): ~6 µs per
+// attention_inputs call at Flash width.
 __device__ void warp_rms_norm(float* x, const float* w, int n, float eps, int lane) {
+  if (n <= 32 * kWarpNormRegs) {
+    float v[kWarpNormRegs], wv[kWarpNormRegs];
+#pragma unroll
+    for (int k = 0; k < kWarpNormRegs; ++k) {
+      const int i = lane + 32 * k;
+      v[k] = i < n ? x[i] : 0.0f;
+      wv[k] = w != nullptr && i < n ? w[i] : 1.0f;
+    }
+    // Element lane + 32k belongs to chain lane (k even) or lane + 32 (k odd), in increasing i.
+    double lo = 0.0, hi = 0.0;
+#pragma unroll
+    for (int k = 0; k < kWarpNormRegs; ++k) {
+      if (lane + 32 * k >= n) break;
+      if (k % 2 == 0) {
+        lo = detail::sumsq_step(lo, v[k]);
+      } else {
+        hi = detail::sumsq_step(hi, v[k]);
+      }
+    }
+    const double ss = detail::tree64(lo, hi);
+    const float scale = __shfl_sync(kFullMask, detail::rms_scale(ss, n, eps), 0);
+#pragma unroll
+    for (int k = 0; k < kWarpNormRegs; ++k) {
+      const int i = lane + 32 * k;
+      if (i < n) {
+        const float t = __fmul_rn(v[k], scale);
+        x[i] = w != nullptr ? __fmul_rn(t, wv[k]) : t;
+      }
+    }
+    __syncwarp();
+    return;
+  }
   double lo = 0.0, hi = 0.0;
   for (int i = lane; i < n; i += 64) {
     lo = detail::sumsq_step(lo, x[i]);

@@ -510,6 +510,17 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   if (tid == 0) s_last = take_row_ticket(a.tickets, row);
   __syncthreads();
   if (!s_last) return;
+  const int E = static_cast<int>(a.n_embd);
+  // The folded norm's weights into the weight rows' shared memory (the dots are done with it;
+  // 2·outs·n8 bytes, enough from n_hc = 2), in flight while the Sinkhorn and the stream sum run:
+  // read from global memory in the last loop, each thread's loads waited on one by one (the
+  // stores to normed may alias them) cost ~8 µs per call at Flash width.
+  float* nw_s = nullptr;
+  if (a.normed != nullptr && a.norm_w != nullptr && 2 * outs * n8 >= 4 * E) {
+    nw_s = reinterpret_cast<float*>(ws);
+    detail::stage_f32(nw_s, a.norm_w, 0, E, reinterpret_cast<uintptr_t>(a.norm_w) % 16 == 0);
+    cp_async_commit();
+  }
   for (int i = tid; i < a.mix_dim; i += kStagedThreads) mix_s[i] = __ldcg(a.mix + row * a.mix_dim + i);
   __syncthreads();
   const int nh = a.n_hc;
@@ -525,7 +536,6 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   }
   // y[d] = 0 + w[0]·x[0][d] + w[1]·x[1][d] + ... (x from shared memory). With normed, y[d] also
   // replaces x[0][d] in shared memory (read by this thread only, before).
-  const int E = static_cast<int>(a.n_embd);
   float* yr = a.y + row * a.n_embd;
   for (int d = tid; d < E; d += kStagedThreads) {
     float acc = 0.0f;
@@ -536,6 +546,7 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   if (a.normed == nullptr) return;
   // normed = rms_norm(y) · norm_w: the 64-lane double statistic over the staged y (the
   // statistic's threads and chains of step 2), the tree, then each element scaled and weighted.
+  cp_async_wait_all();  // the norm's weights
   __syncthreads();
   if (detail::stat_thread(tid)) sq_s[detail::stat_lane(tid)] = detail::sumsq_range(0.0, xs, 0, E, detail::stat_lane(tid));
   __syncthreads();
@@ -548,7 +559,7 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   float* hr = a.normed + row * a.n_embd;
   for (int d = tid; d < E; d += kStagedThreads) {
     const float v = __fmul_rn(xs[d], sc);
-    hr[d] = a.norm_w != nullptr ? __fmul_rn(v, a.norm_w[d]) : v;
+    hr[d] = a.norm_w == nullptr ? v : __fmul_rn(v, nw_s != nullptr ? nw_s[d] : a.norm_w[d]);
   }
 }
 

@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
 constexpr int kStagedMax = 16384;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x, const float* __restrict__ w,
-                                                                       float* out, int n, int64_t stride, float eps) {
-  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
+                                                                       float* out, int n, int64_t stride, float eps,
+                                                                       bool pdl) {
   extern __shared__ __align__(16) float dyn[];
   __shared__ double sq_s[64];
   __shared__ float s_scale;
@@ -118,15 +118,23 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const flo
   const float* xr = x + row * stride;
   const bool xvec = reinterpret_cast<uintptr_t>(xr) % 16 == 0;
   const int part = detail::stage_part(n);
+  // The row's parts (the statistic waits on them), then the weights; launched with PDL (pdl),
+  // the weights first, before the wait for the kernel that writes the row.
+  auto stage_w = [&] {
+    if (w != nullptr) detail::stage_f32(wsm, w, 0, n, reinterpret_cast<uintptr_t>(w) % 16 == 0);
+    cp_async_commit();
+  };
+  if (pdl) stage_w();
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
 #pragma unroll
   for (int c = 0; c < detail::kStageParts; ++c) {
     const int lo = c * part < n ? c * part : n;
     detail::stage_f32(xs, xr, lo, lo + part < n ? lo + part : n, xvec);
     cp_async_commit();
   }
-  if (w != nullptr) detail::stage_f32(wsm, w, 0, n, reinterpret_cast<uintptr_t>(w) % 16 == 0);
-  cp_async_commit();
-  const float scale = detail::staged_scale(xs, n, eps, detail::kStageParts + 1, sq_s, &s_scale);
+  if (!pdl) stage_w();
+  const float scale =
+      detail::staged_scale(xs, n, eps, pdl ? detail::kStageParts : detail::kStageParts + 1, sq_s, &s_scale);
   cp_async_wait_all();  // the weights
   __syncthreads();
   float* orow = out + row * stride;
@@ -436,7 +444,7 @@ Status rms_norm(const float* x, const float* weight, float* out, int64_t n, int6
     const int ni = static_cast<int>(n);
     const size_t smem = sizeof(float) * static_cast<size_t>((ni + 3) / 4 * 4) * (weight != nullptr ? 2 : 1);
     detail::launch_pdl(pdl_all(), rms_norm_staged_kernel, static_cast<unsigned>(n_rows), kNormThreads, smem, stream, x,
-                       weight, out, ni, stride, eps);
+                       weight, out, ni, stride, eps, pdl_all());
     return launch_status("rms_norm", n, n, n_rows);
   }
   detail::launch_pdl(pdl_all(), rms_norm_kernel, static_cast<unsigned>(n_rows), kNormThreads, 0, stream, x, weight, out,
