@@ -159,12 +159,21 @@ bool pdl();
 // bits. Process-wide; off until set, the backend sets it once (--cuda-pdl-all, on by default /
 // DS4_CUDA_PDL_ALL); pdl_all() in pdl.cuh.
 void set_pdl_all(bool on);
-// The wide kernel's grid: a CTA per row group (false, the default), or as many CTAs as the SMs
-// hold at once, each walking several row groups with 3 (group, chunk) pairs in flight (true:
-// no partial second wave, no gap between a CTA's groups). Same bits. Process-wide
-// (--cuda-wide-persistent / DS4_CUDA_WIDE_PERSISTENT).
+// The wide kernel's grid: a CTA per row group (false, the default), or, for the shapes where
+// it measured faster (wide_persistent_takes), as many CTAs as the SMs hold at once, each walking
+// several row groups with 3 (group, chunk) pairs in flight (true: no partial second wave, no gap
+// between a CTA's groups). Under it kAuto also fuses the quantization of those shapes' rows up
+// to kR1WidePersistentFusedMaxIn inputs (each CTA quantizes the row once for all its groups).
+// Same bits. Process-wide (--cuda-wide-persistent / DS4_CUDA_WIDE_PERSISTENT).
 void set_wide_persistent(bool on);
 bool wide_persistent();
+// H100, bench_cuda --rows=1 (µs, a CTA per group / persistent): 8192 -> 4096 19.4 / 18.3,
+// 32768 -> 4096 57.5 / 56.4, the 8-group LoRA with its quantization 23.7 / 18.9; rows of one
+// chunk (4096 inputs and fewer) the same or slower (1024 -> 32768: 15.8 / 16.8).
+inline bool wide_persistent_takes(int64_t n_in, int n_groups) {
+  return wide_persistent() && (n_in > 4096 || n_groups >= 3);
+}
+constexpr int64_t kR1WidePersistentFusedMaxIn = 8192;
 // One activation row as f32 (x: n_in floats): y = matvec_q8_0(w, quantize_q8_0_act(x), r = 1),
 // the same bits, in ONE launch: the staged kernel quantizes x into its shared memory with
 // quantize_q8_0_act's device code (common.cuh's q8_0_act_* pieces). Runs under kStaged (the

@@ -340,9 +340,10 @@ bool r1_wide(int64_t n_out) {
 // n_groups: 1 for a lone matmul.
 bool r1_wide_fused(int64_t n_in, int64_t n_out, int n_groups) {
   const Q8_0R1Kernel m = r1_mode();
+  const bool short_rows = n_groups <= kR1WideFusedMaxGroups && n_in <= kR1WideFusedMaxIn;
+  const bool persistent = wide_persistent_takes(n_in, n_groups) && n_in <= kR1WidePersistentFusedMaxIn;
   return m == Q8_0R1Kernel::kWideFused ||
-         (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && n_groups <= kR1WideFusedMaxGroups &&
-          n_in <= kR1WideFusedMaxIn && n_out < kR1StagedMinRows);
+         (m == Q8_0R1Kernel::kAuto && kR1WideInAuto && (short_rows || persistent) && n_out < kR1StagedMinRows);
 }
 
 }  // namespace

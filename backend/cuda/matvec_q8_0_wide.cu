@@ -324,9 +324,9 @@ cudaError_t wide_optin(int bytes) {
 // weights'). Rows longer than kWideMaxOneChunk blocks (8192 inputs and up) go in chunks of 64
 // blocks, 8 rows per CTA, 3 in flight, so row m's sequential sum of chunk j (thread m) runs
 // while chunks j+1, j+2 load, instead of after the whole row. The grid: a CTA per row group;
-// under set_wide_persistent as many CTAs as the SMs hold at once (3 pairs in flight each), each
-// walking several row groups, so no second partial wave waits on a launch and every SM keeps
-// its copies going from one group to the next.
+// for the shapes wide_persistent_takes (set_wide_persistent) as many CTAs as the SMs hold at
+// once (3 pairs in flight each), each walking several row groups, so no second partial wave
+// waits on a launch and every SM keeps its copies going from one group to the next.
 bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t n_out, int n_groups,
                        WideLaunch* l) {
   static WideDev devs[64];
@@ -358,7 +358,7 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
   if (s.threads > kWideThreads || s.threads < 1) return false;
   const int64_t row_groups = (n_out + s.rows - 1) / s.rows;
   int64_t grid = row_groups;
-  if (g_wide_persistent.load(std::memory_order_relaxed)) {
+  if (wide_persistent_takes(static_cast<int64_t>(nb) * 32, n_groups)) {
     const size_t full = wide_smem_bytes(nb, s.rows, s.chunk, kWideStages);
     if (full <= static_cast<size_t>(d.smem_optin)) {
       const int64_t held = static_cast<int64_t>(wide_ctas_per_sm(s.threads, full)) * d.sms / n_groups;

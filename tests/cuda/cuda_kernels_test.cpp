@@ -250,8 +250,8 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideBitsEqualCpu) {
   // of 8 blocks) and 1040 blocks (33280: a partial last chunk after sixteen whole ones). 96 /
   // 1056 inputs (3 / 33 blocks, not a multiple of 8) fall back to the warp kernels; r = 2 runs
   // the other kernels as before. Both grids: a CTA per row group, and the persistent one
-  // (set_wide_persistent: each CTA walks several row groups through the ring, the last group
-  // of some CTAs partial).
+  // (set_wide_persistent, for rows past 4096 inputs: each CTA walks several row groups through
+  // the ring; 8192 -> 4100: the last group, walked second by its CTA, half full).
   R1KernelScope scope(Q8_0R1Kernel::kWide);
   for (const bool persistent : {false, true}) {
     SCOPED_TRACE(persistent ? "persistent grid" : "a CTA per row group");
@@ -259,7 +259,7 @@ TEST_F(CudaKernels, MatvecQ8_0R1WideBitsEqualCpu) {
     for (Shape s : {Shape{4096, 1024}, Shape{4096, 512}, Shape{4096, 2048}, Shape{2048, 4096}, Shape{8192, 4096},
                     Shape{32768, 4096}, Shape{1024, 4099}, Shape{4096, 1023}, Shape{2304, 1030}, Shape{256, 13},
                     Shape{2304, 13}, Shape{8448, 37}, Shape{33280, 261}, Shape{16384, 2200}, Shape{4096, 1},
-                    Shape{8192, 1}, Shape{96, 13}, Shape{1056, 37}}) {
+                    Shape{8192, 1}, Shape{96, 13}, Shape{1056, 37}, Shape{8192, 4100}}) {
       q8_0_case(s, {1, 2});
     }
     q8_0_case(Shape{1024, 32768}, {1});
