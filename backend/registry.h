@@ -70,7 +70,7 @@ struct BackendOptions {
   // CUDA: the ops' folded norms (HcPreParams::normed, attention_inputs' q heads and kv) inside
   // their kernels (--cuda-fuse-norms / DS4_CUDA_FUSE_NORMS; cuda::set_fused_norms) or as rms_norm
   // launches. Same bits.
-  bool cuda_fuse_norms = false;
+  bool cuda_fuse_norms = true;
 };
 
 // The largest --cuda-graphs segment (ops per graph).

@@ -53,7 +53,7 @@ struct BackendFlags {
   bool cuda_wide_persistent = false;  // --cuda-wide-persistent (DS4_CUDA_WIDE_PERSISTENT)
   bool cuda_batch_steps = true;  // --cuda-batch-steps / --no-cuda-batch-steps (DS4_CUDA_BATCH_STEPS)
   std::string cuda_attn = "split";  // --cuda-attn (DS4_CUDA_ATTN): split|fused sink attention of prefill groups
-  bool cuda_fuse_norms = false;  // --cuda-fuse-norms (DS4_CUDA_FUSE_NORMS): folded norms in the hc_pre / attention_inputs kernels
+  bool cuda_fuse_norms = true;  // --cuda-fuse-norms / --no-cuda-fuse-norms (DS4_CUDA_FUSE_NORMS): norms in kernels
   int prefill_chunk = 0;  // --prefill-chunk (DS4_PREFILL_CHUNK): rows per prefill forward, 0 = default
 };
 

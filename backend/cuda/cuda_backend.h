@@ -55,7 +55,7 @@ struct CudaBackendConfig {
   std::string attn = "split";
   // The folded norms of hc_pre and attention_inputs inside their kernels (cuda::set_fused_norms,
   // process-wide).
-  bool fuse_norms = false;
+  bool fuse_norms = true;
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

@@ -84,7 +84,7 @@ Status top_k(const backend::TopKParams& p, Stream stream);
 // ---- attention.cu --------------------------------------------------------------------------
 Status attention_inputs(const backend::AttentionInputsParams& p, Stream stream);
 // Where the ops' folded norms run (attention_inputs' q_head_norm / kv_norm, hc_pre's normed):
-// false (the default) as rms_norm launches inside the op, true inside their kernels
+// false as rms_norm launches inside the op, true inside their kernels (the backend's default)
 // (attention_inputs: a warp per head's statistic in the 64-lane order, then the scale; the
 // staged hc_pre kernel's last block: the same over y; rms_norm's bits either way; hc_pre's
 // other kernels still launch rms_norm). Process-wide (--cuda-fuse-norms).

@@ -387,7 +387,9 @@ void q8_0_r1_f32_case(const Shape& s, bool finite) {
   // The wide kernel quantizing the row itself (kWideFused; kAuto for n_in <= kR1WideFusedMaxIn
   // below the head): the same shapes taken (n_in a multiple of 256), the same bits.
   for (Q8_0R1Kernel k : {Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kAuto}) {
-    const bool auto_fuses = s.n_in <= kR1WideFusedMaxIn && s.n_out < kR1StagedMinRows;
+    const bool auto_fuses = (s.n_in <= kR1WideFusedMaxIn || (wide_persistent_takes(s.n_in, 1) &&
+                                                             s.n_in <= kR1WidePersistentFusedMaxIn)) &&
+                            s.n_out < kR1StagedMinRows;
     if (k == Q8_0R1Kernel::kAuto && !auto_fuses) continue;
     const char* mode = k == Q8_0R1Kernel::kAuto ? " auto (wide fused)" : " wide fused";
     R1KernelScope scope(k);

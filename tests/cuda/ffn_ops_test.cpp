@@ -798,9 +798,12 @@ void matmul_r1_case(backend::Backend& cpu, int64_t n_in, int64_t n_out, uint64_t
                        : k == Q8_0R1Kernel::kAuto      ? "auto"
                                                        : "prequant";
     // One launch: the staged or the wide kernel quantizing the row itself (kAuto: the wide one
-    // for rows of <= kR1WideFusedMaxIn inputs; every n_out here is below the head).
+    // for rows of <= kR1WideFusedMaxIn inputs, and on the persistent grid up to
+    // kR1WidePersistentFusedMaxIn; every n_out here is below the head).
+    const bool auto_fuses = n_in <= kR1WideFusedMaxIn ||
+                            (wide_persistent_takes(n_in, 1) && n_in <= kR1WidePersistentFusedMaxIn);
     const bool fused = takes && (k == Q8_0R1Kernel::kStaged || k == Q8_0R1Kernel::kWideFused ||
-                                 (k == Q8_0R1Kernel::kAuto && n_in <= kR1WideFusedMaxIn));
+                                 (k == Q8_0R1Kernel::kAuto && auto_fuses));
     const std::string what = "matmul q8_0 " + std::to_string(n_in) + "x" + std::to_string(n_out) + " rows=1 x+" +
                              std::to_string(x_off) + " " + mode;
     auto y = out_buf<float>(static_cast<size_t>(n_out + pad));
