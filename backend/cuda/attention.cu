@@ -179,8 +179,7 @@ constexpr int kWarpNormRegs = 16;  // warp_rms_norm holds rows of up to 32 x thi
 // value is scaled (and weighted): x·scale (·w), rms_norm's operations and order. Rows of up to
 // 32·kWarpNormRegs values (the Flash heads: 512) are loaded into registers first, x and w all
 // in flight at once, then chained and scaled from there; a loop that loads as it goes waits
-// out a global round trip per element (its stores may alias the next loads): ~6 µs per
-// attention_inputs call at Flash width.
+// out a global round trip per element (its stores may alias the next loads).
 __device__ void warp_rms_norm(float* x, const float* w, int n, float eps, int lane) {
   if (n <= 32 * kWarpNormRegs) {
     float v[kWarpNormRegs], wv[kWarpNormRegs];

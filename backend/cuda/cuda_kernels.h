@@ -167,9 +167,8 @@ void set_pdl_all(bool on);
 // Same bits. Process-wide (--cuda-wide-persistent / DS4_CUDA_WIDE_PERSISTENT).
 void set_wide_persistent(bool on);
 bool wide_persistent();
-// H100, bench_cuda --rows=1 (µs, a CTA per group / persistent): 8192 -> 4096 19.4 / 18.3,
-// 32768 -> 4096 57.5 / 56.4, the 8-group LoRA with its quantization 23.7 / 18.9; rows of one
-// chunk (4096 inputs and fewer) the same or slower (1024 -> 32768: 15.8 / 16.8).
+// The shapes: rows of several chunks (past 4096 inputs) and lists of 3+ groups; rows of one
+// chunk measured the same or slower on it (docs/CUDA.md, stop 46).
 inline bool wide_persistent_takes(int64_t n_in, int n_groups) {
   return wide_persistent() && (n_in > 4096 || n_groups >= 3);
 }

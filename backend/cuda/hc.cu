@@ -512,9 +512,9 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   if (!s_last) return;
   const int E = static_cast<int>(a.n_embd);
   // The folded norm's weights into the weight rows' shared memory (the dots are done with it;
-  // 2·outs·n8 bytes, enough from n_hc = 2), in flight while the Sinkhorn and the stream sum run:
-  // read from global memory in the last loop, each thread's loads waited on one by one (the
-  // stores to normed may alias them) cost ~8 µs per call at Flash width.
+  // 2·outs·n8 bytes, enough from n_hc = 2), in flight while the Sinkhorn and the stream sum run.
+  // Read from global memory in the last loop instead, each thread would wait out its loads one
+  // by one (the stores to normed may alias them).
   float* nw_s = nullptr;
   if (a.normed != nullptr && a.norm_w != nullptr && 2 * outs * n8 >= 4 * E) {
     nw_s = reinterpret_cast<float*>(ws);
