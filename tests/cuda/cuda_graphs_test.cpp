@@ -25,10 +25,10 @@ using testing_tiny::same_floats;
 using testing_tiny::Stack;
 using testing_tiny::state_bytes;
 
-// The tiny model on a CUDA backend with --cuda-graphs `graphs` (and --cuda-pdl-all `pdl_all`:
-// process-wide, so the last backend made sets it for all); no backend (and `why` set) without a
-// usable GPU.
-Stack open_cuda(model::ExpertQuant quant, uint64_t seed, int graphs, std::string* why, bool pdl_all = false) {
+// The tiny model on a CUDA backend with --cuda-graphs `graphs` (and --cuda-pdl-all `pdl_all`, on
+// by default as in the backend: process-wide, so the last backend made sets it for all); no
+// backend (and `why` set) without a usable GPU.
+Stack open_cuda(model::ExpertQuant quant, uint64_t seed, int graphs, std::string* why, bool pdl_all = true) {
   backend::BackendOptions bo;
   bo.n_threads = 2;
   bo.cuda_graphs = graphs;
@@ -59,8 +59,8 @@ std::string first_difference(std::span<const float> got, std::span<const float> 
 // Greedy decoding of `steps` tokens after a prompt (prefilled: rows of 32, not captured) on a
 // backend with graphs and one without: the same token at every step, the same logits bits
 // after every forward, the same final state. pdl_all: every kernel launched with PDL on both
-// (the graphs capture programmatic edges).
-void greedy_equal(int graphs, int steps, bool pdl_all = false) {
+// (the default; the graphs capture programmatic edges) or only the wide Q8_0 kernel.
+void greedy_equal(int graphs, int steps, bool pdl_all = true) {
   std::string why;
   Stack on = open_cuda(model::ExpertQuant::kQ2, 7, graphs, &why, pdl_all);
   if (on.backend == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
@@ -92,10 +92,10 @@ TEST(CudaGraphs, GreedyDecodeEqualsUngraphedOneGraphPerForward) { greedy_equal(1
 // A graph per 7 ops: ~a hundred segments per forward, boundaries inside every layer.
 TEST(CudaGraphs, GreedyDecodeEqualsUngraphedSegments) { greedy_equal(7, 300); }
 
-// Every kernel launched with PDL (--cuda-pdl-all), captured as one graph per forward.
-TEST(CudaGraphs, GreedyDecodeEqualsUngraphedWithPdlAll) {
-  greedy_equal(1, 200, true);
-  cuda::set_pdl_all(false);  // process-wide: back to the default
+// Only the wide Q8_0 kernel launched with PDL (--no-cuda-pdl-all), one graph per forward.
+TEST(CudaGraphs, GreedyDecodeEqualsUngraphedWithoutPdlAll) {
+  greedy_equal(1, 200, false);
+  cuda::set_pdl_all(true);  // process-wide: back to the backend's default
 }
 
 // Prefill in pieces, some of one row (a one-row prefill is a captured forward), equals plain
