@@ -63,6 +63,24 @@ OpCost op_cost(const MatmulParams* p, int n) {
   return c;
 }
 
+void format_matmul_grouped_key(char* buf, size_t size, const MatmulParams* p, int n) {
+  if (size == 0) return;
+  buf[0] = '\0';
+  if (n <= 0) return;
+  bool same = true;
+  for (int i = 1; i < n; ++i) same = same && p[i].w.n_out == p[0].w.n_out && p[i].w.n_in == p[0].w.n_in;
+  const char* type = gguf::type_name(p[0].w.type);
+  if (same) {
+    std::snprintf(buf, size, "matmul_grouped %s %dx(%lldx%lld)", type, n, static_cast<long long>(p[0].w.n_in),
+                  static_cast<long long>(p[0].w.n_out));
+    return;
+  }
+  int at = std::snprintf(buf, size, "matmul_grouped %s %lldx(", type, static_cast<long long>(p[0].w.n_in));
+  for (int i = 0; i < n && at >= 0 && static_cast<size_t>(at) < size; ++i)
+    at += std::snprintf(buf + at, size - at, "%s%lld", i == 0 ? "" : "+", static_cast<long long>(p[i].w.n_out));
+  if (at >= 0 && static_cast<size_t>(at) < size) std::snprintf(buf + at, size - at, ")");
+}
+
 OpCost op_cost(const RmsNormParams& p) {
   return {OpClass::kNorm, 2 * u(p.n_rows) * u(p.n) * kF32 + (p.weight ? u(p.n) * kF32 : 0)};
 }
@@ -410,9 +428,8 @@ class ProfilingBackend final : public ForwardingBackend {
     end(s);
   }
   void matmul_grouped(const MatmulParams* p, int n) override {
-    const int s = begin(key("matmul_grouped %s %dx(%lldx%lld)", gguf::type_name(p[0].w.type), n, ll(p[0].w.n_in),
-                            ll(p[0].w.n_out)),
-                        op_cost(p, n));
+    format_matmul_grouped_key(key_buf_, sizeof key_buf_, p, n);
+    const int s = begin(key_buf_, op_cost(p, n));
     inner_.matmul_grouped(p, n);
     end(s);
   }

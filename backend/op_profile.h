@@ -74,6 +74,10 @@ struct OpCost {
 uint64_t matrix_bytes(const Matrix& w);
 OpCost op_cost(const MatmulParams& p);
 OpCost op_cost(const MatmulParams* p, int n);  // matmul_grouped: the sum; class of p[0]
+// The op key of matmul_grouped, written into buf (snprintf's truncation): "matmul_grouped q8_0
+// 2x(4096x2048)" when the groups share one shape, "matmul_grouped q8_0 4096x(1024+512)" for
+// mixed widths (q_a and kv of one row). No allocation: the profiler formats one per call.
+void format_matmul_grouped_key(char* buf, size_t size, const MatmulParams* p, int n);
 OpCost op_cost(const RmsNormParams& p);
 OpCost op_cost(const HcPreParams& p);
 OpCost op_cost(const HcPostParams& p);

@@ -81,8 +81,7 @@ class TimingBackend final : public backend::ForwardingBackend {
   }
   void matmul_grouped(const backend::MatmulParams* p, int n) override {
     char key[96];
-    std::snprintf(key, sizeof key, "matmul_grouped %s %dx(%lldx%lld)", gguf::type_name(p[0].w.type), n,
-                  static_cast<long long>(p[0].w.n_in), static_cast<long long>(p[0].w.n_out));
+    backend::format_matmul_grouped_key(key, sizeof key, p, n);
     timed(key, [&] { in_.matmul_grouped(p, n); });
   }
   void rms_norm(const backend::RmsNormParams& p) override { timed("rms_norm", [&] { in_.rms_norm(p); }); }

@@ -37,6 +37,25 @@ TEST(OpProfile, MatmulBytesAndClasses) {
   EXPECT_EQ(op_cost(g, 2).bytes, 2 * op_cost(p).bytes);
 }
 
+// matmul_grouped's key: one shape as n x (in x out); mixed widths (q_a and kv) as in x (out + ...);
+// a short buffer truncated, still terminated.
+TEST(OpProfile, GroupedMatmulKeyNamesEveryWidth) {
+  MatmulParams p[3];
+  p[0].w = q8_0(4096, 2048);
+  p[1].w = q8_0(4096, 2048);
+  char buf[96];
+  format_matmul_grouped_key(buf, sizeof buf, p, 2);
+  EXPECT_STREQ("matmul_grouped q8_0 2x(4096x2048)", buf);
+  p[0].w = q8_0(4096, 1024);
+  p[1].w = q8_0(4096, 512);
+  p[2].w = q8_0(4096, 8);
+  format_matmul_grouped_key(buf, sizeof buf, p, 3);
+  EXPECT_STREQ("matmul_grouped q8_0 4096x(1024+512+8)", buf);
+  char small[24];
+  format_matmul_grouped_key(small, sizeof small, p, 3);
+  EXPECT_EQ(std::string(buf).substr(0, sizeof small - 1), std::string(small));
+}
+
 TEST(OpProfile, ExpertBytesExactForOneRowBoundedForMore) {
   static const uint8_t dummy = 0;
   MoeParams p;
