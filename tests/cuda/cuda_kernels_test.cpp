@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/ops.h"
 #include "tests/cuda/device_buf.h"
+#include "tests/cuda/kernel_scopes.h"
 #include "core/reduce.h"
 #include "quant/quant.h"
 
@@ -35,6 +36,8 @@ namespace {
 using gguf::GgmlType;
 
 using test_util::bit_mismatches;
+using test_util::PersistentScope;
+using test_util::R1KernelScope;
 using test_util::DeviceBuf;
 using test_util::to_device;
 
@@ -193,19 +196,6 @@ void q8_0_case(const Shape& s, std::initializer_list<int> rs = {1, 2, 3, 4, 5, 6
       mma ? "q8_0 mma" : "q8_0", rs);
 }
 
-// Restores the process-wide r = 1 kernel choice (Q8_0R1Kernel) when a test ends.
-struct R1KernelScope {
-  explicit R1KernelScope(Q8_0R1Kernel k) : saved(q8_0_r1_kernel()) { set_q8_0_r1_kernel(k); }
-  ~R1KernelScope() { set_q8_0_r1_kernel(saved); }
-  Q8_0R1Kernel saved;
-};
-
-// The wide kernel's grid (set_wide_persistent) for a scope.
-struct PersistentScope {
-  explicit PersistentScope(bool on) : saved(wide_persistent()) { set_wide_persistent(on); }
-  ~PersistentScope() { set_wide_persistent(saved); }
-  bool saved;
-};
 
 TEST_F(CudaKernels, MatvecQ8_0BitsEqualCpuForR1To8) {
   // Below 4096 rows the split kernel (4 warps per row); from 4096 rows r = 1 takes the

@@ -37,12 +37,15 @@
 #include "backend/cuda/ops.h"
 #include "quant/quant.h"
 #include "tests/cuda/device_buf.h"
+#include "tests/cuda/kernel_scopes.h"
 
 namespace ds4::cuda {
 namespace {
 
 using backend::GgmlType;
 using test_util::bit_mismatches;
+using test_util::PersistentScope;
+using test_util::R1KernelScope;
 using test_util::DeviceBuf;
 
 constexpr int kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 11};
@@ -756,19 +759,6 @@ bool poison_changed(const DeviceBuf& b) {
   return std::count(v.begin(), v.end(), uint8_t{0xff}) != static_cast<ptrdiff_t>(v.size());
 }
 
-// The wide kernel's grid (set_wide_persistent) for a scope.
-struct PersistentScope {
-  explicit PersistentScope(bool on) : saved(wide_persistent()) { set_wide_persistent(on); }
-  ~PersistentScope() { set_wide_persistent(saved); }
-  bool saved;
-};
-
-// Restores the process-wide r = 1 kernel choice (Q8_0R1Kernel) when a scope ends.
-struct R1KernelScope {
-  explicit R1KernelScope(Q8_0R1Kernel k) : saved(q8_0_r1_kernel()) { set_q8_0_r1_kernel(k); }
-  ~R1KernelScope() { set_q8_0_r1_kernel(saved); }
-  Q8_0R1Kernel saved;
-};
 
 // matmul of ONE row on Q8_0 weights (n_out rows g·n_out.. of a larger matrix, x inside a padded
 // row) on every r = 1 path: kStaged must run it as one launch where the staged
