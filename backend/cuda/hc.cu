@@ -114,13 +114,18 @@ __device__ void sinkhorn_iterate_warp(int n, int iters, float eps, float* a) {
 // scalar forms above chain 6 exps per lane and divide line after line (an IEEE division is a
 // branchy sequence the compiler cannot interleave: ~8 µs of the 20 iterations). A line's sum
 // is gathered by shuffles in element order from 0 (the scalar sequence per value); each value
-// gets exactly cpu_ops' operations. Called by all 32 lanes of the warp.
-__device__ void sinkhorn4_warp(const float* mix, const float* scale, const float* base, int iters, float eps,
-                               float* pre, float* post, float* comb) {
+// gets exactly cpu_ops' operations. Each of the three functions below is called by all 32
+// lanes of the warp.
+
+// The split part of sinkhorn4_warp: pre (lanes 16-19) and post (lanes 20-23) stored, the
+// comb element's value after the softmax returned (lanes 0-15; the rest get 1). The
+// iterations below touch comb alone, so a caller may use pre while they run.
+__device__ float sinkhorn4_split(const float* mix, const float* scale, const float* base, float eps, float* pre,
+                                 float* post) {
   using detail::kFullMask;
   const int j = threadIdx.x & 31;
   const bool el = j < 16, is_pre = j >= 16 && j < 20, is_post = j >= 20 && j < 24;
-  const int r4 = j & ~3, c = j & 3;
+  const int r4 = j & ~3;
   // z: the comb logit (el), else the pre / post logit.
   const int off = el ? 8 + j : (is_pre ? j - 16 : (is_post ? 4 + (j - 20) : 0));
   const float sc = scale[el ? 2 : (is_post ? 1 : 0)];
@@ -140,13 +145,22 @@ __device__ void sinkhorn4_warp(const float* mix, const float* scale, const float
   const float q = (is_post ? 2.0f : 1.0f) / (el ? sum : 1.0f + e);
   if (is_pre) pre[j - 16] = q + eps;
   if (is_post) post[j - 20] = q;
-  float a = el ? e * q + eps : 1.0f;
-  // One normalization: every value divided by (its line's sum from 0 in order) + eps.
+  return el ? e * q + eps : 1.0f;
+}
+
+// The iterations of sinkhorn4_warp on the lanes' values a (from sinkhorn4_split); lanes 0-15
+// store comb. One normalization: every value times 1 / ((its line's sum from 0 in order) +
+// eps). The reciprocal is __frcp_rn: 1/x rounded to nearest is the IEEE quotient 1.0f / x
+// (the CPU's expression) for every x, in fewer dependent steps than the general division.
+__device__ void sinkhorn4_iterate(float a, int iters, float eps, float* comb) {
+  using detail::kFullMask;
+  const int j = threadIdx.x & 31;
+  const int r4 = j & ~3, c = j & 3;
   auto normalize = [&](bool cols) {
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < 4; ++k) s += __shfl_sync(kFullMask, a, cols ? 4 * k + c : r4 + k);
-    const float inv = 1.0f / (s + eps);
+    const float inv = __frcp_rn(s + eps);
     a *= inv;
   };
   normalize(true);
@@ -154,7 +168,12 @@ __device__ void sinkhorn4_warp(const float* mix, const float* scale, const float
     normalize(false);
     normalize(true);
   }
-  if (el) comb[j] = a;
+  if (j < 16) comb[j] = a;
+}
+
+__device__ void sinkhorn4_warp(const float* mix, const float* scale, const float* base, int iters, float eps,
+                               float* pre, float* post, float* comb) {
+  sinkhorn4_iterate(sinkhorn4_split(mix, scale, base, eps, pre, post), iters, eps, comb);
   __syncwarp();
 }
 
@@ -415,6 +434,16 @@ size_t staged_smem(int64_t n, int outs) {
          2 * static_cast<size_t>(outs) * static_cast<size_t>(round_up(static_cast<int>(n), 8));
 }
 
+// The barrier of the staged kernel's last phases: the block's (t0 = 0), or named barrier 1 over
+// threads t0 .. kStagedThreads - 1 (whole warps; warp 0 is running the Sinkhorn beside them).
+__device__ __forceinline__ void tail_sync(int t0) {
+  if (t0 == 0) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync 1, %0;" ::"r"(kStagedThreads - t0) : "memory");
+  }
+}
+
 // grid (rows, ceil(mix_dim / outs)), kStagedThreads threads. Block (row, g):
 //  1. copies the row x to shared memory (kStageParts cp.async groups) and its weight rows
 //     o = g·outs + q (a fifth group; 16-byte copies, or plain loads for rows not 16-byte
@@ -424,7 +453,9 @@ size_t staged_smem(int64_t n, int outs) {
 //     output q, lane partial l, i = l, l + 64, ... < n: acc + f16(w[i])·(x[i]·scale)), from
 //     shared memory, then the tree per output on one warp each;
 //  4. the ticket as in hc_fused_kernel; the row's last block runs the Sinkhorn or the sigmoid
-//     weights, and the stream sum from its staged x.
+//     weights, and the stream sum from its staged x (and the folded norm); for HC pre with
+//     n_hc = 4 the Sinkhorn's iterations run on warp 0 beside the stream sum and the norm on
+//     warps 1-7, which need its pre weights alone (the same operations: the same bits).
 template <HcKind kKind>
 __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs, bool pdl) {
   extern __shared__ __align__(16) unsigned char dyn[];
@@ -511,33 +542,49 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   __syncthreads();
   if (!s_last) return;
   const int E = static_cast<int>(a.n_embd);
+  const int nh = a.n_hc;
+  // HC pre with n_hc = 4: warp 0 runs the Sinkhorn's split, then its iterations BESIDE the
+  // stream sum and the folded norm of warps 1-7 (u = tid - 32): those read pre alone, and the
+  // iterations touch comb alone. Otherwise every thread does each phase in turn (u = tid).
+  const bool beside = kKind == HcKind::kPre && nh == 4;  // block-uniform
+  const int t0 = beside ? 32 : 0, nt = kStagedThreads - t0, u = tid - t0;
   // The folded norm's weights into the weight rows' shared memory (the dots are done with it;
   // 2·outs·n8 bytes, enough from n_hc = 2), in flight while the Sinkhorn and the stream sum run.
   // Read from global memory in the last loop instead, each thread would wait out its loads one
-  // by one (the stores to normed may alias them).
+  // by one (the stores to normed may alias them). Copied by the threads that read them.
   float* nw_s = nullptr;
   if (a.normed != nullptr && a.norm_w != nullptr && 2 * outs * n8 >= 4 * E) {
     nw_s = reinterpret_cast<float*>(ws);
-    detail::stage_f32(nw_s, a.norm_w, 0, E, reinterpret_cast<uintptr_t>(a.norm_w) % 16 == 0);
+    if (u >= 0) detail::stage_f32(nw_s, a.norm_w, 0, E, reinterpret_cast<uintptr_t>(a.norm_w) % 16 == 0, u, nt);
     cp_async_commit();
   }
   for (int i = tid; i < a.mix_dim; i += kStagedThreads) mix_s[i] = __ldcg(a.mix + row * a.mix_dim + i);
   __syncthreads();
-  const int nh = a.n_hc;
   if constexpr (kKind == HcKind::kPre) {
-    const int nn = nh * nh;
-    if (tid < 32) sinkhorn_row_warp(mix_s, a.scale3, a.base, nh, a.iters, a.hc_eps, w_s, post_s, comb_s);
-    __syncthreads();
-    for (int i = tid; i < nh; i += kStagedThreads) a.post[row * nh + i] = post_s[i];
-    for (int i = tid; i < nn; i += kStagedThreads) a.comb[row * nn + i] = comb_s[i];
+    if (beside) {
+      float v = 0.0f;
+      if (tid < 32) v = sinkhorn4_split(mix_s, a.scale3, a.base, a.hc_eps, w_s, a.post + row * 4);
+      __syncthreads();  // pre (w_s) for warps 1-7; warp 0 goes on alone and never syncs again
+      if (tid < 32) {
+        sinkhorn4_iterate(v, a.iters, a.hc_eps, a.comb + row * 16);
+        return;
+      }
+    } else {
+      const int nn = nh * nh;
+      if (tid < 32) sinkhorn_row_warp(mix_s, a.scale3, a.base, nh, a.iters, a.hc_eps, w_s, post_s, comb_s);
+      __syncthreads();
+      for (int i = tid; i < nh; i += kStagedThreads) a.post[row * nh + i] = post_s[i];
+      for (int i = tid; i < nn; i += kStagedThreads) a.comb[row * nn + i] = comb_s[i];
+    }
   } else {
     if (tid < nh) w_s[tid] = detmath::sigmoid_f32(mix_s[tid] * a.scale1 + a.base[tid]) + a.hc_eps;
     __syncthreads();
   }
+  // From here on threads t0.. alone (u = 0 .. nt - 1), synchronized by tail_sync.
   // y[d] = 0 + w[0]·x[0][d] + w[1]·x[1][d] + ... (x from shared memory). With normed, y[d] also
   // replaces x[0][d] in shared memory (read by this thread only, before).
   float* yr = a.y + row * a.n_embd;
-  for (int d = tid; d < E; d += kStagedThreads) {
+  for (int d = u; d < E; d += nt) {
     float acc = 0.0f;
     for (int h = 0; h < nh; ++h) acc = acc + w_s[h] * xs[h * E + d];
     yr[d] = acc;
@@ -545,19 +592,20 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   }
   if (a.normed == nullptr) return;
   // normed = rms_norm(y) · norm_w: the 64-lane double statistic over the staged y (the
-  // statistic's threads and chains of step 2), the tree, then each element scaled and weighted.
+  // statistic's threads and chains of step 2, counted from t0), the tree, then each element
+  // scaled and weighted.
   cp_async_wait_all();  // the norm's weights
-  __syncthreads();
-  if (detail::stat_thread(tid)) sq_s[detail::stat_lane(tid)] = detail::sumsq_range(0.0, xs, 0, E, detail::stat_lane(tid));
-  __syncthreads();
-  if (tid < 32) {
-    const double ss = detail::tree64(sq_s[tid], sq_s[tid + 32]);
-    if (tid == 0) s_scale = detail::rms_scale(ss, E, a.norm_out_eps);
+  tail_sync(t0);
+  if (detail::stat_thread(u)) sq_s[detail::stat_lane(u)] = detail::sumsq_range(0.0, xs, 0, E, detail::stat_lane(u));
+  tail_sync(t0);
+  if (u < 32) {
+    const double ss = detail::tree64(sq_s[u], sq_s[u + 32]);
+    if (u == 0) s_scale = detail::rms_scale(ss, E, a.norm_out_eps);
   }
-  __syncthreads();
+  tail_sync(t0);
   const float sc = s_scale;
   float* hr = a.normed + row * a.n_embd;
-  for (int d = tid; d < E; d += kStagedThreads) {
+  for (int d = u; d < E; d += nt) {
     const float v = __fmul_rn(xs[d], sc);
     hr[d] = a.norm_w == nullptr ? v : __fmul_rn(v, nw_s != nullptr ? nw_s[d] : a.norm_w[d]);
   }

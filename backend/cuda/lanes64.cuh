@@ -80,18 +80,20 @@ __host__ __device__ inline int stage_part(int n) { return ((n + 64 * kStageParts
 __device__ __forceinline__ bool stat_thread(int tid) { return tid < 128 && (tid & 31) < 16; }
 __device__ __forceinline__ int stat_lane(int tid) { return (tid & 15) + 16 * (tid >> 5); }
 
-// Floats [lo, hi) of src (global) to dst (shared, same indices) by the block's threads, with
-// cp.async: 16-byte copies when vec (src 16-byte aligned, dst too, lo ≡ 0 mod 4), 4-byte
-// copies otherwise and for the last hi % 4. The caller commits the group.
-__device__ __forceinline__ void stage_f32(float* dst, const float* src, int lo, int hi, bool vec) {
+// Floats [lo, hi) of src (global) to dst (shared, same indices) by threads t = 0..nt-1 (the
+// block's, by default), with cp.async: 16-byte copies when vec (src 16-byte aligned, dst too,
+// lo ≡ 0 mod 4), 4-byte copies otherwise and for the last hi % 4. The caller commits the group.
+__device__ __forceinline__ void stage_f32(float* dst, const float* src, int lo, int hi, bool vec, int t, int nt) {
   int s = lo;
   if (vec) {
     const int q1 = hi / 4;
-    for (int q = lo / 4 + static_cast<int>(threadIdx.x); q < q1; q += static_cast<int>(blockDim.x))
-      cp_async16_cg(dst + 4 * q, src + 4 * q);
+    for (int q = lo / 4 + t; q < q1; q += nt) cp_async16_cg(dst + 4 * q, src + 4 * q);
     s = q1 * 4;
   }
-  for (int i = s + static_cast<int>(threadIdx.x); i < hi; i += static_cast<int>(blockDim.x)) cp_async4(dst + i, src + i);
+  for (int i = s + t; i < hi; i += nt) cp_async4(dst + i, src + i);
+}
+__device__ __forceinline__ void stage_f32(float* dst, const float* src, int lo, int hi, bool vec) {
+  stage_f32(dst, src, lo, hi, vec, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
 // Waits until at most `pending` (0..4) of this thread's cp.async groups are outstanding.

@@ -213,6 +213,14 @@ __device__ __forceinline__ float two_row_dots(const uint8_t* pa, const uint8_t* 
   return acc;
 }
 
+// The slot's expert id, read BEFORE the kernel's PDL wait so that its weight copies overlap the
+// kernel before it. Sound because of the launch order (moe.cu): the router that writes sel ran
+// at least two launches earlier (a quantize launch between it and gate/up; gate/up and another
+// before down), and each launch since began only after its own wait on the one before it, so
+// sel is complete and in L2 when this grid starts; read through L2 (ld.global.cg), never from
+// an SM's L1, which may still hold the last layer's ids.
+__device__ __forceinline__ int32_t early_sel(const int32_t* p) { return __ldcg(p); }
+
 // cp.async.wait_group with a run-time count n <= 7 (folded to one constant after unrolling).
 __device__ __forceinline__ void wait_pending(int n) {
   switch (n) {
@@ -247,7 +255,6 @@ template <class F, int KB, int RPW>
 __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     R1Args gate, R1Args up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, const BlockQ8K* __restrict__ x, float clamp, float* __restrict__ mid) {
-  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   extern __shared__ __align__(16) uint8_t r1_smem[];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -255,7 +262,7 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kGuWarps + warp) * RPW;
   const int rs = nb * F::kBlockBytes;  // a multiple of 16 (the launcher checks)
   uint8_t* st = r1_smem + static_cast<size_t>(warp) * RPW * 2 * rs;
-  const int32_t e = __ldg(sel + q);
+  const int32_t e = early_sel(sel + q);  // before the wait: the weight copies start at once
   const bool ok = e >= 0 && e < n_expert;
   if (ok) {
     const uint8_t* g0 = gate.data + static_cast<size_t>(e) * gate.expert_bytes;
@@ -276,6 +283,7 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
       cp_async_commit();  // group r: row r's gate and up (empty past n_ff)
     }
   }
+  detail::pdl_enter();  // wait for the kernel before (x's quantization), then let the next one launch
   ActRegs<KB> a;
   load_act<KB>(x, nb, lane >> 3, lane & 7, a);
   stage_grid<F>(grid_s);
@@ -309,7 +317,6 @@ template <class F, int KB, int TR>
 __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     R1Args down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     const BlockQ8K* __restrict__ midq, const float* __restrict__ add, float* __restrict__ out) {
-  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
   static_assert(TR % 2 == 0 && TR <= 8, "rows decoded in pairs; at most 8 commit groups");
   extern __shared__ __align__(16) uint8_t r1_smem[];
   __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
@@ -318,7 +325,7 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * TR;
   const int rs = nb * F::kBlockBytes;
   uint8_t* st = r1_smem + static_cast<size_t>(s) * TR * rs;
-  const int32_t e = __ldg(sel + s);
+  const int32_t e = early_sel(sel + s);  // before the wait: the weight copies start at once
   const bool ok = e >= 0 && e < n_expert;
   if (ok) {
     const uint8_t* d0 = down.data + static_cast<size_t>(e) * down.expert_bytes;
@@ -333,6 +340,7 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
       cp_async_commit();  // group r: row r (empty past n_embd)
     }
   }
+  detail::pdl_enter();  // wait for the kernel before (mid's quantization), then let the next one launch
   ActRegs<KB> a;
   load_act<KB>(midq + static_cast<int64_t>(s) * nb, nb, lane >> 3, lane & 7, a);
   stage_grid<F>(grid_s);

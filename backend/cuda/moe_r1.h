@@ -5,6 +5,9 @@
 // *done = false launched nothing (a shape the kernels do not take: rows not 16-byte aligned,
 // n_in above 16 super-blocks, more than kMoeR1MaxSlots slots) and the caller's warp kernels run
 // the call, with the same bits either way.
+// Launch-order contract: both kernels read sel before their PDL wait (to start their weight
+// copies during the kernel before them), so sel's writer must not be the launch just before
+// them on the stream (moe.cu: route, quantize x, gate/up, quantize mid, down).
 #pragma once
 
 #include <cstdint>
