@@ -159,6 +159,31 @@ __device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const 
   return (sumi - corr) * ls;
 }
 
+// iq2_xxs_group_isum with each sign pattern's byte masks read from a table instead of built:
+// signs[si] = the 8 masks of quant::kIq2Signs[si] (byte b = 0xff where its bit b is set; low
+// word = sign_mask4 of the low nibble, high word of the high one). The same integers, in fewer
+// instructions (one shared-memory load for a popc and two sign_mask4 per 8 quants): the decode
+// is instruction-bound in the one-row expert kernels (moe_r1.cu).
+__device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const int (&aq)[8], const uint64_t* grid,
+                                                      const uint64_t* signs) {
+  const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
+  const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
+  const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
+  int sumi = 0, corr = 0;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
+    const uint64_t m = signs[(aux1 >> (7 * c)) & 127u];
+    const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
+    const int mlo = static_cast<int>(static_cast<uint32_t>(m)), mhi = static_cast<int>(static_cast<uint32_t>(m >> 32));
+    sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
+    sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
+    corr = __dp4a(glo, mlo, corr);
+    corr = __dp4a(ghi, mhi, corr);
+  }
+  return (sumi - corr) * ls;
+}
+
 }  // namespace ds4::cuda::detail
 
 namespace ds4::cuda {

@@ -18,6 +18,9 @@
 //     shuffles; the float term by the CPU's expressions), then lanes 0 and 1 add them in block
 //     order, each into its row's one accumulator (block b = 4k + s comes from lane 8s of
 //     register k) — quant::dot_*_q8_k's sequence, bit for bit;
+//   * the IQ2_XXS decode reads each sign pattern's byte masks from a table staged beside the
+//     grid (detail::iq2_xxs_group_isum's table form): at one row the kernel is bound by
+//     instruction issue (ncu on an H100: 57% of the SMs' issue rate, 23% of DRAM bandwidth);
 //   * expert_down_sum_r1: warp s of a CTA computes slot s's dots of TR output rows into shared
 //     memory; thread t then adds the slots in slot order from 0 (the CPU's out = 0, out + d).
 // The SwiGLU/clamp/weight expression is rowmath::moe_mid_value, as in the warp kernels; an
@@ -44,7 +47,10 @@ using detail::f16_to_f32;
 // benchmark have run on one (docs/CUDA.md, "Where the next lease starts").
 std::atomic<int> g_moe_r1{static_cast<int>(MoeR1Kernel::kOld)};
 
-__device__ uint64_t g_r1_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
+// quant::kIq2XxsGrid (entries 0-255) and the 128 sign patterns' byte masks (256-383, see
+// detail::iq2_xxs_group_isum's table form), uploaded once per device, staged per CTA.
+constexpr int kIq2Tables = 256 + 128;
+__device__ uint64_t g_r1_iq2_grid[kIq2Tables];
 
 constexpr int kGuWarps = 8;                 // gate/up: output-row groups (warps) per CTA
 constexpr int kMaxBlocks = 16;              // super-blocks per row these kernels take (4 per lane)
@@ -96,7 +102,7 @@ struct R1Iq2Xxs {
     if (valid) {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(p);  // 2-byte aligned
       wd = f16_to_f32(h[0]);
-      part = detail::iq2_xxs_group_isum(h + 1 + 4 * sub, aq, grid);
+      part = detail::iq2_xxs_group_isum(h + 1 + 4 * sub, aq, grid, grid + 256);
     }
 #pragma unroll
     for (int s = 1; s < 8; s *= 2) part += __shfl_xor_sync(kFullMask, part, s);
@@ -243,7 +249,7 @@ struct R1Args {
 template <class F>
 __device__ __forceinline__ void stage_grid(uint64_t* grid_s) {
   if constexpr (F::kTables) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) grid_s[i] = g_r1_iq2_grid[i];
+    for (int i = threadIdx.x; i < kIq2Tables; i += blockDim.x) grid_s[i] = g_r1_iq2_grid[i];
   }
 }
 
@@ -256,7 +262,7 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     R1Args gate, R1Args up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, const BlockQ8K* __restrict__ x, float clamp, float* __restrict__ mid) {
   extern __shared__ __align__(16) uint8_t r1_smem[];
-  __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
+  __shared__ uint64_t grid_s[F::kTables ? kIq2Tables : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int q = blockIdx.y;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kGuWarps + warp) * RPW;
@@ -319,7 +325,7 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     const BlockQ8K* __restrict__ midq, const float* __restrict__ add, float* __restrict__ out) {
   static_assert(TR % 2 == 0 && TR <= 8, "rows decoded in pairs; at most 8 commit groups");
   extern __shared__ __align__(16) uint8_t r1_smem[];
-  __shared__ uint64_t grid_s[F::kTables ? 256 : 1];
+  __shared__ uint64_t grid_s[F::kTables ? kIq2Tables : 1];
   __shared__ float ds[kMoeR1MaxSlots][TR];
   const int lane = threadIdx.x & 31, s = threadIdx.x >> 5;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * TR;
@@ -374,7 +380,16 @@ Status upload_r1_tables() {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
     return resource_error("cuda: expert_gate_up_r1: no current device");
   if (done[dev]) return Status();
-  if (cudaMemcpyToSymbol(g_r1_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess)
+  uint64_t tables[kIq2Tables];
+  for (int i = 0; i < 256; ++i) tables[i] = quant::kIq2XxsGrid[i];
+  for (int si = 0; si < 128; ++si) {  // bit b of the sign byte -> byte mask b
+    const unsigned sv = quant::kIq2Signs[si];
+    uint64_t m = 0;
+    for (int b = 0; b < 8; ++b)
+      if ((sv >> b) & 1u) m |= uint64_t{0xff} << (8 * b);
+    tables[256 + si] = m;
+  }
+  if (cudaMemcpyToSymbol(g_r1_iq2_grid, tables, sizeof(tables)) != cudaSuccess)
     return resource_error("cuda: expert r1: cannot upload the IQ2_XXS grid: %s", cudaGetErrorString(cudaGetLastError()));
   // The copy from pageable memory may still be in flight when it returns, and the backend's
   // stream does not wait for the legacy default stream: wait here, once per device.
