@@ -134,12 +134,23 @@ __device__ __forceinline__ uint32_t sign_mask4(uint32_t s) {
   return ((s & 0xfu) * 0x00204081u & 0x01010101u) * 0xffu;
 }
 
+// The 8 byte masks of IQ2_XXS sign pattern si (7 bits; quant::kIq2Signs[si] adds the parity bit)
+// as one word: byte b = 0xff where bit b of the sign byte is set (low word: sign_mask4 of the
+// low nibble, high word: of the high one).
+__device__ __forceinline__ uint64_t iq2_sign_masks(uint32_t si) {
+  const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
+  return sign_mask4(sv) | (static_cast<uint64_t>(sign_mask4(sv >> 4)) << 32);
+}
+
 // The exact integer part of 32-element group g of an IQ2_XXS block, ls·Σ signed grid·q8
 // (quant/dot.h iq2_xxs_block_isum's term for one group): qh = the group's 4 uint16 words (grid
 // indices, then signs and the 4-bit scale), aq = the group's 32 activation quants as 8 words,
-// grid = quant::kIq2XxsGrid. The signs are applied by xor with byte masks and corrected
-// (a ^ m = a·(−1) − 1 per negated byte, so Σ g·(a ^ m) − Σ g·m = Σ g·(±a)).
-__device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const int (&aq)[8], const uint64_t* grid) {
+// grid = quant::kIq2XxsGrid, masks(si) = iq2_sign_masks(si) (built, or read from a table). The
+// signs are applied by xor with byte masks and corrected (a ^ m = a·(−1) − 1 per negated byte,
+// so Σ g·(a ^ m) − Σ g·m = Σ g·(±a)).
+template <class SignMasks>
+__device__ __forceinline__ int32_t iq2_xxs_group_isum_masks(const uint16_t* qh, const int (&aq)[8],
+                                                            const uint64_t* grid, SignMasks masks) {
   const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
   const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
   const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
@@ -147,33 +158,7 @@ __device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const 
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-    const uint32_t si = (aux1 >> (7 * c)) & 127u;
-    const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
-    const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
-    const int mlo = static_cast<int>(sign_mask4(sv)), mhi = static_cast<int>(sign_mask4(sv >> 4));
-    sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
-    sumi = __dp4a(ghi, aq[2 * c + 1] ^ mhi, sumi);
-    corr = __dp4a(glo, mlo, corr);
-    corr = __dp4a(ghi, mhi, corr);
-  }
-  return (sumi - corr) * ls;
-}
-
-// iq2_xxs_group_isum with each sign pattern's byte masks read from a table instead of built:
-// signs[si] = the 8 masks of quant::kIq2Signs[si] (byte b = 0xff where its bit b is set; low
-// word = sign_mask4 of the low nibble, high word of the high one). The same integers, in fewer
-// instructions (one shared-memory load for a popc and two sign_mask4 per 8 quants): the decode
-// is instruction-bound in the one-row expert kernels (moe_r1.cu).
-__device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const int (&aq)[8], const uint64_t* grid,
-                                                      const uint64_t* signs) {
-  const uint32_t aux0 = qh[0] | (static_cast<uint32_t>(qh[1]) << 16);
-  const uint32_t aux1 = qh[2] | (static_cast<uint32_t>(qh[3]) << 16);
-  const int32_t ls = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
-  int sumi = 0, corr = 0;
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint64_t g = grid[(aux0 >> (8 * c)) & 0xffu];
-    const uint64_t m = signs[(aux1 >> (7 * c)) & 127u];
+    const uint64_t m = masks((aux1 >> (7 * c)) & 127u);
     const int glo = static_cast<int>(static_cast<uint32_t>(g)), ghi = static_cast<int>(static_cast<uint32_t>(g >> 32));
     const int mlo = static_cast<int>(static_cast<uint32_t>(m)), mhi = static_cast<int>(static_cast<uint32_t>(m >> 32));
     sumi = __dp4a(glo, aq[2 * c] ^ mlo, sumi);
@@ -182,6 +167,19 @@ __device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const 
     corr = __dp4a(ghi, mhi, corr);
   }
   return (sumi - corr) * ls;
+}
+
+// The masks built per use (a popc and two sign_mask4 per 8 quants).
+__device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const int (&aq)[8], const uint64_t* grid) {
+  return iq2_xxs_group_isum_masks(qh, aq, grid, [](uint32_t si) { return iq2_sign_masks(si); });
+}
+
+// The masks read from signs[si] = iq2_sign_masks(si) (a table of 128, in shared memory): the
+// same integers in fewer instructions; the one-row expert kernels (moe_r1.cu) are bound by
+// instruction issue, not memory.
+__device__ __forceinline__ int32_t iq2_xxs_group_isum(const uint16_t* qh, const int (&aq)[8], const uint64_t* grid,
+                                                      const uint64_t* signs) {
+  return iq2_xxs_group_isum_masks(qh, aq, grid, [signs](uint32_t si) { return signs[si]; });
 }
 
 }  // namespace ds4::cuda::detail
