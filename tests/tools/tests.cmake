@@ -51,3 +51,13 @@ if(Python3_Interpreter_FOUND)
                    ${CMAKE_SOURCE_DIR}/tools/ncu_kernel_table.py ${CMAKE_BINARY_DIR}/tests/tools/ncu_kernel_table)
   set_tests_properties(tools.ncu_kernel_table PROPERTIES TIMEOUT 60 LABELS tools)
 endif()
+
+# scripts/cuda_ab.sh (the A/B of the working tree's CUDA code against an earlier revision on one
+# GPU machine, docs/CUDA.md): its GPU-free modes, prepare and overlay, in a scratch repository.
+find_package(Git QUIET)
+if(Python3_Interpreter_FOUND AND GIT_FOUND)
+  add_test(NAME tools.cuda_ab
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_cuda_ab.py
+                   ${CMAKE_SOURCE_DIR}/scripts/cuda_ab.sh ${CMAKE_BINARY_DIR}/tests/tools/cuda_ab)
+  set_tests_properties(tools.cuda_ab PROPERTIES TIMEOUT 60 LABELS tools)
+endif()
