@@ -43,8 +43,8 @@ using quant::BlockQ8K;
 using detail::kFullMask;
 using detail::f16_to_f32;
 
-// Not yet run on a GPU: the warp kernels stay the default until the parity tests and the
-// benchmark have run on one (docs/CUDA.md, "Where the next lease starts").
+// The library's own default is the warp kernels; the backend selects these kernels from its
+// `--cuda-moe` flag (default new, since stop 44's measurements: cuda_backend.cpp).
 std::atomic<int> g_moe_r1{static_cast<int>(MoeR1Kernel::kOld)};
 
 // quant::kIq2XxsGrid (entries 0-255) and the 128 sign patterns' byte masks (256-383, see
