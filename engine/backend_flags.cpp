@@ -108,7 +108,7 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "a launch overlaps the kernel before it (2K decode +6% on an H100); for A/B timing, same bits",
             "DS4_CUDA_PDL_ALL")
       .flag("--cuda-wide-persistent", &f->cuda_wide_persistent,
-            "CUDA: the one-row Q8_0 kernel on a persistent grid (off until measured): as many CTAs as the SMs "
+            "CUDA: the one-row Q8_0 kernel on a persistent grid (off: no whole-token gain measured on an H100): as many CTAs as the SMs "
             "hold, each walking several row groups with three weight chunks in flight, instead of a CTA per "
             "row group; for A/B timing, same bits",
             "DS4_CUDA_WIDE_PERSISTENT")
