@@ -26,6 +26,8 @@
 // Invariants: no allocation (flat / mix scratch come in the params, the tickets from the
 // caller), asynchronous on the stream; a fused launch covers at most kHcTicketRows rows (more
 // rows: several launches in stream order, each leaving its counters zero).
+#include <atomic>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/lanes64.cuh"
@@ -427,12 +429,18 @@ constexpr int kStagedSmemMax = 200 * 1024;     // dynamic shared memory a block 
 
 __host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
-// Dynamic shared memory of a staged block: the row x (f32, n rounded up to 4) and `outs`
-// weight rows (f16, n rounded up to 8, so each starts 16-byte aligned).
-size_t staged_smem(int64_t n, int outs) {
-  return 4 * static_cast<size_t>(round_up(static_cast<int>(n), 4)) +
-         2 * static_cast<size_t>(outs) * static_cast<size_t>(round_up(static_cast<int>(n), 8));
+// Dynamic shared memory of a staged block: the row x (f32, n rounded up to 4), `outs` weight
+// rows (f16, n rounded up to 8, so each starts 16-byte aligned) and, with `products`, the one
+// output's n products (f32, n rounded up to 4).
+size_t staged_smem(int64_t n, int outs, bool products) {
+  const size_t n4 = static_cast<size_t>(round_up(static_cast<int>(n), 4));
+  return 4 * n4 + 2 * static_cast<size_t>(outs) * static_cast<size_t>(round_up(static_cast<int>(n), 8)) +
+         (products ? 4 * n4 : 0);
 }
+
+// The staged kernel's dot for one output per block (decode): the products first, then the
+// chains (set_hc_products; default on).
+std::atomic<bool> g_hc_products{true};
 
 // The barrier of the staged kernel's last phases: the block's (t0 = 0), or named barrier 1 over
 // threads t0 .. kStagedThreads - 1 (whole warps; warp 0 is running the Sinkhorn beside them).
@@ -451,13 +459,18 @@ __device__ __forceinline__ void tail_sync(int t0) {
 //  2. runs the RMS statistic (lanes64.cuh's staged_scale) as x's parts arrive;
 //  3. runs the outs · 64 dot chains of matvec_f16's order, one per thread (thread 64q + l:
 //     output q, lane partial l, i = l, l + 64, ... < n: acc + f16(w[i])·(x[i]·scale)), from
-//     shared memory, then the tree per output on one warp each;
+//     shared memory, then the tree per output on one warp each. With `products` (one output
+//     per block) every thread first writes its share of p[i] = f16(w[i])·(x[i]·scale) (eight
+//     elements per step, 16-byte loads), so a chain step is one load and one add: the same
+//     operations, so the same bits, with the block's 256 threads doing the multiplies instead
+//     of the chains' 64;
 //  4. the ticket as in hc_fused_kernel; the row's last block runs the Sinkhorn or the sigmoid
 //     weights, and the stream sum from its staged x (and the folded norm); for HC pre with
 //     n_hc = 4 the Sinkhorn's iterations run on warp 0 beside the stream sum and the norm on
 //     warps 1-7, which need its pre weights alone (the same operations: the same bits).
 template <HcKind kKind>
-__global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs, bool pdl) {
+__global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedArgs a, int outs, bool pdl,
+                                                                   bool products) {
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ double sq_s[64];
   __shared__ float dot_s[kMaxOuts][64];
@@ -517,7 +530,33 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
 
   // 3. One dot chain per thread.
   const int q = tid >> 6, l = tid & 63;
-  if (q < outs && o0 + q < a.mix_dim) {
+  if (products) {  // outs == 1 (the launcher): p[i] by every thread, then the 64 chains over p
+    float* ps = reinterpret_cast<float*>(dyn + 4 * round_up(n, 4) + 2 * n8);  // [n4], 16-byte aligned
+    if (o0 < a.mix_dim) {  // block-uniform
+      const int n_vec = n / 8;
+      for (int j = tid; j < n_vec; j += kStagedThreads) {
+        const uint4 wv = reinterpret_cast<const uint4*>(ws)[j];
+        const float4 x0 = reinterpret_cast<const float4*>(xs)[2 * j];
+        const float4 x1 = reinterpret_cast<const float4*>(xs)[2 * j + 1];
+        const uint32_t wr[4] = {wv.x, wv.y, wv.z, wv.w};
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        float pv[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const uint16_t h = static_cast<uint16_t>(k % 2 == 0 ? wr[k / 2] & 0xffffu : wr[k / 2] >> 16);
+          pv[k] = __fmul_rn(detail::f16_to_f32(h), __fmul_rn(xv[k], scale));
+        }
+        reinterpret_cast<float4*>(ps)[2 * j] = make_float4(pv[0], pv[1], pv[2], pv[3]);
+        reinterpret_cast<float4*>(ps)[2 * j + 1] = make_float4(pv[4], pv[5], pv[6], pv[7]);
+      }
+      for (int i = 8 * n_vec + tid; i < n; i += kStagedThreads)
+        ps[i] = __fmul_rn(detail::f16_to_f32(ws[i]), __fmul_rn(xs[i], scale));
+    }
+    __syncthreads();
+    if (q == 0 && o0 < a.mix_dim) {
+      dot_s[0][l] = detail::sum_lane_range(0.0f, ps, n, l);  // dot_step's adds, in i order
+    }
+  } else if (q < outs && o0 + q < a.mix_dim) {
     const uint16_t* wq = ws + q * n8;
     float acc = 0.0f;
 #pragma unroll 8
@@ -688,15 +727,29 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
   }();
   int outs = n_rows <= 8 ? 1 : kMaxOuts;
   if (outs > a.mix_dim) outs = a.mix_dim;
-  while (outs > 1 && staged_smem(hc_dim, outs) > static_cast<size_t>(kStagedSmemMax)) outs /= 2;
-  if (!attr_ok || hc_dim > (int64_t{1} << 24) || staged_smem(hc_dim, outs) > static_cast<size_t>(kStagedSmemMax)) {
+  while (outs > 1 && staged_smem(hc_dim, outs, false) > static_cast<size_t>(kStagedSmemMax)) outs /= 2;
+  // The products' 64 KB more per block leave one block per SM (at Flash width): taken while
+  // the grid is one wave of that (decode and verify rows), else the chains as before.
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  const bool products = outs == 1 && g_hc_products.load(std::memory_order_relaxed) &&
+                        static_cast<int64_t>(n_rows) * a.mix_dim <= sms &&
+                        staged_smem(hc_dim, 1, true) <= static_cast<size_t>(kStagedSmemMax);
+  if (!attr_ok || hc_dim > (int64_t{1} << 24) ||
+      staged_smem(hc_dim, outs, products) > static_cast<size_t>(kStagedSmemMax)) {
     FusedArgs f = a;
     f.normed = nullptr;  // the fused kernel has no folded norm: an rms_norm launch after it
     DS4_RETURN_IF_ERROR(launch_fused<kKind>(op, f, n_rows, stream));
     return a.normed == nullptr ? Status()
                                : rms_norm(a.y, a.norm_w, a.normed, a.n_embd, a.n_embd, n_rows, a.norm_out_eps, stream);
   }
-  const size_t smem = staged_smem(hc_dim, outs);
+  const size_t smem = staged_smem(hc_dim, outs, products);
   const unsigned groups = static_cast<unsigned>((a.mix_dim + outs - 1) / outs);
   for (int r0 = 0; r0 < n_rows; r0 += kHcTicketRows) {
     const int rr = n_rows - r0 < kHcTicketRows ? n_rows - r0 : kHcTicketRows;
@@ -710,7 +763,7 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
       b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
     }
     detail::launch_pdl(pdl_all(), hc_staged_kernel<kKind>, dim3(static_cast<unsigned>(rr), groups), kStagedThreads,
-                       smem, stream, b, outs, pdl_all());
+                       smem, stream, b, outs, pdl_all(), products);
     const Status s = launch_status(op, hc_dim, a.mix_dim, rr);
     if (!s.ok()) return s;
   }
@@ -724,6 +777,9 @@ Status folded_norm(const backend::HcPreParams& p, Stream stream) {
 }
 
 }  // namespace
+
+void set_hc_products(bool on) { g_hc_products.store(on, std::memory_order_relaxed); }
+bool hc_products() { return g_hc_products.load(std::memory_order_relaxed); }
 
 Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets, HcKernel kernel) {
   if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)

@@ -108,10 +108,66 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
 }
 
 // Lane l's sum-of-squares steps over the staged elements [lo, hi) (lo ≡ 0 mod 64), in
-// increasing i: the chain's next stretch of quant::sumsq_f64's order.
+// increasing i: the chain's next stretch of quant::sumsq_f64's order. Software-pipelined: the
+// next 8 steps' loads and squares are issued before this 8's adds, so the chain waits on its
+// adds alone, not on a shared-memory round trip per 8 steps (the same operations in the same
+// order: the same bits).
 __device__ __forceinline__ double sumsq_range(double p, const float* xs, int lo, int hi, int l) {
-#pragma unroll 8
-  for (int i = lo + l; i < hi; i += 64) p = sumsq_step(p, xs[i]);
+  const int first = lo + l;
+  const int cnt = first < hi ? (hi - first + 63) / 64 : 0;
+  const float* src = xs + first;
+  int k = 0;
+  if (cnt >= 8) {
+    double v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const double x = static_cast<double>(src[64 * j]);
+      v[j] = __dmul_rn(x, x);
+    }
+    for (k = 8; k + 8 <= cnt; k += 8) {
+      double u[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const double x = static_cast<double>(src[64 * (k + j)]);
+        u[j] = __dmul_rn(x, x);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        p = __dadd_rn(p, v[j]);
+        v[j] = u[j];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) p = __dadd_rn(p, v[j]);
+  }
+  for (; k < cnt; ++k) p = sumsq_step(p, src[64 * k]);
+  return p;
+}
+
+// Lane l's f32 chain p + v[l] + v[l + 64] + ... over v[0, n), pipelined as sumsq_range (the
+// staged HC dot's adds over its products).
+__device__ __forceinline__ float sum_lane_range(float p, const float* v, int n, int l) {
+  const int cnt = l < n ? (n - l + 63) / 64 : 0;
+  const float* src = v + l;
+  int k = 0;
+  if (cnt >= 8) {
+    float c[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c[j] = src[64 * j];
+    for (k = 8; k + 8 <= cnt; k += 8) {
+      float u[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) u[j] = src[64 * (k + j)];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        p = __fadd_rn(p, c[j]);
+        c[j] = u[j];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) p = __fadd_rn(p, c[j]);
+  }
+  for (; k < cnt; ++k) p = __fadd_rn(p, src[64 * k]);
   return p;
 }
 

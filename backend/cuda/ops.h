@@ -65,6 +65,12 @@ Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets = 
 Status hc_post(const backend::HcPostParams& p, Stream stream);
 Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets = nullptr,
                    HcKernel kernel = HcKernel::kFused);
+// The staged kernel's decode dot (one output per block, rows · mix_dim blocks at most one per
+// SM): true (default) computes the block's products with all its threads, then runs the 64
+// chains over them; false runs the chains over the weights and x directly. The same bits;
+// process-wide, for A/B (bench_cuda, tests).
+void set_hc_products(bool on);
+bool hc_products();
 
 // ---- elementwise.cu ------------------------------------------------------------------------
 Status embed(const backend::EmbedParams& p, Stream stream);

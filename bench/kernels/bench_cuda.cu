@@ -22,6 +22,8 @@
 // each touched expert read once per call, and "pairs", once per (row, slot) pair). Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
+// Run only when FILTER starts with "l2_": the L2 prefetch experiment (bench_l2_prefetch: a one-row
+// matmul after a latency-bound kernel, with and without its weights prefetched into the L2).
 // Usage: bench_cuda [--quick] [--once] [--roofline] [--csv FILE] [--rows=N] [FILTER]
 //   --quick: fewer batches; --once: each op twice, a warm-up and one timed call (under ncu); --roofline: the two ceilings only (the roofline probe of
 //   scripts/bench_cuda_sweep.sh); --csv FILE: also write the ceilings as one CSV row
@@ -470,6 +472,147 @@ void bench_dense_rows(const cuda::DeviceInfo& info) {
   }
 }
 
+// ---- L2 prefetch (issue #30's experiment) -----------------------------------------------------
+// Does a weight matrix prefetched into the L2 while a latency-bound kernel runs make the one-row
+// matmul after it faster? Per iteration (copy i of the weights: >= 4x the L2 apart, so cold):
+// "spin+mm": a one-CTA kernel spinning kSpinUs (a stand-in for hc_pre / route / attention on a
+// few SMs) then the matmul; "spin+mm pf": the same with cp.async.bulk.prefetch.L2 of the weights
+// issued on a second stream as the spin starts; "mm": the matmul alone; "mm warm": the matmul
+// right after a prefetch of its weights that has completed (a synchronized pass: the L2 bound).
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+__global__ void l2_prefetch_kernel(const uint8_t* p, size_t bytes) {
+  constexpr size_t kChunk = 64 * 1024;
+  for (size_t off = threadIdx.x * kChunk; off < bytes; off += blockDim.x * kChunk) {
+    const size_t n = bytes - off < kChunk ? bytes - off : kChunk;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(static_cast<unsigned>(n & ~size_t{15}))
+                 : "memory");
+  }
+}
+
+void bench_l2_prefetch(const cuda::DeviceInfo& info) {
+  const Matvec cases[] = {{"l2_qa_4096x1024", GgmlType::kQ8_0, 4096, 1024},
+                          {"l2_shexp_4096x2048", GgmlType::kQ8_0, 4096, 2048},
+                          {"l2_out_8192x4096", GgmlType::kQ8_0, 8192, 4096},
+                          {"l2_qb_1024x32768", GgmlType::kQ8_0, 1024, 32768}};
+  int clock_khz = 0;
+  CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  cudaStream_t s0, s1;
+  CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  cudaEvent_t ev;
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  std::printf("\n%-28s %8s %10s %10s %10s %10s %10s\n", "l2 prefetch", "spin us", "spin+mm", "spin+mm pf", "mm",
+              "mm warm", "spin");
+  for (const Matvec& c : cases) {
+    if (!selected(c.name)) continue;
+    const size_t rb = quant::row_bytes(c.type, c.n_in);
+    const size_t bytes = rb * c.n_out;
+    const int copies = static_cast<int>(std::max<size_t>(2, (4 * info.l2_bytes + bytes - 1) / bytes));
+    std::vector<uint8_t> host(bytes);
+    quant::fill_random_blocks(c.type, host.data(), c.n_in * c.n_out, 0.05f, 7);
+    std::vector<void*> w(copies);
+    for (auto& p : w) {
+      CK(cudaMalloc(&p, bytes));
+      CK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+    }
+    std::vector<float> xf(static_cast<size_t>(c.n_in));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& f : xf) f = g(rng);
+    float *dx = nullptr, *dy = nullptr;
+    void* dq = nullptr;
+    const size_t sb = cuda::matmul_scratch_bytes(c.n_in, 1);
+    CK(cudaMalloc(&dx, xf.size() * sizeof(float)));
+    CK(cudaMemcpy(dx, xf.data(), xf.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dy, sizeof(float) * c.n_out));
+    CK(cudaMalloc(&dq, sb));
+    auto mm = [&](int i) {
+      ds4::backend::MatmulParams mp;
+      mp.w = ds4::backend::Matrix{static_cast<const uint8_t*>(w[i % copies]), GgmlType::kQ8_0, c.n_in, c.n_out, rb};
+      mp.x = dx, mp.x_stride = c.n_in, mp.y = dy, mp.y_stride = c.n_out, mp.n_rows = 1;
+      ok(cuda::matmul(mp, cuda::OpScratch{dq, sb}, s0));
+    };
+    auto pf = [&](int i, cudaStream_t s) {
+      l2_prefetch_kernel<<<1, 256, 0, s>>>(static_cast<const uint8_t*>(w[i % copies]), bytes);
+    };
+    // Per-iteration time (events on s0 around `iters` iterations), median of batches.
+    auto timed = [&](const std::function<void(int)>& it) {
+      const int iters = std::max(copies, 8);
+      cudaEvent_t a, b;
+      CK(cudaEventCreate(&a));
+      CK(cudaEventCreate(&b));
+      for (int i = 0; i < iters; ++i) it(i);
+      CK(cudaDeviceSynchronize());
+      std::vector<double> t;
+      for (int rep = 0; rep < g_batches; ++rep) {
+        CK(cudaEventRecord(a, s0));
+        for (int i = 0; i < iters; ++i) it(i);
+        CK(cudaEventRecord(b, s0));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e3 / iters);
+      }
+      CK(cudaDeviceSynchronize());
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+      std::sort(t.begin(), t.end());
+      return t[t.size() / 2];
+    };
+    for (int spin_us : {10, 25}) {
+      const long long cyc = static_cast<long long>(clock_khz) * spin_us / 1000;
+      const double t_spin = timed([&](int) { spin_kernel<<<1, 32, 0, s0>>>(cyc); });
+      const double t_a = timed([&](int i) {
+        spin_kernel<<<1, 32, 0, s0>>>(cyc);
+        mm(i);
+      });
+      const double t_b = timed([&](int i) {
+        CK(cudaEventRecord(ev, s0));
+        CK(cudaStreamWaitEvent(s1, ev, 0));
+        pf(i, s1);
+        spin_kernel<<<1, 32, 0, s0>>>(cyc);
+        mm(i);
+      });
+      const double t_mm = timed([&](int i) { mm(i); });
+      // The L2 bound: prefetch, wait for it on the host (and a little: the prefetch's
+      // completion is not signalled), then time the matmul alone.
+      std::vector<double> warm;
+      cudaEvent_t a, b;
+      CK(cudaEventCreate(&a));
+      CK(cudaEventCreate(&b));
+      for (int rep = 0; rep < g_batches; ++rep) {
+        const int i = rep % copies;
+        pf(i, s0);
+        spin_kernel<<<1, 32, 0, s0>>>(static_cast<long long>(clock_khz) * 100 / 1000);  // 100 us for the copies
+        CK(cudaEventRecord(a, s0));
+        mm(i);
+        CK(cudaEventRecord(b, s0));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        warm.push_back(ms * 1e3);
+      }
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+      std::sort(warm.begin(), warm.end());
+      std::printf("%-28s %8d %10.2f %10.2f %10.2f %10.2f %10.2f\n", c.name, spin_us, t_a, t_b, t_mm,
+                  warm[warm.size() / 2], t_spin);
+    }
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    CK(cudaFree(dq));
+  }
+  CK(cudaEventDestroy(ev));
+  CK(cudaStreamDestroy(s0));
+  CK(cudaStreamDestroy(s1));
+}
+
 int main(int argc, char** argv) {
   bool roofline_only = false;
   const char* csv_path = nullptr;
@@ -669,6 +812,10 @@ int main(int argc, char** argv) {
     CK(cudaFree(dq));
   }
 
+  if (std::strncmp(g_filter, "l2_", 3) == 0) {  // the L2 prefetch experiment: only when named
+    bench_l2_prefetch(info);
+    return 0;
+  }
   if (selected("q8_0_attn_8x4096x1024")) bench_grouped("q8_0_attn_8x4096x1024", info, read_gbs);
   bench_gemm(info);
   bench_dense_rows(info);
@@ -822,17 +969,21 @@ int main(int argc, char** argv) {
         // kernels before (chunked rms_norm, tiled matvec_f16: the path as it was)
         // (path 4, hc_pre only: staged with one Sinkhorn iteration instead of DS4's 20, so the
         // difference to "staged" is the cost of the other 19 on the row's last block)
-        for (int path = 0; path < (pre ? 5 : 4); ++path) {
-          const bool fused = path < 2 || path == 4;
+        // (path 5: staged with the decode dot's chains over the weights and x, not over the
+        // products: set_hc_products(false), the kernel before)
+        for (int path = 0; path < 6; ++path) {
+          if (!pre && path == 4) continue;
+          const bool fused = path < 2 || path >= 4;
           const std::string name = std::string(pre ? "hc_pre" : "hc_collapse") + " 4x4096 x" + std::to_string(r) +
                                    (path == 0   ? " fused"
                                     : path == 1 ? " staged"
                                     : path == 2 ? " 3-launch"
                                     : path == 3 ? " 3-launch old"
-                                                : " staged 1 iter");
+                                    : path == 4 ? " staged 1 iter"
+                                                : " staged chains");
           if (!selected(name.c_str())) continue;
           uint32_t* tk = fused ? tickets : nullptr;
-          const cuda::HcKernel hk = path == 1 || path == 4 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
+          const cuda::HcKernel hk = path == 1 || path >= 4 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
           const ds4::backend::Matrix m{nullptr, GgmlType::kF16, HC, n_out, rb};
           auto fn = [&](int i) {
             if (pre) {
@@ -858,7 +1009,9 @@ int main(int argc, char** argv) {
             cuda::set_rms_norm_kernel(cuda::RmsNormKernel::kChunked);
             cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
           }
+          cuda::set_hc_products(path != 5);
           std::printf("%-40s %10.2f\n", name.c_str(), time_per_call(fn, std::max(copies, 50)) * 1e6);
+          cuda::set_hc_products(true);
           cuda::set_rms_norm_kernel(saved);
           cuda::set_dense_narrow_kernel(narrow_saved);
         }

@@ -151,12 +151,24 @@ std::vector<int> hc_row_counts(int64_t n_embd) {
 }
 
 // The fused path's counters must be zero after every call; flat keeps out_buf's pattern.
-enum class HcPath { kThree, kFused, kStaged };
-constexpr HcPath kHcPaths[] = {HcPath::kThree, HcPath::kFused, HcPath::kStaged};
+// kStagedChains: the staged kernel with its decode dot's chains over the weights and x
+// (set_hc_products(false)); kStaged: over the products (the default).
+enum class HcPath { kThree, kFused, kStaged, kStagedChains };
+constexpr HcPath kHcPaths[] = {HcPath::kThree, HcPath::kFused, HcPath::kStaged, HcPath::kStagedChains};
 const char* hc_path_name(HcPath p) {
-  return p == HcPath::kThree ? "3-launch" : p == HcPath::kFused ? "fused" : "staged";
+  return p == HcPath::kThree ? "3-launch" : p == HcPath::kFused ? "fused" : p == HcPath::kStaged ? "staged" : "staged chains";
 }
-HcKernel hc_kernel(HcPath p) { return p == HcPath::kStaged ? HcKernel::kStaged : HcKernel::kFused; }
+HcKernel hc_kernel(HcPath p) {
+  set_hc_products(p != HcPath::kStagedChains);
+  return p == HcPath::kStaged || p == HcPath::kStagedChains ? HcKernel::kStaged : HcKernel::kFused;
+}
+// Puts the process-wide HC switches back to their defaults, also when an assertion returns.
+struct RestoreHcSwitches {
+  ~RestoreHcSwitches() {
+    set_fused_norms(false);
+    set_hc_products(true);
+  }
+};
 
 void expect_fused_leftovers(const Dual<uint32_t>& tickets, const Dual<float>& flat, const std::string& t) {
   const auto tk = tickets.device_values();
@@ -176,9 +188,7 @@ void expect_fused_leftovers(const Dual<uint32_t>& tickets, const Dual<float>& fl
 // lane-per-value Sinkhorn, 20 iterations and 7) and n_hc = 3 (the general warp Sinkhorn).
 TEST_F(FfnOps, HcPreBitsEqualCpu) {
   auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
-  struct Restore {  // the process-wide switch back to its default, also when an assertion returns
-    ~Restore() { set_fused_norms(false); }
-  } restore;
+  RestoreHcSwitches restore;
   struct Shape {
     int n_hc, iters;
     int64_t n_embd;
@@ -268,6 +278,7 @@ TEST_F(FfnOps, HcPostBitsEqualCpu) {
 }
 
 TEST_F(FfnOps, HcCollapseBitsEqualCpu) {
+  RestoreHcSwitches restore;
   const int n_hc = 4;
   auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
   for (int64_t n_embd : {64, 100, 33, 4096}) {
