@@ -124,6 +124,13 @@ struct MatmulParams {
   float* y = nullptr;        // [n_rows, y_stride] f32, first w.n_out written
   int64_t y_stride = 0;
   int n_rows = 1;
+  // The input's RMS norm folded in (matmul only, not matmul_grouped): with normed set the op
+  // first writes normed = rms_norm(x) (· norm_weight), RmsNormParams' bits, then multiplies
+  // normed: the bits of an rms_norm op followed by the matmul, in one op (issue #30's "norm
+  // into the next matvec"; on CUDA one launch for a decode row).
+  float* normed = nullptr;              // [n_rows, x_stride] f32 (first w.n_in written), or nullptr
+  const float* norm_weight = nullptr;   // [w.n_in] or nullptr (unweighted)
+  float norm_eps = 1e-6f;
 };
 
 // out[i] = rms_norm(x[i]) (· weight when given), double sum of squares (§3.2). In place ok.
@@ -136,6 +143,19 @@ struct RmsNormParams {
   int n_rows = 1;
   float eps = 1e-6f;
 };
+
+// The rms_norm op that a matmul's folded norm stands for (p.normed set).
+inline RmsNormParams input_norm(const MatmulParams& p) {
+  RmsNormParams r;
+  r.x = p.x;
+  r.weight = p.norm_weight;
+  r.out = p.normed;
+  r.n = p.w.n_in;
+  r.stride = p.x_stride;
+  r.n_rows = p.n_rows;
+  r.eps = p.norm_eps;
+  return r;
+}
 
 // Hyper-connection "pre" (§4.2): flatten-norm, F16 projection, Sinkhorn, weighted stream sum.
 struct HcPreParams {

@@ -171,13 +171,24 @@ class CpuBackend final : public Backend {
     pool_.run_split((pool_.n_threads() + 1) / 2, a, b);
   }
 
-  void matmul(const MatmulParams& p) override { mm_.matmul(p); }
+  void matmul(const MatmulParams& p) override {
+    if (p.normed == nullptr) {
+      mm_.matmul(p);
+      return;
+    }
+    rms_norm(input_norm(p));  // the folded norm: the rms_norm op, then the matmul of its rows
+    MatmulParams q = p;
+    q.x = p.normed;
+    q.normed = nullptr;
+    mm_.matmul(q);
+  }
 
   // One pool job for all the matmuls: each is cut into pieces of consecutive outputs (about
   // kGroupPieceBytes of weight bytes x rows each, whole 16-output tiles) and every piece runs
   // on one thread (mm_inline_). A row's output o is the same dot whichever piece computes it.
   // Small calls (and more matmuls than pieces) run on the caller, one matmul after the other.
   void matmul_grouped(const MatmulParams* p, int n) override {
+    for (int i = 0; i < n; ++i) DS4_CHECK_MSG(p[i].normed == nullptr, "matmul_grouped: no folded norm");
     constexpr int kMaxPieces = 256;
     int64_t total = 0;
     for (int i = 0; i < n; ++i) total += work_bytes(p[i]);

@@ -90,19 +90,8 @@ __device__ __forceinline__ int8_t q8_0_act_block(float v, float* d) {
   return q8_0_act_code(v, id);
 }
 
-// The thread form: block b of the f32 row x (16-byte aligned) by one thread, 8 16-byte loads;
-// its 32 codes packed into qw (qs[4k .. 4k+3] in qw[k], little-endian as BlockQ8_0Act's bytes),
-// its scale returned. A warp instruction serves 32 blocks, so a kernel that quantizes the row
-// in every CTA (the one-row Q8_0 kernels' fused forms) pays ~10 warp instructions per block,
-// not the warp form's ~60. Same pieces, same bits.
-__device__ __forceinline__ float q8_0_act_block_words(const float* x, int64_t b, uint32_t (&qw)[8]) {
-  const float4* xb = reinterpret_cast<const float4*>(x) + 8 * b;
-  float v[32];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float4 f = __ldg(xb + i);
-    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-  }
+// The block's Q8_0 scale and quant words from its 32 values.
+__device__ __forceinline__ float q8_0_act_words(const float (&v)[32], uint32_t (&qw)[8]) {
   float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 4 partial maxima (order-free), shorter chains
 #pragma unroll
   for (int i = 0; i < 32; ++i) m[i & 3] = fmaxf(m[i & 3], q8_0_act_mag(v[i]));
@@ -117,6 +106,47 @@ __device__ __forceinline__ float q8_0_act_block_words(const float* x, int64_t b,
     qw[k] = word;
   }
   return d;
+}
+
+// Block b's 32 values of the f32 row x (16-byte aligned): 8 16-byte loads.
+__device__ __forceinline__ void load_block32(const float* x, int64_t b, float (&v)[32]) {
+  const float4* xb = reinterpret_cast<const float4*>(x) + 8 * b;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 f = __ldg(xb + i);
+    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+  }
+}
+
+// The thread form: block b of the f32 row x (16-byte aligned) by one thread, 8 16-byte loads;
+// its 32 codes packed into qw (qs[4k .. 4k+3] in qw[k], little-endian as BlockQ8_0Act's bytes),
+// its scale returned. A warp instruction serves 32 blocks, so a kernel that quantizes the row
+// in every CTA (the one-row Q8_0 kernels' fused forms) pays ~10 warp instructions per block,
+// not the warp form's ~60. Same pieces, same bits.
+__device__ __forceinline__ float q8_0_act_block_words(const float* x, int64_t b, uint32_t (&qw)[8]) {
+  float v[32];
+  load_block32(x, b, v);
+  return q8_0_act_words(v, qw);
+}
+
+// The same for block b of rms_norm(x) · w (w nullptr: unweighted) given the row's scale:
+// element i is (x[i]·scale)·w[i], rms_norm_row's expression; with normed, the block's 32
+// normed values are also stored there.
+__device__ __forceinline__ float q8_0_act_block_words_normed(const float* x, int64_t b, float scale,
+                                                             const float* w, float* normed, uint32_t (&qw)[8]) {
+  float v[32];
+  load_block32(x, b, v);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    v[i] = __fmul_rn(v[i], scale);
+    if (w != nullptr) v[i] = __fmul_rn(v[i], __ldg(w + 32 * b + i));
+  }
+  if (normed != nullptr) {
+    float4* nb = reinterpret_cast<float4*>(normed) + 8 * b;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) nb[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+  }
+  return q8_0_act_words(v, qw);
 }
 
 // The float closing of a Q2_K / Q4_K super-block (quant/dot.h): (yd·wd)·isum − (yd·wm)·summs,

@@ -181,7 +181,21 @@ constexpr int64_t kR1WidePersistentFusedMaxIn = 8192;
 // shapes the kernel takes and x 16-byte aligned; otherwise launches nothing and
 // sets *fused = false (the caller quantizes and calls matvec_q8_0; a bad shape is reported there).
 // x must not overlap y: every CTA reads all of x while others write y (no caller aliases them).
-Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream = nullptr);
+// With norm (the matmul's folded input norm, backend::MatmulParams::normed): the wide kernel
+// takes the row as rms_norm(x) · norm->weight (each CTA runs the statistic; CTA 0 also writes
+// the normed row to norm->normed), rms_norm's bits; when the wide kernel does not take the
+// call, *fused = false and nothing ran (the caller launches rms_norm, then the matmul).
+struct RowNorm {
+  const float* weight = nullptr;  // [n_in] or nullptr (unweighted)
+  float* normed = nullptr;        // [n_in]
+  float eps = 1e-6f;
+};
+Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream = nullptr,
+                          const RowNorm* norm = nullptr);
+// Whether the wide kernel folds a RowNorm (true, the default) or declines it (false: the caller's
+// rms_norm launch, then the matmul; A/B, the same bits). Process-wide.
+void set_fold_input_norm(bool on);
+bool fold_input_norm();
 // The grouped form (matvec_q8_0_grouped at r = 1 with f32 rows): group g computes
 // matvec_q8_0_r1_f32(Weights{w[g], row_bytes, n_in, n_out}, x[g], y[g]); one launch for all.
 // A group may have fewer outputs than the call's n_out (n_out > 0 here: mixed widths, e.g.

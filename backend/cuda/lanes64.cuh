@@ -68,6 +68,25 @@ __device__ __forceinline__ float rms_scale(double sumsq, int64_t n, float eps) {
   return 1.0f / sqrtf(static_cast<float>(sumsq / static_cast<double>(n)) + eps);
 }
 
+// rms_norm_row's scale of the row x[0, n) in global memory, by the whole block (blockDim >= 32;
+// thread t runs chains t, t + blockDim, ... < 64 straight from x, then warp 0 the tree): every
+// thread calls it (barriers) and gets the scale. sq_s: 64 doubles, s_scale: one float, shared.
+__device__ __forceinline__ float block_rms_scale(const float* x, int n, float eps, double* sq_s, float* s_scale) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  for (int l = tid; l < 64; l += nt) {
+    double p = 0.0;
+    for (int i = l; i < n; i += 64) p = sumsq_step(p, __ldg(x + i));
+    sq_s[l] = p;
+  }
+  __syncthreads();
+  if (tid < 32) {
+    const double ss = tree64(sq_s[tid], sq_s[tid + 32]);
+    if (tid == 0) *s_scale = rms_scale(ss, n, eps);
+  }
+  __syncthreads();
+  return *s_scale;
+}
+
 // ---- Staged rows --------------------------------------------------------------------------
 
 inline constexpr int kStageParts = 4;  // cp.async groups of a staged row (x); callers add one

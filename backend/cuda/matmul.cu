@@ -29,6 +29,19 @@ size_t matmul_scratch_bytes(int64_t n_in, int n_rows) {
 Status matmul(const backend::MatmulParams& p, const OpScratch& scratch, Stream stream) {
   const backend::Matrix& m = p.w;
   const Weights w{m.data, m.row_bytes, m.n_in, m.n_out};
+  if (p.normed != nullptr) {  // the folded input norm: in the wide kernel, else rms_norm first
+    if (p.n_rows == 1 && m.type == gguf::GgmlType::kQ8_0) {
+      const RowNorm rn{p.norm_weight, p.normed, p.norm_eps};
+      bool fused = false;
+      DS4_RETURN_IF_ERROR(matvec_q8_0_r1_f32(w, p.x, p.y, &fused, stream, &rn));
+      if (fused) return Status();
+    }
+    DS4_RETURN_IF_ERROR(rms_norm(backend::input_norm(p), stream));
+    backend::MatmulParams q = p;
+    q.x = p.normed;
+    q.normed = nullptr;
+    return matmul(q, scratch, stream);
+  }
   switch (m.type) {
     case gguf::GgmlType::kQ8_0: {
       const size_t need = matmul_scratch_bytes(m.n_in, p.n_rows);
@@ -134,6 +147,8 @@ bool mixed_q8_0_r1(const backend::MatmulParams* p, int n, Stream stream, Status*
 }
 
 Status matmul_grouped(const backend::MatmulParams* p, int n, const OpScratch& scratch, Stream stream) {
+  for (int i = 0; i < n; ++i)
+    if (p[i].normed != nullptr) return invalid_argument("cuda: matmul_grouped: a folded input norm (matmul only)");
   if (Status s; dense_grouped(p, n, stream, &s)) return s;
   if (!grouped_q8_0(p, n)) {
     if (Status s; mixed_q8_0_r1(p, n, stream, &s)) return s;

@@ -370,13 +370,23 @@ bool r1_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row_b
 void set_q8_0_r1_kernel(Q8_0R1Kernel k) { g_q8_0_r1.store(static_cast<int>(k), std::memory_order_relaxed); }
 Q8_0R1Kernel q8_0_r1_kernel() { return static_cast<Q8_0R1Kernel>(g_q8_0_r1.load(std::memory_order_relaxed)); }
 
-Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream) {
+namespace {
+std::atomic<bool> g_fold_input_norm{true};
+}  // namespace
+
+void set_fold_input_norm(bool on) { g_fold_input_norm.store(on, std::memory_order_relaxed); }
+bool fold_input_norm() { return g_fold_input_norm.load(std::memory_order_relaxed); }
+
+Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream,
+                          const RowNorm* norm) {
   *fused = false;
+  if (norm != nullptr && !fold_input_norm()) return Status();
   if (r1_wide_fused(w.n_in, w.n_out, 1)) {
-    if (!wide_try_launch_f32(w, x, y, stream)) return Status();
+    if (!wide_try_launch_f32(w, x, y, stream, norm)) return Status();
     *fused = true;
     return launch_status("matvec_q8_0_r1_f32", w.n_in, w.n_out, 1);
   }
+  if (norm != nullptr) return Status();  // only the wide kernel folds the norm
   const int64_t nb = w.n_in / quant::kQK8_0;
   R1Launch l;
   if (!r1_fusable(w, nb, &l, reinterpret_cast<uintptr_t>(x) % 16 == 0)) return Status();

@@ -35,6 +35,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/lanes64.cuh"
 #include "backend/cuda/matvec_r1.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -66,10 +67,13 @@ size_t wide_smem_bytes(int nb, int rows, int chunk, int slots) {
 // the CTA into the same layout (a thread per block, common.cuh's q8_0_act_* pieces:
 // quantize_q8_0_act's bits) while the weight chunks are in flight — the fused matmul of one row,
 // one launch.
+// With norm.normed (X = float only): the row is rms_norm(x) · norm.weight: every CTA runs the
+// statistic (lanes64.cuh block_rms_scale) after the wait, then quantizes the normed values;
+// CTA 0 also stores them to norm.normed (RowNorm, cuda_kernels.h).
 template <int S, class X>
 __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, size_t row_bytes, int nb,
                                                int64_t n_out, int rows, int chunk, const X* __restrict__ x,
-                                               float* __restrict__ y, bool pdl) {
+                                               float* __restrict__ y, bool pdl, const RowNorm& norm) {
   constexpr bool kQuantize = std::is_same_v<X, float>;
   static_assert(kQuantize || std::is_same_v<X, BlockQ8_0Act>, "activation row: f32 or Q8_0 blocks");
   extern __shared__ __align__(16) uint8_t wide_smem[];
@@ -163,9 +167,15 @@ __device__ __forceinline__ void q8_0_wide_rows(const uint8_t* __restrict__ w, si
     // Thread t quantizes blocks t, t + nt, ... whole (common.cuh's thread form, as the staged
     // kernel does): the same bits as quantize_q8_0_act.
     // Stores reach the other threads through the first __syncthreads below.
+    __shared__ double sq_s[64];
+    __shared__ float s_scale;
+    const bool fold = norm.normed != nullptr;  // kernel-uniform
+    const float nscale = fold ? detail::block_rms_scale(x, 32 * nb, norm.eps, sq_s, &s_scale) : 0.0f;
+    float* normed = fold && blockIdx.x == 0 ? norm.normed : nullptr;
     for (int b = tid; b < nb; b += nt) {
       uint32_t qw[8];
-      const float d = detail::q8_0_act_block_words(x, b, qw);
+      const float d = fold ? detail::q8_0_act_block_words_normed(x, b, nscale, norm.weight, normed, qw)
+                           : detail::q8_0_act_block_words(x, b, qw);
       uint4* dst = reinterpret_cast<uint4*>(act_q + 20 * (b >> 1) + 8 * (b & 1));  // 16-byte aligned
       dst[0] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
       dst[1] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
@@ -243,8 +253,8 @@ template <int S, class X>
 __global__ void __launch_bounds__(kWideThreads) q8_0_wide_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                                  int nb, int64_t n_out, int rows, int chunk,
                                                                  const X* __restrict__ x, float* __restrict__ y,
-                                                                 bool pdl) {
-  q8_0_wide_rows<S>(w, row_bytes, nb, n_out, rows, chunk, x, y, pdl);
+                                                                 bool pdl, RowNorm norm) {
+  q8_0_wide_rows<S>(w, row_bytes, nb, n_out, rows, chunk, x, y, pdl, norm);
 }
 
 // The groups of the fused grouped launch (matvec_q8_0_grouped_r1_f32), by value.
@@ -265,7 +275,7 @@ __global__ void __launch_bounds__(kWideThreads) q8_0_wide_grouped_kernel(Args gr
                                                                          int64_t n_out, int rows, int chunk, bool pdl) {
   const auto& gr = groups.g[blockIdx.y];
   q8_0_wide_rows<S>(static_cast<const uint8_t*>(gr.w), row_bytes, nb, group_n_out(gr, n_out), rows, chunk, gr.x,
-                    gr.y, pdl);
+                    gr.y, pdl, RowNorm{});
 }
 
 // Shape of a launch: rows per CTA, chunk blocks, stages (1 or kWideStages), threads, smem.
@@ -377,11 +387,12 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
 }
 
 template <class X>
-void launch_wide(const WideLaunch& l, const Weights& w, int nb, const X* x, float* y, Stream stream) {
+void launch_wide(const WideLaunch& l, const Weights& w, int nb, const X* x, float* y, Stream stream,
+                 const RowNorm& norm = RowNorm{}) {
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
   const bool on = pdl();
   detail::launch_pdl(on, l.stages == 1 ? q8_0_wide_kernel<1, X> : q8_0_wide_kernel<kWideStages, X>, l.grid, l.threads,
-                     l.smem, stream, wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y, on);
+                     l.smem, stream, wp, w.row_bytes, nb, w.n_out, l.rows, l.chunk, x, y, on, norm);
 }
 
 template <class Args>
@@ -425,13 +436,17 @@ bool wide_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row
   return launch_wide_grouped(args, n_groups, row_bytes, n_in, n_out, stream);
 }
 
-bool wide_try_launch_f32(const Weights& w, const float* x, float* y, Stream stream) {
+bool wide_try_launch_f32(const Weights& w, const float* x, float* y, Stream stream, const RowNorm* norm) {
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || w.n_in <= 0 || w.n_in % quant::kQK8_0 != 0 || w.n_out <= 0)
+    return false;
+  if (norm != nullptr && (norm->normed == nullptr || reinterpret_cast<uintptr_t>(norm->normed) % 16 != 0 ||
+                          w.n_in > (int64_t{1} << 30)))
     return false;
   const int64_t nb = w.n_in / quant::kQK8_0;
   WideLaunch l;
   if (!wide_launch_shape(w.data, w.row_bytes, nb, w.n_out, 1, &l)) return false;
-  launch_wide(l, w, static_cast<int>(nb), x, y, stream);
+  if (norm != nullptr && l.threads < 32) return false;  // block_rms_scale's tree needs a whole warp
+  launch_wide(l, w, static_cast<int>(nb), x, y, stream, norm != nullptr ? *norm : RowNorm{});
   return true;
 }
 

@@ -34,7 +34,8 @@ bool wide_try_launch_grouped(const Q8_0GroupArgs& args, int n_groups, size_t row
 // The same kernel quantizing the f32 row itself (x 16-byte aligned, not overlapping y): the
 // fused matmul of one row (matvec_q8_0_r1_f32 / matvec_q8_0_grouped_r1_f32 under kWideFused,
 // and kAuto where kR1WideFusedMaxIn allows); false launched nothing.
-bool wide_try_launch_f32(const Weights& w, const float* x, float* y, Stream stream);
+// With norm: the row is rms_norm(x) · norm->weight (cuda_kernels.h RowNorm).
+bool wide_try_launch_f32(const Weights& w, const float* x, float* y, Stream stream, const RowNorm* norm = nullptr);
 bool wide_try_launch_grouped_f32(const Q8_0GroupF32* groups, int n_groups, size_t row_bytes, int64_t n_in,
                                  int64_t n_out, Stream stream);
 

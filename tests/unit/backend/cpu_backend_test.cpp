@@ -106,6 +106,36 @@ TEST(CpuBackend, Q8MatmulRowsAreBatchAndThreadInvariant) {
   }
 }
 
+// A matmul's folded input norm (MatmulParams::normed) is the rms_norm op, then the matmul of
+// its rows: the same bits in normed and y, weighted and unweighted, rows strided.
+TEST(CpuBackend, MatmulFoldedNormIsRmsNormThenMatmul) {
+  const int n_in = 256, n_out = 40, rows = 3, stride = n_in + 32;
+  std::vector<float> wf = randv(static_cast<size_t>(n_in) * n_out, 17);
+  std::vector<quant::BlockQ8_0> w(static_cast<size_t>(n_in / 32) * n_out);
+  for (int o = 0; o < n_out; ++o) quant::quantize_row_q8_0(wf.data() + o * n_in, w.data() + o * (n_in / 32), n_in);
+  Matrix m{reinterpret_cast<const uint8_t*>(w.data()), gguf::GgmlType::kQ8_0, n_in, n_out, 34 * (n_in / 32)};
+  const auto x = randv(static_cast<size_t>(rows) * stride, 18, 3.0f);
+  const auto nw = randv(n_in, 19);
+  for (int threads : {1, 3}) {
+    auto be = make_cpu_backend(threads);
+    for (const float* weight : {nw.data(), static_cast<const float*>(nullptr)}) {
+      std::vector<float> normed(static_cast<size_t>(rows) * stride, 0.0f), ref_normed = normed;
+      std::vector<float> y(static_cast<size_t>(rows) * n_out), ref_y = y;
+      RmsNormParams r;
+      r.x = x.data(), r.weight = weight, r.out = ref_normed.data(), r.n = n_in, r.stride = stride, r.n_rows = rows;
+      r.eps = 1e-5f;
+      be->rms_norm(r);
+      be->matmul(MatmulParams{m, ref_normed.data(), stride, ref_y.data(), n_out, rows});
+      MatmulParams p{m, x.data(), stride, y.data(), n_out, rows};
+      p.normed = normed.data(), p.norm_weight = weight, p.norm_eps = 1e-5f;
+      be->matmul(p);
+      EXPECT_EQ(0, std::memcmp(normed.data(), ref_normed.data(), normed.size() * 4)) << threads;
+      EXPECT_EQ(0, std::memcmp(y.data(), ref_y.data(), y.size() * 4)) << threads;
+      EXPECT_NE(ref_normed[5], x[5]);  // the norm did something
+    }
+  }
+}
+
 TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
   auto be = make_cpu_backend(1);
   const int D = 128, W = 2 * D, R = 4;
