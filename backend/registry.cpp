@@ -47,6 +47,8 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.batch_steps = o.cuda_batch_steps;
   c.attn = o.cuda_attn;
   c.fuse_norms = o.cuda_fuse_norms;
+  c.hc_products = o.cuda_hc_products;
+  c.fold_input_norm = o.cuda_fold_input_norm;
   return make_cuda_backend(c);
 }
 #endif

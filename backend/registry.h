@@ -71,6 +71,11 @@ struct BackendOptions {
   // their kernels (--cuda-fuse-norms / DS4_CUDA_FUSE_NORMS; cuda::set_fused_norms) or as rms_norm
   // launches. Same bits.
   bool cuda_fuse_norms = true;
+  // CUDA: the staged HC-pre kernel's decode dot over its products (--cuda-hc-products;
+  // cuda::set_hc_products) and a matmul's folded input norm inside the one-row wide kernel
+  // (--cuda-fold-input-norm; cuda::set_fold_input_norm). Same bits; off until measured.
+  bool cuda_hc_products = false;
+  bool cuda_fold_input_norm = false;
 };
 
 // The largest --cuda-graphs segment (ops per graph).

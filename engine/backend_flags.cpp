@@ -128,6 +128,15 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "query heads' and kv's norms in the attention-inputs kernel, instead of four rms_norm launches "
             "(2K decode +2% on an H100); for A/B timing, same bits",
             "DS4_CUDA_FUSE_NORMS")
+      .flag("--cuda-hc-products,!--no-cuda-hc-products", &f->cuda_hc_products,
+            "CUDA: the staged HC-pre kernel's decode dot over its products (all the block's threads "
+            "multiply first, then the 64 chains only add; off by default until measured on a GPU); "
+            "for A/B timing, same bits",
+            "DS4_CUDA_HC_PRODUCTS")
+      .flag("--cuda-fold-input-norm,!--no-cuda-fold-input-norm", &f->cuda_fold_input_norm,
+            "CUDA: q_a's RMS norm inside the one-row q_b kernel instead of an rms_norm launch before it (off "
+            "by default until measured on a GPU); for A/B timing, same bits",
+            "DS4_CUDA_FOLD_INPUT_NORM")
       .option("--prefill-chunk", &f->prefill_chunk,
               "Rows per prefill forward, 1..256 (0 = the backend's default: 32 on the CPU, 256 on CUDA): a "
               "larger chunk reads each weight once for more prompt tokens and sizes the session's scratch and "
@@ -201,6 +210,8 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_batch_steps = f.cuda_batch_steps;
   options->cuda_attn = f.cuda_attn;
   options->cuda_fuse_norms = f.cuda_fuse_norms;
+  options->cuda_hc_products = f.cuda_hc_products;
+  options->cuda_fold_input_norm = f.cuda_fold_input_norm;
   return Status();
 }
 

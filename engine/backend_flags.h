@@ -7,7 +7,8 @@
 // DS4_CUDA_GRAPHS, --cuda-moe = DS4_CUDA_MOE, --cuda-dense-rows = DS4_CUDA_DENSE_ROWS, --cuda-pdl = DS4_CUDA_PDL,
 // --cuda-pdl-all = DS4_CUDA_PDL_ALL, --cuda-wide-persistent = DS4_CUDA_WIDE_PERSISTENT,
 // --cuda-batch-steps = DS4_CUDA_BATCH_STEPS, --cuda-attn = DS4_CUDA_ATTN, --cuda-fuse-norms =
-// DS4_CUDA_FUSE_NORMS) and the prefill chunk (--prefill-chunk =
+// DS4_CUDA_FUSE_NORMS, --cuda-hc-products = DS4_CUDA_HC_PRODUCTS, --cuda-fold-input-norm =
+// DS4_CUDA_FOLD_INPUT_NORM) and the prefill chunk (--prefill-chunk =
 // DS4_PREFILL_CHUNK), with their
 // DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
 // EngineOptions.
@@ -54,6 +55,8 @@ struct BackendFlags {
   bool cuda_batch_steps = true;  // --cuda-batch-steps / --no-cuda-batch-steps (DS4_CUDA_BATCH_STEPS)
   std::string cuda_attn = "split";  // --cuda-attn (DS4_CUDA_ATTN): split|fused sink attention of prefill groups
   bool cuda_fuse_norms = true;  // --cuda-fuse-norms / --no-cuda-fuse-norms (DS4_CUDA_FUSE_NORMS): norms in kernels
+  bool cuda_hc_products = false;  // --cuda-hc-products (DS4_CUDA_HC_PRODUCTS): HC pre's dot over its products
+  bool cuda_fold_input_norm = false;  // --cuda-fold-input-norm (DS4_CUDA_FOLD_INPUT_NORM): q_a's norm in q_b's kernel
   int prefill_chunk = 0;  // --prefill-chunk (DS4_PREFILL_CHUNK): rows per prefill forward, 0 = default
 };
 

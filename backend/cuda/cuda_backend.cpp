@@ -597,6 +597,8 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   cuda::set_dense_rows_kernel(c.dense_rows == "wide" ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
   cuda::set_sink_kernel(c.attn == "fused" ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
   cuda::set_fused_norms(c.fuse_norms);
+  cuda::set_hc_products(c.hc_products);
+  cuda::set_fold_input_norm(c.fold_input_norm);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
   uint32_t* tickets = nullptr;  // the fused HC kernels' counters: allocated and zeroed once

@@ -56,6 +56,10 @@ struct CudaBackendConfig {
   // The folded norms of hc_pre and attention_inputs inside their kernels (cuda::set_fused_norms,
   // process-wide).
   bool fuse_norms = true;
+  // HC pre's decode dot over its products (cuda::set_hc_products) and a matmul's folded input
+  // norm in the wide kernel (cuda::set_fold_input_norm); process-wide.
+  bool hc_products = false;
+  bool fold_input_norm = false;
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

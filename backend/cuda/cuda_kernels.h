@@ -192,8 +192,9 @@ struct RowNorm {
 };
 Status matvec_q8_0_r1_f32(const Weights& w, const float* x, float* y, bool* fused, Stream stream = nullptr,
                           const RowNorm* norm = nullptr);
-// Whether the wide kernel folds a RowNorm (true, the default) or declines it (false: the caller's
-// rms_norm launch, then the matmul; A/B, the same bits). Process-wide.
+// Whether the wide kernel folds a RowNorm (true) or declines it (false, the default until
+// measured on a GPU: the caller's rms_norm launch, then the matmul; the same bits). Process-wide
+// (--cuda-fold-input-norm).
 void set_fold_input_norm(bool on);
 bool fold_input_norm();
 // The grouped form (matvec_q8_0_grouped at r = 1 with f32 rows): group g computes

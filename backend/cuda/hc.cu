@@ -439,8 +439,8 @@ size_t staged_smem(int64_t n, int outs, bool products) {
 }
 
 // The staged kernel's dot for one output per block (decode): the products first, then the
-// chains (set_hc_products; default on).
-std::atomic<bool> g_hc_products{true};
+// chains (set_hc_products; off until measured on a GPU).
+std::atomic<bool> g_hc_products{false};
 
 // The barrier of the staged kernel's last phases: the block's (t0 = 0), or named barrier 1 over
 // threads t0 .. kStagedThreads - 1 (whole warps; warp 0 is running the Sinkhorn beside them).

@@ -371,7 +371,7 @@ void set_q8_0_r1_kernel(Q8_0R1Kernel k) { g_q8_0_r1.store(static_cast<int>(k), s
 Q8_0R1Kernel q8_0_r1_kernel() { return static_cast<Q8_0R1Kernel>(g_q8_0_r1.load(std::memory_order_relaxed)); }
 
 namespace {
-std::atomic<bool> g_fold_input_norm{true};
+std::atomic<bool> g_fold_input_norm{false};
 }  // namespace
 
 void set_fold_input_norm(bool on) { g_fold_input_norm.store(on, std::memory_order_relaxed); }

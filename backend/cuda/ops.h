@@ -66,9 +66,9 @@ Status hc_post(const backend::HcPostParams& p, Stream stream);
 Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* tickets = nullptr,
                    HcKernel kernel = HcKernel::kFused);
 // The staged kernel's decode dot (one output per block, rows · mix_dim blocks at most one per
-// SM): true (default) computes the block's products with all its threads, then runs the 64
-// chains over them; false runs the chains over the weights and x directly. The same bits;
-// process-wide, for A/B (bench_cuda, tests).
+// SM): true computes the block's products with all its threads, then runs the 64 chains over
+// them; false (the default until measured on a GPU) runs the chains over the weights and x
+// directly. The same bits; process-wide (--cuda-hc-products), for A/B.
 void set_hc_products(bool on);
 bool hc_products();
 

@@ -969,8 +969,8 @@ int main(int argc, char** argv) {
         // kernels before (chunked rms_norm, tiled matvec_f16: the path as it was)
         // (path 4, hc_pre only: staged with one Sinkhorn iteration instead of DS4's 20, so the
         // difference to "staged" is the cost of the other 19 on the row's last block)
-        // (path 5: staged with the decode dot's chains over the weights and x, not over the
-        // products: set_hc_products(false), the kernel before)
+        // (path 5: staged with the decode dot's chains over its products: set_hc_products(true),
+        // --cuda-hc-products; "staged" runs the chains over the weights and x)
         for (int path = 0; path < 6; ++path) {
           if (!pre && path == 4) continue;
           const bool fused = path < 2 || path >= 4;
@@ -980,7 +980,7 @@ int main(int argc, char** argv) {
                                     : path == 2 ? " 3-launch"
                                     : path == 3 ? " 3-launch old"
                                     : path == 4 ? " staged 1 iter"
-                                                : " staged chains");
+                                                : " staged products");
           if (!selected(name.c_str())) continue;
           uint32_t* tk = fused ? tickets : nullptr;
           const cuda::HcKernel hk = path == 1 || path >= 4 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused;
@@ -1009,9 +1009,9 @@ int main(int argc, char** argv) {
             cuda::set_rms_norm_kernel(cuda::RmsNormKernel::kChunked);
             cuda::set_dense_narrow_kernel(cuda::DenseNarrowKernel::kTiled);
           }
-          cuda::set_hc_products(path != 5);
+          cuda::set_hc_products(path == 5);
           std::printf("%-40s %10.2f\n", name.c_str(), time_per_call(fn, std::max(copies, 50)) * 1e6);
-          cuda::set_hc_products(true);
+          cuda::set_hc_products(false);
           cuda::set_rms_norm_kernel(saved);
           cuda::set_dense_narrow_kernel(narrow_saved);
         }

@@ -151,22 +151,25 @@ std::vector<int> hc_row_counts(int64_t n_embd) {
 }
 
 // The fused path's counters must be zero after every call; flat keeps out_buf's pattern.
-// kStagedChains: the staged kernel with its decode dot's chains over the weights and x
-// (set_hc_products(false)); kStaged: over the products (the default).
-enum class HcPath { kThree, kFused, kStaged, kStagedChains };
-constexpr HcPath kHcPaths[] = {HcPath::kThree, HcPath::kFused, HcPath::kStaged, HcPath::kStagedChains};
+// kStaged: the staged kernel with its decode dot's chains over the weights and x (the default);
+// kStagedProducts: over the products (set_hc_products(true)).
+enum class HcPath { kThree, kFused, kStaged, kStagedProducts };
+constexpr HcPath kHcPaths[] = {HcPath::kThree, HcPath::kFused, HcPath::kStaged, HcPath::kStagedProducts};
 const char* hc_path_name(HcPath p) {
-  return p == HcPath::kThree ? "3-launch" : p == HcPath::kFused ? "fused" : p == HcPath::kStaged ? "staged" : "staged chains";
+  return p == HcPath::kThree    ? "3-launch"
+         : p == HcPath::kFused  ? "fused"
+         : p == HcPath::kStaged ? "staged"
+                                : "staged products";
 }
 HcKernel hc_kernel(HcPath p) {
-  set_hc_products(p != HcPath::kStagedChains);
-  return p == HcPath::kStaged || p == HcPath::kStagedChains ? HcKernel::kStaged : HcKernel::kFused;
+  set_hc_products(p == HcPath::kStagedProducts);
+  return p == HcPath::kStaged || p == HcPath::kStagedProducts ? HcKernel::kStaged : HcKernel::kFused;
 }
 // Puts the process-wide HC switches back to their defaults, also when an assertion returns.
 struct RestoreHcSwitches {
   ~RestoreHcSwitches() {
     set_fused_norms(false);
-    set_hc_products(true);
+    set_hc_products(false);
   }
 };
 
@@ -868,7 +871,7 @@ TEST_F(FfnOps, MatmulR1FusedBitsEqualCpu) {
 // strided.
 TEST_F(FfnOps, MatmulFoldedNormBitsEqualCpu) {
   struct FoldScope {  // set_fold_input_norm back to its default when the test ends
-    ~FoldScope() { set_fold_input_norm(true); }
+    ~FoldScope() { set_fold_input_norm(false); }
   } fold_scope;
   struct Shape {
     int64_t n_in, n_out;

@@ -104,7 +104,8 @@ std::string trace_difference(const std::vector<std::vector<float>>& got, const s
 }
 
 // The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
-// kernel, programmatic dependent launch, the fused sink attention of prefill groups) inside a
+// kernel, programmatic dependent launch, the fused sink attention of prefill groups, HC pre's
+// dot over its products, the folded input norm of the one-row wide kernel) inside a
 // whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows) then decodes (one
 // row) equal the CPU's logits at every step.
 // The choices are process-wide; the defaults come back at the end.
@@ -127,6 +128,10 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         const bool fuse_norms = wide;
         const bool pdl_all = chunk == session::kMaxChunkRows;  // every kernel with PDL: half the runs
         const bool persistent = (chunk == session::kMaxChunkRows) == wide;  // the wide kernel's grid: likewise
+        const bool products = new_moe;   // HC pre's decode dot over its products: half the runs
+        const bool fold = new_moe != wide;  // q_a's norm in q_b's kernel: likewise
+        cuda::set_hc_products(products);
+        cuda::set_fold_input_norm(fold);
         cuda::set_pdl(pdl);
         cuda::set_pdl_all(pdl_all);
         cuda::set_wide_persistent(persistent);
@@ -139,7 +144,8 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
             std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " + (wide ? "wide" : "tiles") +
             ", prefill chunk " + std::to_string(chunk) + (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
             (persistent ? ", persistent wide grid" : "") + (fused ? ", fused sink attention" : "") +
-            (fuse_norms ? ", norms in attention_inputs" : "");
+            (fuse_norms ? ", norms in attention_inputs" : "") + (products ? ", hc products" : "") +
+            (fold ? ", folded input norm" : "");
         EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, chunk), toks, n_prompt), want), "") << what;
       }
     }
@@ -152,6 +158,8 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_pdl_all(false);
   cuda::set_wide_persistent(false);
   cuda::set_fused_norms(false);
+  cuda::set_hc_products(false);
+  cuda::set_fold_input_norm(false);
 }
 
 // --cuda-batch-steps: a prefill in chunks of 32 and 256 rows (each group's compressor chains

@@ -295,6 +295,12 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   EXPECT_FALSE(eo.cuda_fuse_norms);
   ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_FUSE_NORMS", "0"}}).ok());
   EXPECT_FALSE(eo.cuda_fuse_norms);
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_hc_products);  // off until measured on a GPU
+  EXPECT_FALSE(eo.cuda_fold_input_norm);
+  ASSERT_TRUE(apply({"--cuda-hc-products"}, &eo, {{"DS4_CUDA_FOLD_INPUT_NORM", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_hc_products);
+  EXPECT_TRUE(eo.cuda_fold_input_norm);
   EXPECT_EQ("split", eo.cuda_attn);  // the kernels measured on the device before the fused one
   ASSERT_TRUE(apply({"--cuda-attn", "fused"}, &eo).ok());
   EXPECT_EQ("fused", eo.cuda_attn);
