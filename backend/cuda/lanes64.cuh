@@ -126,68 +126,52 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   }
 }
 
-// Lane l's sum-of-squares steps over the staged elements [lo, hi) (lo ≡ 0 mod 64), in
-// increasing i: the chain's next stretch of quant::sumsq_f64's order. Software-pipelined: the
-// next 8 steps' loads and squares are issued before this 8's adds, so the chain waits on its
-// adds alone, not on a shared-memory round trip per 8 steps (the same operations in the same
-// order: the same bits).
-__device__ __forceinline__ double sumsq_range(double p, const float* xs, int lo, int hi, int l) {
-  const int first = lo + l;
-  const int cnt = first < hi ? (hi - first + 63) / 64 : 0;
-  const float* src = xs + first;
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+
+// The chain p + term(src[0]) + term(src[64]) + ... over cnt steps (src[64·k], k < cnt), in k
+// order, software-pipelined: the next 8 steps' loads and terms are issued before this 8's
+// adds, so the chain waits on its adds alone, not on a shared-memory round trip per 8 steps
+// (the same operations in the same order as the plain loop: the same bits).
+template <class T, class Term>
+__device__ __forceinline__ T chain64(T p, const float* src, int cnt, Term term) {
   int k = 0;
   if (cnt >= 8) {
-    double v[8];
+    T v[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const double x = static_cast<double>(src[64 * j]);
-      v[j] = __dmul_rn(x, x);
-    }
+    for (int j = 0; j < 8; ++j) v[j] = term(src[64 * j]);
     for (k = 8; k + 8 <= cnt; k += 8) {
-      double u[8];
+      T u[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) u[j] = term(src[64 * (k + j)]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const double x = static_cast<double>(src[64 * (k + j)]);
-        u[j] = __dmul_rn(x, x);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        p = __dadd_rn(p, v[j]);
+        p = add_rn(p, v[j]);
         v[j] = u[j];
       }
     }
 #pragma unroll
-    for (int j = 0; j < 8; ++j) p = __dadd_rn(p, v[j]);
+    for (int j = 0; j < 8; ++j) p = add_rn(p, v[j]);
   }
-  for (; k < cnt; ++k) p = sumsq_step(p, src[64 * k]);
+  for (; k < cnt; ++k) p = add_rn(p, term(src[64 * k]));
   return p;
 }
 
-// Lane l's f32 chain p + v[l] + v[l + 64] + ... over v[0, n), pipelined as sumsq_range (the
-// staged HC dot's adds over its products).
+// Lane l's sum-of-squares steps over the staged elements [lo, hi) (lo ≡ 0 mod 64), in
+// increasing i: the chain's next stretch of quant::sumsq_f64's order (sumsq_step's operations).
+__device__ __forceinline__ double sumsq_range(double p, const float* xs, int lo, int hi, int l) {
+  const int first = lo + l;
+  const int cnt = first < hi ? (hi - first + 63) / 64 : 0;
+  return chain64(p, xs + first, cnt, [](float x) {
+    const double v = static_cast<double>(x);
+    return __dmul_rn(v, v);
+  });
+}
+
+// Lane l's f32 chain p + v[l] + v[l + 64] + ... over v[0, n) (the staged HC dot's adds over its
+// products).
 __device__ __forceinline__ float sum_lane_range(float p, const float* v, int n, int l) {
-  const int cnt = l < n ? (n - l + 63) / 64 : 0;
-  const float* src = v + l;
-  int k = 0;
-  if (cnt >= 8) {
-    float c[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) c[j] = src[64 * j];
-    for (k = 8; k + 8 <= cnt; k += 8) {
-      float u[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) u[j] = src[64 * (k + j)];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        p = __fadd_rn(p, c[j]);
-        c[j] = u[j];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) p = __fadd_rn(p, c[j]);
-  }
-  for (; k < cnt; ++k) p = __fadd_rn(p, src[64 * k]);
-  return p;
+  return chain64(p, v + l, l < n ? (n - l + 63) / 64 : 0, [](float x) { return x; });
 }
 
 // The staged statistic of a row whose parts were committed as the first kStageParts of
