@@ -68,6 +68,18 @@ __device__ __forceinline__ float rms_scale(double sumsq, int64_t n, float eps) {
   return 1.0f / sqrtf(static_cast<float>(sumsq / static_cast<double>(n)) + eps);
 }
 
+// The block's barrier, then warp 0's tree of the 64 partials sq_s and rms_scale into *s_scale,
+// then a barrier: every thread of the block calls it and gets the scale.
+__device__ __forceinline__ float block_scale_of_partials(const double* sq_s, int64_t n, float eps, float* s_scale) {
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const double ss = tree64(sq_s[threadIdx.x], sq_s[threadIdx.x + 32]);
+    if (threadIdx.x == 0) *s_scale = rms_scale(ss, n, eps);
+  }
+  __syncthreads();
+  return *s_scale;
+}
+
 // rms_norm_row's scale of the row x[0, n) in global memory, by the whole block (blockDim >= 32;
 // thread t runs chains t, t + blockDim, ... < 64 straight from x, then warp 0 the tree): every
 // thread calls it (barriers) and gets the scale. sq_s: 64 doubles, s_scale: one float, shared.
@@ -78,13 +90,7 @@ __device__ __forceinline__ float block_rms_scale(const float* x, int n, float ep
     for (int i = l; i < n; i += 64) p = sumsq_step(p, __ldg(x + i));
     sq_s[l] = p;
   }
-  __syncthreads();
-  if (tid < 32) {
-    const double ss = tree64(sq_s[tid], sq_s[tid + 32]);
-    if (tid == 0) *s_scale = rms_scale(ss, n, eps);
-  }
-  __syncthreads();
-  return *s_scale;
+  return block_scale_of_partials(sq_s, n, eps, s_scale);
 }
 
 // ---- Staged rows --------------------------------------------------------------------------
@@ -195,13 +201,7 @@ __device__ __forceinline__ float staged_scale(const float* xs, int n, float eps,
     if (st) p = sumsq_range(p, xs, lo, hi, l);
   }
   if (st) sq_s[l] = p;
-  __syncthreads();
-  if (tid < 32) {
-    const double s = tree64(sq_s[tid], sq_s[tid + 32]);
-    if (tid == 0) *s_scale = rms_scale(s, n, eps);
-  }
-  __syncthreads();
-  return *s_scale;
+  return block_scale_of_partials(sq_s, n, eps, s_scale);
 }
 
 }  // namespace ds4::cuda::detail
