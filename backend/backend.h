@@ -127,7 +127,7 @@ struct MatmulParams {
   // The input's RMS norm folded in (matmul only, not matmul_grouped): with normed set the op
   // first writes normed = rms_norm(x) (· norm_weight), RmsNormParams' bits, then multiplies
   // normed: the bits of an rms_norm op followed by the matmul, in one op (issue #30's "norm
-  // into the next matvec"; on CUDA one launch for a decode row).
+  // into the next matvec"; on CUDA one launch for a decode row under --cuda-fold-input-norm).
   float* normed = nullptr;              // [n_rows, x_stride] f32 (first w.n_in written), or nullptr
   const float* norm_weight = nullptr;   // [w.n_in] or nullptr (unweighted)
   float norm_eps = 1e-6f;

@@ -87,8 +87,9 @@ void attention_projections(backend::Backend& be, const model::ModelConfig& c, co
   const backend::MatmulParams qa_kv[2] = {matmul_params(m.q_a, s.h, E, s.qa, QL, n),
                                           matmul_params(m.kv, s.h, E, s.kv, D, n)};
   be.matmul_grouped(qa_kv, 2);
-  // q = q_b · rms_norm(q_a): the norm folded into the matmul (one launch for a decode row on
-  // CUDA); qr keeps the normed rows (the indexer's q_b reads them).
+  // q = q_b · rms_norm(q_a): the norm folded into the matmul (on CUDA under
+  // --cuda-fold-input-norm one launch for a decode row); qr keeps the normed rows (the
+  // indexer's q_b reads them).
   backend::MatmulParams qb = matmul_params(m.q_b, s.qa, QL, s.q, Q, n);
   qb.normed = s.qr;
   qb.norm_weight = m.q_a_norm;
