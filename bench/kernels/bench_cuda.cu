@@ -78,8 +78,9 @@ const char* g_filter = "";   // only names containing it
 bool selected(const char* name) { return std::strstr(name, g_filter) != nullptr; }
 bool rows_selected(int r) { return g_rows == 0 || g_rows == r; }
 
-// Median over batches of (time of `calls` invocations of fn(i)) / calls, in seconds.
-double time_per_call(const std::function<void(int)>& fn, int calls) {
+// Median over batches of (time of `calls` invocations of fn(i)) / calls, in seconds; the events
+// on `stream` (the legacy default stream unless given).
+double time_per_call(const std::function<void(int)>& fn, int calls, cudaStream_t stream = nullptr) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
@@ -88,9 +89,9 @@ double time_per_call(const std::function<void(int)>& fn, int calls) {
   CK(cudaDeviceSynchronize());
   std::vector<double> t;
   for (int rep = 0; rep < g_batches; ++rep) {
-    CK(cudaEventRecord(a));
+    CK(cudaEventRecord(a, stream));
     for (int i = 0; i < calls; ++i) fn(i);
-    CK(cudaEventRecord(b));
+    CK(cudaEventRecord(b, stream));
     CK(cudaEventSynchronize(b));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, a, b));
@@ -540,30 +541,8 @@ void bench_l2_prefetch(const cuda::DeviceInfo& info) {
     auto pf = [&](int i, cudaStream_t s) {
       l2_prefetch_kernel<<<1, 256, 0, s>>>(static_cast<const uint8_t*>(w[i % copies]), bytes);
     };
-    // Per-iteration time (events on s0 around `iters` iterations), median of batches.
-    auto timed = [&](const std::function<void(int)>& it) {
-      const int iters = std::max(copies, 8);
-      cudaEvent_t a, b;
-      CK(cudaEventCreate(&a));
-      CK(cudaEventCreate(&b));
-      for (int i = 0; i < iters; ++i) it(i);
-      CK(cudaDeviceSynchronize());
-      std::vector<double> t;
-      for (int rep = 0; rep < g_batches; ++rep) {
-        CK(cudaEventRecord(a, s0));
-        for (int i = 0; i < iters; ++i) it(i);
-        CK(cudaEventRecord(b, s0));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1e3 / iters);
-      }
-      CK(cudaDeviceSynchronize());
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-      std::sort(t.begin(), t.end());
-      return t[t.size() / 2];
-    };
+    // Per-iteration time in µs (events on s0), median of batches.
+    auto timed = [&](const std::function<void(int)>& it) { return time_per_call(it, std::max(copies, 8), s0) * 1e6; };
     for (int spin_us : {10, 25}) {
       const long long cyc = static_cast<long long>(clock_khz) * spin_us / 1000;
       const double t_spin = timed([&](int) { spin_kernel<<<1, 32, 0, s0>>>(cyc); });

@@ -877,59 +877,59 @@ TEST_F(FfnOps, MatmulFoldedNormBitsEqualCpu) {
     int64_t n_in, n_out;
   };
   for (const bool fold : {true, false}) {
-  set_fold_input_norm(fold);
-  SCOPED_TRACE(fold ? "the wide kernel folds the norm" : "rms_norm launch, then the matmul");
-  for (const Shape sh : {Shape{1024, 32768}, Shape{1024, 160}, Shape{512, 12}, Shape{4096, 1024}}) {
-    const int64_t pad = 4;  // x rows n_in + pad apart (16-byte aligned rows)
-    const size_t rb = quant::row_bytes(GgmlType::kQ8_0, sh.n_in);
-    const auto wh = random_weights(GgmlType::kQ8_0, sh.n_in, sh.n_out, 2100 + sh.n_out);
-    auto wd = test_util::to_device(wh);
-    auto nw = dual(gaussian(static_cast<size_t>(sh.n_in), 2200));
-    for (int rows : {1, 3}) {
-      auto xv = gaussian(static_cast<size_t>(rows * (sh.n_in + pad)), static_cast<uint32_t>(2300 + rows));
-      for (int64_t i = 0; i < sh.n_in; i += 7) xv[i] *= 40.0f;  // a spread of magnitudes
-      auto x = dual(std::move(xv));
-      for (const bool weighted : {true, false})
-      for (Q8_0R1Kernel k : {Q8_0R1Kernel::kAuto, Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kStaged}) {
-        const std::string what = "matmul+norm " + std::to_string(sh.n_in) + "x" + std::to_string(sh.n_out) +
-                                 " rows=" + std::to_string(rows) + (weighted ? " weighted" : " unweighted") +
-                                 (k == Q8_0R1Kernel::kAuto ? " auto" : k == Q8_0R1Kernel::kWideFused ? " wide-fused" : " staged");
-        auto y = out_buf<float>(static_cast<size_t>(rows * sh.n_out));
-        auto normed = out_buf<float>(static_cast<size_t>(rows * (sh.n_in + pad)));
-        backend::MatmulParams hp, dp;
-        for (int side = 0; side < 2; ++side) {
-          backend::MatmulParams& p = side == 0 ? hp : dp;
-          p.w = backend::Matrix{side == 0 ? wh.data() : wd->as<uint8_t>(), GgmlType::kQ8_0, sh.n_in, sh.n_out, rb};
-          p.x = side == 0 ? x.hp() : x.dp();
-          p.x_stride = sh.n_in + pad;
-          p.y = side == 0 ? y.hp() : y.dp();
-          p.y_stride = sh.n_out;
-          p.n_rows = rows;
-          p.normed = side == 0 ? normed.hp() : normed.dp();
-          p.norm_weight = weighted ? (side == 0 ? nw.hp() : nw.dp()) : nullptr;
-          p.norm_eps = 1e-6f;
-        }
-        cpu_->matmul(hp);
-        DeviceBuf scratch(matmul_scratch_bytes(sh.n_in, rows));
-        scratch.poison();
-        {
-          R1KernelScope scope(k);
-          const Status s = matmul(dp, OpScratch{scratch.data(), scratch.bytes()}, nullptr);
-          ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
-          ASSERT_TRUE(synchronize().ok());
-        }
-        same(y, what + " y");
-        const auto got = normed.device_values();
-        for (int r = 0; r < rows; ++r)  // the rows' first n_in values (the pad is not the op's)
-          EXPECT_EQ(0u, bit_mismatches(got.data() + r * (sh.n_in + pad), normed.h.data() + r * (sh.n_in + pad),
-                                       static_cast<size_t>(sh.n_in), what + " normed"))
-              << what;
-        if (fold && rows == 1 && k != Q8_0R1Kernel::kStaged && sh.n_in <= kR1WideFusedMaxIn) {
-          EXPECT_FALSE(poison_changed(scratch)) << what << ": the row quantized in the kernel, not in the scratch";
+    set_fold_input_norm(fold);
+    SCOPED_TRACE(fold ? "the wide kernel folds the norm" : "rms_norm launch, then the matmul");
+    for (const Shape sh : {Shape{1024, 32768}, Shape{1024, 160}, Shape{512, 12}, Shape{4096, 1024}}) {
+      const int64_t pad = 4;  // x rows n_in + pad apart (16-byte aligned rows)
+      const size_t rb = quant::row_bytes(GgmlType::kQ8_0, sh.n_in);
+      const auto wh = random_weights(GgmlType::kQ8_0, sh.n_in, sh.n_out, 2100 + sh.n_out);
+      auto wd = test_util::to_device(wh);
+      auto nw = dual(gaussian(static_cast<size_t>(sh.n_in), 2200));
+      for (int rows : {1, 3}) {
+        auto xv = gaussian(static_cast<size_t>(rows * (sh.n_in + pad)), static_cast<uint32_t>(2300 + rows));
+        for (int64_t i = 0; i < sh.n_in; i += 7) xv[i] *= 40.0f;  // a spread of magnitudes
+        auto x = dual(std::move(xv));
+        for (const bool weighted : {true, false})
+        for (Q8_0R1Kernel k : {Q8_0R1Kernel::kAuto, Q8_0R1Kernel::kWideFused, Q8_0R1Kernel::kStaged}) {
+          const std::string what = "matmul+norm " + std::to_string(sh.n_in) + "x" + std::to_string(sh.n_out) +
+                                   " rows=" + std::to_string(rows) + (weighted ? " weighted" : " unweighted") +
+                                   (k == Q8_0R1Kernel::kAuto ? " auto" : k == Q8_0R1Kernel::kWideFused ? " wide-fused" : " staged");
+          auto y = out_buf<float>(static_cast<size_t>(rows * sh.n_out));
+          auto normed = out_buf<float>(static_cast<size_t>(rows * (sh.n_in + pad)));
+          backend::MatmulParams hp, dp;
+          for (int side = 0; side < 2; ++side) {
+            backend::MatmulParams& p = side == 0 ? hp : dp;
+            p.w = backend::Matrix{side == 0 ? wh.data() : wd->as<uint8_t>(), GgmlType::kQ8_0, sh.n_in, sh.n_out, rb};
+            p.x = side == 0 ? x.hp() : x.dp();
+            p.x_stride = sh.n_in + pad;
+            p.y = side == 0 ? y.hp() : y.dp();
+            p.y_stride = sh.n_out;
+            p.n_rows = rows;
+            p.normed = side == 0 ? normed.hp() : normed.dp();
+            p.norm_weight = weighted ? (side == 0 ? nw.hp() : nw.dp()) : nullptr;
+            p.norm_eps = 1e-6f;
+          }
+          cpu_->matmul(hp);
+          DeviceBuf scratch(matmul_scratch_bytes(sh.n_in, rows));
+          scratch.poison();
+          {
+            R1KernelScope scope(k);
+            const Status s = matmul(dp, OpScratch{scratch.data(), scratch.bytes()}, nullptr);
+            ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
+            ASSERT_TRUE(synchronize().ok());
+          }
+          same(y, what + " y");
+          const auto got = normed.device_values();
+          for (int r = 0; r < rows; ++r)  // the rows' first n_in values (the pad is not the op's)
+            EXPECT_EQ(0u, bit_mismatches(got.data() + r * (sh.n_in + pad), normed.h.data() + r * (sh.n_in + pad),
+                                         static_cast<size_t>(sh.n_in), what + " normed"))
+                << what;
+          if (fold && rows == 1 && k != Q8_0R1Kernel::kStaged && sh.n_in <= kR1WideFusedMaxIn) {
+            EXPECT_FALSE(poison_changed(scratch)) << what << ": the row quantized in the kernel, not in the scratch";
+          }
         }
       }
     }
-  }
   }
 }
 
