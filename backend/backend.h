@@ -545,6 +545,21 @@ class Backend {
   virtual void begin_forward(int n_rows) { (void)n_rows; }
   virtual void end_forward() {}
 
+  // ---- lanes (a performance hint: results never change) ----
+  // Inside a forward the session may fork two chains of independent ops: fork(), the side
+  // lane's ops, to_main(), the main lane's ops, join(). The side lane starts once every op
+  // issued before fork() is done; the main lane's ops may then run at the same time as the
+  // side lane's; the ops issued after join() start once both lanes are done. So no op of one
+  // lane may read or write what an op of the other lane writes. Only ops go between fork()
+  // and join() (no copies, uploads, downloads, syncs or allocations) and forks do not nest.
+  // A device backend runs the lanes on two streams: small latency-bound kernels of one lane
+  // fill the SMs the other leaves idle (CUDA's --cuda-lanes). The defaults do nothing: the CPU
+  // runs every op as it is issued (side lane first). ForwardingBackend does not forward them,
+  // so a wrapper sees the ops one by one, in issue order.
+  virtual void fork() {}
+  virtual void to_main() {}
+  virtual void join() {}
+
   virtual void matmul(const MatmulParams& p) = 0;
   // n independent matmuls p[0..n) in one call (n >= 1), each result the bits it gets alone: the
   // output LoRA's groups, which a backend can then run side by side instead of one by one.

@@ -49,6 +49,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.fuse_norms = o.cuda_fuse_norms;
   c.hc_products = o.cuda_hc_products;
   c.fold_input_norm = o.cuda_fold_input_norm;
+  c.lanes = o.cuda_lanes;
   return make_cuda_backend(c);
 }
 #endif

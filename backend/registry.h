@@ -76,6 +76,9 @@ struct BackendOptions {
   // (--cuda-fold-input-norm; cuda::set_fold_input_norm). Same bits; off until measured.
   bool cuda_hc_products = false;
   bool cuda_fold_input_norm = false;
+  // CUDA: the lanes of Backend::fork / join on two streams (--cuda-lanes / DS4_CUDA_LANES). Same
+  // bits; off until measured.
+  bool cuda_lanes = false;
 };
 
 // The largest --cuda-graphs segment (ops per graph).

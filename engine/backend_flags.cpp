@@ -137,6 +137,12 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "CUDA: q_a's RMS norm inside the one-row q_b kernel instead of an rms_norm launch before it (off "
             "by default until measured on a GPU); for A/B timing, same bits",
             "DS4_CUDA_FOLD_INPUT_NORM")
+      .flag("--cuda-lanes,!--no-cuda-lanes", &f->cuda_lanes,
+            "CUDA: a layer's independent ops on two streams (the shared expert beside the router, the "
+            "compressor and indexer projections beside q_b), so one chain's small kernels fill the SMs the "
+            "other leaves idle (off by default until measured on a GPU; off under --cuda-graphs and "
+            "--cuda-profile); for A/B timing, same bits",
+            "DS4_CUDA_LANES")
       .option("--prefill-chunk", &f->prefill_chunk,
               "Rows per prefill forward, 1..256 (0 = the backend's default: 32 on the CPU, 256 on CUDA): a "
               "larger chunk reads each weight once for more prompt tokens and sizes the session's scratch and "
@@ -212,6 +218,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_fuse_norms = f.cuda_fuse_norms;
   options->cuda_hc_products = f.cuda_hc_products;
   options->cuda_fold_input_norm = f.cuda_fold_input_norm;
+  options->cuda_lanes = f.cuda_lanes;
   return Status();
 }
 

@@ -8,7 +8,7 @@
 // --cuda-pdl-all = DS4_CUDA_PDL_ALL, --cuda-wide-persistent = DS4_CUDA_WIDE_PERSISTENT,
 // --cuda-batch-steps = DS4_CUDA_BATCH_STEPS, --cuda-attn = DS4_CUDA_ATTN, --cuda-fuse-norms =
 // DS4_CUDA_FUSE_NORMS, --cuda-hc-products = DS4_CUDA_HC_PRODUCTS, --cuda-fold-input-norm =
-// DS4_CUDA_FOLD_INPUT_NORM) and the prefill chunk (--prefill-chunk =
+// DS4_CUDA_FOLD_INPUT_NORM, --cuda-lanes = DS4_CUDA_LANES) and the prefill chunk (--prefill-chunk =
 // DS4_PREFILL_CHUNK), with their
 // DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
 // EngineOptions.
@@ -57,6 +57,7 @@ struct BackendFlags {
   bool cuda_fuse_norms = true;  // --cuda-fuse-norms / --no-cuda-fuse-norms (DS4_CUDA_FUSE_NORMS): norms in kernels
   bool cuda_hc_products = false;  // --cuda-hc-products (DS4_CUDA_HC_PRODUCTS): HC pre's dot over its products
   bool cuda_fold_input_norm = false;  // --cuda-fold-input-norm (DS4_CUDA_FOLD_INPUT_NORM): q_a's norm in q_b's kernel
+  bool cuda_lanes = false;  // --cuda-lanes (DS4_CUDA_LANES): independent ops of a layer on two streams
   int prefill_chunk = 0;  // --prefill-chunk (DS4_PREFILL_CHUNK): rows per prefill forward, 0 = default
 };
 

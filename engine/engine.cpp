@@ -346,6 +346,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   bo.cuda_fuse_norms = options.cuda_fuse_norms;
   bo.cuda_hc_products = options.cuda_hc_products;
   bo.cuda_fold_input_norm = options.cuda_fold_input_norm;
+  bo.cuda_lanes = options.cuda_lanes;
   const std::string name = options.backend == BackendKind::kCuda  ? "cuda"
                            : options.backend == BackendKind::kCpu ? "cpu"
                                                                   : backend::resolve_backend_name("auto", options.device);

@@ -78,7 +78,7 @@ void kv_projection(backend::Backend& be, const model::ModelConfig& c, const back
 }
 
 void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
-                           const BlockScratch& s, int n) {
+                           const BlockScratch& s, int n, backend::Task beside) {
   const int64_t E = c.n_embd, D = c.head_dim, QL = c.q_lora_rank, Q = c.q_dim();
   const float eps = c.rms_eps;
   hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_attn(y), in the HC pre op
@@ -94,7 +94,14 @@ void attention_projections(backend::Backend& be, const model::ModelConfig& c, co
   qb.normed = s.qr;
   qb.norm_weight = m.q_a_norm;
   qb.norm_eps = eps;
-  be.matmul(qb);
+  if (beside.fn == nullptr) {
+    be.matmul(qb);
+  } else {
+    LaneFork lanes(be);
+    beside();
+    lanes.main();
+    be.matmul(qb);
+  }
   // q's per-head norm and kv's norm run in attention_inputs (one kernel with the RoPE on CUDA).
 }
 
@@ -169,6 +176,10 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   const int U = static_cast<int>(c.n_expert_used);
   hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_ffn(y), in the HC pre op
 
+  // The shared expert (side lane) and the router (main lane) both read only h: on a device
+  // they run side by side, the router's latency-bound launches beside the shared expert's
+  // matvecs; the routed experts after the join add the shared expert's output.
+  LaneFork lanes(be);
   // Shared expert (Q8_0): silu(min(g, c)) * clamp(u, -c, c), then down. It goes first so that
   // the routed experts' final sum can add it (MoeParams::add: o = moe + shared, the bits of
   // an add op after the moe, without its pass over the rows).
@@ -195,6 +206,7 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
 
   // Router (§4.6): sqrt-softplus scores; hash layers take the table row of the row's token,
   // the others the top-U by score + exp_probs_b.
+  lanes.main();
   matmul(be, m.gate_inp, s.h, E, s.router, X, n);
   backend::RouteParams rt;
   rt.logits = s.router;
@@ -210,6 +222,7 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   rt.sel = s.sel;
   rt.wt = s.wt;
   be.route(rt);
+  lanes.join();
 
   backend::MoeParams mp;  // o = routed experts + shared
   mp.x = s.h;

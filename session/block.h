@@ -22,6 +22,28 @@
 
 namespace ds4::session {
 
+// Two lanes of independent ops (backend::Backend::fork): the constructor forks (the ops
+// issued next are the side lane's), main() moves to the main lane, join() (or the destructor)
+// joins. The two lanes' ops must touch disjoint outputs and read nothing the other writes
+// (tests/model/lane_order_test.cpp runs each main lane first to prove it on the CPU).
+class LaneFork {
+ public:
+  explicit LaneFork(backend::Backend& be) : be_(be) { be_.fork(); }
+  LaneFork(const LaneFork&) = delete;
+  LaneFork& operator=(const LaneFork&) = delete;
+  ~LaneFork() { join(); }
+  void main() { be_.to_main(); }
+  void join() {
+    if (!open_) return;
+    open_ = false;
+    be_.join();
+  }
+
+ private:
+  backend::Backend& be_;
+  bool open_ = true;
+};
+
 // HC pre weights of one sublayer (§4.2).
 struct HcMats {
   backend::Matrix fn;             // [HC -> MIX]
@@ -165,8 +187,11 @@ void kv_projection(backend::Backend& be, const model::ModelConfig& c, const back
 // Attention input (§4.3): HC pre, h = RMSNorm_attn(y), q = q_b · RMSNorm(q_a · h), kv = attn_kv · h.
 // Leaves h, qr, q, kv (and post/comb for the HC post) in s; q's per-head norm and kv's norm
 // (kv_a_norm) are the attention_inputs op's (attention_inputs below sets them).
+// beside (optional): the caller's ops that read only h and write nothing the projections
+// read or write (the target's compressor and indexer projections), issued on the side lane
+// of a fork (LaneFork) beside q_b.
 void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
-                           const BlockScratch& s, int n);
+                           const BlockScratch& s, int n, backend::Task beside = {});
 // The row-local attention inputs of rows [0, n) at positions pos0 .. pos0 + n - 1
 // (backend::AttentionInputsParams): q [n, Q] (or null) as attention_projections left it, each
 // head RMS-normed, and kv [n, D], normed by kv_norm (nullptr: kv is normed already, as

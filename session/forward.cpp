@@ -218,20 +218,6 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
 
   const AttnMats am = attn_mats(m);
   const BlockScratch bs = block_scratch(s);
-  attention_projections(be_, cfg_, am, bs, n);
-  // The compressors' projections of h (F16, rows of one length): one grouped call, each result
-  // the bits it gets alone (a device backend runs them as one launch).
-  backend::MatmulParams comp_proj[4];
-  int n_comp_proj = 0;
-  if (ratio != 0) {
-    comp_proj[n_comp_proj++] = matmul_params(m.cmp_kv, s.h.data(), E, s.ckv.data(), W, n);
-    comp_proj[n_comp_proj++] = matmul_params(m.cmp_gate, s.h.data(), E, s.csc.data(), W, n);
-  }
-  if (ratio == 4) {
-    comp_proj[n_comp_proj++] = matmul_params(m.idx_cmp_kv, s.h.data(), E, s.ikv.data(), IW, n);
-    comp_proj[n_comp_proj++] = matmul_params(m.idx_cmp_gate, s.h.data(), E, s.isc.data(), IW, n);
-  }
-  if (n_comp_proj > 0) be_.matmul_grouped(comp_proj, n_comp_proj);
   int first_idx_row = n;  // this session: rows from here on need an indexer query
   if (ratio == 4) {
     for (int i = 0; i < n; ++i) {
@@ -240,14 +226,46 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         break;
       }
     }
-    // With owners the rows needing a query need not be a suffix: the queries of the rows from
-    // the first such one on are computed (a row's bits do not depend on its neighbours).
-    if (first_idx_row < n) {
-      const int cnt = n - first_idx_row;
-      matmul(be_, m.idx_q_b, s.qr.data() + first_idx_row * QL, QL, s.iq.data() + first_idx_row * IQ, IQ, cnt);
-      matmul(be_, m.idx_proj, s.h.data() + first_idx_row * E, E, s.iw.data() + first_idx_row * n_ih, n_ih, cnt);
-    }
   }
+  // The projections of h beside q_b (attention_projections' side lane): the compressors' (F16,
+  // rows of one length: one grouped call, each result the bits it gets alone; a device backend
+  // runs them as one launch) and the indexer's head weights.
+  struct Beside {
+    backend::Backend* be = nullptr;
+    backend::MatmulParams comp_proj[4];
+    int n_comp_proj = 0;
+    backend::MatmulParams idx_proj;
+    bool has_idx_proj = false;
+  } beside;
+  beside.be = &be_;
+  if (ratio != 0) {
+    beside.comp_proj[beside.n_comp_proj++] = matmul_params(m.cmp_kv, s.h.data(), E, s.ckv.data(), W, n);
+    beside.comp_proj[beside.n_comp_proj++] = matmul_params(m.cmp_gate, s.h.data(), E, s.csc.data(), W, n);
+  }
+  if (ratio == 4) {
+    beside.comp_proj[beside.n_comp_proj++] = matmul_params(m.idx_cmp_kv, s.h.data(), E, s.ikv.data(), IW, n);
+    beside.comp_proj[beside.n_comp_proj++] = matmul_params(m.idx_cmp_gate, s.h.data(), E, s.isc.data(), IW, n);
+  }
+  // With owners the rows needing a query need not be a suffix: the queries of the rows from
+  // the first such one on are computed (a row's bits do not depend on its neighbours).
+  const int idx_cnt = n - first_idx_row;
+  if (idx_cnt > 0) {
+    beside.idx_proj = matmul_params(m.idx_proj, s.h.data() + first_idx_row * E, E, s.iw.data() + first_idx_row * n_ih,
+                                    n_ih, idx_cnt);
+    beside.has_idx_proj = true;
+  }
+  backend::Task beside_task;
+  if (beside.n_comp_proj > 0 || beside.has_idx_proj) {
+    beside_task.ctx = &beside;
+    beside_task.fn = [](void* ctx) {
+      const Beside& b = *static_cast<const Beside*>(ctx);
+      if (b.n_comp_proj > 0) b.be->matmul_grouped(b.comp_proj, b.n_comp_proj);
+      if (b.has_idx_proj) b.be->matmul(b.idx_proj);
+    };
+  }
+  attention_projections(be_, cfg_, am, bs, n, beside_task);
+  if (idx_cnt > 0)  // the indexer's queries from the normed q_a rows (qr)
+    matmul(be_, m.idx_q_b, s.qr.data() + first_idx_row * QL, QL, s.iq.data() + first_idx_row * IQ, IQ, idx_cnt);
 
   const int64_t swa = cfg_.n_swa;
   // Everything row-local first (no state read, so the rows may run in parallel): q/kv RoPE,

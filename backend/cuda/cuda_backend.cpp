@@ -171,16 +171,46 @@ class CudaWeightSet final : public WeightSet {
   void* base_ = nullptr;
 };
 
+// The side lane of --cuda-lanes (backend.h's fork / join): its stream, the two ordering
+// events and its own HC counters (zeroed, kHcTicketRows); all null without lanes.
+struct SideLane {
+  cuda::Stream stream = nullptr;
+  cuda::Event fork = nullptr, join = nullptr;
+  uint32_t* tickets = nullptr;
+  void release() {
+    if (stream != nullptr) cuda::stream_destroy(stream);
+    if (fork != nullptr) cuda::event_destroy(fork);
+    if (join != nullptr) cuda::event_destroy(join);
+    stream = nullptr;
+    fork = join = nullptr;
+  }
+};
+
+// The fused HC kernels' counters: allocated and zeroed once (ordered on `stream`).
+Status alloc_hc_tickets(cuda::Stream stream, uint32_t** tickets) {
+  const size_t bytes = sizeof(uint32_t) * cuda::kHcTicketRows;
+  void* p = nullptr;
+  Status s = cuda::device_alloc(&p, bytes);
+  if (s.ok()) s = cuda::memset_async(p, 0, bytes, stream);
+  if (!s.ok()) {
+    cuda::device_free(p);
+    return s;
+  }
+  *tickets = static_cast<uint32_t*>(p);
+  return Status();
+}
+
 class CudaBackend final : public Backend {
  public:
   // hc_tickets: the fused HC kernels' counters (ops.h kHcTicketRows, zeroed), or nullptr for
-  // the three-launch HC path; owned from here on.
+  // the three-launch HC path; owned from here on, as are the lanes' stream, events and
+  // counters (--cuda-lanes; a null side stream: every op on `stream`).
   // graphs: 0 no capture, 1 a forward as one graph, N >= 2 a graph per N ops (see the top).
   // batch_steps: compressor_steps as one launch per 16 steps and compressor_rows as its two parallel launches.
   CudaBackend(const cuda::DeviceInfo& info, cuda::Stream stream, bool sync_each_op, uint32_t* hc_tickets,
-              cuda::HcKernel hc_kernel, int graphs, bool batch_steps)
-      : info_(info), stream_(stream), sync_each_op_(sync_each_op), hc_tickets_(hc_tickets), hc_kernel_(hc_kernel),
-        graphs_(graphs), batch_steps_(batch_steps) {}
+              cuda::HcKernel hc_kernel, int graphs, bool batch_steps, const SideLane& side)
+      : info_(info), stream_(stream), cur_(stream), sync_each_op_(sync_each_op), hc_tickets_{hc_tickets, side.tickets},
+        hc_kernel_(hc_kernel), side_(side), graphs_(graphs), batch_steps_(batch_steps) {}
   ~CudaBackend() override {
     if (capturing_) {  // a bracket left open: drop what was captured (it never ran)
       cuda::Graph g = nullptr;
@@ -189,6 +219,7 @@ class CudaBackend final : public Backend {
       cuda::graph_destroy(g);
     }
     (void)cuda::stream_sync(stream_);  // a fault here was reported by the call that caused it
+    if (side_.stream != nullptr) (void)cuda::stream_sync(side_.stream);
     for (auto& seg : execs_) {
       for (ExecSlot& e : seg) cuda::graph_exec_destroy(e.exec);
     }
@@ -198,8 +229,11 @@ class CudaBackend final : public Backend {
                    static_cast<unsigned long long>(graph_instantiations_),
                    static_cast<unsigned long long>(graph_updates_));
     }
-    cuda::device_free(scratch_.data);
-    cuda::device_free(hc_tickets_);
+    for (int l = 0; l < 2; ++l) {
+      cuda::device_free(scratch_[l].data);
+      cuda::device_free(hc_tickets_[l]);
+    }
+    side_.release();
     cuda::stream_destroy(stream_);
   }
 
@@ -244,39 +278,47 @@ class CudaBackend final : public Backend {
 
   // A host source (pageable) is not captured: the upload runs between two segments.
   void upload(void* dst, const void* src, size_t bytes) override {
+    on_main("upload inside a lane fork (backend.h: only ops go between fork and join)");
     const bool resume = pause_capture();
     check(cuda::copy_async(dst, src, bytes, stream_), "upload");
     if (resume) resume_capture();
   }
   void download(void* dst, const void* src, size_t bytes) override {
+    on_main("download inside a lane fork (backend.h: only ops go between fork and join)");
     const bool resume = pause_capture();
     check(cuda::copy_async(dst, src, bytes, stream_), "download");
     check_sync("download");
     if (resume) resume_capture();
   }
   void copy(void* dst, const void* src, size_t bytes) override {
+    on_main("copy inside a lane fork (backend.h: only ops go between fork and join)");
     if (dst != src) check(cuda::copy_async(dst, src, bytes, stream_), "copy");
     count_op();
   }
   void copy_many(const CopyRegion* regions, int n) override {
+    on_main("copy_many inside a lane fork (backend.h: only ops go between fork and join)");
     check(cuda::copy_many(regions, n, stream_), "copy_many");
     count_op();
   }
   void fill_f32(float* dst, size_t n, float value) override {
+    on_main("fill_f32 inside a lane fork (backend.h: only ops go between fork and join)");
     check(cuda::fill_f32(dst, n, value, stream_), "fill_f32");
     count_op();
   }
   void fill_bytes(void* dst, size_t bytes, uint8_t value) override {
+    on_main("fill_bytes inside a lane fork (backend.h: only ops go between fork and join)");
     check(cuda::memset_async(dst, value, bytes, stream_), "fill_bytes");
     count_op();
   }
   void sync() override {
+    on_main("sync inside a lane fork (backend.h: only ops go between fork and join)");
     const bool resume = pause_capture();
     check_sync("sync");
     if (resume) resume_capture();
   }
 
   std::unique_ptr<WeightSet> bind_weights(std::span<const WeightRange> ranges) override {
+    on_main("bind_weights inside a lane fork (backend.h: only ops go between fork and join)");
     const bool resume = pause_capture();
     auto w = CudaWeightSet::upload(ranges, stream_, info_.device);
     if (resume) resume_capture();
@@ -297,14 +339,37 @@ class CudaBackend final : public Backend {
     ++graph_forwards_;
   }
   void end_forward() override {
+    on_main("end_forward inside a lane fork (backend.h: only ops go between fork and join)");
     if (!in_forward_) return;
     pause_capture();
     in_forward_ = false;
   }
 
+  // Lanes (backend.h): the side lane is a second stream that waits for the main one at the
+  // fork; the main stream waits for it at the join. Each lane has its own matmul scratch and
+  // HC counters, so every op may run on either. Without --cuda-lanes all three do nothing.
+  void fork() override {
+    if (side_.stream == nullptr) return;
+    DS4_CHECK_MSG(!forked_, "fork: forks do not nest");
+    check(cuda::event_record(side_.fork, stream_), "fork");
+    check(cuda::stream_wait_event(side_.stream, side_.fork), "fork");
+    forked_ = true;
+    cur_ = side_.stream;
+  }
+  void to_main() override {
+    if (forked_) cur_ = stream_;
+  }
+  void join() override {
+    if (!forked_) return;
+    check(cuda::event_record(side_.join, side_.stream), "join");
+    check(cuda::stream_wait_event(stream_, side_.join), "join");
+    forked_ = false;
+    cur_ = stream_;
+  }
+
   void matmul(const MatmulParams& p) override {
     grow_scratch(cuda::matmul_scratch_bytes(p.w.n_in, p.n_rows));
-    op(cuda::matmul(p, scratch_, stream_), "matmul", "%s [%lld -> %lld], %d rows", gguf::type_name(p.w.type),
+    op(cuda::matmul(p, scratch(), cur_), "matmul", "%s [%lld -> %lld], %d rows", gguf::type_name(p.w.type),
        ll(p.w.n_in), ll(p.w.n_out), p.n_rows);
   }
   void matmul_grouped(const MatmulParams* p, int n) override {
@@ -313,25 +378,25 @@ class CudaBackend final : public Backend {
       return;
     }
     grow_scratch(cuda::matmul_grouped_scratch_bytes(p, n));
-    op(cuda::matmul_grouped(p, n, scratch_, stream_), "matmul_grouped", "%d x %s [%lld -> %lld], %d rows", n,
+    op(cuda::matmul_grouped(p, n, scratch(), cur_), "matmul_grouped", "%d x %s [%lld -> %lld], %d rows", n,
        gguf::type_name(p[0].w.type), ll(p[0].w.n_in), ll(p[0].w.n_out), p[0].n_rows);
   }
   void rms_norm(const RmsNormParams& p) override {
-    op(cuda::rms_norm(p, stream_), "rms_norm", "n %lld, %d rows", ll(p.n), p.n_rows);
+    op(cuda::rms_norm(p, cur_), "rms_norm", "n %lld, %d rows", ll(p.n), p.n_rows);
   }
   void hc_pre(const HcPreParams& p) override {
-    op(cuda::hc_pre(p, stream_, hc_tickets_, hc_kernel_), "hc_pre", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
+    op(cuda::hc_pre(p, cur_, tickets(), hc_kernel_), "hc_pre", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
        p.n_rows);
   }
   void hc_post(const HcPostParams& p) override {
-    op(cuda::hc_post(p, stream_), "hc_post", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
+    op(cuda::hc_post(p, cur_), "hc_post", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
   }
   void attention_inputs(const AttentionInputsParams& p) override {
-    op(cuda::attention_inputs(p, stream_), "attention_inputs", "%d rows at %lld, %d heads of %d", p.n_rows,
+    op(cuda::attention_inputs(p, cur_), "attention_inputs", "%d rows at %lld, %d heads of %d", p.n_rows,
        ll(p.pos0), p.n_head, p.head_dim);
   }
   void compressor_step(const CompressorStepParams& p) override {
-    op(cuda::compressor_step(p, stream_), "compressor_step", "ratio %d, head_dim %d, pos %lld", p.ratio,
+    op(cuda::compressor_step(p, cur_), "compressor_step", "ratio %d, head_dim %d, pos %lld", p.ratio,
        p.head_dim, ll(p.pos));
   }
   void compressor_steps(const CompressorStepParams* p, int n) override {
@@ -343,7 +408,7 @@ class CudaBackend final : public Backend {
       count_op();
       return;
     }
-    op(cuda::compressor_steps(p, n, stream_), "compressor_steps", "%d steps, first ratio %d, pos %lld", n,
+    op(cuda::compressor_steps(p, n, cur_), "compressor_steps", "%d steps, first ratio %d, pos %lld", n,
        p[0].ratio, ll(p[0].pos));
   }
   void compressor_rows(const CompressorRowsParams& p) override {
@@ -352,7 +417,7 @@ class CudaBackend final : public Backend {
       return;
     }
     bool done = false;
-    const Status s = cuda::compressor_rows(p, stream_, &done);
+    const Status s = cuda::compressor_rows(p, cur_, &done);
     if (s.ok() && !done) {
       Backend::compressor_rows(p);  // declined: 16 steps per launch
       return;
@@ -361,45 +426,46 @@ class CudaBackend final : public Backend {
        p.step.head_dim);
   }
   void indexer_select(const IndexerSelectParams* p, int n) override {
-    op(cuda::indexer_select(p, n, stream_), "indexer_select", "%d queries, first over %lld rows, top %d", n,
+    op(cuda::indexer_select(p, n, cur_), "indexer_select", "%d queries, first over %lld rows, top %d", n,
        ll(p[0].n_rows), p[0].top_k);
   }
   void sink_attention(const SinkAttentionParams* p, int n) override {
-    op(cuda::sink_attention(p, n, stream_), "sink_attention", "%d queries, %d heads of %d, first %d raw + %lld comp",
+    op(cuda::sink_attention(p, n, cur_), "sink_attention", "%d queries, %d heads of %d, first %d raw + %lld comp",
        n, p[0].n_head, p[0].head_dim, p[0].n_raw, ll(p[0].n_comp));
   }
-  void swiglu(const SwigluParams& p) override { op(cuda::swiglu(p, stream_), "swiglu", "n %lld", ll(p.n)); }
+  void swiglu(const SwigluParams& p) override { op(cuda::swiglu(p, cur_), "swiglu", "n %lld", ll(p.n)); }
   void route(const RouteParams& p) override {
-    op(cuda::route(p, stream_), "route", "%d rows, %d experts, %d used", p.n_rows, p.n_expert, p.n_used);
+    op(cuda::route(p, cur_), "route", "%d rows, %d experts, %d used", p.n_rows, p.n_expert, p.n_used);
   }
   void moe(const MoeParams& p) override {
-    op(cuda::moe(p, stream_), "moe", "%d rows, %s [%lld -> %lld] x%lld, %d used", p.n_rows,
+    op(cuda::moe(p, cur_), "moe", "%d rows, %s [%lld -> %lld] x%lld, %d used", p.n_rows,
        gguf::type_name(p.gate.type), ll(p.gate.n_in), ll(p.gate.n_out), ll(p.gate.n_expert), p.n_used);
   }
   void hc_collapse(const HcCollapseParams& p) override {
-    op(cuda::hc_collapse(p, stream_, hc_tickets_, hc_kernel_), "hc_collapse", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
+    op(cuda::hc_collapse(p, cur_, tickets(), hc_kernel_), "hc_collapse", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd),
        p.n_rows);
   }
   void embed(const EmbedParams& p) override {
-    op(cuda::embed(p, stream_), "embed", "%d rows of %lld", p.n_rows, ll(p.n_embd));
+    op(cuda::embed(p, cur_), "embed", "%d rows of %lld", p.n_rows, ll(p.n_embd));
   }
-  void add(const AddParams& p) override { op(cuda::add(p, stream_), "add", "n %lld", ll(p.n)); }
+  void add(const AddParams& p) override { op(cuda::add(p, cur_), "add", "n %lld", ll(p.n)); }
   void hc_mean(const HcMeanParams& p) override {
-    op(cuda::hc_mean(p, stream_), "hc_mean", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
+    op(cuda::hc_mean(p, cur_), "hc_mean", "n_hc %d, n_embd %lld, %d rows", p.n_hc, ll(p.n_embd), p.n_rows);
   }
   void argmax(const ArgmaxParams& p) override {
-    op(cuda::argmax(p, stream_), "argmax", "%d rows of %lld", p.n_rows, ll(p.n));
+    op(cuda::argmax(p, cur_), "argmax", "%d rows of %lld", p.n_rows, ll(p.n));
   }
   void top_k(const TopKParams& p) override {
-    op(cuda::top_k(p, stream_), "top_k", "%d rows of %lld, k %d", p.n_rows, ll(p.n), p.k);
+    op(cuda::top_k(p, cur_), "top_k", "%d rows of %lld, k %d", p.n_rows, ll(p.n), p.k);
   }
   void get_rows(const GetRowsParams& p) override {
-    op(cuda::get_rows(p, stream_), "get_rows", "%d rows of %s [%lld]", p.n_rows, gguf::type_name(p.w.type),
+    op(cuda::get_rows(p, cur_), "get_rows", "%d rows of %s [%lld]", p.n_rows, gguf::type_name(p.w.type),
        ll(p.w.n_in));
   }
 
  protected:
   void* allocate(size_t bytes) override {
+    on_main("alloc inside a lane fork (backend.h: only ops go between fork and join)");
     const bool resume = pause_capture();
     void* p = nullptr;
     check(cuda::device_alloc(&p, (bytes + 63) / 64 * 64), "alloc");
@@ -409,6 +475,7 @@ class CudaBackend final : public Backend {
   }
   // cudaFree waits for the device, so no op still in flight can touch the memory.
   void release(void* p, size_t) override {
+    on_main("release inside a lane fork (backend.h: only ops go between fork and join)");
     const bool resume = pause_capture();
     cuda::device_free(p);
     if (resume) resume_capture();
@@ -416,6 +483,11 @@ class CudaBackend final : public Backend {
 
  private:
   static long long ll(int64_t v) { return static_cast<long long>(v); }
+  // Host round trips and copies run on the main stream, outside a fork (backend.h).
+  void on_main(const char* what) const { DS4_CHECK_MSG(!forked_, what); }
+  int lane() const { return cur_ == stream_ ? 0 : 1; }
+  const cuda::OpScratch& scratch() const { return scratch_[lane()]; }
+  uint32_t* tickets() const { return hc_tickets_[lane()]; }
   void check(const Status& s, const char* op) {
     if (!s.ok()) fatal(s, op);
   }
@@ -433,7 +505,7 @@ class CudaBackend final : public Backend {
   void op(const Status& launched, const char* name, const char* shape_fmt, ...)
       __attribute__((format(printf, 4, 5))) {
     Status s = launched;
-    if (s.ok() && sync_each_op_) s = cuda::stream_sync(stream_);
+    if (s.ok() && sync_each_op_) s = cuda::stream_sync(cur_);
     if (s.ok()) {
       count_op();
       return;
@@ -524,23 +596,28 @@ class CudaBackend final : public Backend {
   // Inside a captured forward the segment so far is launched first (the old scratch may be
   // in its nodes; cudaFree waits for them).
   void grow_scratch(size_t bytes) {
-    if (bytes <= scratch_.bytes) return;
+    cuda::OpScratch& sc = scratch_[lane()];
+    if (bytes <= sc.bytes) return;
     const bool resume = pause_capture();
     const size_t want = std::max(bytes, size_t{1} << 20);
-    cuda::device_free(scratch_.data);
-    scratch_ = cuda::OpScratch{};
+    cuda::device_free(sc.data);
+    sc = cuda::OpScratch{};
     void* p = nullptr;
     check(cuda::device_alloc(&p, want), "matmul scratch");
-    scratch_ = cuda::OpScratch{p, want};
+    sc = cuda::OpScratch{p, want};
     if (resume) resume_capture();
   }
 
   cuda::DeviceInfo info_;
-  cuda::Stream stream_ = nullptr;
+  cuda::Stream stream_ = nullptr;  // the main lane
+  cuda::Stream cur_ = nullptr;     // the lane the next op runs on: stream_ or side_.stream
   bool sync_each_op_ = false;
-  uint32_t* hc_tickets_ = nullptr;  // [kHcTicketRows] zero between ops; nullptr: unfused HC ops
+  // Per lane (main, side): [kHcTicketRows] zero between ops; nullptr: unfused HC ops.
+  uint32_t* hc_tickets_[2] = {nullptr, nullptr};
   cuda::HcKernel hc_kernel_ = cuda::HcKernel::kFused;  // with tickets: the one-launch kernel
-  cuda::OpScratch scratch_;
+  cuda::OpScratch scratch_[2];  // per lane
+  SideLane side_;               // --cuda-lanes; a null stream: no lanes
+  bool forked_ = false;         // between fork() and join()
   int graphs_ = 0;            // --cuda-graphs: 0 off, 1 a forward per graph, N a graph per N ops
   bool batch_steps_ = false;  // --cuda-batch-steps: compressor steps batched (rows in parallel)
   bool warmed_up_ = false;    // the first one-row forward ran uncaptured
@@ -586,6 +663,12 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
                  sync_each_op ? "--cuda-sync" : "--cuda-profile");
     graphs = 0;
   }
+  bool lanes = c.lanes;
+  if (lanes && (graphs != 0 || profile)) {
+    // A captured segment must end with the lanes joined, and the profiler times ops one by one.
+    DS4_LOG_WARN("cuda: --cuda-lanes is off under %s (one stream)", profile ? "--cuda-profile" : "--cuda-graphs");
+    lanes = false;
+  }
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::set_q8_0_r1_kernel(r1);
@@ -601,22 +684,25 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   cuda::set_fold_input_norm(c.fold_input_norm);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
-  uint32_t* tickets = nullptr;  // the fused HC kernels' counters: allocated and zeroed once
-  if (hc_fused != 0) {
-    const size_t bytes = sizeof(uint32_t) * cuda::kHcTicketRows;
-    void* p = nullptr;
-    Status s = cuda::device_alloc(&p, bytes);
-    if (s.ok()) s = cuda::memset_async(p, 0, bytes, stream);
-    if (!s.ok()) {
-      cuda::device_free(p);
-      cuda::stream_destroy(stream);
-      return s;
-    }
-    tickets = static_cast<uint32_t*>(p);
+  uint32_t* tickets = nullptr;  // the fused HC kernels' counters
+  SideLane side;
+  Status s = hc_fused != 0 ? alloc_hc_tickets(stream, &tickets) : Status();
+  if (s.ok() && lanes) {
+    s = cuda::stream_create(&side.stream);
+    if (s.ok()) s = cuda::event_create(&side.fork);
+    if (s.ok()) s = cuda::event_create(&side.join);
+    if (s.ok() && hc_fused != 0) s = alloc_hc_tickets(stream, &side.tickets);
+  }
+  if (!s.ok()) {
+    cuda::device_free(tickets);
+    cuda::device_free(side.tickets);
+    side.release();
+    cuda::stream_destroy(stream);
+    return s;
   }
   std::unique_ptr<Backend> be(new CudaBackend(info, stream, sync_each_op, tickets,
                                               hc_fused == 2 ? cuda::HcKernel::kStaged : cuda::HcKernel::kFused,
-                                              graphs, c.batch_steps));
+                                              graphs, c.batch_steps, side));
   if (!profile) return be;
   // 2 events per op, 32K ops between read-backs (a Flash decode token issues ~1-2K ops).
   auto clock = make_cuda_event_clock(stream, 65536);

@@ -60,6 +60,10 @@ struct CudaBackendConfig {
   // norm in the wide kernel (cuda::set_fold_input_norm); process-wide.
   bool hc_products = false;
   bool fold_input_norm = false;
+  // Two streams for the lanes of backend.h's fork / join (the shared expert beside the
+  // router, the compressor projections beside q_b); off: every op on one stream. Off under
+  // graphs or profile (a warning says so).
+  bool lanes = false;
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

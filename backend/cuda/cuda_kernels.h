@@ -73,6 +73,8 @@ Status event_create_timed(Event* event);  // with timing, for event_elapsed_ms
 void event_destroy(Event event);
 Status event_record(Event event, Stream stream);
 Status event_sync(Event event);
+// Work issued to `stream` after this call starts once `event`'s recorded work is done.
+Status stream_wait_event(Stream stream, Event event);
 // Milliseconds between two completed timed events (resolution about 0.5 us).
 Status event_elapsed_ms(Event from, Event to, float* ms);
 // Free and total bytes of the current device's memory.

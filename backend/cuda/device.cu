@@ -150,6 +150,11 @@ Status event_record(Event event, Stream stream) {
   return e == cudaSuccess ? Status() : cuda_error("cudaEventRecord", e);
 }
 
+Status stream_wait_event(Stream stream, Event event) {
+  const cudaError_t e = cudaStreamWaitEvent(stream, event, 0);
+  return e == cudaSuccess ? Status() : cuda_error("cudaStreamWaitEvent", e);
+}
+
 Status event_sync(Event event) {
   const cudaError_t e = cudaEventSynchronize(event);
   return e == cudaSuccess ? Status() : cuda_error("kernel (found at an event synchronization)", e);

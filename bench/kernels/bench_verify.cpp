@@ -18,7 +18,8 @@
 // backend sync), e.g. on a full-shape Flash file (--model); --cuda_profile turns on the op
 // profiler there (backend/op_profile.h; report on stderr at exit); --cuda_moe=new|old picks the
 // routed-expert kernels there (ds4's --cuda-moe, default new), --cuda_pdl=1|0 the programmatic
-// dependent launch (default on). --csv_out=FILE writes
+// dependent launch (default on), --cuda_lanes=1|0 the two-stream lanes (ds4's --cuda-lanes,
+// default off). --csv_out=FILE writes
 // r,call,best_ms,median_ms,bytes (r = 0: decode(1)), bytes = what one call reads and writes by
 // backend/op_profile.h's op costs, counted in one untimed pass (routed experts: the distinct
 // experts of the call, read back). --only_r takes a list (--only_r=0,6). Nothing here is a test.
@@ -224,7 +225,7 @@ double timed_call(session::ModelSession& s, backend::Backend& be, int r, const s
 int main(int argc, char** argv) {
   std::string model_path, drafter_path, backend_name = "cpu", csv_out, cuda_moe = "new";
   int device = 0;
-  bool cuda_profile = false, cuda_pdl = true;
+  bool cuda_profile = false, cuda_pdl = true, cuda_lanes = false;
   std::vector<int> only_list;
   model::ExpertQuant quant = model::ExpertQuant::kQ2;
   int threads = 2, ctx = 96, rounds = 15, profile_r = 6, only_r = -1, only_calls = 200;
@@ -267,6 +268,10 @@ int main(int argc, char** argv) {
       cuda_pdl = true;
     } else if (a == "--cuda_pdl=0") {
       cuda_pdl = false;
+    } else if (a == "--cuda_lanes" || a == "--cuda_lanes=1") {
+      cuda_lanes = true;
+    } else if (a == "--cuda_lanes=0") {
+      cuda_lanes = false;
     } else if (a.rfind("--cuda_moe=", 0) == 0) {
       cuda_moe = val("--cuda_moe=");
     } else if (a == "--cuda_profile") {
@@ -315,6 +320,7 @@ int main(int argc, char** argv) {
   bo.cuda_profile = cuda_profile;
   bo.cuda_moe = cuda_moe;
   bo.cuda_pdl = cuda_pdl;
+  bo.cuda_lanes = cuda_lanes;
   auto be_or = backend::make_backend(backend_name, bo);
   if (!be_or.ok()) return die("backend", be_or.status());
   std::unique_ptr<backend::Backend> cpu_be = std::move(be_or).value();  // the CPU unless --backend

@@ -186,6 +186,30 @@ TEST_F(CudaForward, BatchedCompressorStepsEqualCpu) {
   testing_tiny::check_verify(batched, {66, 124, 254}, 512);
 }
 
+// --cuda-lanes: the shared expert beside the router and the compressor / indexer projections
+// beside q_b on a second stream (backend.h fork / join). A prefill in chunks of 32 and 256 rows,
+// decodes after it, and verify / rollback / commit_prefix equal the CPU's / plain decode's bits
+// (the lanes' independence itself is proved on the CPU: tests/model/lane_order_test.cpp).
+TEST_F(CudaForward, LanesEqualCpu) {
+  open_pair(model::ExpertQuant::kQ2, 1234);
+  if (IsSkipped()) return;
+  backend::BackendOptions bo;
+  bo.cuda_lanes = true;
+  std::string why;
+  Stack lanes = Stack::open_on("cuda", model::ExpertQuant::kQ2, 1234, &why, bo);
+  ASSERT_NE(lanes.backend, nullptr) << why;
+  const auto toks = prompt_tokens(420, cpu_.model->config().n_vocab, 9);
+  auto c = cpu_.session(512);
+  const auto want = logits_trace(*c, toks, 400);
+  ASSERT_EQ(want.size(), 21u);
+  for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
+    auto g = lanes.session(512, chunk);
+    ASSERT_EQ(trace_difference(logits_trace(*g, toks, 400), want), "") << "chunk " << chunk;
+    EXPECT_EQ(state_bytes(*g), state_bytes(*c)) << "chunk " << chunk;
+  }
+  testing_tiny::check_verify(lanes, {66, 124, 254}, 512);
+}
+
 void decode_both(const Stack& cpu, const Stack& gpu, int n, int n_ctx, uint64_t prompt_seed) {
   const auto toks = prompt_tokens(n, cpu.model->config().n_vocab, prompt_seed);
   auto c = cpu.session(n_ctx);

@@ -301,6 +301,14 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   ASSERT_TRUE(apply({"--cuda-hc-products"}, &eo, {{"DS4_CUDA_FOLD_INPUT_NORM", "1"}}).ok());
   EXPECT_TRUE(eo.cuda_hc_products);
   EXPECT_TRUE(eo.cuda_fold_input_norm);
+  ASSERT_TRUE(apply({}, &eo).ok());
+  EXPECT_FALSE(eo.cuda_lanes);  // off until measured on a GPU
+  ASSERT_TRUE(apply({"--cuda-lanes"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_lanes);
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_LANES", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_lanes);
+  ASSERT_TRUE(apply({"--no-cuda-lanes"}, &eo, {{"DS4_CUDA_LANES", "1"}}).ok());
+  EXPECT_FALSE(eo.cuda_lanes);  // the command line wins over the environment
   EXPECT_EQ("split", eo.cuda_attn);  // the kernels measured on the device before the fused one
   ASSERT_TRUE(apply({"--cuda-attn", "fused"}, &eo).ok());
   EXPECT_EQ("fused", eo.cuda_attn);
