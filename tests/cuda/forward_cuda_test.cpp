@@ -162,52 +162,44 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_fold_input_norm(false);
 }
 
-// --cuda-batch-steps: a prefill in chunks of 32 and 256 rows (each group's compressor chains
-// as compressor_rows, the windows pooled in parallel), decodes after it, and verify rows with
-// their prefix-slot saves (the steps batched, flushed before each save) equal the CPU's /
-// plain decode's bits.
+// The tiny q2 model on a CUDA backend made with `bo`: a prefill in chunks of 32 and 256 rows,
+// 20 decodes after it (logits and final state equal the CPU's), then verify rows with their
+// prefix-slot saves, rollback and commit_prefix equal to plain decode's bits on the device.
+void options_equal_cpu(const Stack& cpu, const backend::BackendOptions& bo, uint64_t prompt_seed) {
+  std::string why;
+  Stack gpu = Stack::open_on("cuda", model::ExpertQuant::kQ2, 1234, &why, bo);
+  ASSERT_NE(gpu.backend, nullptr) << why;
+  const auto toks = prompt_tokens(420, cpu.model->config().n_vocab, prompt_seed);
+  auto c = cpu.session(512);
+  const auto want = logits_trace(*c, toks, 400);
+  ASSERT_EQ(want.size(), 21u);
+  for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
+    auto g = gpu.session(512, chunk);
+    ASSERT_EQ(trace_difference(logits_trace(*g, toks, 400), want), "") << "chunk " << chunk;
+    EXPECT_EQ(state_bytes(*g), state_bytes(*c)) << "chunk " << chunk;
+  }
+  testing_tiny::check_verify(gpu, {66, 124, 254}, 512);
+}
+
+// --cuda-batch-steps: each prefill group's compressor chains as compressor_rows (the windows
+// pooled in parallel), a verify group's steps batched and flushed before each prefix-slot save.
 TEST_F(CudaForward, BatchedCompressorStepsEqualCpu) {
   open_pair(model::ExpertQuant::kQ2, 1234);
   if (IsSkipped()) return;
   backend::BackendOptions bo;
   bo.cuda_batch_steps = true;
-  std::string why;
-  Stack batched = Stack::open_on("cuda", model::ExpertQuant::kQ2, 1234, &why, bo);
-  ASSERT_NE(batched.backend, nullptr) << why;
-  const auto toks = prompt_tokens(420, cpu_.model->config().n_vocab, 3);
-  auto c = cpu_.session(512);
-  const auto want = logits_trace(*c, toks, 400);
-  ASSERT_EQ(want.size(), 21u);
-  for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
-    auto g = batched.session(512, chunk);
-    ASSERT_EQ(trace_difference(logits_trace(*g, toks, 400), want), "") << "chunk " << chunk;
-    EXPECT_EQ(state_bytes(*g), state_bytes(*c)) << "chunk " << chunk;
-  }
-  testing_tiny::check_verify(batched, {66, 124, 254}, 512);
+  options_equal_cpu(cpu_, bo, 3);
 }
 
 // --cuda-lanes: the shared expert beside the router and the compressor / indexer projections
-// beside q_b on a second stream (backend.h fork / join). A prefill in chunks of 32 and 256 rows,
-// decodes after it, and verify / rollback / commit_prefix equal the CPU's / plain decode's bits
-// (the lanes' independence itself is proved on the CPU: tests/model/lane_order_test.cpp).
+// beside q_b on a second stream (backend.h fork / join); the lanes' independence itself is
+// proved on the CPU (tests/model/lane_order_test.cpp).
 TEST_F(CudaForward, LanesEqualCpu) {
   open_pair(model::ExpertQuant::kQ2, 1234);
   if (IsSkipped()) return;
   backend::BackendOptions bo;
   bo.cuda_lanes = true;
-  std::string why;
-  Stack lanes = Stack::open_on("cuda", model::ExpertQuant::kQ2, 1234, &why, bo);
-  ASSERT_NE(lanes.backend, nullptr) << why;
-  const auto toks = prompt_tokens(420, cpu_.model->config().n_vocab, 9);
-  auto c = cpu_.session(512);
-  const auto want = logits_trace(*c, toks, 400);
-  ASSERT_EQ(want.size(), 21u);
-  for (const int chunk : {session::kDefaultChunkRows, session::kMaxChunkRows}) {
-    auto g = lanes.session(512, chunk);
-    ASSERT_EQ(trace_difference(logits_trace(*g, toks, 400), want), "") << "chunk " << chunk;
-    EXPECT_EQ(state_bytes(*g), state_bytes(*c)) << "chunk " << chunk;
-  }
-  testing_tiny::check_verify(lanes, {66, 124, 254}, 512);
+  options_equal_cpu(cpu_, bo, 9);
 }
 
 void decode_both(const Stack& cpu, const Stack& gpu, int n, int n_ctx, uint64_t prompt_seed) {
