@@ -157,6 +157,18 @@ inline RmsNormParams input_norm(const MatmulParams& p) {
   return r;
 }
 
+// Hyper-connection "post": out[c][d] = f[d]·post[c] + Σ_r comb[r][c]·x[r][d].
+struct HcPostParams {
+  const float* f = nullptr;      // [n_rows, n_embd] sublayer output
+  const float* x = nullptr;      // [n_rows, n_hc*n_embd] residual streams
+  const float* post = nullptr;   // [n_rows, n_hc]
+  const float* comb = nullptr;   // [n_rows, n_hc*n_hc]
+  float* out = nullptr;          // [n_rows, n_hc*n_embd] (must not alias x)
+  int n_hc = 4;
+  int64_t n_embd = 0;
+  int n_rows = 1;
+};
+
 // Hyper-connection "pre" (§4.2): flatten-norm, F16 projection, Sinkhorn, weighted stream sum.
 struct HcPreParams {
   const float* x = nullptr;      // [n_rows, n_hc * n_embd] stream-major HC state
@@ -179,18 +191,11 @@ struct HcPreParams {
   const float* norm_weight = nullptr;  // [n_embd], or nullptr (unweighted)
   float* normed = nullptr;             // out [n_rows, n_embd], or nullptr (no norm)
   float norm_out_eps = 1e-6f;
-};
-
-// Hyper-connection "post": out[c][d] = f[d]·post[c] + Σ_r comb[r][c]·x[r][d].
-struct HcPostParams {
-  const float* f = nullptr;      // [n_rows, n_embd] sublayer output
-  const float* x = nullptr;      // [n_rows, n_hc*n_embd] residual streams
-  const float* post = nullptr;   // [n_rows, n_hc]
-  const float* comb = nullptr;   // [n_rows, n_hc*n_hc]
-  float* out = nullptr;          // [n_rows, n_hc*n_embd] (must not alias x)
-  int n_hc = 4;
-  int64_t n_embd = 0;
-  int n_rows = 1;
+  // With post_first.out != nullptr: the previous sublayer's HC post, run first; it makes x
+  // (post_first.out == x, the same n_hc / n_embd / n_rows; its post / comb may be this op's
+  // post / comb, which it reads before they are overwritten), so a backend may fold it into
+  // this op's kernel (the two ops' bits).
+  HcPostParams post_first;
 };
 
 // Row-local finish of the attention inputs of n_rows rows at positions pos0 .. pos0 + n_rows - 1

@@ -436,7 +436,13 @@ class ProfilingBackend final : public ForwardingBackend {
   void rms_norm(const RmsNormParams& p) override {
     timed(key("rms_norm %lld", ll(p.n)), op_cost(p), [&] { inner_.rms_norm(p); });
   }
-  void hc_pre(const HcPreParams& p) override { timed("hc_pre", op_cost(p), [&] { inner_.hc_pre(p); }); }
+  // A folded HC post (post_first) is timed as the hc_post op it is, then the HC pre alone.
+  void hc_pre(const HcPreParams& p) override {
+    if (p.post_first.out != nullptr) hc_post(p.post_first);
+    HcPreParams q = p;
+    q.post_first = HcPostParams{};
+    timed("hc_pre", op_cost(q), [&] { inner_.hc_pre(q); });
+  }
   void hc_post(const HcPostParams& p) override { timed("hc_post", op_cost(p), [&] { inner_.hc_post(p); }); }
   void attention_inputs(const AttentionInputsParams& p) override {
     timed(p.q ? "attention_inputs (q, kv)" : "attention_inputs (kv)", op_cost(p), [&] { inner_.attention_inputs(p); });

@@ -50,6 +50,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.hc_products = o.cuda_hc_products;
   c.fold_input_norm = o.cuda_fold_input_norm;
   c.lanes = o.cuda_lanes;
+  c.fold_hc_post = o.cuda_fold_hc_post;
   return make_cuda_backend(c);
 }
 #endif

@@ -79,6 +79,9 @@ struct BackendOptions {
   // CUDA: the lanes of Backend::fork / join on two streams (--cuda-lanes / DS4_CUDA_LANES). Same
   // bits; off until measured.
   bool cuda_lanes = false;
+  // CUDA: HcPreParams::post_first inside the staged HC-pre kernel (--cuda-fold-hc-post;
+  // cuda::set_fold_hc_post). Same bits; off until measured.
+  bool cuda_fold_hc_post = false;
 };
 
 // The largest --cuda-graphs segment (ops per graph).

@@ -143,6 +143,11 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
             "other leaves idle (off by default until measured on a GPU; off under --cuda-graphs and "
             "--cuda-profile); for A/B timing, same bits",
             "DS4_CUDA_LANES")
+      .flag("--cuda-fold-hc-post,!--no-cuda-fold-hc-post", &f->cuda_fold_hc_post,
+            "CUDA: each sublayer's HC post inside the next sublayer's staged HC-pre kernel (every block makes "
+            "the HC state from the post's inputs) instead of an hc_post launch (off by default until measured "
+            "on a GPU); for A/B timing, same bits",
+            "DS4_CUDA_FOLD_HC_POST")
       .option("--prefill-chunk", &f->prefill_chunk,
               "Rows per prefill forward, 1..256 (0 = the backend's default: 32 on the CPU, 256 on CUDA): a "
               "larger chunk reads each weight once for more prompt tokens and sizes the session's scratch and "
@@ -219,6 +224,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
   options->cuda_hc_products = f.cuda_hc_products;
   options->cuda_fold_input_norm = f.cuda_fold_input_norm;
   options->cuda_lanes = f.cuda_lanes;
+  options->cuda_fold_hc_post = f.cuda_fold_hc_post;
   return Status();
 }
 

@@ -8,7 +8,7 @@
 // --cuda-pdl-all = DS4_CUDA_PDL_ALL, --cuda-wide-persistent = DS4_CUDA_WIDE_PERSISTENT,
 // --cuda-batch-steps = DS4_CUDA_BATCH_STEPS, --cuda-attn = DS4_CUDA_ATTN, --cuda-fuse-norms =
 // DS4_CUDA_FUSE_NORMS, --cuda-hc-products = DS4_CUDA_HC_PRODUCTS, --cuda-fold-input-norm =
-// DS4_CUDA_FOLD_INPUT_NORM, --cuda-lanes = DS4_CUDA_LANES) and the prefill chunk (--prefill-chunk =
+// DS4_CUDA_FOLD_INPUT_NORM, --cuda-lanes = DS4_CUDA_LANES, --cuda-fold-hc-post = DS4_CUDA_FOLD_HC_POST) and the prefill chunk (--prefill-chunk =
 // DS4_PREFILL_CHUNK), with their
 // DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
 // EngineOptions.
@@ -58,6 +58,7 @@ struct BackendFlags {
   bool cuda_hc_products = false;  // --cuda-hc-products (DS4_CUDA_HC_PRODUCTS): HC pre's dot over its products
   bool cuda_fold_input_norm = false;  // --cuda-fold-input-norm (DS4_CUDA_FOLD_INPUT_NORM): q_a's norm in q_b's kernel
   bool cuda_lanes = false;  // --cuda-lanes (DS4_CUDA_LANES): independent ops of a layer on two streams
+  bool cuda_fold_hc_post = false;  // --cuda-fold-hc-post (DS4_CUDA_FOLD_HC_POST): HC post in the next HC pre
   int prefill_chunk = 0;  // --prefill-chunk (DS4_PREFILL_CHUNK): rows per prefill forward, 0 = default
 };
 

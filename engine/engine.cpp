@@ -347,6 +347,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   bo.cuda_hc_products = options.cuda_hc_products;
   bo.cuda_fold_input_norm = options.cuda_fold_input_norm;
   bo.cuda_lanes = options.cuda_lanes;
+  bo.cuda_fold_hc_post = options.cuda_fold_hc_post;
   const std::string name = options.backend == BackendKind::kCuda  ? "cuda"
                            : options.backend == BackendKind::kCpu ? "cpu"
                                                                   : backend::resolve_backend_name("auto", options.device);

@@ -88,7 +88,7 @@ KERNEL_GEN=${KERNEL_GEN:-2}
 KERNEL_FLAGS=${KERNEL_FLAGS:-}
 AB_CTX=${AB_CTX:-2048}
 AB_GEN=${AB_GEN:-16}
-AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe old --cuda-dense-rows tiles --no-cuda-pdl --no-cuda-batch-steps --prefill-chunk 32;--cuda-moe old;--cuda-dense-rows tiles;--no-cuda-pdl;--no-cuda-batch-steps;--prefill-chunk 32;--prefill-chunk 128;--cuda-attn fused;--cuda-graphs 1;--cuda-graphs 64;--cuda-hc-products;--cuda-fold-input-norm;--cuda-hc-products --cuda-fold-input-norm;--cuda-lanes;"}
+AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe old --cuda-dense-rows tiles --no-cuda-pdl --no-cuda-batch-steps --prefill-chunk 32;--cuda-moe old;--cuda-dense-rows tiles;--no-cuda-pdl;--no-cuda-batch-steps;--prefill-chunk 32;--prefill-chunk 128;--cuda-attn fused;--cuda-graphs 1;--cuda-graphs 64;--cuda-hc-products;--cuda-fold-input-norm;--cuda-hc-products --cuda-fold-input-norm;--cuda-lanes;--cuda-fold-hc-post;"}
 
 want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
 named() { [[ ",$STEPS," == *",$1,"* ]]; }  # steps that run only when named

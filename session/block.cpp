@@ -34,7 +34,7 @@ void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, 
 }
 
 void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n,
-                 const float* norm) {
+                 const float* norm, HcCarry* carry) {
   backend::HcPreParams hp;
   hp.x = s.x;
   hp.fn = w.fn;
@@ -54,10 +54,16 @@ void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats
   hp.norm_weight = norm;
   hp.normed = s.h;
   hp.norm_out_eps = c.rms_eps;
+  if (carry != nullptr && carry->pending) {
+    DS4_CHECK(carry->post.out == s.x && carry->post.n_rows == n);  // the post makes this op's input
+    hp.post_first = carry->post;
+    carry->pending = false;
+  }
   be.hc_pre(hp);
 }
 
-void hc_post_rows(backend::Backend& be, const model::ModelConfig& c, const BlockScratch& s, int n) {
+void hc_post_rows(backend::Backend& be, const model::ModelConfig& c, const BlockScratch& s, int n,
+                  HcCarry* carry) {
   backend::HcPostParams pp;
   pp.f = s.o;
   pp.x = s.x;
@@ -67,7 +73,13 @@ void hc_post_rows(backend::Backend& be, const model::ModelConfig& c, const Block
   pp.n_hc = static_cast<int>(c.n_hc);
   pp.n_embd = c.n_embd;
   pp.n_rows = n;
-  be.hc_post(pp);
+  if (carry == nullptr) {
+    be.hc_post(pp);
+    return;
+  }
+  DS4_CHECK(!carry->pending);
+  carry->post = pp;
+  carry->pending = true;
 }
 
 void kv_projection(backend::Backend& be, const model::ModelConfig& c, const backend::Matrix& attn_kv,
@@ -78,10 +90,10 @@ void kv_projection(backend::Backend& be, const model::ModelConfig& c, const back
 }
 
 void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
-                           const BlockScratch& s, int n, backend::Task beside) {
+                           const BlockScratch& s, int n, backend::Task beside, HcCarry* carry) {
   const int64_t E = c.n_embd, D = c.head_dim, QL = c.q_lora_rank, Q = c.q_dim();
   const float eps = c.rms_eps;
-  hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_attn(y), in the HC pre op
+  hc_pre_rows(be, c, m.hc, s, n, m.norm, carry);  // h = RMSNorm_attn(y), in the HC pre op
   // q_a and kv read the same h: one grouped call, each result the bits it gets alone (on CUDA
   // one launch for a decode row).
   const backend::MatmulParams qa_kv[2] = {matmul_params(m.q_a, s.h, E, s.qa, QL, n),
@@ -150,7 +162,7 @@ backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const 
 }
 
 void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,
-                      int n) {
+                      int n, HcCarry* carry) {
   // Grouped output LoRA: group g reads heads [g*hpg, (g+1)*hpg) and rows [g*OLr, (g+1)*OLr).
   const int64_t E = c.n_embd, Q = c.q_dim(), G = c.group_dim(), OLr = c.o_lora_rank, OL = c.o_low_dim();
   backend::MatmulParams groups[model::kMaxOutGroups];
@@ -166,15 +178,15 @@ void attention_output(backend::Backend& be, const model::ModelConfig& c, const A
   }
   be.matmul_grouped(groups, static_cast<int>(c.n_out_group));
   matmul(be, m.output_b, s.low, OL, s.o, E, n);
-  hc_post_rows(be, c, s, n);
+  hc_post_rows(be, c, s, n, carry);
 }
 
 void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMats& m, const BlockScratch& s,
-                  int n, const int32_t* tokens, float clamp) {
+                  int n, const int32_t* tokens, float clamp, HcCarry* carry) {
   const int64_t E = c.n_embd, F = c.n_ff_exp;
   const int X = static_cast<int>(c.n_expert);
   const int U = static_cast<int>(c.n_expert_used);
-  hc_pre_rows(be, c, m.hc, s, n, m.norm);  // h = RMSNorm_ffn(y), in the HC pre op
+  hc_pre_rows(be, c, m.hc, s, n, m.norm, carry);  // h = RMSNorm_ffn(y), in the HC pre op
 
   // The shared expert (side lane) and the router (main lane) both read only h: on a device
   // they run side by side, the router's latency-bound launches beside the shared expert's
@@ -239,7 +251,7 @@ void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMa
   mp.scratch = s.moe_scratch;
   be.moe(mp);
 
-  hc_post_rows(be, c, s, n);
+  hc_post_rows(be, c, s, n, carry);
 }
 
 }  // namespace ds4::session

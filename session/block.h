@@ -174,13 +174,29 @@ void matmul(backend::Backend& be, const backend::Matrix& w, const float* x, int6
 // RMSNorm of n_rows rows of dim floats; w may be null (unweighted).
 void rms_norm(backend::Backend& be, const float* x, const float* w, float* out, int64_t dim, int n_rows, float eps);
 
+// A sublayer's HC post carried into the next sublayer's HC pre (HcPreParams::post_first: on
+// CUDA one launch for both). hc_post_rows leaves it pending, hc_pre_rows takes it; flush()
+// issues a pending one on its own (before anything else reads the HC state: a captured
+// layer's hidden, the output head).
+struct HcCarry {
+  backend::HcPostParams post;
+  bool pending = false;
+  void flush(backend::Backend& be) {
+    if (!pending) return;
+    pending = false;
+    be.hc_post(post);
+  }
+};
+
 // ---- block steps ----
 // HC pre of rows [0, n) (§4.2): flat/mix/y/post/comb from x, and the sublayer's input
-// h = RMSNorm(y) · norm (the op's folded norm: one kernel with the HC pre on CUDA).
+// h = RMSNorm(y) · norm (the op's folded norm: one kernel with the HC pre on CUDA). A pending
+// post in carry runs first, in the same op.
 void hc_pre_rows(backend::Backend& be, const model::ModelConfig& c, const HcMats& w, const BlockScratch& s, int n,
-                 const float* norm);
-// HC post of rows [0, n): x_next = post · o + comb · x.
-void hc_post_rows(backend::Backend& be, const model::ModelConfig& c, const BlockScratch& s, int n);
+                 const float* norm, HcCarry* carry = nullptr);
+// HC post of rows [0, n): x_next = post · o + comb · x; left pending in carry when given.
+void hc_post_rows(backend::Backend& be, const model::ModelConfig& c, const BlockScratch& s, int n,
+                  HcCarry* carry = nullptr);
 // kv = RMSNorm_kv(attn_kv · h) for n rows of h (row stride h_stride floats) into kv [n, D].
 void kv_projection(backend::Backend& be, const model::ModelConfig& c, const backend::Matrix& attn_kv,
                    const float* kv_a_norm, const float* h, int64_t h_stride, float* kv, int n);
@@ -189,9 +205,9 @@ void kv_projection(backend::Backend& be, const model::ModelConfig& c, const back
 // (kv_a_norm) are the attention_inputs op's (attention_inputs below sets them).
 // beside (optional): the caller's ops that read only h and write nothing the projections
 // read or write (the target's compressor and indexer projections), issued on the side lane
-// of a fork (LaneFork) beside q_b.
+// of a fork (LaneFork) beside q_b. carry: see hc_pre_rows.
 void attention_projections(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m,
-                           const BlockScratch& s, int n, backend::Task beside = {});
+                           const BlockScratch& s, int n, backend::Task beside = {}, HcCarry* carry = nullptr);
 // The row-local attention inputs of rows [0, n) at positions pos0 .. pos0 + n - 1
 // (backend::AttentionInputsParams): q [n, Q] (or null) as attention_projections left it, each
 // head RMS-normed, and kv [n, D], normed by kv_norm (nullptr: kv is normed already, as
@@ -226,12 +242,14 @@ backend::SinkAttentionParams attention_query(const model::ModelConfig& c, const 
                                              const CompRows& comp, const uint8_t* allowed,
                                              const float* sinks, float* scores, float* out, int64_t pos,
                                              const RopeParams& rp);
-// Grouped output LoRA of heads (§4.5) into o, then the HC post into x_next.
+// Grouped output LoRA of heads (§4.5) into o, then the HC post into x_next (pending in carry
+// when given).
 void attention_output(backend::Backend& be, const model::ModelConfig& c, const AttnMats& m, const BlockScratch& s,
-                      int n);
+                      int n, HcCarry* carry = nullptr);
 // FFN sublayer (§4.6): HC pre, norm, router (hash rows take tid2eid[tokens[i]]), routed MoE,
-// shared expert with SwiGLU clamp `clamp`, o = moe + shared, HC post into x_next.
+// shared expert with SwiGLU clamp `clamp`, o = moe + shared, HC post into x_next. carry: the
+// HC pre takes a pending post from it, the HC post is left pending in it.
 void ffn_sublayer(backend::Backend& be, const model::ModelConfig& c, const FfnMats& m, const BlockScratch& s,
-                  int n, const int32_t* tokens, float clamp);
+                  int n, const int32_t* tokens, float clamp, HcCarry* carry = nullptr);
 
 }  // namespace ds4::session

@@ -156,6 +156,7 @@ void ModelSession::forward_rows(const int32_t* tokens, int n, int logits_first, 
     ffn_layer(static_cast<int>(il), n, s.tokens.data());
     capture_hidden(static_cast<int>(il), n, owners);
   }
+  s.carry.flush(be_);  // the last layer's HC post
   for (int i = 0; i < n; ++i) (owners != nullptr ? owners[i] : this)->state_.tokens().push_back(tokens[i]);
   if (logits_first < n) output_head(logits_first, n);
   be_.end_forward();
@@ -178,6 +179,7 @@ void ModelSession::capture_hidden(int il, int n, ModelSession* const* owners) {
   hp.n_embd = E;
   if (owners == nullptr) {
     if (capture_index_.size() != cfg_.n_layer || capture_index_[il] < 0) return;
+    s_->carry.flush(be_);  // the HC state it reads
     hp.x = s_->x.data();
     hp.n_rows = n;
     hp.out_stride = static_cast<int64_t>(capture_layers_.size()) * E;
@@ -188,6 +190,7 @@ void ModelSession::capture_hidden(int il, int n, ModelSession* const* owners) {
   for (int i = 0; i < n; ++i) {
     ModelSession& o = *owners[i];
     if (o.capture_index_.size() != cfg_.n_layer || o.capture_index_[il] < 0) continue;
+    s_->carry.flush(be_);  // the HC state it reads
     hp.x = s_->x.data() + i * cfg_.hc_dim();
     hp.n_rows = 1;
     hp.out_stride = static_cast<int64_t>(o.capture_layers_.size()) * E;
@@ -263,7 +266,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       if (b.has_idx_proj) b.be->matmul(b.idx_proj);
     };
   }
-  attention_projections(be_, cfg_, am, bs, n, beside_task);
+  attention_projections(be_, cfg_, am, bs, n, beside_task, &s.carry);
   if (idx_cnt > 0)  // the indexer's queries from the normed q_a rows (qr)
     matmul(be_, m.idx_q_b, s.qr.data() + first_idx_row * QL, QL, s.iq.data() + first_idx_row * IQ, IQ, idx_cnt);
 
@@ -430,13 +433,14 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
     be_.sink_attention(s.attn_queries.data(), g);
   }
 
-  attention_output(be_, cfg_, am, bs, n);
+  attention_output(be_, cfg_, am, bs, n, &s.carry);
   std::swap(s.x, s.x2);
 }
 
 void ModelSession::ffn_layer(int il, int n, const int32_t* tokens) {
   Scratch& s = *s_;
-  ffn_sublayer(be_, cfg_, ffn_mats(bound_->layers()[il]), block_scratch(s), n, tokens, cfg_.swiglu_clamp[il]);
+  ffn_sublayer(be_, cfg_, ffn_mats(bound_->layers()[il]), block_scratch(s), n, tokens, cfg_.swiglu_clamp[il],
+               &s.carry);
   std::swap(s.x, s.x2);
 }
 

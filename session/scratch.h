@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "session/block.h"
 #include "session/session.h"
 #include "session/state.h"
 
@@ -47,6 +48,9 @@ struct ModelSession::Scratch {
   backend::Array<uint8_t> moe_scratch;  // backend::moe_scratch_bytes
   backend::Array<float> sg, su;         // [n, F] shared expert gate/up
   backend::Array<float> sh_out;         // [n, E]
+  // The last sublayer's HC post, carried into the next sublayer's HC pre (one op); flushed
+  // before anything else reads the HC state (a captured hidden, the output head).
+  HcCarry carry;
   // Attention of up to `attn_rows` rows is one batched backend call (attention_layer); each
   // row of such a group has its own key pointers, scores, indexer scratch and mask.
   int attn_rows = 1;                 // G = attn_group_rows(): rows per batched attention call

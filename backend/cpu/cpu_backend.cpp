@@ -239,6 +239,7 @@ class CpuBackend final : public Backend {
   // sum) on one thread; the matmul inside runs inline there (re-entrant pool use). One row:
   // the mix matmul itself is split over output rows.
   void hc_pre(const HcPreParams& p) override {
+    if (p.post_first.out != nullptr) hc_post(p.post_first);  // the folded post: the op before
     const int64_t hc_dim = p.n_hc * p.n_embd;
     const int64_t mix_dim = 2 * p.n_hc + p.n_hc * p.n_hc;
     const int64_t nn = static_cast<int64_t>(p.n_hc) * p.n_hc;

@@ -682,6 +682,7 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   cuda::set_fused_norms(c.fuse_norms);
   cuda::set_hc_products(c.hc_products);
   cuda::set_fold_input_norm(c.fold_input_norm);
+  cuda::set_fold_hc_post(c.fold_hc_post);
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
   uint32_t* tickets = nullptr;  // the fused HC kernels' counters

@@ -64,6 +64,8 @@ struct CudaBackendConfig {
   // router, the compressor projections beside q_b); off: every op on one stream. Off under
   // graphs or profile (a warning says so).
   bool lanes = false;
+  // HcPreParams::post_first inside the staged HC-pre kernel (cuda::set_fold_hc_post; process-wide).
+  bool fold_hc_post = false;
 };
 
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel

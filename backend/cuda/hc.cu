@@ -290,6 +290,14 @@ struct FusedArgs {
   float* normed = nullptr;         // [rows, n_embd], or nullptr
   const float* norm_w = nullptr;   // [n_embd], or nullptr (unweighted)
   float norm_out_eps = 0.0f;
+  // The staged pre kernel only (fold_hc_post): the HC post before it, folded in. x is its
+  // output: every block makes the row from these (fold_post_row) instead of reading x, and
+  // writes its share of the row to xout (= x).
+  const float* pf = nullptr;     // [rows, n_embd] the sublayer output; nullptr: no fold
+  const float* px = nullptr;     // [rows, n_hc·n_embd] the streams before
+  const float* ppost = nullptr;  // [rows, n_hc]
+  const float* pcomb = nullptr;  // [rows, n_hc²]
+  float* xout = nullptr;         // [rows, n_hc·n_embd]
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -441,6 +449,60 @@ size_t staged_smem(int64_t n, int outs, bool products) {
 // The staged kernel's dot for one output per block (decode): the products first, then the
 // chains (set_hc_products; off until measured on a GPU).
 std::atomic<bool> g_hc_products{false};
+// The HC post before an HC pre folded into the staged kernel (set_fold_hc_post; off until
+// measured on a GPU).
+std::atomic<bool> g_fold_hc_post{false};
+
+// One row of the folded HC post into shared memory: xs[c·E + d] = f[d]·post[c], then
+// + comb[r][c]·x[r][d] for r in stream order (hc_post_kernel's expression, each product and sum
+// rounded on its own). Block g of the row's gridDim.y blocks also writes the columns d (or, with
+// float4s, the 4-column groups) ≡ g mod gridDim.y of every stream to xout: the row once in all.
+// post_s / comb_s: the kernel's shared arrays (free until its last phase). The caller's next
+// barrier makes xs visible to the block.
+__device__ void fold_post_row(const FusedArgs& a, int64_t row, float* xs, float* post_s, float* comb_s) {
+  const int nh = a.n_hc, nn = nh * nh;
+  const int64_t E = a.n_embd;
+  const int tid = threadIdx.x, g = blockIdx.y, G = gridDim.y;
+  if (tid < nh) post_s[tid] = __ldg(a.ppost + row * nh + tid);
+  if (tid < nn) comb_s[tid] = __ldg(a.pcomb + row * nn + tid);
+  __syncthreads();
+  const float* f = a.pf + row * E;
+  const float* xb = a.px + row * nh * E;
+  float* xo = a.xout + row * nh * E;
+  const bool vec = E % 4 == 0 && (reinterpret_cast<uintptr_t>(f) | reinterpret_cast<uintptr_t>(xb) |
+                                  reinterpret_cast<uintptr_t>(xo)) % 16 == 0;
+  if (vec) {
+    const int64_t E4 = E / 4;
+    for (int64_t j = tid; j < E4; j += kStagedThreads) {
+      const float4 fv = __ldg(reinterpret_cast<const float4*>(f) + j);
+      const bool mine = j % G == g;
+      for (int c = 0; c < nh; ++c) {
+        const float pc = post_s[c];
+        float4 acc = make_float4(__fmul_rn(fv.x, pc), __fmul_rn(fv.y, pc), __fmul_rn(fv.z, pc), __fmul_rn(fv.w, pc));
+        for (int r = 0; r < nh; ++r) {
+          const float w = comb_s[r * nh + c];
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(xb + r * E) + j);
+          acc.x = __fadd_rn(acc.x, __fmul_rn(w, xv.x));
+          acc.y = __fadd_rn(acc.y, __fmul_rn(w, xv.y));
+          acc.z = __fadd_rn(acc.z, __fmul_rn(w, xv.z));
+          acc.w = __fadd_rn(acc.w, __fmul_rn(w, xv.w));
+        }
+        reinterpret_cast<float4*>(xs + c * E)[j] = acc;
+        if (mine) reinterpret_cast<float4*>(xo + c * E)[j] = acc;
+      }
+    }
+    return;
+  }
+  for (int64_t d = tid; d < E; d += kStagedThreads) {
+    const float fd = f[d];
+    for (int c = 0; c < nh; ++c) {
+      float acc = __fmul_rn(fd, post_s[c]);
+      for (int r = 0; r < nh; ++r) acc = __fadd_rn(acc, __fmul_rn(comb_s[r * nh + c], xb[r * E + d]));
+      xs[c * E + d] = acc;
+      if (d % G == g) xo[c * E + d] = acc;
+    }
+  }
+}
 
 // The barrier of the staged kernel's last phases: the block's (t0 = 0), or named barrier 1 over
 // threads t0 .. kStagedThreads - 1 (whole warps; warp 0 is running the Sinkhorn beside them).
@@ -511,13 +573,21 @@ __global__ void __launch_bounds__(kStagedThreads) hc_staged_kernel(const FusedAr
   };
   if (pdl) stage_weights();
   detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
-  const int part = detail::stage_part(n);
-  const bool xvec = reinterpret_cast<uintptr_t>(xr) % 16 == 0;
+  if (kKind == HcKind::kPre && a.pf != nullptr) {
+    // The folded HC post makes the row here; its parts are empty groups, so the statistic's
+    // waits below count as before (its first barrier publishes xs).
+    fold_post_row(a, row, xs, post_s, comb_s);
 #pragma unroll
-  for (int c = 0; c < detail::kStageParts; ++c) {
-    const int lo = c * part < n ? c * part : n;
-    detail::stage_f32(xs, xr, lo, lo + part < n ? lo + part : n, xvec);
-    cp_async_commit();
+    for (int c = 0; c < detail::kStageParts; ++c) cp_async_commit();
+  } else {
+    const int part = detail::stage_part(n);
+    const bool xvec = reinterpret_cast<uintptr_t>(xr) % 16 == 0;
+#pragma unroll
+    for (int c = 0; c < detail::kStageParts; ++c) {
+      const int lo = c * part < n ? c * part : n;
+      detail::stage_f32(xs, xr, lo, lo + part < n ? lo + part : n, xvec);
+      cp_async_commit();
+    }
   }
   if (!pdl) stage_weights();
 
@@ -745,6 +815,11 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
       staged_smem(hc_dim, outs, products) > static_cast<size_t>(kStagedSmemMax)) {
     FusedArgs f = a;
     f.normed = nullptr;  // the fused kernel has no folded norm: an rms_norm launch after it
+    if (a.pf != nullptr) {  // nor a folded HC post: its launch first
+      const backend::HcPostParams pp{a.pf, a.px, a.ppost, a.pcomb, a.xout, a.n_hc, a.n_embd, n_rows};
+      DS4_RETURN_IF_ERROR(hc_post(pp, stream));
+      f.pf = nullptr;
+    }
     DS4_RETURN_IF_ERROR(launch_fused<kKind>(op, f, n_rows, stream));
     return a.normed == nullptr ? Status()
                                : rms_norm(a.y, a.norm_w, a.normed, a.n_embd, a.n_embd, n_rows, a.norm_out_eps, stream);
@@ -761,6 +836,13 @@ Status launch_staged(const char* op, const FusedArgs& a, int n_rows, Stream stre
     if constexpr (kKind == HcKind::kPre) {
       b.post += static_cast<int64_t>(r0) * a.n_hc;
       b.comb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
+      if (b.pf != nullptr) {
+        b.pf += r0 * a.n_embd;
+        b.px += r0 * hc_dim;
+        b.ppost += static_cast<int64_t>(r0) * a.n_hc;
+        b.pcomb += static_cast<int64_t>(r0) * a.n_hc * a.n_hc;
+        b.xout += r0 * hc_dim;
+      }
     }
     detail::launch_pdl(pdl_all(), hc_staged_kernel<kKind>, dim3(static_cast<unsigned>(rr), groups), kStagedThreads,
                        smem, stream, b, outs, pdl_all(), products);
@@ -780,18 +862,33 @@ Status folded_norm(const backend::HcPreParams& p, Stream stream) {
 
 void set_hc_products(bool on) { g_hc_products.store(on, std::memory_order_relaxed); }
 bool hc_products() { return g_hc_products.load(std::memory_order_relaxed); }
+void set_fold_hc_post(bool on) { g_fold_hc_post.store(on, std::memory_order_relaxed); }
+bool fold_hc_post() { return g_fold_hc_post.load(std::memory_order_relaxed); }
 
 Status hc_pre(const backend::HcPreParams& p, Stream stream, uint32_t* tickets, HcKernel kernel) {
   if (p.n_hc < 1 || p.n_hc > backend::rowmath::kMaxHc || p.n_embd <= 0 || p.n_rows < 0)
     return hc_shape_error("hc_pre", p.n_hc, p.n_embd, p.n_rows, "need 1 <= n_hc <= 16, n_embd > 0");
   if (p.n_rows == 0) return Status();
   const int64_t mix_dim = 2 * p.n_hc + static_cast<int64_t>(p.n_hc) * p.n_hc;
+  const backend::HcPostParams& pf = p.post_first;
+  if (pf.out != nullptr && (pf.out != p.x || pf.n_hc != p.n_hc || pf.n_embd != p.n_embd || pf.n_rows != p.n_rows))
+    return hc_shape_error("hc_pre", p.n_hc, p.n_embd, p.n_rows, "its post_first must make x (same shape)");
+  // The HC post before it: folded into the staged kernel (fold_hc_post), else its own launch.
+  const bool fold_post = pf.out != nullptr && tickets != nullptr && kernel == HcKernel::kStaged && fold_hc_post();
+  if (pf.out != nullptr && !fold_post) DS4_RETURN_IF_ERROR(hc_post(pf, stream));
   if (tickets != nullptr) {
     Status s = check_fn("hc_pre", p.fn, p.n_hc * p.n_embd, mix_dim);
     if (!s.ok()) return s;
     FusedArgs a{p.x,      static_cast<const uint8_t*>(p.fn.data), p.fn.row_bytes, p.base, p.scale, 0.0f,
                 p.n_hc,   p.n_embd, static_cast<int>(mix_dim), p.sinkhorn_iters, p.norm_eps, p.hc_eps,
                 p.mix,    p.y,      p.post, p.comb, tickets};
+    if (fold_post) {
+      a.pf = pf.f;
+      a.px = pf.x;
+      a.ppost = pf.post;
+      a.pcomb = pf.comb;
+      a.xout = pf.out;
+    }
     if (kernel == HcKernel::kStaged) {
       // The folded norm in the staged kernel's last block (fused_norms; launch_staged launches
       // rms_norm itself when it falls back to the fused kernel), else an rms_norm launch after.

@@ -71,6 +71,11 @@ Status hc_collapse(const backend::HcCollapseParams& p, Stream stream, uint32_t* 
 // directly. The same bits; process-wide (--cuda-hc-products), for A/B.
 void set_hc_products(bool on);
 bool hc_products();
+// HcPreParams::post_first folded into the staged HC-pre kernel (every block makes the row from
+// the post's inputs, each writes its share of it) instead of an hc_post launch before it. The
+// same bits; process-wide (--cuda-fold-hc-post), for A/B.
+void set_fold_hc_post(bool on);
+bool fold_hc_post();
 
 // ---- elementwise.cu ------------------------------------------------------------------------
 Status embed(const backend::EmbedParams& p, Stream stream);

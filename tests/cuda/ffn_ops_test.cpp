@@ -170,6 +170,7 @@ struct RestoreHcSwitches {
   ~RestoreHcSwitches() {
     set_fused_norms(false);
     set_hc_products(false);
+    set_fold_hc_post(false);
   }
 };
 
@@ -255,6 +256,90 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
       }
     }
   }
+}
+
+// HcPreParams::post_first (the previous sublayer's HC post, run first: it makes x): on every
+// path, with the fold off (an hc_post launch first) and on (the staged kernel makes the row
+// itself, each block writing its share of x). The post reads the post / comb that the HC pre
+// then overwrites (the session's scratch), so the inputs start as values, not patterns. x, the
+// post's output, must equal the CPU's too. Shapes: Flash's 4096 (float4 path), 64, 33 (the
+// scalar path: rows of 4·33 floats are not 16-byte aligned past row 0), n_hc 3; the folded
+// input norm on (the kernel's last phase reads its staged x).
+TEST_F(FfnOps, HcPreWithPostFirstBitsEqualCpu) {
+  auto tickets = dual(std::vector<uint32_t>(kHcTicketRows, 0u));
+  RestoreHcSwitches restore;
+  struct Shape {
+    int n_hc;
+    int64_t n_embd;
+  };
+  for (const Shape& sh : {Shape{4, 4096}, Shape{4, 64}, Shape{4, 33}, Shape{3, 64}}) {
+    const int n_hc = sh.n_hc;
+    const int64_t n_embd = sh.n_embd;
+    const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
+    const int64_t hc_dim = n_hc * n_embd;
+    auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 21 + n_embd));
+    auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
+    auto base = dual(gaussian(mix_dim, 22));
+    auto norm_w = dual(gaussian(n_embd, 23));
+    for (int rows : hc_row_counts(n_embd)) {
+      auto f = dual(gaussian(rows * n_embd, 500 + rows));
+      auto xb = dual(gaussian(rows * hc_dim, 600 + rows));
+      for (HcPath path : kHcPaths) {
+        for (const bool fold : {false, true}) {
+          if (fold && path != HcPath::kStaged && path != HcPath::kStagedProducts) continue;  // no fold there
+          set_fold_hc_post(fold);
+          set_fused_norms(true);
+          const bool fused = path != HcPath::kThree;
+          auto x = out_buf<float>(rows * hc_dim);
+          auto post = dual(gaussian(rows * n_hc, 700 + rows));
+          auto comb = dual(gaussian(rows * n_hc * n_hc, 800 + rows));
+          auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * mix_dim);
+          auto y = out_buf<float>(rows * n_embd), normed = out_buf<float>(rows * n_embd);
+          backend::HcPreParams p;
+          p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, mix_dim, quant::row_bytes(GgmlType::kF16, hc_dim)};
+          p.n_hc = n_hc;
+          p.n_embd = n_embd;
+          p.n_rows = rows;
+          p.post_first.n_hc = n_hc;
+          p.post_first.n_embd = n_embd;
+          p.post_first.n_rows = rows;
+          backend::HcPreParams c = p;
+          c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
+          c.y = y.hp(), c.post = post.hp(), c.comb = comb.hp(), c.normed = normed.hp(), c.norm_weight = norm_w.hp();
+          c.post_first.f = f.hp(), c.post_first.x = xb.hp(), c.post_first.post = post.hp();
+          c.post_first.comb = comb.hp(), c.post_first.out = x.hp();
+          cpu_->hc_pre(c);
+          backend::HcPreParams g = p;
+          g.fn.data = fn.dp();
+          g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
+          g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp(), g.normed = normed.dp(), g.norm_weight = norm_w.dp();
+          g.post_first.f = f.dp(), g.post_first.x = xb.dp(), g.post_first.post = post.dp();
+          g.post_first.comb = comb.dp(), g.post_first.out = x.dp();
+          expect_ok(hc_pre(g, nullptr, fused ? tickets.dp() : nullptr, hc_kernel(path)));
+          sync();
+          const std::string t = tag((std::string("hc_pre + post ") + hc_path_name(path)).c_str(), n_embd, rows) +
+                                " n_hc " + std::to_string(n_hc) + (fold ? ", folded" : ", post launch");
+          if (fused) expect_fused_leftovers(tickets, flat, t);
+          same(x, t + " x (the post's output)");
+          same(mix, t + " mix");
+          same(post, t + " post");
+          same(comb, t + " comb");
+          same(y, t + " y");
+          same(normed, t + " normed");
+        }
+      }
+    }
+  }
+  // A post_first that does not make x is refused, naming the op.
+  backend::HcPreParams bad;
+  bad.n_hc = 4;
+  bad.n_embd = 64;
+  bad.post_first.out = reinterpret_cast<float*>(tickets.dp());
+  bad.post_first.n_hc = 4;
+  bad.post_first.n_embd = 64;
+  const Status st = hc_pre(bad, nullptr, tickets.dp(), HcKernel::kStaged);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("post_first must make x"), std::string::npos) << st.message();
 }
 
 TEST_F(FfnOps, HcPostBitsEqualCpu) {

@@ -105,7 +105,8 @@ std::string trace_difference(const std::vector<std::vector<float>>& got, const s
 
 // The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
 // kernel, programmatic dependent launch, the fused sink attention of prefill groups, HC pre's
-// dot over its products, the folded input norm of the one-row wide kernel) inside a
+// dot over its products, the folded input norm of the one-row wide kernel, the HC post folded
+// into the next HC pre) inside a
 // whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows) then decodes (one
 // row) equal the CPU's logits at every step.
 // The choices are process-wide; the defaults come back at the end.
@@ -130,8 +131,10 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         const bool persistent = (chunk == session::kMaxChunkRows) == wide;  // the wide kernel's grid: likewise
         const bool products = new_moe;   // HC pre's decode dot over its products: half the runs
         const bool fold = new_moe != wide;  // q_a's norm in q_b's kernel: likewise
+        const bool fold_post = pdl_all != wide;  // the HC post in the next HC pre: likewise
         cuda::set_hc_products(products);
         cuda::set_fold_input_norm(fold);
+        cuda::set_fold_hc_post(fold_post);
         cuda::set_pdl(pdl);
         cuda::set_pdl_all(pdl_all);
         cuda::set_wide_persistent(persistent);
@@ -145,7 +148,7 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
             ", prefill chunk " + std::to_string(chunk) + (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
             (persistent ? ", persistent wide grid" : "") + (fused ? ", fused sink attention" : "") +
             (fuse_norms ? ", norms in attention_inputs" : "") + (products ? ", hc products" : "") +
-            (fold ? ", folded input norm" : "");
+            (fold ? ", folded input norm" : "") + (fold_post ? ", folded hc post" : "");
         EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, chunk), toks, n_prompt), want), "") << what;
       }
     }
@@ -160,6 +163,7 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   cuda::set_fused_norms(false);
   cuda::set_hc_products(false);
   cuda::set_fold_input_norm(false);
+  cuda::set_fold_hc_post(false);
 }
 
 // The tiny q2 model on a CUDA backend made with `bo`: a prefill in chunks of 32 and 256 rows,

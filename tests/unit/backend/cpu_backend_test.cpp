@@ -136,6 +136,52 @@ TEST(CpuBackend, MatmulFoldedNormIsRmsNormThenMatmul) {
   }
 }
 
+// An HC pre's post_first is the hc_post op, then the HC pre of its output: the same bits in x
+// and every output, also when the post reads the post / comb that the HC pre overwrites.
+TEST(CpuBackend, HcPreWithPostFirstIsHcPostThenHcPre) {
+  const int n_hc = 4, rows = 3;
+  const int64_t E = 64, hc = n_hc * E, mix_dim = 2 * n_hc + n_hc * n_hc;
+  const auto fw = randv(static_cast<size_t>(hc) * mix_dim, 31);
+  std::vector<uint16_t> fn(fw.size());
+  for (size_t i = 0; i < fw.size(); ++i) fn[i] = quant::f32_to_f16(fw[i]);
+  const Matrix m{reinterpret_cast<const uint8_t*>(fn.data()), gguf::GgmlType::kF16, hc, mix_dim,
+                 static_cast<size_t>(2 * hc)};
+  const std::vector<float> scale{0.7f, 0.3f, 0.9f};
+  const auto base = randv(mix_dim, 32), f = randv(rows * E, 33, 2.0f), xb = randv(rows * hc, 34, 2.0f);
+  const auto post0 = randv(rows * n_hc, 35), comb0 = randv(rows * n_hc * n_hc, 36), nw = randv(E, 37);
+  struct Out {
+    std::vector<float> x, flat, mix, y, post, comb, normed;
+  };
+  auto run = [&](bool fold, int threads) {
+    auto be = make_cpu_backend(threads);
+    Out o{std::vector<float>(rows * hc), std::vector<float>(rows * hc), std::vector<float>(rows * mix_dim),
+          std::vector<float>(rows * E), post0, comb0, std::vector<float>(rows * E)};
+    HcPostParams pp{f.data(), xb.data(), o.post.data(), o.comb.data(), o.x.data(), n_hc, E, rows};
+    HcPreParams p;
+    p.x = o.x.data(), p.fn = m, p.scale = scale.data(), p.base = base.data(), p.n_hc = n_hc, p.n_embd = E;
+    p.n_rows = rows, p.flat = o.flat.data(), p.mix = o.mix.data(), p.y = o.y.data(), p.post = o.post.data();
+    p.comb = o.comb.data(), p.norm_weight = nw.data(), p.normed = o.normed.data();
+    if (fold) {
+      p.post_first = pp;
+    } else {
+      be->hc_post(pp);
+    }
+    be->hc_pre(p);
+    return o;
+  };
+  const Out want = run(false, 1);
+  EXPECT_NE(want.post, post0);  // the HC pre overwrote what the post read
+  for (int threads : {1, 3}) {
+    const Out got = run(true, threads);
+    EXPECT_EQ(got.x, want.x) << threads;
+    EXPECT_EQ(got.mix, want.mix) << threads;
+    EXPECT_EQ(got.y, want.y) << threads;
+    EXPECT_EQ(got.post, want.post) << threads;
+    EXPECT_EQ(got.comb, want.comb) << threads;
+    EXPECT_EQ(got.normed, want.normed) << threads;
+  }
+}
+
 TEST(CpuBackend, CompressorRatio4PoolsTwoWindowsAndShiftsState) {
   auto be = make_cpu_backend(1);
   const int D = 128, W = 2 * D, R = 4;

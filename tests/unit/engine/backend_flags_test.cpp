@@ -309,6 +309,11 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   EXPECT_TRUE(eo.cuda_lanes);
   ASSERT_TRUE(apply({"--no-cuda-lanes"}, &eo, {{"DS4_CUDA_LANES", "1"}}).ok());
   EXPECT_FALSE(eo.cuda_lanes);  // the command line wins over the environment
+  EXPECT_FALSE(eo.cuda_fold_hc_post);  // off until measured on a GPU
+  ASSERT_TRUE(apply({}, &eo, {{"DS4_CUDA_FOLD_HC_POST", "1"}}).ok());
+  EXPECT_TRUE(eo.cuda_fold_hc_post);
+  ASSERT_TRUE(apply({"--cuda-fold-hc-post"}, &eo).ok());
+  EXPECT_TRUE(eo.cuda_fold_hc_post);
   EXPECT_EQ("split", eo.cuda_attn);  // the kernels measured on the device before the fused one
   ASSERT_TRUE(apply({"--cuda-attn", "fused"}, &eo).ok());
   EXPECT_EQ("fused", eo.cuda_attn);
