@@ -251,6 +251,7 @@ class CudaBackend final : public Backend {
     std::snprintf(buf, sizeof buf, "cuda: device %d, %s (sm_%d%d, %d SMs, %.1f GiB, %.1f GiB free)", info_.device,
                   info_.name.c_str(), info_.cc_major, info_.cc_minor, info_.sm_count, gib(total_b), gib(free_b));
     std::string d = buf;
+    if (side_.stream != nullptr) d += ", two lanes (--cuda-lanes)";
     if (graphs_ > 0) {
       char g[160];
       if (graphs_ == 1) {
