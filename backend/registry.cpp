@@ -26,12 +26,7 @@ Expected<std::unique_ptr<Backend>> make_cpu(const BackendOptions& o) {
 }
 
 #if DS4_HAVE_CUDA
-Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
-  if (o.act != ActivationNumerics::kQuantized) {
-    return unsupported("the CUDA backend runs the production numerics only; reference numerics "
-                       "(f32 activations) need the CPU backend");
-  }
-  if (o.device < 0) return invalid_argument("GPU index must be >= 0, got %d", o.device);
+CudaBackendConfig cuda_config(const BackendOptions& o) {
   CudaBackendConfig c;
   c.device = o.device;
   c.sync_each_op = o.cuda_sync;
@@ -51,7 +46,16 @@ Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
   c.fold_input_norm = o.cuda_fold_input_norm;
   c.lanes = o.cuda_lanes;
   c.fold_hc_post = o.cuda_fold_hc_post;
-  return make_cuda_backend(c);
+  return c;
+}
+
+Expected<std::unique_ptr<Backend>> make_cuda(const BackendOptions& o) {
+  if (o.act != ActivationNumerics::kQuantized) {
+    return unsupported("the CUDA backend runs the production numerics only; reference numerics "
+                       "(f32 activations) need the CPU backend");
+  }
+  if (o.device < 0) return invalid_argument("GPU index must be >= 0, got %d", o.device);
+  return make_cuda_backend(cuda_config(o));
 }
 #endif
 
@@ -83,6 +87,15 @@ std::string resolve_backend_name(std::string_view name, int device) {
   (void)device;
 #endif
   return "cpu";
+}
+
+Status apply_backend_switches(std::string_view name, const BackendOptions& options) {
+#if DS4_HAVE_CUDA
+  if (name == "cuda") return apply_cuda_switches(cuda_config(options));
+#endif
+  if (name == "cpu") return Status();  // no process-wide kernel switches (the ISA is chosen once)
+  return invalid_argument("apply_backend_switches: no backend '%.*s' in this build", static_cast<int>(name.size()),
+                          name.data());
 }
 
 Expected<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options) {

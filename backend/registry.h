@@ -76,8 +76,8 @@ struct BackendOptions {
   // (--cuda-fold-input-norm; cuda::set_fold_input_norm). Same bits; off until measured.
   bool cuda_hc_products = false;
   bool cuda_fold_input_norm = false;
-  // CUDA: the lanes of Backend::fork / join on two streams (--cuda-lanes / DS4_CUDA_LANES). Same
-  // bits; off until measured.
+  // CUDA: the lanes of Backend::fork / join on two streams (--cuda-lanes / DS4_CUDA_LANES;
+  // process-wide, read at each fork). Same bits; off until measured.
   bool cuda_lanes = false;
   // CUDA: HcPreParams::post_first inside the staged HC-pre kernel (--cuda-fold-hc-post;
   // cuda::set_fold_hc_post). Same bits; off until measured.
@@ -97,5 +97,10 @@ std::string resolve_backend_name(std::string_view name, int device);
 // The backend called `name` (kInvalidArgument for an unknown name, kUnsupported for an option
 // this machine or build cannot honour).
 Expected<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options);
+// Sets the process-wide kernel switches of backend `name` from `options` (CUDA: the A/B kernel
+// choices and --cuda-lanes; the CPU has none) without making a backend: an A/B tool flips them
+// between two forwards of a live backend, with no model reload. Every choice gives the same
+// bits. A bad value is an invalid-argument error, as make_backend gives.
+Status apply_backend_switches(std::string_view name, const BackendOptions& options);
 
 }  // namespace ds4::backend

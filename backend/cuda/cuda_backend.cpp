@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -171,8 +172,11 @@ class CudaWeightSet final : public WeightSet {
   void* base_ = nullptr;
 };
 
-// The side lane of --cuda-lanes (backend.h's fork / join): its stream, the two ordering
-// events and its own HC counters (zeroed, kHcTicketRows); all null without lanes.
+// --cuda-lanes: process-wide like the kernel switches (apply_cuda_switches), read at each fork.
+std::atomic<bool> g_lanes{false};
+
+// The side lane (backend.h's fork / join): its stream, the two ordering events and its own HC
+// counters (zeroed, kHcTicketRows); all null where ops must run on one stream.
 struct SideLane {
   cuda::Stream stream = nullptr;
   cuda::Event fork = nullptr, join = nullptr;
@@ -251,7 +255,7 @@ class CudaBackend final : public Backend {
     std::snprintf(buf, sizeof buf, "cuda: device %d, %s (sm_%d%d, %d SMs, %.1f GiB, %.1f GiB free)", info_.device,
                   info_.name.c_str(), info_.cc_major, info_.cc_minor, info_.sm_count, gib(total_b), gib(free_b));
     std::string d = buf;
-    if (side_.stream != nullptr) d += ", two lanes (--cuda-lanes)";
+    if (side_.stream != nullptr && g_lanes.load(std::memory_order_relaxed)) d += ", two lanes (--cuda-lanes)";
     if (graphs_ > 0) {
       char g[160];
       if (graphs_ == 1) {
@@ -348,9 +352,10 @@ class CudaBackend final : public Backend {
 
   // Lanes (backend.h): the side lane is a second stream that waits for the main one at the
   // fork; the main stream waits for it at the join. Each lane has its own matmul scratch and
-  // HC counters, so every op may run on either. Without --cuda-lanes all three do nothing.
+  // HC counters, so every op may run on either. Without --cuda-lanes (g_lanes, read at the
+  // fork) or a side lane all three do nothing.
   void fork() override {
-    if (side_.stream == nullptr) return;
+    if (side_.stream == nullptr || !g_lanes.load(std::memory_order_relaxed)) return;
     DS4_CHECK_MSG(!forked_, "fork: forks do not nest");
     check(cuda::event_record(side_.fork, stream_), "fork");
     check(cuda::stream_wait_event(side_.stream, side_.fork), "fork");
@@ -617,7 +622,7 @@ class CudaBackend final : public Backend {
   uint32_t* hc_tickets_[2] = {nullptr, nullptr};
   cuda::HcKernel hc_kernel_ = cuda::HcKernel::kFused;  // with tickets: the one-launch kernel
   cuda::OpScratch scratch_[2];  // per lane
-  SideLane side_;               // --cuda-lanes; a null stream: no lanes
+  SideLane side_;               // a null stream: no lanes (graphs, profiler)
   bool forked_ = false;         // between fork() and join()
   int graphs_ = 0;            // --cuda-graphs: 0 off, 1 a forward per graph, N a graph per N ops
   bool batch_steps_ = false;  // --cuda-batch-steps: compressor steps batched (rows in parallel)
@@ -632,11 +637,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c) {
-  const int device = c.device, hc_fused = c.hc_fused;
-  const bool sync_each_op = c.sync_each_op, profile = c.profile;
+Status apply_cuda_switches(const CudaBackendConfig& c) {
   const std::string& q8_r1 = c.q8_r1;
-  int graphs = c.graphs;
   cuda::Q8_0R1Kernel r1 = cuda::Q8_0R1Kernel::kAuto;
   if (q8_r1 == "new") r1 = cuda::Q8_0R1Kernel::kStaged;
   else if (q8_r1 == "new-prequant") r1 = cuda::Q8_0R1Kernel::kStagedPrequant;
@@ -647,31 +649,12 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
     return invalid_argument(
         "cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant, wide, wide-fused or old, got '%s'",
         q8_r1.c_str());
-  if (hc_fused < 0 || hc_fused > 2)
-    return invalid_argument("cuda: the HC kernel choice must be 0, 1 or 2, got %d", hc_fused);
   if (c.moe != "old" && c.moe != "new")
     return invalid_argument("cuda: --cuda-moe must be old or new, got '%s'", c.moe.c_str());
   if (c.dense_rows != "tiles" && c.dense_rows != "wide")
     return invalid_argument("cuda: --cuda-dense-rows must be tiles or wide, got '%s'", c.dense_rows.c_str());
   if (c.attn != "split" && c.attn != "fused")
     return invalid_argument("cuda: --cuda-attn must be split or fused, got '%s'", c.attn.c_str());
-  if (graphs < 0 || graphs > kMaxCudaGraphSegmentOps)
-    return invalid_argument("cuda: --cuda-graphs must be 0 (off), 1 (a graph per forward) or N in 2..%d (a graph "
-                            "per N ops), got %d", kMaxCudaGraphSegmentOps, graphs);
-  if (graphs != 0 && (sync_each_op || profile)) {
-    // Both need every op issued on its own: --cuda-sync waits after each, the profiler times each.
-    DS4_LOG_WARN("cuda: --cuda-graphs is off under %s (every op runs on its own)",
-                 sync_each_op ? "--cuda-sync" : "--cuda-profile");
-    graphs = 0;
-  }
-  bool lanes = c.lanes;
-  if (lanes && (graphs != 0 || profile)) {
-    // A captured segment must end with the lanes joined, and the profiler times ops one by one.
-    DS4_LOG_WARN("cuda: --cuda-lanes is off under %s (one stream)", profile ? "--cuda-profile" : "--cuda-graphs");
-    lanes = false;
-  }
-  cuda::DeviceInfo info;
-  DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
   cuda::set_q8_0_r1_kernel(r1);
   cuda::set_moe_r1_kernel(c.moe == "new" ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
   cuda::set_moe_rows_kernel(c.moe == "new" ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
@@ -684,12 +667,40 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
   cuda::set_hc_products(c.hc_products);
   cuda::set_fold_input_norm(c.fold_input_norm);
   cuda::set_fold_hc_post(c.fold_hc_post);
+  g_lanes.store(c.lanes, std::memory_order_relaxed);
+  return Status();
+}
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c) {
+  const int device = c.device, hc_fused = c.hc_fused;
+  const bool sync_each_op = c.sync_each_op, profile = c.profile;
+  int graphs = c.graphs;
+  if (hc_fused < 0 || hc_fused > 2)
+    return invalid_argument("cuda: the HC kernel choice must be 0, 1 or 2, got %d", hc_fused);
+  if (graphs < 0 || graphs > kMaxCudaGraphSegmentOps)
+    return invalid_argument("cuda: --cuda-graphs must be 0 (off), 1 (a graph per forward) or N in 2..%d (a graph "
+                            "per N ops), got %d", kMaxCudaGraphSegmentOps, graphs);
+  if (graphs != 0 && (sync_each_op || profile)) {
+    // Both need every op issued on its own: --cuda-sync waits after each, the profiler times each.
+    DS4_LOG_WARN("cuda: --cuda-graphs is off under %s (every op runs on its own)",
+                 sync_each_op ? "--cuda-sync" : "--cuda-profile");
+    graphs = 0;
+  }
+  // The side lane exists unless every op must run on one stream (a captured segment must end
+  // with the lanes joined; the profiler times ops one by one); --cuda-lanes turns it on.
+  const bool side_lane = graphs == 0 && !profile;
+  if (c.lanes && !side_lane) {
+    DS4_LOG_WARN("cuda: --cuda-lanes is off under %s (one stream)", profile ? "--cuda-profile" : "--cuda-graphs");
+  }
+  cuda::DeviceInfo info;
+  DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
+  DS4_RETURN_IF_ERROR(apply_cuda_switches(c));
   cuda::Stream stream = nullptr;
   DS4_RETURN_IF_ERROR(cuda::stream_create(&stream));
   uint32_t* tickets = nullptr;  // the fused HC kernels' counters
   SideLane side;
   Status s = hc_fused != 0 ? alloc_hc_tickets(stream, &tickets) : Status();
-  if (s.ok() && lanes) {
+  if (s.ok() && side_lane) {
     s = cuda::stream_create(&side.stream);
     if (s.ok()) s = cuda::event_create(&side.fork);
     if (s.ok()) s = cuda::event_create(&side.join);

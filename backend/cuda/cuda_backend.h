@@ -71,5 +71,10 @@ struct CudaBackendConfig {
 // The CUDA backend of `c` (kUnsupported without a usable Hopper GPU, saying why). Every kernel
 // choice gives the same bits (A/B timing); a value out of range is an invalid-argument error.
 Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c);
+// The process-wide kernel switches of `c` (q8_r1, moe, dense_rows, pdl, pdl_all,
+// wide_persistent, attn, fuse_norms, hc_products, fold_input_norm, fold_hc_post, lanes),
+// validated, then set: make_cuda_backend applies them; an A/B tool may apply others between two
+// forwards of a live backend (same bits, no reload). The other fields are ignored here.
+Status apply_cuda_switches(const CudaBackendConfig& c);
 
 }  // namespace ds4::backend

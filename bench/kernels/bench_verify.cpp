@@ -19,7 +19,12 @@
 // profiler there (backend/op_profile.h; report on stderr at exit); --cuda_moe=new|old picks the
 // routed-expert kernels there (ds4's --cuda-moe, default new), --cuda_pdl=1|0 the programmatic
 // dependent launch (default on), --cuda_lanes=1|0 the two-stream lanes (ds4's --cuda-lanes,
-// default off). --csv_out=FILE writes
+// default off). --ab=CFG;CFG;... times decode(1) and verify(--ab_r, default 6) under each
+// configuration of the process-wide switches, in interleaved rounds on ONE loaded model (no
+// reload between configurations): a CFG is base or names joined by '+' (lanes, fold_post,
+// products, fold_norm, persistent, no_pdl_all, no_fuse_norms), applied over the command line's
+// options; it prints each one's best and median, the ratio to the first, and whether its
+// logits are the first's bits. --csv_out=FILE writes
 // r,call,best_ms,median_ms,bytes (r = 0: decode(1)), bytes = what one call reads and writes by
 // backend/op_profile.h's op costs, counted in one untimed pass (routed experts: the distinct
 // experts of the call, read back). --only_r takes a list (--only_r=0,6). Nothing here is a test.
@@ -30,6 +35,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -143,6 +149,12 @@ class CountingBackend final : public backend::ForwardingBackend {
   bool on = false;
   double bytes = 0;
 
+  // The timed calls run through this wrapper: the lanes reach the backend (--cuda_lanes). The
+  // counting pass's moe read-back comes after each fork's join.
+  void fork() override { inner_.fork(); }
+  void to_main() override { inner_.to_main(); }
+  void join() override { inner_.join(); }
+
   void matmul(const backend::MatmulParams& p) override { count(backend::op_cost(p)); inner_.matmul(p); }
   void matmul_grouped(const backend::MatmulParams* p, int n) override {
     count(backend::op_cost(p, n)); inner_.matmul_grouped(p, n);
@@ -203,6 +215,33 @@ int die(const char* what, const Status& st) {
   return 1;
 }
 
+// --ab's switch names: each sets one field of the backend options.
+struct AbSwitch {
+  const char* name;
+  void (*apply)(backend::BackendOptions*);
+};
+constexpr AbSwitch kAbSwitches[] = {
+    {"lanes", [](backend::BackendOptions* o) { o->cuda_lanes = true; }},
+    {"fold_post", [](backend::BackendOptions* o) { o->cuda_fold_hc_post = true; }},
+    {"products", [](backend::BackendOptions* o) { o->cuda_hc_products = true; }},
+    {"fold_norm", [](backend::BackendOptions* o) { o->cuda_fold_input_norm = true; }},
+    {"persistent", [](backend::BackendOptions* o) { o->cuda_wide_persistent = true; }},
+    {"no_pdl_all", [](backend::BackendOptions* o) { o->cuda_pdl_all = false; }},
+    {"no_fuse_norms", [](backend::BackendOptions* o) { o->cuda_fuse_norms = false; }},
+};
+
+// Splits s at sep (empty pieces kept).
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t k = s.find(sep); k != std::string::npos; k = s.find(sep, at)) {
+    out.push_back(s.substr(at, k - at));
+    at = k + 1;
+  }
+  out.push_back(s.substr(at));
+  return out;
+}
+
 // One timed call from the checkpointed frontier: r == 0 is decode(1), else verify(r). The
 // backend sync ends the timed span on a device backend (decode reads nothing back) and keeps
 // the rollback's copies out of the next call's time.
@@ -220,12 +259,81 @@ double timed_call(session::ModelSession& s, backend::Backend& be, int r, const s
   return t;
 }
 
+// --ab: each configuration's options (`base` plus its switches), applied between calls of one
+// live session; rounds interleaved with a rotating first configuration; then the table.
+int run_ab(const std::string& spec, int ab_r, int rounds, const std::string& backend_name,
+           const backend::BackendOptions& base, session::ModelSession& s, backend::Backend& be,
+           const std::vector<int32_t>& rows) {
+  struct Config {
+    std::string name;
+    backend::BackendOptions o;
+    std::vector<double> dec, ver;
+    std::vector<float> logits;
+  };
+  std::vector<Config> cfgs;
+  for (const std::string& name : split(spec, ';')) {
+    if (name.empty()) continue;
+    Config c{name, base, {}, {}, {}};
+    if (name != "base") {
+      for (const std::string& sw : split(name, '+')) {
+        const AbSwitch* hit = nullptr;
+        for (const AbSwitch& k : kAbSwitches) hit = sw == k.name ? &k : hit;
+        if (hit == nullptr) {
+          std::string known = "base";
+          for (const AbSwitch& k : kAbSwitches) known += std::string(", ") + k.name;
+          return die("--ab", invalid_argument("unknown switch '%s' (known: %s)", sw.c_str(), known.c_str()));
+        }
+        hit->apply(&c.o);
+      }
+    }
+    if (Status st = backend::apply_backend_switches(backend_name, c.o); !st.ok()) return die("--ab", st);
+    cfgs.push_back(std::move(c));
+  }
+  if (cfgs.empty()) return die("--ab", invalid_argument("no configuration in '%s'", spec.c_str()));
+  // Each configuration's logits of one decode (its bits against the first's), and a warm-up.
+  for (Config& c : cfgs) {
+    (void)backend::apply_backend_switches(backend_name, c.o);
+    (void)s.decode(rows[0]);
+    c.logits.assign(s.logits().begin(), s.logits().end());
+    s.rollback();
+    timed_call(s, be, ab_r, rows);
+  }
+  const int n = static_cast<int>(cfgs.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (int j = 0; j < n; ++j) {
+      Config& c = cfgs[(round + j) % n];
+      (void)backend::apply_backend_switches(backend_name, c.o);
+      c.dec.push_back(timed_call(s, be, 0, rows));
+      c.ver.push_back(timed_call(s, be, ab_r, rows));
+    }
+  }
+  (void)backend::apply_backend_switches(backend_name, base);
+  std::printf("bench_verify --ab: backend %s, %d rounds, decode(1) and verify(%d) per round and configuration\n",
+              be.description().c_str(), rounds, ab_r);
+  std::printf("%-44s %10s %10s %9s %10s %10s %9s %s\n", "config", "dec_best", "dec_med", "tok/s", "ratio_med",
+              "ver_med", "ratio_med", "bits");
+  const double d0 = median_of(cfgs[0].dec), v0 = median_of(cfgs[0].ver);
+  bool all_same = true;
+  for (const Config& c : cfgs) {
+    const bool same = c.logits.size() == cfgs[0].logits.size() &&
+                      std::memcmp(c.logits.data(), cfgs[0].logits.data(), c.logits.size() * sizeof(float)) == 0;
+    all_same = all_same && same;
+    const double dm = median_of(c.dec), vm = median_of(c.ver);
+    std::printf("%-44s %10.3f %10.3f %9.1f %10.3f %10.3f %9.3f %s\n", c.name.c_str(),
+                *std::min_element(c.dec.begin(), c.dec.end()) * 1e3, dm * 1e3, 1.0 / dm, dm / d0, vm * 1e3, vm / v0,
+                same ? "same" : "DIFFERENT");
+  }
+  return all_same ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, drafter_path, backend_name = "cpu", csv_out, cuda_moe = "new";
   int device = 0;
   bool cuda_profile = false, cuda_pdl = true, cuda_lanes = false;
+  std::string ab;
+  int ab_r = 6;
   std::vector<int> only_list;
   model::ExpertQuant quant = model::ExpertQuant::kQ2;
   int threads = 2, ctx = 96, rounds = 15, profile_r = 6, only_r = -1, only_calls = 200;
@@ -272,6 +380,10 @@ int main(int argc, char** argv) {
       cuda_lanes = true;
     } else if (a == "--cuda_lanes=0") {
       cuda_lanes = false;
+    } else if (a.rfind("--ab=", 0) == 0) {
+      ab = val("--ab=");
+    } else if (a.rfind("--ab_r=", 0) == 0) {
+      ab_r = std::clamp(std::atoi(val("--ab_r=").c_str()), 1, session::kMaxBatchRows);
     } else if (a.rfind("--cuda_moe=", 0) == 0) {
       cuda_moe = val("--cuda_moe=");
     } else if (a == "--cuda_profile") {
@@ -353,6 +465,12 @@ int main(int argc, char** argv) {
   if (Status st = s.prefill(prompt); !st.ok()) return die("prefill", st);
   s.checkpoint();
   const auto rows = tokens(session::kMaxBatchRows, cfg.n_vocab, 7);
+
+  if (!ab.empty()) {
+    const int code = run_ab(ab, ab_r, rounds, backend_name, bo, s, cbe, rows);
+    if (model_path.rfind("/tmp/ds4_bench_verify_tiny_", 0) == 0) std::remove(model_path.c_str());
+    return code;
+  }
 
   if (only_r >= 0) {
     // Only these call kinds, each repeated (for an external profiler such as perf, or
