@@ -2,7 +2,9 @@
 // copy / fill, the weight binding) and the backend registry, on the CPU backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -81,6 +83,27 @@ TEST(Registry, KnowsCpuAndRejectsUnknownNamesAndOptions) {
   o.cpu_isa = "auto";
   o.n_threads = -1;
   EXPECT_FALSE(make_backend("cpu", o).ok());
+}
+
+// The process-wide switches alone (an A/B tool's between-forwards flip): the CPU has none, an
+// unknown backend is an error naming it, and a CUDA build validates the values as make_backend
+// does (no GPU needed: nothing touches the device), then restores the defaults.
+TEST(Registry, ApplyBackendSwitchesValidates) {
+  BackendOptions o;
+  EXPECT_TRUE(apply_backend_switches("cpu", o).ok());
+  const Status unknown = apply_backend_switches("tpu", o);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.message().find("tpu"), std::string::npos);
+  const std::vector<std::string> names = backend_names();
+  if (std::find(names.begin(), names.end(), "cuda") == names.end()) return;  // a build without CUDA
+  o.cuda_moe = "newest";
+  const Status bad = apply_backend_switches("cuda", o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("--cuda-moe must be old or new, got 'newest'"), std::string::npos) << bad.message();
+  o.cuda_moe = "new";
+  o.cuda_q8_r1 = "widest";
+  EXPECT_FALSE(apply_backend_switches("cuda", o).ok());
+  EXPECT_TRUE(apply_backend_switches("cuda", BackendOptions{}).ok());
 }
 
 }  // namespace
