@@ -165,6 +165,34 @@ HcKernel hc_kernel(HcPath p) {
   set_hc_products(p == HcPath::kStagedProducts);
   return p == HcPath::kStaged || p == HcPath::kStagedProducts ? HcKernel::kStaged : HcKernel::kFused;
 }
+// One shape's HC-pre weights: the F16 projection fn [n_hc·n_embd -> mix_dim], scale, base
+// and the folded norm's weight, from `seed`.
+struct HcPreWeights {
+  int n_hc;
+  int64_t n_embd, mix_dim, hc_dim;
+  Dual<uint8_t> fn;
+  Dual<float> scale, base, norm_w;
+  HcPreWeights(int nh, int64_t e, uint64_t seed)
+      : n_hc(nh), n_embd(e), mix_dim(2 * nh + nh * nh), hc_dim(nh * e),
+        fn(dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, seed + e))),
+        scale(dual(std::vector<float>{0.7f, 0.3f, 0.9f})), base(dual(gaussian(mix_dim, seed + 1))),
+        norm_w(dual(gaussian(e, seed + 2))) {}
+  // The params' shapes and the host (device) weight pointers.
+  backend::HcPreParams params(bool device, int rows, int iters) {
+    backend::HcPreParams p;
+    p.fn = backend::Matrix{device ? fn.dp() : fn.hp(), GgmlType::kF16, hc_dim, mix_dim,
+                           quant::row_bytes(GgmlType::kF16, hc_dim)};
+    p.scale = device ? scale.dp() : scale.hp();
+    p.base = device ? base.dp() : base.hp();
+    p.n_hc = n_hc;
+    p.n_embd = n_embd;
+    p.n_rows = rows;
+    p.sinkhorn_iters = iters;
+    p.norm_out_eps = 1e-6f;
+    return p;
+  }
+};
+
 // Puts the process-wide HC switches back to their defaults, also when an assertion returns.
 struct RestoreHcSwitches {
   ~RestoreHcSwitches() {
@@ -199,14 +227,10 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
   };
   for (const Shape& sh : {Shape{4, 20, 64}, Shape{4, 20, 100}, Shape{4, 20, 33}, Shape{4, 20, 4096},
                           Shape{4, 7, 64}, Shape{3, 20, 64}, Shape{3, 20, 33}}) {
-    const int n_hc = sh.n_hc;
-    const int64_t n_embd = sh.n_embd;
-    const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
-    const int64_t hc_dim = n_hc * n_embd;
-    auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 11 + n_embd));
-    auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
-    auto base = dual(gaussian(mix_dim, 12));
-    auto norm_w = dual(gaussian(n_embd, 13));
+    HcPreWeights hw(sh.n_hc, sh.n_embd, 11);
+    const int n_hc = hw.n_hc;
+    const int64_t n_embd = hw.n_embd, mix_dim = hw.mix_dim, hc_dim = hw.hc_dim;
+    auto& norm_w = hw.norm_w;
     for (int rows : hc_row_counts(n_embd)) {
       auto x = dual(gaussian(rows * hc_dim, 100 + rows));
       for (int norm : {0, 1, 2, 3})  // none; weighted by rms_norm; weighted folded; unweighted folded
@@ -219,22 +243,14 @@ TEST_F(FfnOps, HcPreBitsEqualCpu) {
         auto y = out_buf<float>(rows * n_embd), post = out_buf<float>(rows * n_hc);
         auto comb = out_buf<float>(rows * n_hc * n_hc);
         auto normed = out_buf<float>(rows * n_embd);
-        backend::HcPreParams p;
-        p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, mix_dim, quant::row_bytes(GgmlType::kF16, hc_dim)};
-        p.n_hc = n_hc;
-        p.n_embd = n_embd;
-        p.n_rows = rows;
-        p.sinkhorn_iters = sh.iters;
-        p.norm_out_eps = 1e-6f;
-        backend::HcPreParams c = p;
-        c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
+        backend::HcPreParams c = hw.params(false, rows, sh.iters);
+        c.x = x.hp(), c.flat = flat.hp(), c.mix = mix.hp();
         c.y = y.hp(), c.post = post.hp(), c.comb = comb.hp();
         c.normed = norm != 0 ? normed.hp() : nullptr;
         c.norm_weight = norm == 1 || norm == 2 ? norm_w.hp() : nullptr;
         cpu_->hc_pre(c);
-        backend::HcPreParams g = p;
-        g.fn.data = fn.dp();
-        g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
+        backend::HcPreParams g = hw.params(true, rows, sh.iters);
+        g.x = x.dp(), g.flat = flat.dp(), g.mix = mix.dp();
         g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp();
         g.normed = norm != 0 ? normed.dp() : nullptr;
         g.norm_weight = norm == 1 || norm == 2 ? norm_w.dp() : nullptr;
@@ -273,14 +289,10 @@ TEST_F(FfnOps, HcPreWithPostFirstBitsEqualCpu) {
     int64_t n_embd;
   };
   for (const Shape& sh : {Shape{4, 4096}, Shape{4, 64}, Shape{4, 33}, Shape{3, 64}}) {
-    const int n_hc = sh.n_hc;
-    const int64_t n_embd = sh.n_embd;
-    const int64_t mix_dim = 2 * n_hc + n_hc * n_hc;
-    const int64_t hc_dim = n_hc * n_embd;
-    auto fn = dual(random_weights(GgmlType::kF16, hc_dim, mix_dim, 21 + n_embd));
-    auto scale = dual(std::vector<float>{0.7f, 0.3f, 0.9f});
-    auto base = dual(gaussian(mix_dim, 22));
-    auto norm_w = dual(gaussian(n_embd, 23));
+    HcPreWeights hw(sh.n_hc, sh.n_embd, 21);
+    const int n_hc = hw.n_hc;
+    const int64_t n_embd = hw.n_embd, mix_dim = hw.mix_dim, hc_dim = hw.hc_dim;
+    auto& norm_w = hw.norm_w;
     for (int rows : hc_row_counts(n_embd)) {
       auto f = dual(gaussian(rows * n_embd, 500 + rows));
       auto xb = dual(gaussian(rows * hc_dim, 600 + rows));
@@ -295,23 +307,18 @@ TEST_F(FfnOps, HcPreWithPostFirstBitsEqualCpu) {
           auto comb = dual(gaussian(rows * n_hc * n_hc, 800 + rows));
           auto flat = out_buf<float>(rows * hc_dim), mix = out_buf<float>(rows * mix_dim);
           auto y = out_buf<float>(rows * n_embd), normed = out_buf<float>(rows * n_embd);
-          backend::HcPreParams p;
-          p.fn = backend::Matrix{fn.hp(), GgmlType::kF16, hc_dim, mix_dim, quant::row_bytes(GgmlType::kF16, hc_dim)};
-          p.n_hc = n_hc;
-          p.n_embd = n_embd;
-          p.n_rows = rows;
-          p.post_first.n_hc = n_hc;
-          p.post_first.n_embd = n_embd;
-          p.post_first.n_rows = rows;
-          backend::HcPreParams c = p;
-          c.x = x.hp(), c.scale = scale.hp(), c.base = base.hp(), c.flat = flat.hp(), c.mix = mix.hp();
+          backend::HcPreParams c = hw.params(false, rows, 20);
+          c.post_first.n_hc = n_hc;
+          c.post_first.n_embd = n_embd;
+          c.post_first.n_rows = rows;
+          backend::HcPreParams g = hw.params(true, rows, 20);
+          g.post_first = c.post_first;
+          c.x = x.hp(), c.flat = flat.hp(), c.mix = mix.hp();
           c.y = y.hp(), c.post = post.hp(), c.comb = comb.hp(), c.normed = normed.hp(), c.norm_weight = norm_w.hp();
           c.post_first.f = f.hp(), c.post_first.x = xb.hp(), c.post_first.post = post.hp();
           c.post_first.comb = comb.hp(), c.post_first.out = x.hp();
           cpu_->hc_pre(c);
-          backend::HcPreParams g = p;
-          g.fn.data = fn.dp();
-          g.x = x.dp(), g.scale = scale.dp(), g.base = base.dp(), g.flat = flat.dp(), g.mix = mix.dp();
+          g.x = x.dp(), g.flat = flat.dp(), g.mix = mix.dp();
           g.y = y.dp(), g.post = post.dp(), g.comb = comb.dp(), g.normed = normed.dp(), g.norm_weight = norm_w.dp();
           g.post_first.f = f.dp(), g.post_first.x = xb.dp(), g.post_first.post = post.dp();
           g.post_first.comb = comb.dp(), g.post_first.out = x.dp();
