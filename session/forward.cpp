@@ -230,15 +230,52 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       }
     }
   }
+  // The group's compressor steps go to the backend before anything reads their rows or states
+  // (the prefix-slot save of a row, the group's indexer selections and attentions): a prefill
+  // group's as one compressor_rows call per chain, other groups' as ONE compressor_steps call
+  // in the order they were made (each step sees what the steps before it left, as one call per
+  // step would).
+  auto flush_steps = [&] {
+    be_.compressor_steps(s.comp_steps.data(), static_cast<int>(s.comp_steps.size()));
+    s.comp_steps.clear();
+  };
+  // One compressor step (§4.4) of a chain at pos: a row emitted there (known from pos and
+  // ratio) goes to the next row of its cache (attention rows [n_comp, D] FP8 or indexer rows
+  // [n_index, IDX] FP4), built in `pooled`.
+  auto step_params = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur, const uint16_t* ape,
+                         const float* norm, int r, int64_t dim, uint8_t* fp8_rows, uint8_t* fp4_rows, int64_t n_rows,
+                         int64_t pos, float* pooled) {
+    backend::CompressorStepParams cp;
+    cp.state_kv = st_kv;
+    cp.state_score = st_sc;
+    cp.kv_cur = kv_cur;
+    cp.sc_cur = sc_cur;
+    cp.ape = ape;
+    cp.norm = norm;
+    cp.ratio = r;
+    cp.head_dim = static_cast<int>(dim);
+    cp.n_rot = n_rot;
+    cp.pos = pos;
+    cp.eps = eps;
+    cp.rope = rp;
+    cp.indexer = fp4_rows != nullptr;
+    cp.pooled = pooled;
+    if (fp8_rows != nullptr) cp.out_fp8 = fp8_rows + n_rows * quant::fp8_row_bytes(static_cast<int>(dim), n_rot);
+    if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
+    return cp;
+  };
   // The projections of h beside q_b (attention_projections' side lane): the compressors' (F16,
   // rows of one length: one grouped call, each result the bits it gets alone; a device backend
-  // runs them as one launch) and the indexer's head weights.
+  // runs them as one launch) and the indexer's head weights; for a plain decode row also its
+  // compressor steps (they read those projections and the compressor states alone).
   struct Beside {
     backend::Backend* be = nullptr;
     backend::MatmulParams comp_proj[4];
     int n_comp_proj = 0;
     backend::MatmulParams idx_proj;
     bool has_idx_proj = false;
+    const backend::CompressorStepParams* steps = nullptr;
+    int n_steps = 0;
   } beside;
   beside.be = &be_;
   if (ratio != 0) {
@@ -257,6 +294,22 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
                                     n_ih, idx_cnt);
     beside.has_idx_proj = true;
   }
+  // A plain decode row (this session's one row, no prefix slot): its steps (attention, then
+  // indexer), made here with the counters the row loop below sees, which then only counts.
+  const bool steps_beside = owners == nullptr && !capture_slots && n == 1 && ratio != 0;
+  if (steps_beside) {
+    LayerState& L = state_.layers()[il];
+    s.comp_steps.push_back(step_params(L.cmp_kv.data(), L.cmp_score.data(), s.ckv.data(), s.csc.data(), m.cmp_ape,
+                                       m.cmp_norm, ratio, D, L.comp.data(), nullptr, L.n_comp, pos0,
+                                       s.pooled.data()));
+    if (ratio == 4) {
+      s.comp_steps.push_back(step_params(L.idx_kv.data(), L.idx_score.data(), s.ikv.data(), s.isc.data(),
+                                         m.idx_cmp_ape, m.idx_cmp_norm, 4, IDX, nullptr, L.index.data(), L.n_index,
+                                         pos0, s.pooled.data()));
+    }
+    beside.steps = s.comp_steps.data();
+    beside.n_steps = static_cast<int>(s.comp_steps.size());
+  }
   backend::Task beside_task;
   if (beside.n_comp_proj > 0 || beside.has_idx_proj) {
     beside_task.ctx = &beside;
@@ -264,6 +317,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
       const Beside& b = *static_cast<const Beside*>(ctx);
       if (b.n_comp_proj > 0) b.be->matmul_grouped(b.comp_proj, b.n_comp_proj);
       if (b.has_idx_proj) b.be->matmul(b.idx_proj);
+      if (b.n_steps > 0) b.be->compressor_steps(b.steps, b.n_steps);
     };
   }
   attention_projections(be_, cfg_, am, bs, n, beside_task, &s.carry);
@@ -304,40 +358,6 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
   // outputs feed nothing of the state and later rows of the group append compressed / indexer
   // rows past the counters a query recorded, so each query sees exactly what it saw when the
   // rows ran one by one.
-  // The group's compressor steps go to the backend before anything reads their rows or states
-  // (the prefix-slot save of a row, the group's indexer selections and attentions): a prefill
-  // group's as one compressor_rows call per chain, other groups' as ONE compressor_steps call
-  // in the order they were made (each step sees what the steps before it left, as one call per
-  // step would).
-  auto flush_steps = [&] {
-    be_.compressor_steps(s.comp_steps.data(), static_cast<int>(s.comp_steps.size()));
-    s.comp_steps.clear();
-  };
-  // One compressor step (§4.4) of a chain at pos: a row emitted there (known from pos and
-  // ratio) goes to the next row of its cache (attention rows [n_comp, D] FP8 or indexer rows
-  // [n_index, IDX] FP4), built in `pooled`.
-  auto step_params = [&](float* st_kv, float* st_sc, const float* kv_cur, const float* sc_cur, const uint16_t* ape,
-                         const float* norm, int r, int64_t dim, uint8_t* fp8_rows, uint8_t* fp4_rows, int64_t n_rows,
-                         int64_t pos, float* pooled) {
-    backend::CompressorStepParams cp;
-    cp.state_kv = st_kv;
-    cp.state_score = st_sc;
-    cp.kv_cur = kv_cur;
-    cp.sc_cur = sc_cur;
-    cp.ape = ape;
-    cp.norm = norm;
-    cp.ratio = r;
-    cp.head_dim = static_cast<int>(dim);
-    cp.n_rot = n_rot;
-    cp.pos = pos;
-    cp.eps = eps;
-    cp.rope = rp;
-    cp.indexer = fp4_rows != nullptr;
-    cp.pooled = pooled;
-    if (fp8_rows != nullptr) cp.out_fp8 = fp8_rows + n_rows * quant::fp8_row_bytes(static_cast<int>(dim), n_rot);
-    if (fp4_rows != nullptr) cp.out_fp4 = fp4_rows + n_rows * quant::fp4_row_bytes(static_cast<int>(dim));
-    return cp;
-  };
   // A prefill group (two or more of this session's rows, no prefix slots) issues each chain's
   // steps as ONE compressor_rows call over the group's rows, which a device backend may pool in
   // parallel (every emitted row depends only on the projections and the state before the
@@ -384,7 +404,7 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
                           uint8_t* fp8_rows, uint8_t* fp4_rows, int64_t& n_rows) {
         const bool emits = backend::compressor_emits(pos, r);
         if (emits) DS4_CHECK(n_rows < o.state_.comp_cap(il));
-        if (!chain_rows)  // issued with the group's other steps (one backend call)
+        if (!chain_rows && !steps_beside)  // issued with the group's other steps (one backend call)
           s.comp_steps.push_back(step_params(st_kv, st_sc, kv_cur, sc_cur, ape, norm, r, dim, fp8_rows, fp4_rows,
                                              n_rows, pos, os.pooled.data()));
         if (emits) ++n_rows;
@@ -428,7 +448,11 @@ void ModelSession::attention_layer(int il, int n, int64_t pos0, bool capture_slo
         state_.save_layer_frontier(il, slots_[i]);
       }
     }
-    if (!s.comp_steps.empty()) flush_steps();
+    if (steps_beside) {
+      s.comp_steps.clear();  // issued beside q_b
+    } else if (!s.comp_steps.empty()) {
+      flush_steps();
+    }
     if (n_sel > 0) be_.indexer_select(s.idx_queries.data(), n_sel);
     be_.sink_attention(s.attn_queries.data(), g);
   }
