@@ -49,6 +49,11 @@
 #     again to show the noise) at an AB_CTX frontier (2048) with AB_GEN (16) greedy tokens:
 #     prefill and decode tokens/s per config and the frontier hash, which must be the same for
 #     every config (sweep.log says whether it is);
+#  S. (only when STEPS names `switches`) the process-wide switches against each other on ONE
+#     loaded model -> switches.txt: `bench_verify --ab=SWITCHES` (default: base, each opt-in
+#     switch alone, then all of them) from an AB_CTX frontier, SWITCH_ROUNDS (20) interleaved
+#     rounds of decode(1) and verify(6) per configuration: best / median / ratio, and whether
+#     each configuration's logits are the first's bits (no model reload per configuration);
 #  K. (only when STEPS names `kernels`; needs ncu) a decoded token's device time per kernel ->
 #     kernels_ncu.csv (ncu --metrics gpu__time_duration.sum --csv over `ds4-bench --cuda
 #     KERNEL_FLAGS`, a 64-token prompt and KERNEL_GEN (2) greedy tokens: every kernel's own
@@ -58,7 +63,7 @@
 #     session's context; the weights' size is in sweep.log ("weights on cuda").
 # STEPS (default all) picks steps 2-7 by name: roofline,decode,verify,profiles,longctx,spec
 # (the model is always made or reused), e.g. STEPS=longctx to run the long-context step alone;
-# `ab` and `kernels` run only when named (STEPS=kernels, STEPS=decode,ab).
+# `ab`, `switches` and `kernels` run only when named (STEPS=kernels, STEPS=decode,ab, STEPS=switches).
 # sweep.log holds every step's command, output tail, exit code and time. Nine files land in
 # OUT, twelve with the three PNGs of tools/bench_plots.py OUT (matplotlib), run here when it is
 # importable, else wherever the folder is copied (a GPU machine without network).
@@ -87,6 +92,8 @@ STEPS=${STEPS:-all}
 KERNEL_GEN=${KERNEL_GEN:-2}
 KERNEL_FLAGS=${KERNEL_FLAGS:-}
 AB_CTX=${AB_CTX:-2048}
+SWITCHES=${SWITCHES:-"base;lanes;fold_post;products;fold_norm;lanes+fold_post+products+fold_norm"}
+SWITCH_ROUNDS=${SWITCH_ROUNDS:-20}
 AB_GEN=${AB_GEN:-16}
 AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe old --cuda-dense-rows tiles --no-cuda-pdl --no-cuda-batch-steps --prefill-chunk 32;--cuda-moe old;--cuda-dense-rows tiles;--no-cuda-pdl;--no-cuda-batch-steps;--prefill-chunk 32;--prefill-chunk 128;--cuda-attn fused;--cuda-graphs 1;--cuda-graphs 64;--cuda-hc-products;--cuda-fold-input-norm;--cuda-hc-products --cuda-fold-input-norm;--cuda-lanes;--cuda-fold-hc-post;"}
 
@@ -272,6 +279,13 @@ if named ab; then
   done
   n_distinct=$(echo "$ab_hashes" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)
   log "ab: ${#ab_list[@]} configs, $n_distinct distinct frontier hash(es) (1 = every switch kept the bits)"
+fi
+
+# S. The process-wide switches in one process (only when named).
+if named switches; then
+  step switches "$AB_CTX" 300 "$OUT/switches.txt" "$VERIFY" --backend=cuda --model="$MODEL" --ctx="$AB_CTX" \
+    --rounds="$SWITCH_ROUNDS" --ab="$SWITCHES"
+  grep -A12 "bench_verify --ab" "$OUT/switches.txt" | tee -a "$LOG" >&2 || true
 fi
 
 # K. A decoded token's device time per kernel (only when named; needs ncu): ncu times every
