@@ -8,8 +8,8 @@
 // --cuda-pdl-all = DS4_CUDA_PDL_ALL, --cuda-wide-persistent = DS4_CUDA_WIDE_PERSISTENT,
 // --cuda-batch-steps = DS4_CUDA_BATCH_STEPS, --cuda-attn = DS4_CUDA_ATTN, --cuda-fuse-norms =
 // DS4_CUDA_FUSE_NORMS, --cuda-hc-products = DS4_CUDA_HC_PRODUCTS, --cuda-fold-input-norm =
-// DS4_CUDA_FOLD_INPUT_NORM, --cuda-lanes = DS4_CUDA_LANES, --cuda-fold-hc-post = DS4_CUDA_FOLD_HC_POST) and the prefill chunk (--prefill-chunk =
-// DS4_PREFILL_CHUNK), with their
+// DS4_CUDA_FOLD_INPUT_NORM, --cuda-lanes = DS4_CUDA_LANES, --cuda-fold-hc-post =
+// DS4_CUDA_FOLD_HC_POST) and the prefill chunk (--prefill-chunk = DS4_PREFILL_CHUNK), with their
 // DS4_* environment mirrors in one table (core/flags.h), and the one way from their values to
 // EngineOptions.
 //
