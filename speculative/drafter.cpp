@@ -73,6 +73,9 @@ struct Drafter::Scratch {
   Arr<float> sh_out;                // [n, E]
   Arr<uint8_t> moe_scratch;         // moe_scratch_bytes(E, F, U, n)
   Arr<float> sg, su;                // [n, F]
+  // Each sublayer's HC post, carried into the next HC pre (one op: session::HcCarry); the
+  // output head flushes the last one.
+  session::HcCarry carry;
   Arr<float> scores;                // [B, n_head, W + B] per-row attention scratch
   std::vector<backend::SinkAttentionParams> queries;  // [B]
   Arr<float> head_mix;              // [n, n_hc]
@@ -315,7 +318,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
   const model::RopeParams rp = cfg_.rope_params(0);  // ratio 0: base theta, no YaRN (§3.3)
   const session::AttnMats am = session::attn_mats(mw_->stages[st]);
   const session::BlockScratch bs = session::block_scratch(s);
-  session::attention_projections(be_, cfg_, am, bs, n);
+  session::attention_projections(be_, cfg_, am, bs, n, {}, &s.carry);
   be_.attention_inputs(session::attention_inputs(cfg_, s.q.data(), s.kv.data(), am.kv_a_norm, n, pos, rp));
   // Key set (identical for every slot): ring rows of positions max(start, P-W)..P-1, then the
   // block rows, bidirectionally (§3.3): the ring as the raw keys, the block rows as the
@@ -330,7 +333,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
                                             s.scores.data() + i * row_scores, s.heads.data() + i * Q, pos + i, rp);
   }
   be_.sink_attention(s.queries.data(), n);
-  session::attention_output(be_, cfg_, am, bs, n);
+  session::attention_output(be_, cfg_, am, bs, n, &s.carry);
   std::swap(s.x, s.x2);
 }
 
@@ -338,7 +341,7 @@ void Drafter::stage_attention(int st, int64_t pos) {
 void Drafter::stage_ffn(int st) {
   Scratch& s = *s_;
   session::ffn_sublayer(be_, cfg_, session::ffn_mats(mw_->stages[st]), session::block_scratch(s), B_, nullptr,
-                        cfg_.swiglu_clamp.back());
+                        cfg_.swiglu_clamp.back(), &s.carry);
   std::swap(s.x, s.x2);
 }
 
@@ -398,6 +401,7 @@ void Drafter::propose(int32_t anchor, int64_t pos, int n_max, std::span<const fl
   ep.out = s.x.data();
   be_.embed(ep);
   for (int st = 0; st < w_->config.n_stages; ++st) stage_forward(st, pos);
+  s.carry.flush(be_);  // the last stage's HC post: the head reads its HC state
 
   // HC head (§6): sigmoid-weighted collapse of every block row -> yhead (pre-norm).
   output_head();
