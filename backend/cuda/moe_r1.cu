@@ -88,26 +88,30 @@ __device__ __forceinline__ void load_act(const BlockQ8K* __restrict__ x, int nb,
 
 using detail::kquant_close;
 
-// ---- Formats: term() returns, on every lane of the block's 8 lanes, the float term the CPU
-// adds for weight block p (staged in shared memory) and the lane's activation group; all 32
-// lanes must call it (integer shuffles inside). The integer and float operations are those of
-// matvec_quant.cu's staged_term (the warp kernels' bits).
+// A lane's integer parts of one block term: a = the IQ2_XXS isum or the K-quants' isum, b = the
+// K-quants' summs (unused for IQ2_XXS: F::kTwo false). Sums of them over lanes are exact.
+struct Ints {
+  int32_t a = 0, b = 0;
+};
+
+// ---- Formats: partial() is the lane's integer part of weight block p (staged in shared
+// memory) against its activation group `sub`; close() the float term the CPU adds for the
+// block from the 8 lanes' summed parts and the activation scale ad (reading the block's
+// scales). The integer and float operations are those of matvec_quant.cu's staged_term (the
+// warp kernels' bits). term() = partial, the 8-lane sum, close, on every lane of the block.
 struct R1Iq2Xxs {
   static constexpr int kBlockBytes = 66;
   static constexpr bool kTables = true;
-  static __device__ __forceinline__ float term(const uint8_t* p, const int (&aq)[8], float ad, int32_t, int32_t,
-                                               bool valid, int sub, const uint64_t* grid) {
-    int32_t part = 0;
-    float wd = 0.0f;
-    if (valid) {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);  // 2-byte aligned
-      wd = f16_to_f32(h[0]);
-      part = detail::iq2_xxs_group_isum(h + 1 + 4 * sub, aq, grid, grid + 256);
-    }
-#pragma unroll
-    for (int s = 1; s < 8; s *= 2) part += __shfl_xor_sync(kFullMask, part, s);
+  static constexpr bool kTwo = false;
+  static __device__ __forceinline__ Ints partial(const uint8_t* p, const int (&aq)[8], int32_t, int32_t, int sub,
+                                                 const uint64_t* grid) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);  // 2-byte aligned
+    return Ints{detail::iq2_xxs_group_isum(h + 1 + 4 * sub, aq, grid, grid + 256), 0};
+  }
+  static __device__ __forceinline__ float close(const uint8_t* p, float ad, Ints t) {
+    const float wd = f16_to_f32(reinterpret_cast<const uint16_t*>(p)[0]);
     const float d = wd * ad;
-    return d * static_cast<float>(part);
+    return d * static_cast<float>(t.a);
   }
   static __device__ __forceinline__ float finish(float acc) { return 0.125f * acc; }
 };
@@ -115,32 +119,23 @@ struct R1Iq2Xxs {
 struct R1Q2K {
   static constexpr int kBlockBytes = 84;
   static constexpr bool kTables = false;
-  static __device__ __forceinline__ float term(const uint8_t* p, const int (&aq)[8], float ad, int32_t bs0,
-                                               int32_t bs1, bool valid, int sub, const uint64_t*) {
-    int32_t isum = 0, summs = 0;
-    float wd = 0.0f, wm = 0.0f;
-    if (valid) {
-      const int n = sub >> 2, j = sub & 3;  // quants 128n + 32j = group sub; scales 8n + 2j = 2·sub
-      const int sb = 2 * sub;
-      const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);  // 4-byte aligned
-      const int32_t sc0 = p[sb], sc1 = p[sb + 1];
-      int s0 = 0, s1 = 0;
+  static constexpr bool kTwo = true;
+  static __device__ __forceinline__ Ints partial(const uint8_t* p, const int (&aq)[8], int32_t bs0, int32_t bs1,
+                                                 int sub, const uint64_t*) {
+    const int n = sub >> 2, j = sub & 3;  // quants 128n + 32j = group sub; scales 8n + 2j = 2·sub
+    const int sb = 2 * sub;
+    const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);  // 4-byte aligned
+    const int32_t sc0 = p[sb], sc1 = p[sb + 1];
+    int s0 = 0, s1 = 0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s0 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s0);
+    for (int i = 0; i < 4; ++i) s0 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s0);
 #pragma unroll
-      for (int i = 4; i < 8; ++i) s1 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s1);
-      isum = (sc0 & 15) * s0 + (sc1 & 15) * s1;
-      summs = bs0 * (sc0 >> 4) + bs1 * (sc1 >> 4);
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-      wd = f16_to_f32(h[40]);
-      wm = f16_to_f32(h[41]);
-    }
-#pragma unroll
-    for (int s = 1; s < 8; s *= 2) {
-      isum += __shfl_xor_sync(kFullMask, isum, s);
-      summs += __shfl_xor_sync(kFullMask, summs, s);
-    }
-    return kquant_close(ad, wd, wm, isum, summs);
+    for (int i = 4; i < 8; ++i) s1 = __dp4a(static_cast<int>((pw[4 + 8 * n + i] >> (2 * j)) & 0x03030303u), aq[i], s1);
+    return Ints{(sc0 & 15) * s0 + (sc1 & 15) * s1, bs0 * (sc0 >> 4) + bs1 * (sc1 >> 4)};
+  }
+  static __device__ __forceinline__ float close(const uint8_t* p, float ad, Ints t) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+    return kquant_close(ad, f16_to_f32(h[40]), f16_to_f32(h[41]), t.a, t.b);
   }
   static __device__ __forceinline__ float finish(float acc) { return acc; }
 };
@@ -158,42 +153,54 @@ __device__ __forceinline__ void q4k_scale_min(const uint8_t* scales, int j, int3
 struct R1Q4K {
   static constexpr int kBlockBytes = 144;
   static constexpr bool kTables = false;
-  static __device__ __forceinline__ float term(const uint8_t* p, const int (&aq)[8], float ad, int32_t bs0,
-                                               int32_t bs1, bool valid, int sub, const uint64_t*) {
-    int32_t isum = 0, summs = 0;
-    float wd = 0.0f, wm = 0.0f;
-    if (valid) {
-      const int j = sub;
-      int32_t sc, m;
-      q4k_scale_min(p + 4, j, &sc, &m);
-      const uint4* qw = reinterpret_cast<const uint4*>(p + 16 + 32 * (j >> 1));  // 16-byte aligned
-      const uint4 w0 = qw[0], w1 = qw[1];
-      const uint32_t wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-      const int shift = 4 * (j & 1);
-      int s = 0;
+  static constexpr bool kTwo = true;
+  static __device__ __forceinline__ Ints partial(const uint8_t* p, const int (&aq)[8], int32_t bs0, int32_t bs1,
+                                                 int sub, const uint64_t*) {
+    const int j = sub;
+    int32_t sc, m;
+    q4k_scale_min(p + 4, j, &sc, &m);
+    const uint4* qw = reinterpret_cast<const uint4*>(p + 16 + 32 * (j >> 1));  // 16-byte aligned
+    const uint4 w0 = qw[0], w1 = qw[1];
+    const uint32_t wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    const int shift = 4 * (j & 1);
+    int s = 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((wv[i] >> shift) & 0x0f0f0f0fu), aq[i], s);
-      isum = sc * s;
-      summs = m * (bs0 + bs1);
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-      wd = f16_to_f32(h[0]);
-      wm = f16_to_f32(h[1]);
-    }
-#pragma unroll
-    for (int s = 1; s < 8; s *= 2) {
-      isum += __shfl_xor_sync(kFullMask, isum, s);
-      summs += __shfl_xor_sync(kFullMask, summs, s);
-    }
-    return kquant_close(ad, wd, wm, isum, summs);
+    for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((wv[i] >> shift) & 0x0f0f0f0fu), aq[i], s);
+    return Ints{sc * s, m * (bs0 + bs1)};
+  }
+  static __device__ __forceinline__ float close(const uint8_t* p, float ad, Ints t) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+    return kquant_close(ad, f16_to_f32(h[0]), f16_to_f32(h[1]), t.a, t.b);
   }
   static __device__ __forceinline__ float finish(float acc) { return acc; }
 };
 
+// lane ^ m's parts added to this lane's (every lane of the warp calls it).
+template <class F>
+__device__ __forceinline__ Ints add_xor(Ints v, int m) {
+  v.a += __shfl_xor_sync(kFullMask, v.a, m);
+  if constexpr (F::kTwo) v.b += __shfl_xor_sync(kFullMask, v.b, m);
+  return v;
+}
+
+// The float term of weight block p on every lane of its 8 (all lanes call it): the parts
+// summed over the 8 lanes (xor 1, 2, 4), then close(). An invalid block gives 0 (never added).
+template <class F>
+__device__ __forceinline__ float term(const uint8_t* p, const int (&aq)[8], float ad, int32_t bs0, int32_t bs1,
+                                      bool valid, int sub, const uint64_t* grid) {
+  Ints t;
+  if (valid) t = F::partial(p, aq, bs0, bs1, sub, grid);
+#pragma unroll
+  for (int s = 1; s < 8; s *= 2) t = add_xor<F>(t, s);
+  return valid ? F::close(p, ad, t) : 0.0f;
+}
+
 // Rows A and B (staged, nb blocks each) against the lane's activations: lane 0 returns A's
 // sequential block sum, lane 1 B's (before F::finish). has_b is warp-uniform. All lanes call it.
+// Every lane computes both rows' terms of its 4 blocks (3 shuffles per term and part).
 template <class F, int KB>
-__device__ __forceinline__ float two_row_dots(const uint8_t* pa, const uint8_t* pb, bool has_b, const ActRegs<KB>& a,
-                                              int nb, int lane, const uint64_t* grid) {
+__device__ __forceinline__ float two_row_dots_all(const uint8_t* pa, const uint8_t* pb, bool has_b, const ActRegs<KB>& a,
+                                                  int nb, int lane, const uint64_t* grid) {
   constexpr int kBB = F::kBlockBytes;
   const int sub = lane & 7, slot = lane >> 3;
   float v[KB];
@@ -201,9 +208,9 @@ __device__ __forceinline__ float two_row_dots(const uint8_t* pa, const uint8_t* 
   for (int k = 0; k < KB; ++k) {
     const int b = slot + 4 * k;
     const bool valid = b < nb;
-    const float ta = F::term(pa + b * kBB, a.q[k], a.d[k], a.bs0[k], a.bs1[k], valid, sub, grid);
+    const float ta = term<F>(pa + b * kBB, a.q[k], a.d[k], a.bs0[k], a.bs1[k], valid, sub, grid);
     float tb = 0.0f;
-    if (has_b) tb = F::term(pb + b * kBB, a.q[k], a.d[k], a.bs0[k], a.bs1[k], valid, sub, grid);
+    if (has_b) tb = term<F>(pb + b * kBB, a.q[k], a.d[k], a.bs0[k], a.bs1[k], valid, sub, grid);
     v[k] = sub == 0 ? ta : tb;  // lane 8s: A's term of block 4k + s, lane 8s + 1: B's
   }
   const int src = lane & 1;
@@ -217,6 +224,80 @@ __device__ __forceinline__ float two_row_dots(const uint8_t* pa, const uint8_t* 
     }
   }
   return acc;
+}
+
+// One reduce-scatter level over the xor-m partner: of the n pairs v[i], v[i + n] the lane keeps
+// v[i + n] (bit m of its lane set) or v[i], adding the partner's copy of the same value.
+template <class F, int N>
+__device__ __forceinline__ void scatter_level(Ints (&v)[8], int sub, int m) {
+  const bool upper = (sub & m) != 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const Ints send = upper ? v[i] : v[i + N];
+    const Ints keep = upper ? v[i + N] : v[i];
+    Ints got;
+    got.a = __shfl_xor_sync(kFullMask, send.a, m);
+    if constexpr (F::kTwo) got.b = __shfl_xor_sync(kFullMask, send.b, m);
+    v[i].a = keep.a + got.a;
+    v[i].b = keep.b + got.b;
+  }
+}
+
+// two_row_dots_all's result, bit for bit, with fewer instructions: the lane computes the
+// integer parts of the V = 2·KB (block k, row) terms j = 2k + row of its group, the 8 lanes of
+// a block reduce-scatter them (V - 1 shuffles per part instead of 3·V: exact integer sums in any
+// order) so that lane sub ends with the whole sum of term j = sub >> (3 - log2 V), which it
+// alone closes into its float term (close() reads the block's scales once, not on 8 lanes);
+// lanes 0 and 1 then gather the terms in block order as before. KB is 2 or 4.
+template <class F, int KB>
+__device__ __forceinline__ float two_row_dots_scatter(const uint8_t* pa, const uint8_t* pb, bool has_b,
+                                                      const ActRegs<KB>& a, int nb, int lane, const uint64_t* grid) {
+  static_assert(KB == 2 || KB == 4, "two or four blocks per lane");
+  constexpr int kBB = F::kBlockBytes;
+  constexpr int V = 2 * KB;
+  constexpr int kShift = KB == 4 ? 0 : 1;  // 3 - log2 V
+  const int sub = lane & 7, slot = lane >> 3;
+  Ints v[8];
+#pragma unroll
+  for (int k = 0; k < KB; ++k) {
+    const int b = slot + 4 * k;
+    if (b < nb) {
+      v[2 * k] = F::partial(pa + b * kBB, a.q[k], a.bs0[k], a.bs1[k], sub, grid);
+      if (has_b) v[2 * k + 1] = F::partial(pb + b * kBB, a.q[k], a.bs0[k], a.bs1[k], sub, grid);
+    }
+  }
+  scatter_level<F, V / 2>(v, sub, 4);
+  scatter_level<F, V / 4>(v, sub, 2);
+  if constexpr (V == 8) {
+    scatter_level<F, 1>(v, sub, 1);
+  } else {
+    v[0] = add_xor<F>(v[0], 1);  // lanes sub and sub ^ 1 both hold term j
+  }
+  const int j = sub >> kShift, k = j >> 1, row = j & 1;
+  float ad = a.d[0];
+#pragma unroll
+  for (int kk = 1; kk < KB; ++kk)
+    if (kk == k) ad = a.d[kk];
+  const int b = slot + 4 * k;
+  const float t = b < nb && (row == 0 || has_b) ? F::close((row ? pb : pa) + b * kBB, ad, v[0]) : 0.0f;
+  const int src = lane & 1;
+  float acc = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const float u = __shfl_sync(kFullMask, t, 8 * s + ((2 * kk + src) << kShift));
+      if (4 * kk + s < nb) acc = acc + u;  // block order: b = 4k + s increasing
+    }
+  }
+  return acc;
+}
+
+template <class F, int KB, bool kScatter>
+__device__ __forceinline__ float two_row_dots(const uint8_t* pa, const uint8_t* pb, bool has_b, const ActRegs<KB>& a,
+                                              int nb, int lane, const uint64_t* grid) {
+  if constexpr (kScatter) return two_row_dots_scatter<F, KB>(pa, pb, has_b, a, nb, lane, grid);
+  else return two_row_dots_all<F, KB>(pa, pb, has_b, a, nb, lane, grid);
 }
 
 // The slot's expert id, read BEFORE the kernel's PDL wait so that its weight copies overlap the
@@ -257,7 +338,7 @@ __device__ __forceinline__ void stage_grid(uint64_t* grid_s) {
 // o0 = (x·kGuWarps + w)·RPW .. o0 + RPW - 1 of slot q = blockIdx.y:
 // mid[q·n_ff + o] = moe_mid_value(gate dot, up dot, clamp, wt[q]). Dynamic shared memory:
 // kGuWarps·RPW·2 staged rows of nb·kBlockBytes bytes (gate row r at 2r, up row r at 2r + 1).
-template <class F, int KB, int RPW>
+template <class F, int KB, int RPW, bool kScatter>
 __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     R1Args gate, R1Args up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, const BlockQ8K* __restrict__ x, float clamp, float* __restrict__ mid) {
@@ -306,7 +387,7 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     wait_pending(RPW - 1 - r);  // groups 0..r have landed (this lane's copies)
     __syncwarp();               // ... and every lane's
     if (o0 + r < n_ff) {        // warp-uniform
-      const float acc = two_row_dots<F, KB>(st + 2 * r * rs, st + (2 * r + 1) * rs, true, a, nb, lane, grid_s);
+      const float acc = two_row_dots<F, KB, kScatter>(st + 2 * r * rs, st + (2 * r + 1) * rs, true, a, nb, lane, grid_s);
       const float v = F::finish(acc);  // lane 0: gate, lane 1: up
       const float u = __shfl_sync(kFullMask, v, 1);
       if (lane == 0) mq[o0 + r] = backend::rowmath::moe_mid_value(v, u, clamp, w);
@@ -319,7 +400,7 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
 // rows decoded two at a time) into ds[s][·]; then thread t < TR writes out[o0 + t] = ((0 +
 // ds[0][t]) + ds[1][t]) + ... in slot order (+ add[o0 + t] after, when given). Dynamic shared
 // memory: n_used·TR staged rows.
-template <class F, int KB, int TR>
+template <class F, int KB, int TR, bool kScatter>
 __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     R1Args down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     const BlockQ8K* __restrict__ midq, const float* __restrict__ add, float* __restrict__ out) {
@@ -358,7 +439,7 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
       __syncwarp();
       if (o0 + r < n_embd) {  // warp-uniform
         const bool has_b = o0 + r + 1 < n_embd;
-        const float acc = two_row_dots<F, KB>(st + r * rs, st + (r + 1) * rs, has_b, a, nb, lane, grid_s);
+        const float acc = two_row_dots<F, KB, kScatter>(st + r * rs, st + (r + 1) * rs, has_b, a, nb, lane, grid_s);
         if (lane < 2) ds[s][r + lane] = F::finish(acc);  // lane 1 of a missing row B: never read
       }
     }
@@ -399,9 +480,9 @@ Status upload_r1_tables() {
   return Status();
 }
 
-// Lets `kernel` (the instantiation <F, KB, N> of the gate/up or, kDown, the down kernel) take
-// kStageMax bytes of dynamic shared memory (once per instantiation and device).
-template <class F, int KB, int N, bool kDown, class K>
+// Lets `kernel` (the instantiation <F, KB, N, kScatter> of the gate/up or, kDown, the down
+// kernel) take kStageMax bytes of dynamic shared memory (once per instantiation and device).
+template <class F, int KB, int N, bool kScatter, bool kDown, class K>
 Status r1_optin(K kernel, const char* op) {
   static bool done[64] = {};  // a failure is reported, not cached
   int dev = 0;
@@ -427,11 +508,11 @@ bool r1_takes(const ExpertWeights& w, int64_t n_in, int64_t n_out) {
          base % 16 == 0 && w.row_bytes % 16 == 0 && w.expert_bytes % 16 == 0 && rs % 16 == 0;
 }
 
-template <class F, int KB, int RPW>
+template <class F, int KB, int RPW, bool kScatter>
 Status launch_gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                          int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
-  auto kernel = gate_up_r1_kernel<F, KB, RPW>;
-  if (Status s = r1_optin<F, KB, RPW, false>(kernel, "expert_gate_up"); !s.ok()) return s;
+  auto kernel = gate_up_r1_kernel<F, KB, RPW, kScatter>;
+  if (Status s = r1_optin<F, KB, RPW, kScatter, false>(kernel, "expert_gate_up"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(kGuWarps) * RPW * 2 * nb * F::kBlockBytes;
   const dim3 grid(static_cast<unsigned>((gate.n_out + kGuWarps * RPW - 1) / (kGuWarps * RPW)),
                   static_cast<unsigned>(n_used));
@@ -442,13 +523,23 @@ Status launch_gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, con
   return launch_status("expert_gate_up", gate.n_in, gate.n_out, n_used);
 }
 
-template <class F, int KB>
+template <class F, int KB, bool kScatter>
 Status gate_up_r1_rpw(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                       int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
   const size_t pair = 2 * static_cast<size_t>(nb) * F::kBlockBytes * kGuWarps;  // one row pair per warp
-  if (4 * pair <= kStageMax) return launch_gate_up_r1<F, KB, 4>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-  if (2 * pair <= kStageMax) return launch_gate_up_r1<F, KB, 2>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-  return launch_gate_up_r1<F, KB, 1>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  if (4 * pair <= kStageMax)
+    return launch_gate_up_r1<F, KB, 4, kScatter>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  if (2 * pair <= kStageMax)
+    return launch_gate_up_r1<F, KB, 2, kScatter>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  return launch_gate_up_r1<F, KB, 1, kScatter>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+}
+
+template <class F, int KB>
+Status gate_up_r1_kb(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
+                     int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
+  if (moe_r1_kernel() == MoeR1Kernel::kScatter)
+    return gate_up_r1_rpw<F, KB, true>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  return gate_up_r1_rpw<F, KB, false>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
 }
 
 template <class F>
@@ -464,15 +555,15 @@ Status gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, const int3
     if (Status s = upload_r1_tables(); !s.ok()) return s;
   }
   *done = true;
-  if (nb <= 8) return gate_up_r1_rpw<F, 2>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-  return gate_up_r1_rpw<F, 4>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  if (nb <= 8) return gate_up_r1_kb<F, 2>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  return gate_up_r1_kb<F, 4>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
 }
 
-template <class F, int KB, int TR>
+template <class F, int KB, int TR, bool kScatter>
 Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq,
                       const float* add, float* out, int nb, Stream stream) {
-  auto kernel = down_sum_r1_kernel<F, KB, TR>;
-  if (Status s = r1_optin<F, KB, TR, true>(kernel, "expert_down_sum"); !s.ok()) return s;
+  auto kernel = down_sum_r1_kernel<F, KB, TR, kScatter>;
+  if (Status s = r1_optin<F, KB, TR, kScatter, true>(kernel, "expert_down_sum"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(n_used) * TR * nb * F::kBlockBytes;
   const unsigned grid = static_cast<unsigned>((down.n_out + TR - 1) / TR);
   detail::launch_pdl(pdl_all(), kernel, grid, 32 * n_used, smem, stream,
@@ -481,13 +572,20 @@ Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used,
   return launch_status("expert_down_sum", down.n_in, down.n_out, 1);
 }
 
-template <class F, int KB>
+template <class F, int KB, bool kScatter>
 Status down_r1_tr(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
                   float* out, int nb, Stream stream) {
   const size_t row = static_cast<size_t>(n_used) * nb * F::kBlockBytes;  // one output row, every slot
-  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8>(down, sel, n_used, midq, add, out, nb, stream);
-  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4>(down, sel, n_used, midq, add, out, nb, stream);
-  return launch_down_r1<F, KB, 2>(down, sel, n_used, midq, add, out, nb, stream);
+  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
+  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
+  return launch_down_r1<F, KB, 2, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
+}
+
+template <class F, int KB>
+Status down_r1_kb(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
+                  float* out, int nb, Stream stream) {
+  if (moe_r1_kernel() == MoeR1Kernel::kScatter) return down_r1_tr<F, KB, true>(down, sel, n_used, midq, add, out, nb, stream);
+  return down_r1_tr<F, KB, false>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 template <class F>
@@ -502,8 +600,8 @@ Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const 
     if (Status s = upload_r1_tables(); !s.ok()) return s;
   }
   *done = true;
-  if (nb <= 8) return down_r1_tr<F, 2>(down, sel, n_used, midq, add, out, nb, stream);
-  return down_r1_tr<F, 4>(down, sel, n_used, midq, add, out, nb, stream);
+  if (nb <= 8) return down_r1_kb<F, 2>(down, sel, n_used, midq, add, out, nb, stream);
+  return down_r1_kb<F, 4>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 }  // namespace
