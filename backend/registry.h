@@ -47,8 +47,8 @@ struct BackendOptions {
   // captures the next). Same bits; off under cuda_sync / cuda_profile. Ignored by the CPU backend.
   int cuda_graphs = 0;
   // CUDA: the routed-expert kernels, "old", "new" (the one-row rewrite and the expert-grouped
-  // kernel for 2+ rows), "scatter" (new, the one-row kernels reduce-scattering their integer
-  // parts) or "fold" (scatter, the one-row down kernel quantizing mid), --cuda-moe / DS4_CUDA_MOE; the F16/F32 matmul of 9+ rows, "tiles" or
+  // kernel for 2+ rows) or "scatter" (new, the one-row kernels reduce-scattering their integer
+  // parts), --cuda-moe / DS4_CUDA_MOE; the F16/F32 matmul of 9+ rows, "tiles" or
   // "wide", --cuda-dense-rows / DS4_CUDA_DENSE_ROWS. Same bits; ignored by the CPU backend.
   std::string cuda_moe = "new";
   std::string cuda_dense_rows = "wide";

@@ -90,12 +90,10 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "DS4_CUDA_GRAPHS", "0|1|N")
       .option("--cuda-moe", &f->cuda_moe,
               "CUDA: the routed-expert kernels: new (default: the one-row rewrite and the expert-grouped kernel "
-              "for 2+ rows; 2K prefill +24% and decode +4% on an H100), old (the one-row kernel and the "
-              "row-pair kernel), scatter (new, the one-row kernels' 8 lanes of a block reduce-scattering "
-              "their integer sums: fewer shuffles) or fold (scatter, the one-row down kernel quantizing its "
-              "input itself: one launch less per layer); scatter and fold not yet measured; for A/B timing, "
-              "same bits",
-              "DS4_CUDA_MOE", "old|new|scatter|fold")
+              "for 2+ rows; 2K prefill +24% and decode +4% on an H100) or old (the one-row kernel and the "
+              "row-pair kernel) or scatter (new, the one-row kernels' 8 lanes of a block reduce-scattering "
+              "their integer sums: fewer shuffles; not yet measured); for A/B timing, same bits",
+              "DS4_CUDA_MOE", "old|new|scatter")
       .option("--cuda-dense-rows", &f->cuda_dense_rows,
               "CUDA: the F16/F32 matmul of 9 or more rows (prefill): wide (default: the many-row kernel) or "
               "tiles (8-row tiles); for A/B timing, same bits",
@@ -179,7 +177,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
     return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the backend's default), got %d%s", session::kMaxChunkRows,
                             f.prefill_chunk, origin(t, "--prefill-chunk").c_str());
   }
-  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new", "scatter", "fold"}));
+  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new", "scatter"}));
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-dense-rows", f.cuda_dense_rows, {"tiles", "wide"}));
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-attn", f.cuda_attn, {"split", "fused"}));
 

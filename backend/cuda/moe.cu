@@ -13,8 +13,7 @@
 //   x rows -> Q8_K (once per row, shared by the row's slots); expert_gate_up: per pair and
 //   output row, the gate and up dots of expert sel[pair] and mid = silu(min(g, c))·clamp(u,
 //   -c, c)·wt; mid -> Q8_K; expert_down_sum: per row and output element, the down dot of each
-//   slot, summed from 0 in slot order (the CPU's out = 0, out = out + down[slot]). One row under
-//   MoeR1Kernel::kFold: three launches, the down kernel quantizing mid itself.
+//   slot, summed from 0 in slot order (the CPU's out = 0, out = out + down[slot]).
 // Blocks are ordered pair- (row-) fastest, so the rows of a call that share an expert read
 // its weight rows at about the same time (the second read mostly hits the L2).
 // n_rows >= 2 under MoeRowsKernel::kGrouped (not yet the default): moe_rows.cu instead, the pairs
@@ -26,7 +25,6 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/moe_r1.h"
 #include "backend/cuda/moe_rows.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/pdl.cuh"
@@ -237,11 +235,6 @@ Status moe(const backend::MoeParams& p, Stream stream) {
                                 p.clamp, mid, stream);
       !s.ok())
     return s;
-  if (p.n_rows == 1 && moe_r1_kernel() == MoeR1Kernel::kFold) {  // down quantizes mid itself
-    bool done = false;
-    Status s = expert_down_sum_r1_mid(f_down, expert_weights(p.down), p.sel, U, mid, p.add, p.out, stream, &done);
-    if (!s.ok() || done) return s;
-  }
   if (Status s = quantize_q8_k_act(mid, n_ff, n_pairs, n_ff, midq, mb, stream); !s.ok()) return s;
   return expert_down_sum(f_down, expert_weights(p.down), p.sel, p.n_rows, U, midq, p.add, p.out, stream);
 }

@@ -86,73 +86,6 @@ __device__ __forceinline__ void load_act(const BlockQ8K* __restrict__ x, int nb,
   }
 }
 
-// One lane's activations quantized here from the f32 row x (quant::quantize_q8_k_act's bytes):
-// the 8 lanes (slot, sub 0..7) of block b = slot + 4k hold its 256 values, 32 each, and share
-// the block's maximum by shuffles; the first element of largest magnitude (lowest sub, then
-// lowest index) gives the signed max, iscale = -127 / max, q = quant_round(iscale·v), d =
-// 1 / iscale, bsums from the lane's own 16-quant halves. x 16-byte aligned (the launcher checks).
-// Every lane of the warp must call it (shuffles, ballots).
-template <int KB>
-__device__ __forceinline__ void quantize_act(const float* __restrict__ x, int nb, int slot, int sub, ActRegs<KB>& a) {
-#pragma unroll
-  for (int k = 0; k < KB; ++k) {
-    const int b = slot + 4 * k;
-    float v[32];
-    if (b < nb) {
-      const float4* p = reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * quant::kQKK + 32 * sub);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float4 t = __ldcg(p + i);  // written by the kernel before (after the PDL wait)
-        v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = 0.0f;
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const float av = fabsf(v[i]);
-      if (av > amax) amax = av;  // NaN never
-    }
-#pragma unroll
-    for (int m = 1; m < 8; m *= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, m));
-    int first = -1;
-#pragma unroll
-    for (int i = 31; i >= 0; --i)
-      if (amax > 0.0f && fabsf(v[i]) == amax) first = i;
-    float mine = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i)
-      if (i == first) mine = v[i];
-    const unsigned group = (__ballot_sync(kFullMask, first >= 0) >> (8 * slot)) & 0xffu;
-    const float max = __shfl_sync(kFullMask, mine, 8 * slot + (group != 0 ? __ffs(group) - 1 : 0));
-    if (amax == 0.0f) {  // group-uniform: an all-zero block (or one past nb)
-#pragma unroll
-      for (int w = 0; w < 8; ++w) a.q[k][w] = 0;
-      a.d[k] = 0.0f;
-      a.bs0[k] = a.bs1[k] = 0;
-      continue;
-    }
-    const float iscale = -127.0f / max;
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int w = 0; w < 8; ++w) {
-      uint32_t packed = 0u;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int q = detail::quant_round(iscale * v[4 * w + i]);
-        if (w < 4) s0 += q; else s1 += q;
-        packed |= (static_cast<uint32_t>(q) & 0xffu) << (8 * i);
-      }
-      a.q[k][w] = static_cast<int>(packed);
-    }
-    a.d[k] = 1.0f / iscale;
-    a.bs0[k] = s0;
-    a.bs1[k] = s1;
-  }
-}
-
 using detail::kquant_close;
 
 // A lane's integer parts of one block term: a = the IQ2_XXS isum or the K-quants' isum, b = the
@@ -467,21 +400,10 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
 // rows decoded two at a time) into ds[s][·]; then thread t < TR writes out[o0 + t] = ((0 +
 // ds[0][t]) + ds[1][t]) + ... in slot order (+ add[o0 + t] after, when given). Dynamic shared
 // memory: n_used·TR staged rows.
-// kMode: kModeAll (two_row_dots_all on Q8_K midq), kModeScatter (two_row_dots_scatter),
-// kModeFold (the scatter on mid quantized here from its f32 rows: no quantize launch before).
-constexpr int kModeAll = 0, kModeScatter = 1, kModeFold = 2;
-
-// The down kernel's activations: midq [n_used rows of nb] Q8_K, or (kModeFold) mid [n_used rows
-// of nb·256] f32.
-struct DownAct {
-  const BlockQ8K* q;
-  const float* f;
-};
-
-template <class F, int KB, int TR, int kMode>
+template <class F, int KB, int TR, bool kScatter>
 __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     R1Args down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
-    const DownAct act, const float* __restrict__ add, float* __restrict__ out) {
+    const BlockQ8K* __restrict__ midq, const float* __restrict__ add, float* __restrict__ out) {
   static_assert(TR % 2 == 0 && TR <= 8, "rows decoded in pairs; at most 8 commit groups");
   extern __shared__ __align__(16) uint8_t r1_smem[];
   __shared__ uint64_t grid_s[F::kTables ? kIq2Tables : 1];
@@ -505,13 +427,9 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
       cp_async_commit();  // group r: row r (empty past n_embd)
     }
   }
-  detail::pdl_enter();  // wait for the kernel before (mid's quantization or gate/up), then let the next one launch
+  detail::pdl_enter();  // wait for the kernel before (mid's quantization), then let the next one launch
   ActRegs<KB> a;
-  if constexpr (kMode == kModeFold) {
-    quantize_act<KB>(act.f + static_cast<int64_t>(s) * nb * quant::kQKK, nb, lane >> 3, lane & 7, a);
-  } else {
-    load_act<KB>(act.q + static_cast<int64_t>(s) * nb, nb, lane >> 3, lane & 7, a);
-  }
+  load_act<KB>(midq + static_cast<int64_t>(s) * nb, nb, lane >> 3, lane & 7, a);
   stage_grid<F>(grid_s);
   __syncthreads();  // the table
   if (ok) {
@@ -521,7 +439,7 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
       __syncwarp();
       if (o0 + r < n_embd) {  // warp-uniform
         const bool has_b = o0 + r + 1 < n_embd;
-        const float acc = two_row_dots<F, KB, kMode != kModeAll>(st + r * rs, st + (r + 1) * rs, has_b, a, nb, lane, grid_s);
+        const float acc = two_row_dots<F, KB, kScatter>(st + r * rs, st + (r + 1) * rs, has_b, a, nb, lane, grid_s);
         if (lane < 2) ds[s][r + lane] = F::finish(acc);  // lane 1 of a missing row B: never read
       }
     }
@@ -562,9 +480,9 @@ Status upload_r1_tables() {
   return Status();
 }
 
-// Lets `kernel` (the instantiation <F, KB, N, kMode> of the gate/up or, kDown, the down kernel)
-// take kStageMax bytes of dynamic shared memory (once per instantiation and device).
-template <class F, int KB, int N, int kMode, bool kDown, class K>
+// Lets `kernel` (the instantiation <F, KB, N, kScatter> of the gate/up or, kDown, the down
+// kernel) take kStageMax bytes of dynamic shared memory (once per instantiation and device).
+template <class F, int KB, int N, bool kScatter, bool kDown, class K>
 Status r1_optin(K kernel, const char* op) {
   static bool done[64] = {};  // a failure is reported, not cached
   int dev = 0;
@@ -594,7 +512,7 @@ template <class F, int KB, int RPW, bool kScatter>
 Status launch_gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                          int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
   auto kernel = gate_up_r1_kernel<F, KB, RPW, kScatter>;
-  if (Status s = r1_optin<F, KB, RPW, kScatter ? kModeScatter : kModeAll, false>(kernel, "expert_gate_up"); !s.ok()) return s;
+  if (Status s = r1_optin<F, KB, RPW, kScatter, false>(kernel, "expert_gate_up"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(kGuWarps) * RPW * 2 * nb * F::kBlockBytes;
   const dim3 grid(static_cast<unsigned>((gate.n_out + kGuWarps * RPW - 1) / (kGuWarps * RPW)),
                   static_cast<unsigned>(n_used));
@@ -619,7 +537,7 @@ Status gate_up_r1_rpw(const ExpertWeights& gate, const ExpertWeights& up, const 
 template <class F, int KB>
 Status gate_up_r1_kb(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                      int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
-  if (moe_r1_kernel() != MoeR1Kernel::kNew)  // kScatter, kFold
+  if (moe_r1_kernel() == MoeR1Kernel::kScatter)
     return gate_up_r1_rpw<F, KB, true>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
   return gate_up_r1_rpw<F, KB, false>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
 }
@@ -641,42 +559,40 @@ Status gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, const int3
   return gate_up_r1_kb<F, 4>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
 }
 
-template <class F, int KB, int TR, int kMode>
-Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, DownAct act, const float* add,
-                      float* out, int nb, Stream stream) {
-  auto kernel = down_sum_r1_kernel<F, KB, TR, kMode>;
-  if (Status s = r1_optin<F, KB, TR, kMode, true>(kernel, "expert_down_sum"); !s.ok()) return s;
+template <class F, int KB, int TR, bool kScatter>
+Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq,
+                      const float* add, float* out, int nb, Stream stream) {
+  auto kernel = down_sum_r1_kernel<F, KB, TR, kScatter>;
+  if (Status s = r1_optin<F, KB, TR, kScatter, true>(kernel, "expert_down_sum"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(n_used) * TR * nb * F::kBlockBytes;
   const unsigned grid = static_cast<unsigned>((down.n_out + TR - 1) / TR);
   detail::launch_pdl(pdl_all(), kernel, grid, 32 * n_used, smem, stream,
                      R1Args{static_cast<const uint8_t*>(down.data), down.row_bytes, down.expert_bytes}, down.n_expert,
-                     nb, down.n_out, sel, n_used, act, add, out);
+                     nb, down.n_out, sel, n_used, midq, add, out);
   return launch_status("expert_down_sum", down.n_in, down.n_out, 1);
 }
 
-template <class F, int KB, int kMode>
-Status down_r1_tr(const ExpertWeights& down, const int32_t* sel, int n_used, DownAct act, const float* add,
+template <class F, int KB, bool kScatter>
+Status down_r1_tr(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
                   float* out, int nb, Stream stream) {
   const size_t row = static_cast<size_t>(n_used) * nb * F::kBlockBytes;  // one output row, every slot
-  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8, kMode>(down, sel, n_used, act, add, out, nb, stream);
-  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4, kMode>(down, sel, n_used, act, add, out, nb, stream);
-  return launch_down_r1<F, KB, 2, kMode>(down, sel, n_used, act, add, out, nb, stream);
+  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
+  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
+  return launch_down_r1<F, KB, 2, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 template <class F, int KB>
-Status down_r1_kb(const ExpertWeights& down, const int32_t* sel, int n_used, DownAct act, const float* add,
+Status down_r1_kb(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
                   float* out, int nb, Stream stream) {
-  if (act.f != nullptr) return down_r1_tr<F, KB, kModeFold>(down, sel, n_used, act, add, out, nb, stream);
-  if (moe_r1_kernel() != MoeR1Kernel::kNew)  // kScatter (kFold's down without its f32 row)
-    return down_r1_tr<F, KB, kModeScatter>(down, sel, n_used, act, add, out, nb, stream);
-  return down_r1_tr<F, KB, kModeAll>(down, sel, n_used, act, add, out, nb, stream);
+  if (moe_r1_kernel() == MoeR1Kernel::kScatter) return down_r1_tr<F, KB, true>(down, sel, n_used, midq, add, out, nb, stream);
+  return down_r1_tr<F, KB, false>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 template <class F>
-Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, DownAct act, const float* add,
+Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
                float* out, Stream stream, bool* done) {
   if (!r1_takes<F>(down, down.n_in, down.n_out) || n_used < 1 || n_used > kMoeR1MaxSlots ||
-      (down.n_out + 1) / 2 > INT32_MAX || reinterpret_cast<uintptr_t>(act.f) % 16 != 0)
+      (down.n_out + 1) / 2 > INT32_MAX)
     return Status();
   const int nb = static_cast<int>(down.n_in / quant::kQKK);
   if (2 * static_cast<size_t>(n_used) * nb * F::kBlockBytes > kStageMax) return Status();
@@ -684,8 +600,8 @@ Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, DownAc
     if (Status s = upload_r1_tables(); !s.ok()) return s;
   }
   *done = true;
-  if (nb <= 8) return down_r1_kb<F, 2>(down, sel, n_used, act, add, out, nb, stream);
-  return down_r1_kb<F, 4>(down, sel, n_used, act, add, out, nb, stream);
+  if (nb <= 8) return down_r1_kb<F, 2>(down, sel, n_used, midq, add, out, nb, stream);
+  return down_r1_kb<F, 4>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 }  // namespace
@@ -708,24 +624,10 @@ Status expert_gate_up_r1(ExpertFormat f, const ExpertWeights& gate, const Expert
 Status expert_down_sum_r1(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_used,
                           const BlockQ8K* midq, const float* add, float* out, Stream stream, bool* done) {
   *done = false;
-  const DownAct act{midq, nullptr};
   switch (f) {
-    case ExpertFormat::kIQ2_XXS: return down_r1<R1Iq2Xxs>(down, sel, n_used, act, add, out, stream, done);
-    case ExpertFormat::kQ2_K: return down_r1<R1Q2K>(down, sel, n_used, act, add, out, stream, done);
-    case ExpertFormat::kQ4_K: return down_r1<R1Q4K>(down, sel, n_used, act, add, out, stream, done);
-  }
-  return Status();
-}
-
-Status expert_down_sum_r1_mid(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_used,
-                              const float* mid, const float* add, float* out, Stream stream, bool* done) {
-  *done = false;
-  if (mid == nullptr) return Status();
-  const DownAct act{nullptr, mid};
-  switch (f) {
-    case ExpertFormat::kIQ2_XXS: return down_r1<R1Iq2Xxs>(down, sel, n_used, act, add, out, stream, done);
-    case ExpertFormat::kQ2_K: return down_r1<R1Q2K>(down, sel, n_used, act, add, out, stream, done);
-    case ExpertFormat::kQ4_K: return down_r1<R1Q4K>(down, sel, n_used, act, add, out, stream, done);
+    case ExpertFormat::kIQ2_XXS: return down_r1<R1Iq2Xxs>(down, sel, n_used, midq, add, out, stream, done);
+    case ExpertFormat::kQ2_K: return down_r1<R1Q2K>(down, sel, n_used, midq, add, out, stream, done);
+    case ExpertFormat::kQ4_K: return down_r1<R1Q4K>(down, sel, n_used, midq, add, out, stream, done);
   }
   return Status();
 }

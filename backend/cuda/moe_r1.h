@@ -7,7 +7,7 @@
 // the call, with the same bits either way.
 // Launch-order contract: both kernels read sel before their PDL wait (to start their weight
 // copies during the kernel before them), so sel's writer must not be the launch just before
-// them on the stream (moe.cu: route, quantize x, gate/up, [quantize mid,] down).
+// them on the stream (moe.cu: route, quantize x, gate/up, quantize mid, down).
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,5 @@ Status expert_gate_up_r1(ExpertFormat f, const ExpertWeights& gate, const Expert
                          Stream stream, bool* done);
 Status expert_down_sum_r1(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_used,
                           const quant::BlockQ8K* midq, const float* add, float* out, Stream stream, bool* done);
-// expert_down_sum_r1 on mid's f32 rows [n_used × down.n_in] (16-byte aligned), quantized to
-// Q8_K inside the kernel (quant::quantize_q8_k_act's bytes): MoeR1Kernel::kFold's down, with
-// no quantize launch before it. *done as above (false: nothing launched; quantize and call
-// expert_down_sum instead).
-Status expert_down_sum_r1_mid(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_used,
-                              const float* mid, const float* add, float* out, Stream stream, bool* done);
 
 }  // namespace ds4::cuda

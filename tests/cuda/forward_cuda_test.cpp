@@ -106,7 +106,7 @@ std::string trace_difference(const std::vector<std::vector<float>>& got, const s
 // The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
 // kernel, programmatic dependent launch, the fused sink attention of prefill groups, HC pre's
 // dot over its products, the folded input norm of the one-row wide kernel, the HC post folded
-// into the next HC pre, the one-row MoE's reduce-scatter and its folded mid quantization) inside a
+// into the next HC pre) inside a
 // whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows) then decodes (one
 // row) equal the CPU's logits at every step.
 // The choices are process-wide; the defaults come back at the end.
@@ -140,18 +140,14 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         cuda::set_wide_persistent(persistent);
         cuda::set_fused_norms(fuse_norms);
         cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
-        // The one-row MoE's reduce-scatter, alone or with mid quantized in down: a quarter of the
-        // runs each.
-        const bool scatter = new_moe && pdl_all && wide;
-        const bool moe_fold = new_moe && pdl_all && !wide;
-        cuda::set_moe_r1_kernel(moe_fold  ? cuda::MoeR1Kernel::kFold
-                                : scatter ? cuda::MoeR1Kernel::kScatter
+        const bool scatter = new_moe && pdl_all;  // the one-row MoE's reduce-scatter: a quarter of the runs
+        cuda::set_moe_r1_kernel(scatter ? cuda::MoeR1Kernel::kScatter
                                 : new_moe ? cuda::MoeR1Kernel::kNew
                                           : cuda::MoeR1Kernel::kOld);
         cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
         cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
         const std::string what =
-            std::string("moe ") + (moe_fold ? "fold" : scatter ? "scatter" : new_moe ? "new" : "old") + ", dense rows " + (wide ? "wide" : "tiles") +
+            std::string("moe ") + (scatter ? "scatter" : new_moe ? "new" : "old") + ", dense rows " + (wide ? "wide" : "tiles") +
             ", prefill chunk " + std::to_string(chunk) + (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
             (persistent ? ", persistent wide grid" : "") + (fused ? ", fused sink attention" : "") +
             (fuse_norms ? ", norms in attention_inputs" : "") + (products ? ", hc products" : "") +
