@@ -46,9 +46,8 @@ struct BackendOptions {
   // graph, N in 2..kMaxCudaGraphSegmentOps a graph per N ops (the device runs one while the host
   // captures the next). Same bits; off under cuda_sync / cuda_profile. Ignored by the CPU backend.
   int cuda_graphs = 0;
-  // CUDA: the routed-expert kernels, "old", "new" (the one-row rewrite and the expert-grouped
-  // kernel for 2+ rows) or "scatter" (new, the one-row kernels reduce-scattering their integer
-  // parts), --cuda-moe / DS4_CUDA_MOE; the F16/F32 matmul of 9+ rows, "tiles" or
+  // CUDA: the routed-expert kernels, "old" or "new" (the one-row rewrite and the expert-grouped
+  // kernel for 2+ rows), --cuda-moe / DS4_CUDA_MOE; the F16/F32 matmul of 9+ rows, "tiles" or
   // "wide", --cuda-dense-rows / DS4_CUDA_DENSE_ROWS. Same bits; ignored by the CPU backend.
   std::string cuda_moe = "new";
   std::string cuda_dense_rows = "wide";

@@ -91,9 +91,8 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
       .option("--cuda-moe", &f->cuda_moe,
               "CUDA: the routed-expert kernels: new (default: the one-row rewrite and the expert-grouped kernel "
               "for 2+ rows; 2K prefill +24% and decode +4% on an H100) or old (the one-row kernel and the "
-              "row-pair kernel) or scatter (new, the one-row kernels' 8 lanes of a block reduce-scattering "
-              "their integer sums: fewer shuffles; not yet measured); for A/B timing, same bits",
-              "DS4_CUDA_MOE", "old|new|scatter")
+              "row-pair kernel); for A/B timing, same bits",
+              "DS4_CUDA_MOE", "old|new")
       .option("--cuda-dense-rows", &f->cuda_dense_rows,
               "CUDA: the F16/F32 matmul of 9 or more rows (prefill): wide (default: the many-row kernel) or "
               "tiles (8-row tiles); for A/B timing, same bits",
@@ -177,7 +176,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
     return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the backend's default), got %d%s", session::kMaxChunkRows,
                             f.prefill_chunk, origin(t, "--prefill-chunk").c_str());
   }
-  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new", "scatter"}));
+  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new"}));
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-dense-rows", f.cuda_dense_rows, {"tiles", "wide"}));
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-attn", f.cuda_attn, {"split", "fused"}));
 

@@ -35,9 +35,8 @@ struct CudaBackendConfig {
   // warning says so).
   int graphs = 0;
   // The routed-expert kernels: "old" (the one-row kernel kOld and the pair kernel for 2+ rows)
-  // or "new" (the one-row rewrite kNew and the expert-grouped kernel for 2+ rows) or "scatter"
-  // (new with the one-row rewrite's kScatter reduction); cuda::set_moe_r1_kernel /
-  // set_moe_rows_kernel, process-wide.
+  // or "new" (the one-row rewrite kNew and the expert-grouped kernel for 2+ rows);
+  // cuda::set_moe_r1_kernel / set_moe_rows_kernel, process-wide.
   std::string moe = "new";
   // The F16/F32 matmul of 9+ rows: "tiles" (8-row tiles) or "wide" (the many-row kernel);
   // cuda::set_dense_rows_kernel, process-wide.

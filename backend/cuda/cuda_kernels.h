@@ -320,11 +320,9 @@ Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t*
 // Which kernels run expert_gate_up / expert_down_sum at n_rows = 1 (decode; issue #30), same
 // bits: kNew the one-row kernels of moe_r1.cu (activations in registers, every weight row of a
 // warp in flight at once; shapes they do not take fall back), kOld (the default until kNew has
-// run on a GPU) the warp kernels of matvec_quant.cu; kScatter kNew's kernels with the 8 lanes of
-// a block reduce-scattering their integer parts (fewer shuffles, one float term per lane; off
-// until measured). Other row counts always run the warp kernels. Process-wide; tests and
-// benchmarks switch it.
-enum class MoeR1Kernel { kOld, kNew, kScatter };
+// run on a GPU) the warp kernels of matvec_quant.cu. Other row counts always run the warp kernels.
+// Process-wide; tests and benchmarks switch it.
+enum class MoeR1Kernel { kOld, kNew };
 void set_moe_r1_kernel(MoeR1Kernel k);
 MoeR1Kernel moe_r1_kernel();
 

@@ -1238,7 +1238,7 @@ Status matvec_q4_k(const Weights& w, const BlockQ8K* x, int64_t x_stride, int r,
 Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel,
                       const float* wt, int n_rows, int n_used, const BlockQ8K* x, float clamp, float* mid,
                       Stream stream) {
-  if (n_rows == 1 && moe_r1_kernel() != MoeR1Kernel::kOld) {  // decode: moe_r1.cu where it takes the shape
+  if (n_rows == 1 && moe_r1_kernel() == MoeR1Kernel::kNew) {  // decode: moe_r1.cu where it takes the shape
     bool done = false;
     Status s = expert_gate_up_r1(f, gate, up, sel, wt, n_used, x, clamp, mid, stream, &done);
     if (!s.ok() || done) return s;
@@ -1256,7 +1256,7 @@ Status expert_gate_up(ExpertFormat f, const ExpertWeights& gate, const ExpertWei
 
 Status expert_down_sum(ExpertFormat f, const ExpertWeights& down, const int32_t* sel, int n_rows, int n_used,
                        const BlockQ8K* midq, const float* add, float* out, Stream stream) {
-  if (n_rows == 1 && moe_r1_kernel() != MoeR1Kernel::kOld) {  // decode: moe_r1.cu where it takes the shape
+  if (n_rows == 1 && moe_r1_kernel() == MoeR1Kernel::kNew) {  // decode: moe_r1.cu where it takes the shape
     bool done = false;
     Status s = expert_down_sum_r1(f, down, sel, n_used, midq, add, out, stream, &done);
     if (!s.ok() || done) return s;

@@ -14,10 +14,12 @@
 //     commit group per row (pair), and decodes row r as soon as group r has landed, so the
 //     copies of the later rows are in flight during the decode (the grid is about one wave);
 //   * the block terms of two rows (gate and up, or down rows r and r + 1) are computed by the
-//     lanes in parallel (the 8 lanes of a block: exact integer parts, combined by integer
-//     shuffles; the float term by the CPU's expressions), then lanes 0 and 1 add them in block
-//     order, each into its row's one accumulator (block b = 4k + s comes from lane 8s of
-//     register k) — quant::dot_*_q8_k's sequence, bit for bit;
+//     lanes in parallel (the 8 lanes of a block: exact integer parts, reduce-scattered by
+//     integer shuffles so that each lane closes one term by the CPU's float expressions), then
+//     lanes 0 and 1 add them in block order, each into its row's one accumulator —
+//     quant::dot_*_q8_k's sequence, bit for bit (the reduce-scatter instead of an all-reduce per
+//     term: 23.50 against 25.21 µs per gate/up launch, 14.45 against 15.54 per down, ncu on an
+//     H100);
 //   * the IQ2_XXS decode reads each sign pattern's byte masks from a table staged beside the
 //     grid (detail::iq2_xxs_group_isum's table form): at one row the kernel is bound by
 //     instruction issue (ncu on an H100: 57% of the SMs' issue rate, 23% of DRAM bandwidth);
@@ -98,7 +100,7 @@ struct Ints {
 // memory) against its activation group `sub`; close() the float term the CPU adds for the
 // block from the 8 lanes' summed parts and the activation scale ad (reading the block's
 // scales). The integer and float operations are those of matvec_quant.cu's staged_term (the
-// warp kernels' bits). term() = partial, the 8-lane sum, close, on every lane of the block.
+// warp kernels' bits).
 struct R1Iq2Xxs {
   static constexpr int kBlockBytes = 66;
   static constexpr bool kTables = true;
@@ -183,49 +185,6 @@ __device__ __forceinline__ Ints add_xor(Ints v, int m) {
   return v;
 }
 
-// The float term of weight block p on every lane of its 8 (all lanes call it): the parts
-// summed over the 8 lanes (xor 1, 2, 4), then close(). An invalid block gives 0 (never added).
-template <class F>
-__device__ __forceinline__ float term(const uint8_t* p, const int (&aq)[8], float ad, int32_t bs0, int32_t bs1,
-                                      bool valid, int sub, const uint64_t* grid) {
-  Ints t;
-  if (valid) t = F::partial(p, aq, bs0, bs1, sub, grid);
-#pragma unroll
-  for (int s = 1; s < 8; s *= 2) t = add_xor<F>(t, s);
-  return valid ? F::close(p, ad, t) : 0.0f;
-}
-
-// Rows A and B (staged, nb blocks each) against the lane's activations: lane 0 returns A's
-// sequential block sum, lane 1 B's (before F::finish). has_b is warp-uniform. All lanes call it.
-// Every lane computes both rows' terms of its 4 blocks (3 shuffles per term and part).
-template <class F, int KB>
-__device__ __forceinline__ float two_row_dots_all(const uint8_t* pa, const uint8_t* pb, bool has_b, const ActRegs<KB>& a,
-                                                  int nb, int lane, const uint64_t* grid) {
-  constexpr int kBB = F::kBlockBytes;
-  const int sub = lane & 7, slot = lane >> 3;
-  float v[KB];
-#pragma unroll
-  for (int k = 0; k < KB; ++k) {
-    const int b = slot + 4 * k;
-    const bool valid = b < nb;
-    const float ta = term<F>(pa + b * kBB, a.q[k], a.d[k], a.bs0[k], a.bs1[k], valid, sub, grid);
-    float tb = 0.0f;
-    if (has_b) tb = term<F>(pb + b * kBB, a.q[k], a.d[k], a.bs0[k], a.bs1[k], valid, sub, grid);
-    v[k] = sub == 0 ? ta : tb;  // lane 8s: A's term of block 4k + s, lane 8s + 1: B's
-  }
-  const int src = lane & 1;
-  float acc = 0.0f;
-#pragma unroll
-  for (int k = 0; k < KB; ++k) {
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const float t = __shfl_sync(kFullMask, v[k], 8 * s + src);
-      if (4 * k + s < nb) acc = acc + t;  // block order: b = 4k + s increasing
-    }
-  }
-  return acc;
-}
-
 // One reduce-scatter level over the xor-m partner: of the n pairs v[i], v[i + n] the lane keeps
 // v[i + n] (bit m of its lane set) or v[i], adding the partner's copy of the same value.
 template <class F, int N>
@@ -243,15 +202,16 @@ __device__ __forceinline__ void scatter_level(Ints (&v)[8], int sub, int m) {
   }
 }
 
-// two_row_dots_all's result, bit for bit, with fewer instructions: the lane computes the
-// integer parts of the V = 2·KB (block k, row) terms j = 2k + row of its group, the 8 lanes of
-// a block reduce-scatter them (V - 1 shuffles per part instead of 3·V: exact integer sums in any
-// order) so that lane sub ends with the whole sum of term j = sub >> (3 - log2 V), which it
-// alone closes into its float term (close() reads the block's scales once, not on 8 lanes);
-// lanes 0 and 1 then gather the terms in block order as before. KB is 2 or 4.
+// Rows A and B (staged, nb blocks each) against the lane's activations: lane 0 returns A's
+// sequential block sum, lane 1 B's (before F::finish). has_b is warp-uniform; all lanes call it.
+// The lane computes the integer parts of the V = 2·KB (block k, row) terms j = 2k + row of its
+// group; the 8 lanes of a block reduce-scatter them (V - 1 shuffles per part, where an all-reduce
+// per term takes 3·V: exact integer sums in any order), so that lane sub ends with the whole sum
+// of term j = sub >> (3 - log2 V), which it alone closes into its float term; lanes 0 and 1
+// then add the terms in block order (b = 4k + s increasing), the CPU's sequence. KB is 2 or 4.
 template <class F, int KB>
-__device__ __forceinline__ float two_row_dots_scatter(const uint8_t* pa, const uint8_t* pb, bool has_b,
-                                                      const ActRegs<KB>& a, int nb, int lane, const uint64_t* grid) {
+__device__ __forceinline__ float two_row_dots(const uint8_t* pa, const uint8_t* pb, bool has_b, const ActRegs<KB>& a,
+                                              int nb, int lane, const uint64_t* grid) {
   static_assert(KB == 2 || KB == 4, "two or four blocks per lane");
   constexpr int kBB = F::kBlockBytes;
   constexpr int V = 2 * KB;
@@ -293,13 +253,6 @@ __device__ __forceinline__ float two_row_dots_scatter(const uint8_t* pa, const u
   return acc;
 }
 
-template <class F, int KB, bool kScatter>
-__device__ __forceinline__ float two_row_dots(const uint8_t* pa, const uint8_t* pb, bool has_b, const ActRegs<KB>& a,
-                                              int nb, int lane, const uint64_t* grid) {
-  if constexpr (kScatter) return two_row_dots_scatter<F, KB>(pa, pb, has_b, a, nb, lane, grid);
-  else return two_row_dots_all<F, KB>(pa, pb, has_b, a, nb, lane, grid);
-}
-
 // The slot's expert id, read BEFORE the kernel's PDL wait so that its weight copies overlap the
 // kernel before it. Sound because of the launch order (moe.cu): the router that writes sel ran
 // at least two launches earlier (a quantize launch between it and gate/up; gate/up and another
@@ -338,7 +291,7 @@ __device__ __forceinline__ void stage_grid(uint64_t* grid_s) {
 // o0 = (x·kGuWarps + w)·RPW .. o0 + RPW - 1 of slot q = blockIdx.y:
 // mid[q·n_ff + o] = moe_mid_value(gate dot, up dot, clamp, wt[q]). Dynamic shared memory:
 // kGuWarps·RPW·2 staged rows of nb·kBlockBytes bytes (gate row r at 2r, up row r at 2r + 1).
-template <class F, int KB, int RPW, bool kScatter>
+template <class F, int KB, int RPW>
 __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     R1Args gate, R1Args up, int64_t n_expert, int nb, int64_t n_ff, const int32_t* __restrict__ sel,
     const float* __restrict__ wt, const BlockQ8K* __restrict__ x, float clamp, float* __restrict__ mid) {
@@ -387,7 +340,7 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
     wait_pending(RPW - 1 - r);  // groups 0..r have landed (this lane's copies)
     __syncwarp();               // ... and every lane's
     if (o0 + r < n_ff) {        // warp-uniform
-      const float acc = two_row_dots<F, KB, kScatter>(st + 2 * r * rs, st + (2 * r + 1) * rs, true, a, nb, lane, grid_s);
+      const float acc = two_row_dots<F, KB>(st + 2 * r * rs, st + (2 * r + 1) * rs, true, a, nb, lane, grid_s);
       const float v = F::finish(acc);  // lane 0: gate, lane 1: up
       const float u = __shfl_sync(kFullMask, v, 1);
       if (lane == 0) mq[o0 + r] = backend::rowmath::moe_mid_value(v, u, clamp, w);
@@ -400,7 +353,7 @@ __global__ void __launch_bounds__(32 * kGuWarps) gate_up_r1_kernel(
 // rows decoded two at a time) into ds[s][·]; then thread t < TR writes out[o0 + t] = ((0 +
 // ds[0][t]) + ds[1][t]) + ... in slot order (+ add[o0 + t] after, when given). Dynamic shared
 // memory: n_used·TR staged rows.
-template <class F, int KB, int TR, bool kScatter>
+template <class F, int KB, int TR>
 __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
     R1Args down, int64_t n_expert, int nb, int64_t n_embd, const int32_t* __restrict__ sel, int n_used,
     const BlockQ8K* __restrict__ midq, const float* __restrict__ add, float* __restrict__ out) {
@@ -439,7 +392,7 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
       __syncwarp();
       if (o0 + r < n_embd) {  // warp-uniform
         const bool has_b = o0 + r + 1 < n_embd;
-        const float acc = two_row_dots<F, KB, kScatter>(st + r * rs, st + (r + 1) * rs, has_b, a, nb, lane, grid_s);
+        const float acc = two_row_dots<F, KB>(st + r * rs, st + (r + 1) * rs, has_b, a, nb, lane, grid_s);
         if (lane < 2) ds[s][r + lane] = F::finish(acc);  // lane 1 of a missing row B: never read
       }
     }
@@ -480,9 +433,9 @@ Status upload_r1_tables() {
   return Status();
 }
 
-// Lets `kernel` (the instantiation <F, KB, N, kScatter> of the gate/up or, kDown, the down
-// kernel) take kStageMax bytes of dynamic shared memory (once per instantiation and device).
-template <class F, int KB, int N, bool kScatter, bool kDown, class K>
+// Lets `kernel` (the instantiation <F, KB, N> of the gate/up or, kDown, the down kernel) take
+// kStageMax bytes of dynamic shared memory (once per instantiation and device).
+template <class F, int KB, int N, bool kDown, class K>
 Status r1_optin(K kernel, const char* op) {
   static bool done[64] = {};  // a failure is reported, not cached
   int dev = 0;
@@ -508,11 +461,11 @@ bool r1_takes(const ExpertWeights& w, int64_t n_in, int64_t n_out) {
          base % 16 == 0 && w.row_bytes % 16 == 0 && w.expert_bytes % 16 == 0 && rs % 16 == 0;
 }
 
-template <class F, int KB, int RPW, bool kScatter>
+template <class F, int KB, int RPW>
 Status launch_gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                          int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
-  auto kernel = gate_up_r1_kernel<F, KB, RPW, kScatter>;
-  if (Status s = r1_optin<F, KB, RPW, kScatter, false>(kernel, "expert_gate_up"); !s.ok()) return s;
+  auto kernel = gate_up_r1_kernel<F, KB, RPW>;
+  if (Status s = r1_optin<F, KB, RPW, false>(kernel, "expert_gate_up"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(kGuWarps) * RPW * 2 * nb * F::kBlockBytes;
   const dim3 grid(static_cast<unsigned>((gate.n_out + kGuWarps * RPW - 1) / (kGuWarps * RPW)),
                   static_cast<unsigned>(n_used));
@@ -523,23 +476,13 @@ Status launch_gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, con
   return launch_status("expert_gate_up", gate.n_in, gate.n_out, n_used);
 }
 
-template <class F, int KB, bool kScatter>
+template <class F, int KB>
 Status gate_up_r1_rpw(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
                       int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
   const size_t pair = 2 * static_cast<size_t>(nb) * F::kBlockBytes * kGuWarps;  // one row pair per warp
-  if (4 * pair <= kStageMax)
-    return launch_gate_up_r1<F, KB, 4, kScatter>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-  if (2 * pair <= kStageMax)
-    return launch_gate_up_r1<F, KB, 2, kScatter>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-  return launch_gate_up_r1<F, KB, 1, kScatter>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-}
-
-template <class F, int KB>
-Status gate_up_r1_kb(const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel, const float* wt,
-                     int n_used, const BlockQ8K* x, float clamp, float* mid, int nb, Stream stream) {
-  if (moe_r1_kernel() == MoeR1Kernel::kScatter)
-    return gate_up_r1_rpw<F, KB, true>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-  return gate_up_r1_rpw<F, KB, false>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  if (4 * pair <= kStageMax) return launch_gate_up_r1<F, KB, 4>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  if (2 * pair <= kStageMax) return launch_gate_up_r1<F, KB, 2>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  return launch_gate_up_r1<F, KB, 1>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
 }
 
 template <class F>
@@ -555,15 +498,15 @@ Status gate_up_r1(const ExpertWeights& gate, const ExpertWeights& up, const int3
     if (Status s = upload_r1_tables(); !s.ok()) return s;
   }
   *done = true;
-  if (nb <= 8) return gate_up_r1_kb<F, 2>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
-  return gate_up_r1_kb<F, 4>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  if (nb <= 8) return gate_up_r1_rpw<F, 2>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
+  return gate_up_r1_rpw<F, 4>(gate, up, sel, wt, n_used, x, clamp, mid, nb, stream);
 }
 
-template <class F, int KB, int TR, bool kScatter>
+template <class F, int KB, int TR>
 Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq,
                       const float* add, float* out, int nb, Stream stream) {
-  auto kernel = down_sum_r1_kernel<F, KB, TR, kScatter>;
-  if (Status s = r1_optin<F, KB, TR, kScatter, true>(kernel, "expert_down_sum"); !s.ok()) return s;
+  auto kernel = down_sum_r1_kernel<F, KB, TR>;
+  if (Status s = r1_optin<F, KB, TR, true>(kernel, "expert_down_sum"); !s.ok()) return s;
   const size_t smem = static_cast<size_t>(n_used) * TR * nb * F::kBlockBytes;
   const unsigned grid = static_cast<unsigned>((down.n_out + TR - 1) / TR);
   detail::launch_pdl(pdl_all(), kernel, grid, 32 * n_used, smem, stream,
@@ -572,20 +515,13 @@ Status launch_down_r1(const ExpertWeights& down, const int32_t* sel, int n_used,
   return launch_status("expert_down_sum", down.n_in, down.n_out, 1);
 }
 
-template <class F, int KB, bool kScatter>
+template <class F, int KB>
 Status down_r1_tr(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
                   float* out, int nb, Stream stream) {
   const size_t row = static_cast<size_t>(n_used) * nb * F::kBlockBytes;  // one output row, every slot
-  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
-  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
-  return launch_down_r1<F, KB, 2, kScatter>(down, sel, n_used, midq, add, out, nb, stream);
-}
-
-template <class F, int KB>
-Status down_r1_kb(const ExpertWeights& down, const int32_t* sel, int n_used, const BlockQ8K* midq, const float* add,
-                  float* out, int nb, Stream stream) {
-  if (moe_r1_kernel() == MoeR1Kernel::kScatter) return down_r1_tr<F, KB, true>(down, sel, n_used, midq, add, out, nb, stream);
-  return down_r1_tr<F, KB, false>(down, sel, n_used, midq, add, out, nb, stream);
+  if (8 * row <= kStageMax) return launch_down_r1<F, KB, 8>(down, sel, n_used, midq, add, out, nb, stream);
+  if (4 * row <= kStageMax) return launch_down_r1<F, KB, 4>(down, sel, n_used, midq, add, out, nb, stream);
+  return launch_down_r1<F, KB, 2>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 template <class F>
@@ -600,8 +536,8 @@ Status down_r1(const ExpertWeights& down, const int32_t* sel, int n_used, const 
     if (Status s = upload_r1_tables(); !s.ok()) return s;
   }
   *done = true;
-  if (nb <= 8) return down_r1_kb<F, 2>(down, sel, n_used, midq, add, out, nb, stream);
-  return down_r1_kb<F, 4>(down, sel, n_used, midq, add, out, nb, stream);
+  if (nb <= 8) return down_r1_tr<F, 2>(down, sel, n_used, midq, add, out, nb, stream);
+  return down_r1_tr<F, 4>(down, sel, n_used, midq, add, out, nb, stream);
 }
 
 }  // namespace

@@ -197,16 +197,12 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
     CK(cudaMemcpy(dsel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     p.n_rows = r;
     // One row (decode): the kernels before (old: the warp kernels) and the one-row kernels of
-    // moe_r1.cu (new; scatter: their reduce-scatter), side by side; 2 or more rows: the default,
-    // then each MoeRowsKernel.
+    // moe_r1.cu (new), side by side; 2 or more rows: the default, then each MoeRowsKernel.
     const cuda::MoeR1Kernel saved_r1 = cuda::moe_r1_kernel();
-    for (const cuda::MoeR1Kernel kern : {cuda::MoeR1Kernel::kOld, cuda::MoeR1Kernel::kNew, cuda::MoeR1Kernel::kScatter}) {
-    if (r != 1 && kern != cuda::MoeR1Kernel::kNew) continue;
+    for (const cuda::MoeR1Kernel kern : {cuda::MoeR1Kernel::kOld, cuda::MoeR1Kernel::kNew}) {
+    if (r != 1 && kern == cuda::MoeR1Kernel::kOld) continue;
     cuda::set_moe_r1_kernel(kern);
-    const std::string label = std::string(name) + (r != 1 ? ""
-                                                   : kern == cuda::MoeR1Kernel::kOld ? " old"
-                                                   : kern == cuda::MoeR1Kernel::kNew ? " new"
-                                                                                     : " scatter");
+    const std::string label = std::string(name) + (r != 1 ? "" : kern == cuda::MoeR1Kernel::kOld ? " old" : " new");
     auto time_moe = [&]() {
       return time_per_call(
           [&](int i) {

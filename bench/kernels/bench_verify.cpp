@@ -226,7 +226,6 @@ constexpr AbSwitch kAbSwitches[] = {
     {"products", [](backend::BackendOptions* o) { o->cuda_hc_products = true; }},
     {"fold_norm", [](backend::BackendOptions* o) { o->cuda_fold_input_norm = true; }},
     {"persistent", [](backend::BackendOptions* o) { o->cuda_wide_persistent = true; }},
-    {"moe_scatter", [](backend::BackendOptions* o) { o->cuda_moe = "scatter"; }},
     {"no_pdl_all", [](backend::BackendOptions* o) { o->cuda_pdl_all = false; }},
     {"no_fuse_norms", [](backend::BackendOptions* o) { o->cuda_fuse_norms = false; }},
 };

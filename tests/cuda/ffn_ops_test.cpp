@@ -716,14 +716,12 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       g.gate = em(gw, mc.gate_up, E, F, true), g.up = em(uw, mc.gate_up, E, F, true), g.down = em(dw, mc.down, F, E, true);
       c.add = sh.hp(), g.add = sh.dp();  // the shared expert added by the final sum (every kernel)
       cpu_->moe(c);
-      // The kernels before issue #30's rewrites, then the rewrites (moe_r1.cu at one row, with
-      // either reduction, moe_rows.cu at two or more): the same bits.
+      // The kernels before issue #30's rewrites, then the rewrites (moe_r1.cu at one row,
+      // moe_rows.cu at two or more): the same bits.
       const MoeR1Kernel saved_r1 = moe_r1_kernel();
       const MoeRowsKernel saved_rows = moe_rows_kernel();
-      for (const MoeR1Kernel r1 : {MoeR1Kernel::kOld, MoeR1Kernel::kNew, MoeR1Kernel::kScatter}) {
-        if (r1 == MoeR1Kernel::kScatter && rows != 1) continue;  // kScatter is kNew past one row
-        const bool rewritten = r1 != MoeR1Kernel::kOld;
-        set_moe_r1_kernel(r1);
+      for (const bool rewritten : {false, true}) {
+        set_moe_r1_kernel(rewritten ? MoeR1Kernel::kNew : MoeR1Kernel::kOld);
         set_moe_rows_kernel(rewritten ? MoeRowsKernel::kGrouped : MoeRowsKernel::kPairs);
         out.d->poison();  // NaN everywhere: an output the kernels leave unwritten shows
         ds.poison();      // so does a scratch row (mid, midq, xq) the kernels leave unwritten
@@ -732,9 +730,7 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
         same(out, std::string("moe ") + gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) +
                       " n_embd=" + std::to_string(E) + " n_ff=" + std::to_string(F) + " used=" +
                       std::to_string(mc.n_used) + " rows=" + std::to_string(rows) +
-                      (r1 == MoeR1Kernel::kScatter ? " (moe_r1 kernels, reduce-scatter)"
-                       : rewritten                 ? " (moe_r1 / moe_rows kernels)"
-                                                   : " (per-pair kernels)"));
+                      (rewritten ? " (moe_r1 / moe_rows kernels)" : " (per-pair kernels)"));
       }
       set_moe_r1_kernel(saved_r1);
       set_moe_rows_kernel(saved_rows);
@@ -803,7 +799,7 @@ TEST_F(FfnOps, MoeOneRowKernelsBitsEqualCpu) {
     }
     if (E >= 1024) xv[700] = -1e4f;            // one huge value: the rest of its block rounds to 0
     auto x = dual(std::move(xv));
-    for (MoeR1Kernel k : {MoeR1Kernel::kOld, MoeR1Kernel::kNew, MoeR1Kernel::kScatter}) {
+    for (MoeR1Kernel k : {MoeR1Kernel::kOld, MoeR1Kernel::kNew}) {
       MoeR1Scope scope(k);
       auto out = out_buf<float>(E);
       const size_t cpu_bytes = backend::moe_scratch_bytes(E, F, mc.n_used, 1);
@@ -820,7 +816,7 @@ TEST_F(FfnOps, MoeOneRowKernelsBitsEqualCpu) {
       ds.poison();  // a fresh allocation may hold the last kernel's scratch: an unwritten row shows
       expect_ok(moe(g, nullptr));
       sync();
-      const std::string what = std::string("moe one row ") + (k == MoeR1Kernel::kScatter ? "scatter " : k == MoeR1Kernel::kNew ? "new " : "old ") +
+      const std::string what = std::string("moe one row ") + (k == MoeR1Kernel::kNew ? "new " : "old ") +
                                gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) + " n_embd=" +
                                std::to_string(E) + " n_ff=" + std::to_string(F) + " used=" + std::to_string(mc.n_used);
       if (mc.bad_slot < 0) {

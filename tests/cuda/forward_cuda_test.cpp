@@ -140,14 +140,11 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         cuda::set_wide_persistent(persistent);
         cuda::set_fused_norms(fuse_norms);
         cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
-        const bool scatter = new_moe && pdl_all;  // the one-row MoE's reduce-scatter: a quarter of the runs
-        cuda::set_moe_r1_kernel(scatter ? cuda::MoeR1Kernel::kScatter
-                                : new_moe ? cuda::MoeR1Kernel::kNew
-                                          : cuda::MoeR1Kernel::kOld);
+        cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
         cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
         cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
         const std::string what =
-            std::string("moe ") + (scatter ? "scatter" : new_moe ? "new" : "old") + ", dense rows " + (wide ? "wide" : "tiles") +
+            std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " + (wide ? "wide" : "tiles") +
             ", prefill chunk " + std::to_string(chunk) + (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
             (persistent ? ", persistent wide grid" : "") + (fused ? ", fused sink attention" : "") +
             (fuse_norms ? ", norms in attention_inputs" : "") + (products ? ", hc products" : "") +
