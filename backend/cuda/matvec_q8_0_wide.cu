@@ -288,6 +288,7 @@ struct WideLaunch {
 struct WideDev {
   bool done = false, ok = false;
   int sms = 0, smem_optin = 0;
+  int smem_dyn = 0;  // the dynamic shared memory every instantiation may take (wide_optin)
 };
 
 std::atomic<bool> g_wide_persistent{false};
@@ -316,14 +317,30 @@ int wide_ctas_per_sm(int threads, size_t smem) {
   return ctas;
 }
 
+// Opts the four instantiations of stage count S in to the device's shared memory per block
+// (optin) less their largest static shared memory (the folded norm's statistic): the attribute
+// fails when static + dynamic bytes pass the limit, and a failure here turns the wide kernel
+// off for the process. *dyn: the least dynamic limit set so far.
 template <int S>
-cudaError_t wide_optin(int bytes) {
-  const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-  cudaError_t e = cudaFuncSetAttribute(q8_0_wide_kernel<S, BlockQ8_0Act>, a, bytes);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_kernel<S, float>, a, bytes);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_grouped_kernel<S, Q8_0GroupArgs>, a, bytes);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(q8_0_wide_grouped_kernel<S, WideGroupF32Args>, a, bytes);
-  return e;
+cudaError_t wide_optin(int optin, int* dyn) {
+  const void* kernels[] = {reinterpret_cast<const void*>(q8_0_wide_kernel<S, BlockQ8_0Act>),
+                           reinterpret_cast<const void*>(q8_0_wide_kernel<S, float>),
+                           reinterpret_cast<const void*>(q8_0_wide_grouped_kernel<S, Q8_0GroupArgs>),
+                           reinterpret_cast<const void*>(q8_0_wide_grouped_kernel<S, WideGroupF32Args>)};
+  size_t fixed = 0;
+  for (const void* k : kernels) {
+    cudaFuncAttributes fa{};
+    if (const cudaError_t e = cudaFuncGetAttributes(&fa, k); e != cudaSuccess) return e;
+    fixed = fa.sharedSizeBytes > fixed ? fa.sharedSizeBytes : fixed;
+  }
+  const int bytes = optin - static_cast<int>(fixed);
+  for (const void* k : kernels) {
+    if (const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        e != cudaSuccess)
+      return e;
+  }
+  *dyn = bytes < *dyn ? bytes : *dyn;
+  return cudaSuccess;
 }
 
 // False when the wide kernel cannot take the shape (weights or rows not 16-byte aligned, nb not
@@ -347,7 +364,8 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
     d.done = true;
     if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        wide_optin<1>(d.smem_optin) != cudaSuccess || wide_optin<kWideStages>(d.smem_optin) != cudaSuccess) {
+        (d.smem_dyn = d.smem_optin, wide_optin<1>(d.smem_optin, &d.smem_dyn)) != cudaSuccess ||
+        wide_optin<kWideStages>(d.smem_optin, &d.smem_dyn) != cudaSuccess) {
       cudaGetLastError();  // not a launch error of the caller's: the other kernels run
       return false;
     }
@@ -370,7 +388,7 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
   int64_t grid = row_groups;
   if (wide_persistent_takes(static_cast<int64_t>(nb) * 32, n_groups)) {
     const size_t full = wide_smem_bytes(nb, s.rows, s.chunk, kWideStages);
-    if (full <= static_cast<size_t>(d.smem_optin)) {
+    if (full <= static_cast<size_t>(d.smem_dyn)) {
       const int64_t held = static_cast<int64_t>(wide_ctas_per_sm(s.threads, full)) * d.sms / n_groups;
       if (held >= 1 && held < grid) grid = held;
     }
@@ -379,7 +397,7 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
   const int64_t most = (row_groups + grid - 1) / grid * n_chunks;
   s.stages = most > 1 ? kWideStages : 1;
   s.smem = wide_smem_bytes(nb, s.rows, s.chunk, most < s.stages ? static_cast<int>(most) : s.stages);
-  if (s.smem > static_cast<size_t>(d.smem_optin)) return false;
+  if (s.smem > static_cast<size_t>(d.smem_dyn)) return false;
   if (grid > 0x7fffffff) return false;
   s.grid = static_cast<unsigned>(grid);
   *l = s;
