@@ -623,6 +623,9 @@ class ForwardingBackend : public Backend {
   std::string description() const override { return inner_.description(); }
   Status check_memory(uint64_t bytes, const char* what) const override { return inner_.check_memory(bytes, what); }
   bool host_addressable() const override { return inner_.host_addressable(); }
+  // The inner device's chunk size, so that a wrapped session (the op profiler's) prefills in
+  // the chunks the unwrapped one does.
+  int preferred_prefill_rows() const override { return inner_.preferred_prefill_rows(); }
   void upload(void* dst, const void* src, size_t bytes) override { inner_.upload(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { inner_.download(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { inner_.copy(dst, src, bytes); }
