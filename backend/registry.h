@@ -77,8 +77,8 @@ struct BackendOptions {
   bool cuda_hc_products = false;
   bool cuda_fold_input_norm = false;
   // CUDA: the lanes of Backend::fork / join on two streams (--cuda-lanes / DS4_CUDA_LANES;
-  // process-wide, read at each fork). Same bits; off until measured.
-  bool cuda_lanes = false;
+  // process-wide, read at each fork). Same bits; on (2K decode +2% on an H100).
+  bool cuda_lanes = true;
   // CUDA: HcPreParams::post_first inside the staged HC-pre kernel (--cuda-fold-hc-post;
   // cuda::set_fold_hc_post). Same bits; off until measured.
   bool cuda_fold_hc_post = false;

@@ -57,7 +57,7 @@ struct BackendFlags {
   bool cuda_fuse_norms = true;  // --cuda-fuse-norms / --no-cuda-fuse-norms (DS4_CUDA_FUSE_NORMS): norms in kernels
   bool cuda_hc_products = false;  // --cuda-hc-products (DS4_CUDA_HC_PRODUCTS): HC pre's dot over its products
   bool cuda_fold_input_norm = false;  // --cuda-fold-input-norm (DS4_CUDA_FOLD_INPUT_NORM): q_a's norm in q_b's kernel
-  bool cuda_lanes = false;  // --cuda-lanes (DS4_CUDA_LANES): independent ops of a layer on two streams
+  bool cuda_lanes = true;   // --cuda-lanes (DS4_CUDA_LANES): independent ops of a layer on two streams
   bool cuda_fold_hc_post = false;  // --cuda-fold-hc-post (DS4_CUDA_FOLD_HC_POST): HC post in the next HC pre
   int prefill_chunk = 0;  // --prefill-chunk (DS4_PREFILL_CHUNK): rows per prefill forward, 0 = default
 };

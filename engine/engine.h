@@ -51,7 +51,7 @@ struct EngineOptions {
   bool cuda_fuse_norms = true;            // CUDA: folded norms inside hc_pre / attention_inputs kernels (A/B; same bits)
   bool cuda_hc_products = false;          // CUDA: HC pre's decode dot over its products (A/B; same bits)
   bool cuda_fold_input_norm = false;      // CUDA: q_a's norm inside the one-row q_b kernel (A/B; same bits)
-  bool cuda_lanes = false;                // CUDA: independent ops of a layer on two streams (A/B; same bits)
+  bool cuda_lanes = true;                 // CUDA: independent ops of a layer on two streams (same bits)
   bool cuda_fold_hc_post = false;         // CUDA: a sublayer's HC post inside the next HC pre (A/B; same bits)
   int prefill_chunk = 0;  // rows per prefill forward, 1..256; 0 = the backend's (CPU 32, CUDA 256). Same bits
   int n_threads = 0;             // 0 = hardware concurrency

@@ -19,9 +19,9 @@
 // profiler there (backend/op_profile.h; report on stderr at exit); --cuda_moe=new|old picks the
 // routed-expert kernels there (ds4's --cuda-moe, default new), --cuda_pdl=1|0 the programmatic
 // dependent launch (default on), --cuda_lanes=1|0 the two-stream lanes (ds4's --cuda-lanes,
-// default off). --ab=CFG;CFG;... times decode(1) and verify(--ab_r, default 6) under each
+// default on). --ab=CFG;CFG;... times decode(1) and verify(--ab_r, default 6) under each
 // configuration of the process-wide switches, in interleaved rounds on ONE loaded model (no
-// reload between configurations): a CFG is base or names joined by '+' (lanes, fold_post,
+// reload between configurations): a CFG is base or names joined by '+' (no_lanes, fold_post,
 // products, fold_norm, persistent, no_pdl_all, no_fuse_norms), applied over the command line's
 // options; it prints each one's best and median, the ratio to the first, and whether its
 // logits are the first's bits. --csv_out=FILE writes
@@ -221,7 +221,7 @@ struct AbSwitch {
   void (*apply)(backend::BackendOptions*);
 };
 constexpr AbSwitch kAbSwitches[] = {
-    {"lanes", [](backend::BackendOptions* o) { o->cuda_lanes = true; }},
+    {"no_lanes", [](backend::BackendOptions* o) { o->cuda_lanes = false; }},
     {"fold_post", [](backend::BackendOptions* o) { o->cuda_fold_hc_post = true; }},
     {"products", [](backend::BackendOptions* o) { o->cuda_hc_products = true; }},
     {"fold_norm", [](backend::BackendOptions* o) { o->cuda_fold_input_norm = true; }},
@@ -331,7 +331,7 @@ int run_ab(const std::string& spec, int ab_r, int rounds, const std::string& bac
 int main(int argc, char** argv) {
   std::string model_path, drafter_path, backend_name = "cpu", csv_out, cuda_moe = "new";
   int device = 0;
-  bool cuda_profile = false, cuda_pdl = true, cuda_lanes = false;
+  bool cuda_profile = false, cuda_pdl = true, cuda_lanes = true;
   std::string ab;
   int ab_r = 6;
   std::vector<int> only_list;
