@@ -320,7 +320,7 @@ int wide_ctas_per_sm(int threads, size_t smem) {
 // Opts the four instantiations of stage count S in to the device's shared memory per block
 // (optin) less their largest static shared memory (the folded norm's statistic): the attribute
 // fails when static + dynamic bytes pass the limit, and a failure here turns the wide kernel
-// off for the process. *dyn: the least dynamic limit set so far.
+// off for the process. *dyn: the dynamic limit set.
 template <int S>
 cudaError_t wide_optin(int optin, int* dyn) {
   const void* kernels[] = {reinterpret_cast<const void*>(q8_0_wide_kernel<S, BlockQ8_0Act>),
@@ -339,7 +339,7 @@ cudaError_t wide_optin(int optin, int* dyn) {
         e != cudaSuccess)
       return e;
   }
-  *dyn = bytes < *dyn ? bytes : *dyn;
+  *dyn = bytes;
   return cudaSuccess;
 }
 
@@ -362,13 +362,15 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
   WideDev& d = devs[dev];
   if (!d.done) {
     d.done = true;
+    int dyn_one = 0, dyn_ring = 0;
     if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        (d.smem_dyn = d.smem_optin, wide_optin<1>(d.smem_optin, &d.smem_dyn)) != cudaSuccess ||
-        wide_optin<kWideStages>(d.smem_optin, &d.smem_dyn) != cudaSuccess) {
+        wide_optin<1>(d.smem_optin, &dyn_one) != cudaSuccess ||
+        wide_optin<kWideStages>(d.smem_optin, &dyn_ring) != cudaSuccess) {
       cudaGetLastError();  // not a launch error of the caller's: the other kernels run
       return false;
     }
+    d.smem_dyn = dyn_one < dyn_ring ? dyn_one : dyn_ring;
     d.ok = true;
   }
   if (!d.ok || n_out <= 0 || n_groups < 1) return false;
