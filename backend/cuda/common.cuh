@@ -218,5 +218,9 @@ namespace ds4::cuda {
 
 // An error Status for a failed launch (or an invalid configuration), naming op and shape.
 Status launch_status(const char* op, int64_t n_in, int64_t n_out, int r);
+// A kernel's one-time set-up (an attribute, an opt-in) failed on device dev: clears the CUDA
+// error and warns once that `fallback` runs its calls instead, so a kernel that turns itself
+// off for the process shows in every run's log rather than only as lost speed.
+void kernel_off(const char* kernel, const char* fallback, int dev);
 
 }  // namespace ds4::cuda

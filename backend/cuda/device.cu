@@ -8,6 +8,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/log.h"
 
 namespace ds4::cuda {
 
@@ -168,6 +169,12 @@ Status mem_info(size_t* free_bytes, size_t* total_bytes) {
 Status last_error(const char* what) {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? Status() : cuda_error(what, e);
+}
+
+void kernel_off(const char* kernel, const char* fallback, int dev) {
+  const cudaError_t e = cudaGetLastError();  // clears it: not a launch error of the caller's
+  DS4_LOG_WARN("cuda: device %d: the %s is off (its set-up failed: %s); %s run instead, slower", dev, kernel,
+               cudaGetErrorString(e), fallback);
 }
 
 Status launch_status(const char* op, int64_t n_in, int64_t n_out, int r) {

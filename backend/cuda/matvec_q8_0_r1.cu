@@ -248,7 +248,7 @@ bool r1_launch_shape(const Weights& w, int nb, R1Launch* l, int n_groups = 1) {
         r1_optin<8, 1>(d.smem_optin) != cudaSuccess || r1_optin<8, 2>(d.smem_optin) != cudaSuccess ||
         r1_optin<4, 1>(d.smem_optin) != cudaSuccess || r1_optin<4, 2>(d.smem_optin) != cudaSuccess ||
         r1_optin<2, 1>(d.smem_optin) != cudaSuccess || r1_optin<2, 2>(d.smem_optin) != cudaSuccess) {
-      cudaGetLastError();  // not a launch error of the caller's: the warp kernels run
+      kernel_off("staged one-row Q8_0 kernel", "the warp kernels", dev);
       return false;
     }
     d.ok = true;

@@ -367,7 +367,7 @@ bool wide_launch_shape(const void* data, size_t row_bytes, int64_t nb64, int64_t
         cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
         wide_optin<1>(d.smem_optin, &dyn_one) != cudaSuccess ||
         wide_optin<kWideStages>(d.smem_optin, &dyn_ring) != cudaSuccess) {
-      cudaGetLastError();  // not a launch error of the caller's: the other kernels run
+      kernel_off("wide one-row Q8_0 kernel", "the warp kernels (after a quantize launch)", dev);
       return false;
     }
     d.smem_dyn = dyn_one < dyn_ring ? dyn_one : dyn_ring;

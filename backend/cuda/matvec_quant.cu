@@ -692,7 +692,9 @@ bool mma_launch_shape(size_t smem, int64_t n_tiles, unsigned* grid) {
         cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
         cudaFuncSetAttribute(q8_0_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin) !=
             cudaSuccess) {
-      cudaGetLastError();  // not this call's launch error: the caller falls back to the warp kernel
+      kernel_off("tensor-core Q8_0 kernel (2-8 rows)", "the warp kernels", dev);
+      d.smem_optin = 0;  // off for the process: every later call declines at the check below
+      d.done = true;
       return false;
     }
     d.done = true;
