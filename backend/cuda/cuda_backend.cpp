@@ -687,10 +687,13 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendConfig& c)
     graphs = 0;
   }
   // The side lane exists unless every op must run on one stream (a captured segment must end
-  // with the lanes joined; the profiler times ops one by one); --cuda-lanes turns it on.
+  // with the lanes joined; the profiler times ops one by one); --cuda-lanes (the default) turns
+  // it on. An info line, not a warning: the lanes are on by default, so the user asked only for
+  // graphs or the profile.
   const bool side_lane = graphs == 0 && !profile;
   if (c.lanes && !side_lane) {
-    DS4_LOG_WARN("cuda: --cuda-lanes is off under %s (one stream)", profile ? "--cuda-profile" : "--cuda-graphs");
+    DS4_LOG_INFO("cuda: the two lanes (--cuda-lanes) are off under %s: one stream",
+                 profile ? "--cuda-profile" : "--cuda-graphs");
   }
   cuda::DeviceInfo info;
   DS4_RETURN_IF_ERROR(cuda::probe_device(device, &info));
