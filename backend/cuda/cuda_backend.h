@@ -62,7 +62,7 @@ struct CudaBackendConfig {
   bool fold_input_norm = false;
   // Two streams for the lanes of backend.h's fork / join (the shared expert beside the
   // router, the compressor projections beside q_b); off: every op on one stream. Off under
-  // graphs or profile (a warning says so).
+  // graphs or profile (an info line says so).
   bool lanes = true;
   // HcPreParams::post_first inside the staged HC-pre kernel (cuda::set_fold_hc_post; process-wide).
   bool fold_hc_post = false;

@@ -17,9 +17,8 @@
 //     lanes in parallel (the 8 lanes of a block: exact integer parts, reduce-scattered by
 //     integer shuffles so that each lane closes one term by the CPU's float expressions), then
 //     lanes 0 and 1 add them in block order, each into its row's one accumulator —
-//     quant::dot_*_q8_k's sequence, bit for bit (the reduce-scatter instead of an all-reduce per
-//     term: 23.50 against 25.21 µs per gate/up launch, 14.45 against 15.54 per down, ncu on an
-//     H100);
+//     quant::dot_*_q8_k's sequence, bit for bit (a reduce-scatter, not an all-reduce per term:
+//     fewer shuffles, one float term per lane; docs/CUDA.md, stop 50);
 //   * the IQ2_XXS decode reads each sign pattern's byte masks from a table staged beside the
 //     grid (detail::iq2_xxs_group_isum's table form): at one row the kernel is bound by
 //     instruction issue (ncu on an H100: 57% of the SMs' issue rate, 23% of DRAM bandwidth);
