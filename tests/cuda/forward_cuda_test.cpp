@@ -195,9 +195,9 @@ TEST_F(CudaForward, BatchedCompressorStepsEqualCpu) {
   options_equal_cpu(cpu_, bo, 3);
 }
 
-// --cuda-lanes: the shared expert beside the router and the compressor / indexer projections
-// beside q_b on a second stream (backend.h fork / join); the lanes' independence itself is
-// proved on the CPU (tests/model/lane_order_test.cpp).
+// --cuda-lanes (the default since stop 50, set here explicitly): the shared expert beside the
+// router and the compressor / indexer projections beside q_b on a second stream (backend.h fork
+// / join); the lanes' independence itself is proved on the CPU (tests/model/lane_order_test.cpp).
 TEST_F(CudaForward, LanesEqualCpu) {
   open_pair(model::ExpertQuant::kQ2, 1234);
   if (IsSkipped()) return;
