@@ -90,9 +90,10 @@ void register_backend_flags(FlagTable& t, BackendFlags* f) {
               "DS4_CUDA_GRAPHS", "0|1|N")
       .option("--cuda-moe", &f->cuda_moe,
               "CUDA: the routed-expert kernels: new (default: the one-row rewrite and the expert-grouped kernel "
-              "for 2+ rows; 2K prefill +24% and decode +4% on an H100) or old (the one-row kernel and the "
+              "for 2+ rows; 2K prefill +24% and decode +4% on an H100), tc (new, with the 2+ row kernel's "
+              "integer dots on the int8 tensor cores; not yet measured) or old (the one-row kernel and the "
               "row-pair kernel); for A/B timing, same bits",
-              "DS4_CUDA_MOE", "old|new")
+              "DS4_CUDA_MOE", "old|new|tc")
       .option("--cuda-dense-rows", &f->cuda_dense_rows,
               "CUDA: the F16/F32 matmul of 9 or more rows (prefill): wide (default: the many-row kernel) or "
               "tiles (8-row tiles); for A/B timing, same bits",
@@ -177,7 +178,7 @@ Status apply_backend_flags(const BackendFlags& f, const FlagTable& t, EngineOpti
     return invalid_argument("--prefill-chunk must be 1..%d rows (0 = the backend's default), got %d%s", session::kMaxChunkRows,
                             f.prefill_chunk, origin(t, "--prefill-chunk").c_str());
   }
-  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new"}));
+  DS4_RETURN_IF_ERROR(one_of(t, "--cuda-moe", f.cuda_moe, {"old", "new", "tc"}));
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-dense-rows", f.cuda_dense_rows, {"tiles", "wide"}));
   DS4_RETURN_IF_ERROR(one_of(t, "--cuda-attn", f.cuda_attn, {"split", "fused"}));
 

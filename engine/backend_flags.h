@@ -47,7 +47,7 @@ struct BackendFlags {
   // --cuda-q8-r1 (DS4_CUDA_Q8_R1): auto|new|new-prequant|wide|wide-fused|old Q8_0 r = 1 path
   std::string cuda_q8_r1 = "auto";
   int cuda_graphs = 0;  // --cuda-graphs (DS4_CUDA_GRAPHS): 0 off, 1 a graph per decode forward, N per N ops
-  std::string cuda_moe = "new";           // --cuda-moe (DS4_CUDA_MOE): old|new routed-expert kernels
+  std::string cuda_moe = "new";           // --cuda-moe (DS4_CUDA_MOE): old|new|tc routed-expert kernels
   std::string cuda_dense_rows = "wide";   // --cuda-dense-rows (DS4_CUDA_DENSE_ROWS): tiles|wide
   bool cuda_pdl = true;  // --cuda-pdl / --no-cuda-pdl (DS4_CUDA_PDL): programmatic dependent launch
   bool cuda_pdl_all = true;  // --cuda-pdl-all / --no-cuda-pdl-all (DS4_CUDA_PDL_ALL): every kernel with PDL

@@ -41,7 +41,7 @@ struct EngineOptions {
   std::string cuda_q8_r1 = "auto";
   // CUDA: graphs for decode forwards: 0 off, 1 one graph per forward, N a graph per N ops (same bits)
   int cuda_graphs = 0;
-  std::string cuda_moe = "new";           // CUDA: routed-expert kernels, old|new (A/B; same bits)
+  std::string cuda_moe = "new";           // CUDA: routed-expert kernels, old|new|tc (A/B; same bits)
   std::string cuda_dense_rows = "wide";   // CUDA: F16/F32 matmul of 9+ rows, tiles|wide (A/B; same bits)
   bool cuda_pdl = true;                   // CUDA: programmatic dependent launch (A/B; same bits)
   bool cuda_pdl_all = true;               // CUDA: ... of every kernel (A/B; same bits)

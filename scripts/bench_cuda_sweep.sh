@@ -92,10 +92,10 @@ STEPS=${STEPS:-all}
 KERNEL_GEN=${KERNEL_GEN:-2}
 KERNEL_FLAGS=${KERNEL_FLAGS:-}
 AB_CTX=${AB_CTX:-2048}
-SWITCHES=${SWITCHES:-"base;no_lanes;products;fold_norm;products+fold_norm;fold_post"}
+SWITCHES=${SWITCHES:-"base;no_lanes;products;fold_norm;products+fold_norm;fold_post;moe_tc"}
 SWITCH_ROUNDS=${SWITCH_ROUNDS:-20}
 AB_GEN=${AB_GEN:-16}
-AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe old --cuda-dense-rows tiles --no-cuda-pdl --no-cuda-batch-steps --prefill-chunk 32;--cuda-moe old;--cuda-dense-rows tiles;--no-cuda-pdl;--no-cuda-batch-steps;--prefill-chunk 32;--prefill-chunk 128;--cuda-attn fused;--cuda-graphs 1;--cuda-graphs 64;--cuda-hc-products;--cuda-fold-input-norm;--cuda-hc-products --cuda-fold-input-norm;--no-cuda-lanes;--cuda-fold-hc-post;"}
+AB_CONFIGS=${AB_CONFIGS:-";--cuda-moe old --cuda-dense-rows tiles --no-cuda-pdl --no-cuda-batch-steps --prefill-chunk 32;--cuda-moe old;--cuda-dense-rows tiles;--no-cuda-pdl;--no-cuda-batch-steps;--prefill-chunk 32;--prefill-chunk 128;--cuda-attn fused;--cuda-graphs 1;--cuda-graphs 64;--cuda-hc-products;--cuda-fold-input-norm;--cuda-hc-products --cuda-fold-input-norm;--no-cuda-lanes;--cuda-fold-hc-post;--cuda-moe tc;"}
 
 want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
 named() { [[ ",$STEPS," == *",$1,"* ]]; }  # steps that run only when named

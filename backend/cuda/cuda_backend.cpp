@@ -649,15 +649,17 @@ Status apply_cuda_switches(const CudaBackendConfig& c) {
     return invalid_argument(
         "cuda: the Q8_0 r = 1 kernel must be auto, new, new-prequant, wide, wide-fused or old, got '%s'",
         q8_r1.c_str());
-  if (c.moe != "old" && c.moe != "new")
-    return invalid_argument("cuda: --cuda-moe must be old or new, got '%s'", c.moe.c_str());
+  if (c.moe != "old" && c.moe != "new" && c.moe != "tc")
+    return invalid_argument("cuda: --cuda-moe must be old, new or tc, got '%s'", c.moe.c_str());
   if (c.dense_rows != "tiles" && c.dense_rows != "wide")
     return invalid_argument("cuda: --cuda-dense-rows must be tiles or wide, got '%s'", c.dense_rows.c_str());
   if (c.attn != "split" && c.attn != "fused")
     return invalid_argument("cuda: --cuda-attn must be split or fused, got '%s'", c.attn.c_str());
   cuda::set_q8_0_r1_kernel(r1);
-  cuda::set_moe_r1_kernel(c.moe == "new" ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
-  cuda::set_moe_rows_kernel(c.moe == "new" ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
+  cuda::set_moe_r1_kernel(c.moe == "old" ? cuda::MoeR1Kernel::kOld : cuda::MoeR1Kernel::kNew);
+  cuda::set_moe_rows_kernel(c.moe == "old"  ? cuda::MoeRowsKernel::kPairs
+                            : c.moe == "tc" ? cuda::MoeRowsKernel::kTensor
+                                            : cuda::MoeRowsKernel::kGrouped);
   cuda::set_pdl(c.pdl);
   cuda::set_pdl_all(c.pdl_all);
   cuda::set_wide_persistent(c.wide_persistent);

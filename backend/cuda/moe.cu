@@ -16,8 +16,9 @@
 //   slot, summed from 0 in slot order (the CPU's out = 0, out = out + down[slot]).
 // Blocks are ordered pair- (row-) fastest, so the rows of a call that share an expert read
 // its weight rows at about the same time (the second read mostly hits the L2).
-// n_rows >= 2 under MoeRowsKernel::kGrouped (not yet the default): moe_rows.cu instead, the pairs
-// grouped by expert on the device, each touched expert read once per call (same bits).
+// n_rows >= 2 under MoeRowsKernel::kGrouped (the backend's default) or kTensor: moe_rows.cu
+// instead, the pairs grouped by expert on the device, each touched expert read once per call
+// (same bits).
 // Scratch layout (moe_device_scratch_bytes, at most backend::moe_scratch_bytes): xq
 // [n_rows × n_embd/256] Q8_K, mid [pairs × n_ff] f32, midq [pairs × n_ff/256] Q8_K; each
 // piece 64-byte aligned.
@@ -217,7 +218,7 @@ Status moe(const backend::MoeParams& p, Stream stream) {
                        "q4_K; up the type of gate)", static_cast<unsigned>(p.gate.type),
                        static_cast<unsigned>(p.up.type), static_cast<unsigned>(p.down.type));
   if (p.n_rows == 0) return Status();
-  if (p.n_rows >= 2 && moe_rows_kernel() == MoeRowsKernel::kGrouped) {  // moe_rows.cu: grouped by expert
+  if (p.n_rows >= 2 && moe_rows_kernel() != MoeRowsKernel::kPairs) {  // moe_rows.cu: grouped by expert
     bool done = false;
     Status s = moe_rows_try(p, f_gu, f_down, stream, &done);
     if (!s.ok() || done) return s;

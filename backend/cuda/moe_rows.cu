@@ -1,6 +1,6 @@
 // backend/cuda/moe_rows.cu — the routed experts of SEVERAL rows, grouped by expert (issue #30).
 //
-// Role: moe (ops.h) for n_rows >= 2 under MoeRowsKernel::kGrouped: each touched expert's
+// Role: moe (ops.h) for n_rows >= 2 under MoeRowsKernel::kGrouped / kTensor: each touched expert's
 // weights are read ONCE per call and dotted with every row that chose it (the per-pair path of
 // moe.cu reads them once per (row, slot) pair). Six launches, all on the device (sel[] is never
 // read back): x -> Q8_K; group: one CTA counting-sorts the pairs by expert (stable, pair order
@@ -17,6 +17,11 @@
 // term(block b) for b in order — quant/dot.h's single float accumulator per dot, whatever the
 // group size, so a row's bits never depend on the rows it is batched with (batch invariance)
 // and equal the per-pair (and r = 1) path. --fmad=false keeps every product separately rounded.
+// kTensor (--cuda-moe tc) replaces the gate_up and down kernels by moe_rows_tc_kernel: the same
+// groups, a warp per 16 weight rows × 8 pairs, each (block, group of 32) integer dot one int8
+// mma lane (exact, so the same bits; see "The tensor-core form" below). Why: a prefill chunk's
+// 256 rows give a group ~6 pairs, and the dp4a kernel runs 8 dp4a and 3 shuffles per pair and
+// lane where one mma serves 8 pairs. Opt-in until it has run on a GPU (docs/CUDA.md).
 // Scratch (moe_rows_scratch_bytes <= backend::moe_scratch_bytes): xq [n_rows × n_embd/256]
 // Q8_K, mid [pairs × n_ff] f32, midq [pairs × n_ff/256] Q8_K, dpair [pairs × n_embd] f32,
 // ints: n_groups, gstart [pairs + 1], gexp [pairs], order [pairs]; each piece 64-byte aligned.
@@ -428,6 +433,244 @@ __global__ void __launch_bounds__(256) moe_rows_sum_kernel(const float* __restri
   out[idx] = add != nullptr ? sum + add[idx] : sum;
 }
 
+// ---- The tensor-core form (MoeRowsKernel::kTensor) ---------------------------------------------
+// Each (block, group of 32) integer dot of a (weight row, pair) is one lane of an int8 mma
+// (m16n8k32: 16 weight rows × 8 pairs), exact in int32 like dp4a, so the float closing and the
+// block-order accumulator are the dp4a kernel's and the bits are equal. The mma's k order is
+// free (an exact integer sum): k slot 16·r + 4·t + i holds element 8·t + 4·r + i of the group,
+// so lane (g, t) decodes ONE 8-element piece per weight row (for IQ2_XXS one grid entry, not
+// the halves of two) and reads its pair's 8 activation quants as two words. Per format, for
+// row p (a staged block) and group G, piece t: lo / hi = the piece's elements 0-3 / 4-7 as
+// int8 words; kGroupScale formats return the group's integer scale (each group's mma starts
+// from 0 and its result is scaled); Q2_K folds its 4-bit scale into the words (q·sc <= 45
+// fits int8) so one chain of mmas adds the whole block; kMins formats also return the group's
+// min as a word of 4 equal bytes, whose mma against the same activations is the block's summs
+// (Σ m·q8 over the group = m·(bsum pair), exact).
+struct TcIq2Xxs {
+  static constexpr int kBlockBytes = 66, kStage = 8;
+  static constexpr bool kTables = true, kGroupScale = true, kMins = false;
+  static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
+    wd = f16_to_f32(detail::load_u16(p));
+    wm = 0.0f;
+  }
+  static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t* grid, uint32_t& lo,
+                                               uint32_t& hi, int32_t& sc, uint32_t& mins) {
+    const uint8_t* q = p + 2 + 8 * G;  // grid indices (4 bytes), then signs + scale (a u32)
+    const uint32_t aux1 = detail::load_u16(q + 4) | (static_cast<uint32_t>(detail::load_u16(q + 6)) << 16);
+    sc = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
+    const uint64_t gv = grid[q[t]];
+    const uint32_t si = (aux1 >> (7 * t)) & 127u;
+    const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
+    const uint32_t mlo = detail::sign_mask4(sv), mhi = detail::sign_mask4(sv >> 4);
+    // Byte-wise negation where the mask is 0xff (every grid magnitude >= 8: no carry out).
+    lo = (static_cast<uint32_t>(gv) ^ mlo) + (mlo & 0x01010101u);
+    hi = (static_cast<uint32_t>(gv >> 32) ^ mhi) + (mhi & 0x01010101u);
+    mins = 0;
+  }
+  static __device__ __forceinline__ float close(float yd, float wd, float, int32_t i0, int32_t) {
+    const float d = wd * yd;
+    return d * static_cast<float>(i0);
+  }
+  static __device__ __forceinline__ float finish(float acc) { return 0.125f * acc; }
+};
+
+struct TcQ2K {
+  static constexpr int kBlockBytes = 84, kStage = 8;
+  static constexpr bool kTables = false, kGroupScale = false, kMins = true;
+  static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
+    const uint32_t dd = *reinterpret_cast<const uint32_t*>(p + 80);  // d at byte 80, dmin at 82
+    wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
+    wm = f16_to_f32(static_cast<uint16_t>(dd >> 16));
+  }
+  // Group G = 4n + j: elements 32G + l are bits 2j of qs[32n + l]; piece t lies in sub-block 2G + t / 2.
+  static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t*, uint32_t& lo,
+                                               uint32_t& hi, int32_t& sc, uint32_t& mins) {
+    const uint32_t* qw = reinterpret_cast<const uint32_t*>(p + 16 + 32 * (G >> 2) + 8 * t);
+    const int sh = 2 * (G & 3);
+    const uint32_t s = p[2 * G + (t >> 1)];
+    lo = ((qw[0] >> sh) & 0x03030303u) * (s & 15u);
+    hi = ((qw[1] >> sh) & 0x03030303u) * (s & 15u);
+    sc = 1;
+    mins = 0x01010101u * (s >> 4);
+  }
+  static __device__ __forceinline__ float close(float yd, float wd, float wm, int32_t i0, int32_t i1) {
+    return kquant_close(yd, wd, wm, i0, i1);
+  }
+  static __device__ __forceinline__ float finish(float acc) { return acc; }
+};
+
+struct TcQ4K {
+  static constexpr int kBlockBytes = 144, kStage = 4;
+  static constexpr bool kTables = false, kGroupScale = true, kMins = true;
+  static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
+    const uint32_t dd = *reinterpret_cast<const uint32_t*>(p);  // d at 0, dmin at 2
+    wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
+    wm = f16_to_f32(static_cast<uint16_t>(dd >> 16));
+  }
+  // Group G = sub-block G: elements 32G + l are nibble G % 2 of qs[32(G / 2) + l] (quant::BlockQ4K).
+  static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t*, uint32_t& lo,
+                                               uint32_t& hi, int32_t& sc, uint32_t& mins) {
+    const uint2 w = *reinterpret_cast<const uint2*>(p + 16 + 32 * (G >> 1) + 8 * t);  // 8-byte aligned
+    const int sh = 4 * (G & 1);
+    lo = (w.x >> sh) & 0x0f0f0f0fu;
+    hi = (w.y >> sh) & 0x0f0f0f0fu;
+    const uint8_t* s = p + 4;  // quant::q4_k_scale_min
+    uint32_t m;
+    if (G < 4) {
+      sc = s[G] & 63;
+      m = s[G + 4] & 63u;
+    } else {
+      sc = (s[G + 4] & 15) | ((s[G - 4] >> 6) << 4);
+      m = (s[G + 4] >> 4) | ((s[G] >> 6) << 4);
+    }
+    mins = 0x01010101u * m;
+  }
+  static __device__ __forceinline__ float close(float yd, float wd, float wm, int32_t i0, int32_t i1) {
+    return kquant_close(yd, wd, wm, i0, i1);
+  }
+  static __device__ __forceinline__ float finish(float acc) { return acc; }
+};
+
+constexpr int kTcWarps = 4;
+constexpr int kTcThreads = 32 * kTcWarps;
+constexpr int kTcRows = 16;  // weight rows of a warp's mma tile (kGU: 8 gate rows, then their 8 up rows)
+// Output rows per CTA: kGU 8 per warp (a gate and an up row each), down 16 per warp.
+template <bool kGU>
+__host__ __device__ constexpr int tc_out_per_cta() {
+  return kTcWarps * (kGU ? kTcRows / 2 : kTcRows);
+}
+
+// d = c + A·B (int8 mma, exact int32): A = 16 weight rows × 32 (row-major fragments), B = 32 × 8.
+__device__ __forceinline__ void mma_s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// grid (n_out / tc_out_per_cta, groups bound): warp w of CTA (tile, g) owns one mma tile of 16
+// weight rows for every pair of group g, 8 pairs at a time. It stages its own rows (warp-private
+// shared memory, kStage blocks at a time, a_stride bytes per row) and needs no block barrier
+// after the IQ2_XXS grid's copy. Lane (g, t) owns the accumulators of (row g, pairs 2t, 2t+1)
+// and (row g + 8, the same pairs), in block order: quant/dot.h's single accumulator per dot.
+template <class F, bool kGU>
+__global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs a) {
+  detail::pdl_enter();  // wait for the kernel before, then let the next one launch (pdl.cuh)
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint64_t* grid_s = reinterpret_cast<uint64_t*>(smem);
+  const int grp = blockIdx.y;
+  if (grp >= __ldg(a.meta)) return;  // block-uniform
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  if constexpr (F::kTables) {
+    for (int i = tid; i < 256; i += kTcThreads) grid_s[i] = g_rows_iq2_grid[i];
+    __syncthreads();
+  }
+  uint8_t* ws = smem + table_bytes<F>() + warp * kTcRows * a.w_stride;
+  const int e = __ldg(a.gexp + grp);
+  const int q0 = __ldg(a.gstart + grp);
+  const int m = __ldg(a.gstart + grp + 1) - q0;
+  constexpr int kBB = F::kBlockBytes;
+  // Output row of tile row rr: kGU rows 0-7 gate o, 8-15 up o (o = base + rr % 8); down o = base + rr.
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * tc_out_per_cta<kGU>() + warp * (kGU ? kTcRows / 2 : kTcRows);
+  auto row_ptr = [&](int rr) -> const uint8_t* {
+    if constexpr (kGU) {
+      const int64_t o = base + (rr & 7);
+      return rr >= 8 ? a.w1 + static_cast<size_t>(e) * a.eb1 + static_cast<size_t>(o) * a.rb1
+                     : a.w0 + static_cast<size_t>(e) * a.eb0 + static_cast<size_t>(o) * a.rb0;
+    } else {
+      return a.w0 + static_cast<size_t>(e) * a.eb0 + static_cast<size_t>(base + rr) * a.rb0;
+    }
+  };
+  for (int pc = 0; pc < m; pc += 8) {
+    const int mc = min(8, m - pc);
+    // Activation rows: B's column g (pair pc + g), the accumulators' pairs pc + 2t, pc + 2t + 1
+    // (a pair >= mc reads pair pc: its results are never stored).
+    auto act_row = [&](int p) -> const BlockQ8K* {
+      const int q = __ldg(a.order + q0 + pc + (p < mc ? p : 0));
+      return a.act + static_cast<int64_t>(kGU ? q / a.n_used : q) * a.nb;
+    };
+    const BlockQ8K* xb = act_row(g);
+    const BlockQ8K* y0 = act_row(2 * t);
+    const BlockQ8K* y1 = act_row(2 * t + 1);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)
+    for (int c0 = 0; c0 < a.nb; c0 += a.sb) {
+      const int cnt = min(a.sb, a.nb - c0);
+      if (pc == 0 || a.nb > a.sb) {  // weights: once per call when a row fits one stage
+        __syncwarp();                // the previous stage is no longer read
+        const int bytes = cnt * kBB;
+        const size_t off = static_cast<size_t>(c0) * kBB;
+        if (a.vec16) {
+          const int n16 = bytes / 16;
+          for (int idx = lane; idx < kTcRows * n16; idx += 32) {
+            const int rr = idx / n16, i = idx - rr * n16;
+            cp_async16_cg(ws + rr * a.w_stride + 16 * i, row_ptr(rr) + off + 16 * i);
+          }
+          cp_async_wait_all();
+        } else {
+          const int n2 = bytes / 2;
+          for (int idx = lane; idx < kTcRows * n2; idx += 32) {
+            const int rr = idx / n2, i = idx - rr * n2;
+            reinterpret_cast<uint16_t*>(ws + rr * a.w_stride)[i] =
+                *reinterpret_cast<const uint16_t*>(row_ptr(rr) + off + 2 * i);
+          }
+        }
+        __syncwarp();
+      }
+      const uint8_t* r0 = ws + g * a.w_stride;
+      const uint8_t* r1 = ws + (g + 8) * a.w_stride;
+      for (int bi = 0; bi < cnt; ++bi) {
+        const int b = c0 + bi;
+        const uint8_t* p0 = r0 + bi * kBB;
+        const uint8_t* p1 = r1 + bi * kBB;
+        const int8_t* xq = xb[b].qs;  // 4-byte aligned (BlockQ8K: d, then the quants)
+        int32_t i0[4] = {0, 0, 0, 0}, i1[4] = {0, 0, 0, 0};
+#pragma unroll 2
+        for (int G = 0; G < 8; ++G) {
+          uint32_t fa[4], fm[4];
+          int32_t s0, s1;
+          F::piece(p0, G, t, grid_s, fa[0], fa[2], s0, fm[0]);
+          F::piece(p1, G, t, grid_s, fa[1], fa[3], s1, fm[1]);
+          const uint32_t* bw = reinterpret_cast<const uint32_t*>(xq + 32 * G + 8 * t);
+          const uint32_t b0 = __ldg(bw), b1 = __ldg(bw + 1);
+          if constexpr (F::kGroupScale) {
+            int32_t d[4] = {0, 0, 0, 0};
+            mma_s8(d, fa, b0, b1);
+            i0[0] += s0 * d[0], i0[1] += s0 * d[1], i0[2] += s1 * d[2], i0[3] += s1 * d[3];
+          } else {
+            mma_s8(i0, fa, b0, b1);
+          }
+          if constexpr (F::kMins) {
+            fm[2] = fm[0], fm[3] = fm[1];
+            mma_s8(i1, fm, b0, b1);
+          }
+        }
+        float wd0, wm0, wd1, wm1;
+        F::consts(p0, wd0, wm0);
+        F::consts(p1, wd1, wm1);
+        const float yd0 = __ldg(&y0[b].d), yd1 = __ldg(&y1[b].d);
+        acc[0] = acc[0] + F::close(yd0, wd0, wm0, i0[0], i1[0]);
+        acc[1] = acc[1] + F::close(yd1, wd0, wm0, i0[1], i1[1]);
+        acc[2] = acc[2] + F::close(yd0, wd1, wm1, i0[2], i1[2]);
+        acc[3] = acc[3] + F::close(yd1, wd1, wm1, i0[3], i1[3]);
+      }
+    }
+    for (int pr = 0; pr < 2; ++pr) {
+      const int p = 2 * t + pr;
+      if (p >= mc) continue;
+      const int q = __ldg(a.order + q0 + pc + p);
+      if constexpr (kGU) {
+        const float gate = F::finish(acc[pr]), up = F::finish(acc[2 + pr]);
+        a.out[static_cast<int64_t>(q) * a.n_out + base + g] =
+            backend::rowmath::moe_mid_value(gate, up, a.clamp, __ldg(a.wt + q));
+      } else {
+        a.out[static_cast<int64_t>(q) * a.n_out + base + g] = F::finish(acc[pr]);
+        a.out[static_cast<int64_t>(q) * a.n_out + base + g + 8] = F::finish(acc[2 + pr]);
+      }
+    }
+  }
+}
+
 // ---- host -------------------------------------------------------------------------------------
 
 size_t align64(size_t b) { return (b + 63) / 64 * 64; }
@@ -515,8 +758,47 @@ Status launch_rows(RowsArgs a, int groups_bound, Stream stream) {
   return launch_status(op, a.nb * quant::kQKK, a.n_out, groups_bound);
 }
 
+// Rows of a tensor-core stage are padded to ≡ 4 words mod 8, so the 8 rows a fragment load
+// touches (lanes g = 0..7, 4 lanes of a row reading the same word) start on 8 distinct 4-bank runs.
+int tc_stride(int bytes) {
+  int s = (bytes + 15) / 16 * 16;
+  while ((s / 4) % 8 != 4) s += 16;
+  return s;
+}
+
+template <class F, bool kGU>
+Status launch_tc(RowsArgs a, int groups_bound, Stream stream) {
+  static_assert((F::kStage * F::kBlockBytes) % 16 == 0, "a whole stage of 16-byte copies");
+  a.sb = std::min(a.nb, F::kStage);
+  a.w_stride = tc_stride(a.sb * F::kBlockBytes);
+  const size_t smem = static_cast<size_t>(table_bytes<F>()) + static_cast<size_t>(kTcWarps * kTcRows) * a.w_stride;
+  const char* op = kGU ? "moe_rows_tc_gate_up" : "moe_rows_tc_down";
+  if (smem > 48 * 1024)  // a few wide rows (the stage is at most kStage blocks): opt in once per size
+    if (cudaFuncSetAttribute(moe_rows_tc_kernel<F, kGU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem)) != cudaSuccess)
+      return resource_error("cuda: %s: cannot opt in to %zu bytes of shared memory: %s", op, smem,
+                            cudaGetErrorString(cudaGetLastError()));
+  const int64_t tiles = a.n_out / tc_out_per_cta<kGU>();
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(groups_bound));
+  detail::launch_pdl(pdl_all(), moe_rows_tc_kernel<F, kGU>, grid, kTcThreads, smem, stream, a);
+  return launch_status(op, a.nb * quant::kQKK, a.n_out, groups_bound);
+}
+
+// The backend sets it from --cuda-moe (kGrouped by default); bare ops callers get the per-pair kernels.
+std::atomic<int> g_moe_rows{static_cast<int>(MoeRowsKernel::kPairs)};
+
+// The tensor-core kernels when chosen and the output rows fill their CTAs, else the dp4a ones
+// (the same bits either way).
 template <bool kGU>
 Status launch_fmt(ExpertFormat f, const RowsArgs& a, int groups_bound, Stream stream) {
+  if (g_moe_rows.load(std::memory_order_relaxed) == static_cast<int>(MoeRowsKernel::kTensor) &&
+      a.n_out % tc_out_per_cta<kGU>() == 0) {
+    switch (f) {
+      case ExpertFormat::kIQ2_XXS: return launch_tc<TcIq2Xxs, kGU>(a, groups_bound, stream);
+      case ExpertFormat::kQ2_K: return launch_tc<TcQ2K, kGU>(a, groups_bound, stream);
+      case ExpertFormat::kQ4_K: return launch_tc<TcQ4K, kGU>(a, groups_bound, stream);
+    }
+  }
   switch (f) {
     case ExpertFormat::kIQ2_XXS: return launch_rows<RowsIq2Xxs, kGU>(a, groups_bound, stream);
     case ExpertFormat::kQ2_K: return launch_rows<RowsQ2K, kGU>(a, groups_bound, stream);
@@ -534,15 +816,16 @@ bool takes_fmt(ExpertFormat f, const backend::ExpertMatrix& w, bool* vec16) {
   return false;
 }
 
-// Not yet run on a GPU: the per-pair kernels stay the default until the parity tests and the
-// benchmark have run on one (docs/CUDA.md, "Where the next lease starts").
-std::atomic<int> g_moe_rows{static_cast<int>(MoeRowsKernel::kPairs)};
 
 }  // namespace
 
 void set_moe_rows_kernel(MoeRowsKernel k) { g_moe_rows.store(static_cast<int>(k), std::memory_order_relaxed); }
 
 MoeRowsKernel moe_rows_kernel() { return static_cast<MoeRowsKernel>(g_moe_rows.load(std::memory_order_relaxed)); }
+
+bool moe_rows_tc_fills(int64_t n_embd, int64_t n_ff) {
+  return n_ff % tc_out_per_cta<true>() == 0 && n_embd % tc_out_per_cta<false>() == 0;
+}
 
 size_t moe_rows_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows) {
   return rows_layout(n_embd, n_ff, n_used, n_rows).total;

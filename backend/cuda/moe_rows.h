@@ -30,6 +30,10 @@ MoeLayout moe_layout(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
 // Bytes of p.scratch the grouped path lays out for n_rows rows (<= backend::moe_scratch_bytes).
 size_t moe_rows_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
 
+// Whether kTensor's CTAs tile both matrices of these widths (else those launches run the dp4a
+// grouped kernels, the same bits).
+bool moe_rows_tc_fills(int64_t n_embd, int64_t n_ff);
+
 // The routed experts of p (p.n_rows >= 2, shapes already checked by moe: n_embd and n_ff
 // multiples of 256, up like gate, down the reverse) with gate/up of format f_gu and down f_down.
 Status moe_rows_try(const backend::MoeParams& p, ExpertFormat f_gu, ExpertFormat f_down, Stream stream,

@@ -136,12 +136,14 @@ Status moe(const backend::MoeParams& p, Stream stream);
 // of the same shape, which tests/cuda checks).
 size_t moe_device_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_used, int n_rows);
 // moe's kernels for n_rows >= 2 (the same bits either way; n_rows == 1 always takes the
-// per-pair kernels): kGrouped (moe_rows.cu) reads each touched expert once per call for all
-// the rows that chose it; kPairs (the default until kGrouped has run on a GPU) the per-pair
+// one-row kernels): kGrouped (moe_rows.cu; the backend's default) reads each touched expert
+// once per call for all the rows that chose it, dp4a dots; kTensor the same grouping with the
+// integer dots on the int8 tensor cores (moe_rows.cu; --cuda-moe tc); kPairs the per-pair
 // kernels (one expert read per (row, slot) pair). Shapes the grouped kernels do not take (more
-// than kMoeRowsMaxExperts experts, unaligned rows) run the per-pair kernels. Process-wide;
-// tests and benchmarks switch it.
-enum class MoeRowsKernel { kPairs, kGrouped };
+// than kMoeRowsMaxExperts experts, unaligned rows) run the per-pair kernels; output widths the
+// tensor-core CTAs do not fill run the dp4a grouped ones. Process-wide; tests and benchmarks
+// switch it.
+enum class MoeRowsKernel { kPairs, kGrouped, kTensor };
 void set_moe_rows_kernel(MoeRowsKernel k);
 MoeRowsKernel moe_rows_kernel();
 

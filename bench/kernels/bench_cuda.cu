@@ -17,9 +17,10 @@
 // rows, the many-row kernel vs 8-row tiles ("f16_rows_*": µs, TFLOPS, weight GB/s);
 // per small op its time in microseconds (the read-outs top_k and argmax+margin included; HC pre
 // and collapse at Flash shape fused vs the three-launch path, fn from DRAM); the
-// routed-expert op (ops.h moe) at Flash widths for 1..32 rows, as µs per call and GB/s of the
-// DISTINCT expert bytes the call reads (at >= 2 rows also under each MoeRowsKernel: "grouped",
-// each touched expert read once per call, and "pairs", once per (row, slot) pair). Weights are random valid blocks
+// routed-expert op (ops.h moe) at Flash widths for 1..256 rows (256: a prefill chunk), as µs per
+// call and GB/s of the DISTINCT expert bytes the call reads (at >= 2 rows also under each
+// MoeRowsKernel: "grouped", each touched expert read once per call, its dots by dp4a or on the
+// tensor cores, and "pairs", once per (row, slot) pair). Weights are random valid blocks
 // (quant::fill_random_blocks), rotated over enough copies (>= 4x the L2) that every call reads
 // from DRAM. Timing: CUDA events around batches of calls, median of the batches.
 // Run only when FILTER starts with "l2_": the L2 prefetch experiment (bench_l2_prefetch: a one-row
@@ -128,7 +129,7 @@ struct Matvec {
 // two weight-reading launches (expert_gate_up, expert_down_sum) alone.
 void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
   constexpr int64_t kEmbd = 4096, kFf = 2048;
-  constexpr int kExperts = 256, kUsed = 6, kSets = 64, kMaxRows = 32;
+  constexpr int kExperts = 256, kUsed = 6, kSets = 64, kMaxRows = 256;
   const size_t gu_rb = quant::row_bytes(gate_up, kEmbd), d_rb = quant::row_bytes(down, kFf);
   const size_t gu_eb = gu_rb * kFf, d_eb = d_rb * kEmbd;
   uint8_t *gw = nullptr, *uw = nullptr, *dw = nullptr;
@@ -177,7 +178,7 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
   CK(cudaMalloc(&xq, sizeof(quant::BlockQ8K) * kMaxRows * (kEmbd / 256)));
   CK(cudaMalloc(&mid, sizeof(float) * kMaxRows * kUsed * kFf));
   CK(cudaMalloc(&midq, sizeof(quant::BlockQ8K) * kMaxRows * kUsed * (kFf / 256)));
-  for (int r : {1, 2, 4, 6, 8, 32}) {
+  for (int r : {1, 2, 4, 6, 8, 32, 256}) {
     if (!rows_selected(r)) continue;
     std::vector<int32_t> sel(static_cast<size_t>(kSets * r * kUsed));
     double distinct = 0;
@@ -218,6 +219,7 @@ void bench_moe(const char* name, GgmlType gate_up, GgmlType down) {
     if (r >= 2) {  // the op under each MoeRowsKernel
       const cuda::MoeRowsKernel saved = cuda::moe_rows_kernel();
       for (auto [k, rows_label] : {std::pair{cuda::MoeRowsKernel::kGrouped, "  grouped (by expert)"},
+                                   std::pair{cuda::MoeRowsKernel::kTensor, "  grouped, tensor cores"},
                                    std::pair{cuda::MoeRowsKernel::kPairs, "  pairs (old)"}}) {
         cuda::set_moe_rows_kernel(k);
         const double tk = time_moe();

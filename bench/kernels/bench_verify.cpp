@@ -16,13 +16,13 @@
 // the figure least disturbed by a shared machine); with --threads=1 it is this thread's CPU
 // time. --backend=cuda [--device=N] runs on the GPU (wall time; every timed call ends with a
 // backend sync), e.g. on a full-shape Flash file (--model); --cuda_profile turns on the op
-// profiler there (backend/op_profile.h; report on stderr at exit); --cuda_moe=new|old picks the
+// profiler there (backend/op_profile.h; report on stderr at exit); --cuda_moe=new|tc|old picks the
 // routed-expert kernels there (ds4's --cuda-moe, default new), --cuda_pdl=1|0 the programmatic
 // dependent launch (default on), --cuda_lanes=1|0 the two-stream lanes (ds4's --cuda-lanes,
 // default on). --ab=CFG;CFG;... times decode(1) and verify(--ab_r, default 6) under each
 // configuration of the process-wide switches, in interleaved rounds on ONE loaded model (no
 // reload between configurations): a CFG is base or names joined by '+' (no_lanes, fold_post,
-// products, fold_norm, persistent, no_pdl_all, no_fuse_norms), applied over the command line's
+// products, fold_norm, persistent, no_pdl_all, no_fuse_norms, moe_tc), applied over the command line's
 // options; it prints each one's best and median, the ratio to the first, and whether its
 // logits are the first's bits. --csv_out=FILE writes
 // r,call,best_ms,median_ms,bytes (r = 0: decode(1)), bytes = what one call reads and writes by
@@ -228,6 +228,7 @@ constexpr AbSwitch kAbSwitches[] = {
     {"persistent", [](backend::BackendOptions* o) { o->cuda_wide_persistent = true; }},
     {"no_pdl_all", [](backend::BackendOptions* o) { o->cuda_pdl_all = false; }},
     {"no_fuse_norms", [](backend::BackendOptions* o) { o->cuda_fuse_norms = false; }},
+    {"moe_tc", [](backend::BackendOptions* o) { o->cuda_moe = "tc"; }},
 };
 
 // Splits s at sep (empty pieces kept).

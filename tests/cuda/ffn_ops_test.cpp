@@ -717,12 +717,13 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
       c.add = sh.hp(), g.add = sh.dp();  // the shared expert added by the final sum (every kernel)
       cpu_->moe(c);
       // The kernels before issue #30's rewrites, then the rewrites (moe_r1.cu at one row,
-      // moe_rows.cu at two or more): the same bits.
+      // moe_rows.cu at two or more, its dp4a and its tensor-core dots): the same bits.
       const MoeR1Kernel saved_r1 = moe_r1_kernel();
       const MoeRowsKernel saved_rows = moe_rows_kernel();
-      for (const bool rewritten : {false, true}) {
+      for (const MoeRowsKernel rows_kernel : {MoeRowsKernel::kPairs, MoeRowsKernel::kGrouped, MoeRowsKernel::kTensor}) {
+        const bool rewritten = rows_kernel != MoeRowsKernel::kPairs;
         set_moe_r1_kernel(rewritten ? MoeR1Kernel::kNew : MoeR1Kernel::kOld);
-        set_moe_rows_kernel(rewritten ? MoeRowsKernel::kGrouped : MoeRowsKernel::kPairs);
+        set_moe_rows_kernel(rows_kernel);
         out.d->poison();  // NaN everywhere: an output the kernels leave unwritten shows
         ds.poison();      // so does a scratch row (mid, midq, xq) the kernels leave unwritten
         expect_ok(moe(g, nullptr));
@@ -730,7 +731,9 @@ TEST_F(FfnOps, MoeBitsEqualCpu) {
         same(out, std::string("moe ") + gguf::type_name(mc.gate_up) + "/" + gguf::type_name(mc.down) +
                       " n_embd=" + std::to_string(E) + " n_ff=" + std::to_string(F) + " used=" +
                       std::to_string(mc.n_used) + " rows=" + std::to_string(rows) +
-                      (rewritten ? " (moe_r1 / moe_rows kernels)" : " (per-pair kernels)"));
+                      (!rewritten ? " (per-pair kernels)"
+                       : rows_kernel == MoeRowsKernel::kTensor ? " (moe_r1 / moe_rows tensor-core kernels)"
+                                                               : " (moe_r1 / moe_rows kernels)"));
       }
       set_moe_r1_kernel(saved_r1);
       set_moe_rows_kernel(saved_rows);

@@ -103,12 +103,12 @@ std::string trace_difference(const std::vector<std::vector<float>>& got, const s
   return "";
 }
 
-// The A/B kernels that are not defaults (the routed-expert rewrites, the many-row F16/F32
-// kernel, programmatic dependent launch, the fused sink attention of prefill groups, HC pre's
-// dot over its products, the folded input norm of the one-row wide kernel, the HC post folded
-// into the next HC pre) inside a
-// whole forward, in prefill chunks of 32 and 256 rows: prefill (many rows) then decodes (one
-// row) equal the CPU's logits at every step.
+// The A/B kernels that are not defaults (the routed-expert rewrites and the grouped kernel's
+// tensor-core dots, the many-row F16/F32 kernel, programmatic dependent launch, the fused sink
+// attention of prefill groups, HC pre's dot over its products, the folded input norm of the
+// one-row wide kernel, the HC post folded into the next HC pre) inside a whole forward, in
+// prefill chunks of 32 and 256 rows: prefill (many rows) then decodes (one row) equal the CPU's
+// logits at every step.
 // The choices are process-wide; the defaults come back at the end.
 TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
   open_pair(model::ExpertQuant::kQ2, 1234);
@@ -141,10 +141,14 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         cuda::set_fused_norms(fuse_norms);
         cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
         cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
-        cuda::set_moe_rows_kernel(new_moe ? cuda::MoeRowsKernel::kGrouped : cuda::MoeRowsKernel::kPairs);
+        // The grouped kernel's dots on the tensor cores with the wide dense kernel, by dp4a without.
+        const cuda::MoeRowsKernel rows_kernel = !new_moe ? cuda::MoeRowsKernel::kPairs
+                                                : wide   ? cuda::MoeRowsKernel::kTensor
+                                                         : cuda::MoeRowsKernel::kGrouped;
+        cuda::set_moe_rows_kernel(rows_kernel);
         cuda::set_dense_rows_kernel(wide ? cuda::DenseRowsKernel::kWide : cuda::DenseRowsKernel::kTiles8);
         const std::string what =
-            std::string("moe ") + (new_moe ? "new" : "old") + ", dense rows " + (wide ? "wide" : "tiles") +
+            std::string("moe ") + (!new_moe ? "old" : wide ? "tc" : "new") + ", dense rows " + (wide ? "wide" : "tiles") +
             ", prefill chunk " + std::to_string(chunk) + (pdl ? ", pdl" : "") + (pdl_all ? ", pdl all" : "") +
             (persistent ? ", persistent wide grid" : "") + (fused ? ", fused sink attention" : "") +
             (fuse_norms ? ", norms in attention_inputs" : "") + (products ? ", hc products" : "") +

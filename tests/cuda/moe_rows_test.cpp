@@ -1,5 +1,5 @@
 // tests/cuda/moe_rows_test.cpp — the expert-grouped routed experts (backend/cuda/moe_rows.cu,
-// ops.h moe under MoeRowsKernel::kGrouped) against the CPU backend, bit for bit.
+// ops.h moe under MoeRowsKernel::kGrouped and kTensor) against the CPU backend, bit for bit.
 //
 // Shapes: DS4 Flash (n_embd 4096, n_ff 2048, 256 experts, 6 used; IQ2_XXS/Q2_K and Q4_K/Q4_K
 // experts: the 16-byte staging, one stage per row) at 2, 6, 8, 17 and 32 rows, and small / wide
@@ -7,9 +7,11 @@
 // "shared" (every row draws its slots from 8 experts: groups of up to all the rows, several
 // pair chunks per group), "distinct" (no expert chosen twice in the call: groups of one pair)
 // and "random" (6 of 256 per row, as real batches). Every expert's weights differ (a read of a
-// wrong expert shows as a mismatch). Per case: grouped == CPU, per-pair (kPairs) == CPU, and
-// batch invariance: rows computed alone (n_rows = 1) equal the same rows in the batch. Expert
-// ids outside [0, n_expert) give NaN rows on both paths and leave the other rows untouched.
+// wrong expert shows as a mismatch). Per case: grouped == CPU with dp4a dots (kGrouped) and
+// with tensor-core dots (kTensor; several stages per row on the wide shapes and Q4_K's, several
+// pair chunks with "shared"), per-pair (kPairs) == CPU, and batch invariance: rows computed
+// alone (n_rows = 1) equal the same rows in the batch. Expert ids outside [0, n_expert) give
+// NaN rows on every path and leave the other rows untouched.
 // Without a usable GPU these tests skip with the reason probe_device gives.
 #include <gtest/gtest.h>
 
@@ -183,6 +185,9 @@ struct Experts {
 };
 
 void run_shape(backend::Backend* cpu, const Shape& sh) {
+  // Every shape here fills the tensor-core CTAs (else kTensor would run the dp4a kernels and
+  // its check below would test them twice).
+  ASSERT_TRUE(moe_rows_tc_fills(sh.n_embd, sh.n_ff)) << sh.n_embd << " -> " << sh.n_ff;
   const uint64_t seed = static_cast<uint64_t>(sh.n_embd + sh.n_ff + static_cast<int>(sh.gate_up) * 31);
   const Experts ex(sh, seed);
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -199,16 +204,21 @@ void run_shape(backend::Backend* cpu, const Shape& sh) {
       for (auto& w : wt) w = uni(rng);
       const std::vector<float> x = gaussian(static_cast<size_t>(rows) * E, static_cast<uint32_t>(seed + rows));
       const std::vector<float> want = ex.cpu(cpu, x, sel, wt, rows);
-      std::vector<float> grouped, pairs;
+      std::vector<float> grouped, tensor, pairs;
       {
         MoeRowsScope scope(MoeRowsKernel::kGrouped);
         grouped = ex.gpu(x, sel, wt, rows, /*grouped_only=*/true);
+      }
+      {
+        MoeRowsScope scope(MoeRowsKernel::kTensor);
+        tensor = ex.gpu(x, sel, wt, rows, /*grouped_only=*/true);
       }
       {
         MoeRowsScope scope(MoeRowsKernel::kPairs);
         pairs = ex.gpu(x, sel, wt, rows);
       }
       EXPECT_EQ(0u, bit_mismatches(grouped.data(), want.data(), want.size(), what + " grouped")) << what;
+      EXPECT_EQ(0u, bit_mismatches(tensor.data(), want.data(), want.size(), what + " tensor cores")) << what;
       EXPECT_EQ(0u, bit_mismatches(pairs.data(), want.data(), want.size(), what + " pairs")) << what;
       // Batch invariance: the first, a middle and the last row alone (the n_rows = 1 path).
       for (int i : {0, rows / 2, rows - 1}) {
@@ -218,6 +228,9 @@ void run_shape(backend::Backend* cpu, const Shape& sh) {
         const std::vector<float> alone = ex.gpu(xi, si, wi, 1);
         EXPECT_EQ(0u, bit_mismatches(grouped.data() + i * E, alone.data(), static_cast<size_t>(E),
                                      what + " row " + std::to_string(i) + " alone vs batched"))
+            << what;
+        EXPECT_EQ(0u, bit_mismatches(tensor.data() + i * E, alone.data(), static_cast<size_t>(E),
+                                     what + " row " + std::to_string(i) + " alone vs batched (tensor cores)"))
             << what;
       }
     }
@@ -268,10 +281,10 @@ TEST_F(MoeRows, BadExpertIdsGiveNanRows) {
   }();
   sel[2 * sh.n_used + 1] = -1;
   sel[4 * sh.n_used + 0] = sh.n_expert;
-  for (MoeRowsKernel k : {MoeRowsKernel::kGrouped, MoeRowsKernel::kPairs}) {
+  for (MoeRowsKernel k : {MoeRowsKernel::kGrouped, MoeRowsKernel::kTensor, MoeRowsKernel::kPairs}) {
     MoeRowsScope scope(k);
     const std::vector<float> got = ex.gpu(x, sel, wt, rows);
-    const std::string what = k == MoeRowsKernel::kGrouped ? "grouped" : "pairs";
+    const std::string what = k == MoeRowsKernel::kGrouped ? "grouped" : k == MoeRowsKernel::kTensor ? "tensor" : "pairs";
     for (int i = 0; i < rows; ++i) {
       const float* gi = got.data() + i * sh.n_embd;
       if (i == 2 || i == 4) {

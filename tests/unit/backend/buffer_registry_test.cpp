@@ -99,7 +99,10 @@ TEST(Registry, ApplyBackendSwitchesValidates) {
   o.cuda_moe = "newest";
   const Status bad = apply_backend_switches("cuda", o);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.message().find("--cuda-moe must be old or new, got 'newest'"), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("--cuda-moe must be old, new or tc, got 'newest'"), std::string::npos)
+      << bad.message();
+  o.cuda_moe = "tc";  // the tensor-core dots of the grouped kernel: a switch, not a device call
+  EXPECT_TRUE(apply_backend_switches("cuda", o).ok());
   o.cuda_moe = "new";
   o.cuda_q8_r1 = "widest";
   EXPECT_FALSE(apply_backend_switches("cuda", o).ok());

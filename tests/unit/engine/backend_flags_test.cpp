@@ -255,6 +255,9 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   EXPECT_EQ("tiles", eo.cuda_dense_rows);
   ASSERT_TRUE(apply({"--cuda-moe", "new"}, &eo, {{"DS4_CUDA_MOE", "old"}}).ok());
   EXPECT_EQ("new", eo.cuda_moe);  // the command line wins
+  ASSERT_TRUE(apply({"--cuda-moe", "tc"}, &eo).ok());
+  EXPECT_EQ("tc", eo.cuda_moe);
+  EXPECT_FALSE(apply({"--cuda-moe", "tensor"}, &eo).ok());
   // The two switches are on by default; --no-* or a false mirror turns each off.
   ASSERT_TRUE(apply({}, &eo).ok());
   EXPECT_TRUE(eo.cuda_pdl);
@@ -284,7 +287,7 @@ TEST(BackendFlags, CudaKernelSwitchesFromTheFlagsAndTheirMirrors) {
   Status s = apply({}, &eo, {{"DS4_CUDA_MOE", "fast"}});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("--cuda-moe must be old or new, got 'fast' (from DS4_CUDA_MOE)"), std::string::npos)
+  EXPECT_NE(s.message().find("--cuda-moe must be old, new or tc, got 'fast' (from DS4_CUDA_MOE)"), std::string::npos)
       << s.message();
   s = apply({"--cuda-dense-rows", "8"}, &eo);
   ASSERT_FALSE(s.ok());
