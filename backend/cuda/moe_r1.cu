@@ -50,7 +50,7 @@ std::atomic<int> g_moe_r1{static_cast<int>(MoeR1Kernel::kOld)};
 
 // quant::kIq2XxsGrid (entries 0-255) and the 128 sign patterns' byte masks (256-383, see
 // detail::iq2_xxs_group_isum's table form), uploaded once per device, staged per CTA.
-constexpr int kIq2Tables = 256 + 128;
+constexpr int kIq2Tables = kIq2DecodeTables;
 __device__ uint64_t g_r1_iq2_grid[kIq2Tables];
 
 constexpr int kGuWarps = 8;                 // gate/up: output-row groups (warps) per CTA
@@ -407,13 +407,9 @@ __global__ void __launch_bounds__(32 * kMoeR1MaxSlots) down_sum_r1_kernel(
   }
 }
 
-Status upload_r1_tables() {
-  static bool done[64] = {};  // once per device; a failure is reported, not cached
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-    return resource_error("cuda: expert_gate_up_r1: no current device");
-  if (done[dev]) return Status();
-  uint64_t tables[kIq2Tables];
+}  // namespace
+
+void iq2_decode_tables(uint64_t (&tables)[kIq2DecodeTables]) {
   for (int i = 0; i < 256; ++i) tables[i] = quant::kIq2XxsGrid[i];
   for (int si = 0; si < 128; ++si) {  // bit b of the sign byte -> byte mask b
     const unsigned sv = quant::kIq2Signs[si];
@@ -422,6 +418,18 @@ Status upload_r1_tables() {
       if ((sv >> b) & 1u) m |= uint64_t{0xff} << (8 * b);
     tables[256 + si] = m;
   }
+}
+
+namespace {
+
+Status upload_r1_tables() {
+  static bool done[64] = {};  // once per device; a failure is reported, not cached
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+    return resource_error("cuda: expert_gate_up_r1: no current device");
+  if (done[dev]) return Status();
+  uint64_t tables[kIq2Tables];
+  iq2_decode_tables(tables);
   if (cudaMemcpyToSymbol(g_r1_iq2_grid, tables, sizeof(tables)) != cudaSuccess)
     return resource_error("cuda: expert r1: cannot upload the IQ2_XXS grid: %s", cudaGetErrorString(cudaGetLastError()));
   // The copy from pageable memory may still be in flight when it returns, and the backend's

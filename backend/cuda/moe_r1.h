@@ -18,6 +18,12 @@ namespace ds4::cuda {
 
 inline constexpr int kMoeR1MaxSlots = 8;  // n_used the one-row down kernel takes (a warp per slot)
 
+// The IQ2_XXS decode tables of the expert kernels, built on the host: entries 0-255
+// quant::kIq2XxsGrid, 256-383 the byte masks of the 128 sign patterns (quant::kIq2Signs[si]:
+// byte b = 0xff where bit b is set).
+inline constexpr int kIq2DecodeTables = 256 + 128;
+void iq2_decode_tables(uint64_t (&tables)[kIq2DecodeTables]);
+
 Status expert_gate_up_r1(ExpertFormat f, const ExpertWeights& gate, const ExpertWeights& up, const int32_t* sel,
                          const float* wt, int n_used, const quant::BlockQ8K* x, float clamp, float* mid,
                          Stream stream, bool* done);

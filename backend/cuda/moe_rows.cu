@@ -32,6 +32,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/moe_r1.h"
 #include "backend/cuda/moe_rows.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/pdl.cuh"
@@ -56,7 +57,7 @@ constexpr int kStageBlocks = 16;      // super-blocks of a weight row staged at 
 using detail::kActBlockBytes;  // a staged Q8_K block (q8k_staged.cuh)
 constexpr int kGroupThreads = 256;
 
-__device__ uint64_t g_rows_iq2_grid[256];  // quant::kIq2XxsGrid, uploaded once per device
+__device__ uint64_t g_rows_iq2_grid[kIq2DecodeTables];  // iq2_decode_tables (moe_r1.h), uploaded once per device
 
 // ---- Staged Q8_K activation blocks: q8k_staged.cuh's layout (the fused expert kernels').
 using detail::act_bsum;
@@ -453,15 +454,15 @@ struct TcIq2Xxs {
     wd = f16_to_f32(detail::load_u16(p));
     wm = 0.0f;
   }
+  // grid: iq2_decode_tables' 384 entries (the grid, then the sign patterns' byte masks).
   static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t* grid, uint32_t& lo,
                                                uint32_t& hi, int32_t& sc, uint32_t& mins) {
     const uint8_t* q = p + 2 + 8 * G;  // grid indices (4 bytes), then signs + scale (a u32)
     const uint32_t aux1 = detail::load_u16(q + 4) | (static_cast<uint32_t>(detail::load_u16(q + 6)) << 16);
     sc = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
     const uint64_t gv = grid[q[t]];
-    const uint32_t si = (aux1 >> (7 * t)) & 127u;
-    const uint32_t sv = si | ((static_cast<uint32_t>(__popc(si)) & 1u) << 7);  // quant::kIq2Signs[si]
-    const uint32_t mlo = detail::sign_mask4(sv), mhi = detail::sign_mask4(sv >> 4);
+    const uint64_t m = grid[256 + ((aux1 >> (7 * t)) & 127u)];  // kIq2Signs' byte masks
+    const uint32_t mlo = static_cast<uint32_t>(m), mhi = static_cast<uint32_t>(m >> 32);
     // Byte-wise negation where the mask is 0xff (every grid magnitude >= 8: no carry out).
     lo = (static_cast<uint32_t>(gv) ^ mlo) + (mlo & 0x01010101u);
     hi = (static_cast<uint32_t>(gv >> 32) ^ mhi) + (mhi & 0x01010101u);
@@ -531,6 +532,11 @@ struct TcQ4K {
   static __device__ __forceinline__ float finish(float acc) { return acc; }
 };
 
+template <class F>
+__host__ __device__ constexpr int tc_table_bytes() {
+  return F::kTables ? kIq2DecodeTables * 8 : 0;
+}
+
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;
 constexpr int kTcRows = 16;  // weight rows of a warp's mma tile (kGU: 8 gate rows, then their 8 up rows)
@@ -563,10 +569,10 @@ __global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   if constexpr (F::kTables) {
-    for (int i = tid; i < 256; i += kTcThreads) grid_s[i] = g_rows_iq2_grid[i];
+    for (int i = tid; i < kIq2DecodeTables; i += kTcThreads) grid_s[i] = g_rows_iq2_grid[i];
     __syncthreads();
   }
-  uint8_t* ws = smem + table_bytes<F>() + warp * kTcRows * a.w_stride;
+  uint8_t* ws = smem + tc_table_bytes<F>() + warp * kTcRows * a.w_stride;
   const int e = __ldg(a.gexp + grp);
   const int q0 = __ldg(a.gstart + grp);
   const int m = __ldg(a.gstart + grp + 1) - q0;
@@ -700,7 +706,9 @@ Status upload_grid() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return resource_error("cuda: moe: no current device");
   if (done[dev]) return Status();
-  if (cudaMemcpyToSymbol(g_rows_iq2_grid, quant::kIq2XxsGrid, sizeof(uint64_t) * 256) != cudaSuccess)
+  uint64_t tables[kIq2DecodeTables];
+  iq2_decode_tables(tables);
+  if (cudaMemcpyToSymbol(g_rows_iq2_grid, tables, sizeof(tables)) != cudaSuccess)
     return resource_error("cuda: moe: cannot upload the IQ2_XXS grid: %s", cudaGetErrorString(cudaGetLastError()));
   // The copy from pageable memory may still be in flight when it returns, and the backend's
   // stream does not wait for the legacy default stream: wait here, once per device.
@@ -771,7 +779,7 @@ Status launch_tc(RowsArgs a, int groups_bound, Stream stream) {
   static_assert((F::kStage * F::kBlockBytes) % 16 == 0, "a whole stage of 16-byte copies");
   a.sb = std::min(a.nb, F::kStage);
   a.w_stride = tc_stride(a.sb * F::kBlockBytes);
-  const size_t smem = static_cast<size_t>(table_bytes<F>()) + static_cast<size_t>(kTcWarps * kTcRows) * a.w_stride;
+  const size_t smem = static_cast<size_t>(tc_table_bytes<F>()) + static_cast<size_t>(kTcWarps * kTcRows) * a.w_stride;
   const char* op = kGU ? "moe_rows_tc_gate_up" : "moe_rows_tc_down";
   if (smem > 48 * 1024)  // a few wide rows (the stage is at most kStage blocks): opt in once per size
     if (cudaFuncSetAttribute(moe_rows_tc_kernel<F, kGU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
