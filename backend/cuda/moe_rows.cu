@@ -437,26 +437,28 @@ __global__ void __launch_bounds__(256) moe_rows_sum_kernel(const float* __restri
 // ---- The tensor-core form (MoeRowsKernel::kTensor) ---------------------------------------------
 // Each (block, group of 32) integer dot of a (weight row, pair) is one lane of an int8 mma
 // (m16n8k32: 16 weight rows × 8 pairs), exact in int32 like dp4a, so the float closing and the
-// block-order accumulator are the dp4a kernel's and the bits are equal. The mma's k order is
-// free (an exact integer sum): k slot 16·r + 4·t + i holds element 8·t + 4·r + i of the group,
-// so lane (g, t) decodes ONE 8-element piece per weight row (for IQ2_XXS one grid entry, not
-// the halves of two) and reads its pair's 8 activation quants as two words. Per format, for
-// row p (a staged block) and group G, piece t: lo / hi = the piece's elements 0-3 / 4-7 as
-// int8 words; kGroupScale formats return the group's integer scale (each group's mma starts
-// from 0 and its result is scaled); Q2_K folds its 4-bit scale into the words (q·sc <= 45
-// fits int8) so one chain of mmas adds the whole block; kMins formats also return the group's
-// min as a word of 4 equal bytes, whose mma against the same activations is the block's summs
-// (Σ m·q8 over the group = m·(bsum pair), exact).
+// block-order accumulator are the dp4a kernel's and the bits are equal. Lane (g, t) supplies
+// two int8 words per weight row and group G: lo for k slots 4t..4t+3, hi for 16+4t..16+4t+3,
+// and reads its pair's two activation words at the same elements. The mma's k order is free
+// (an exact integer sum), so IQ2_XXS (kPiece8) maps slot 16·r + 4·t + i to element 8·t + 4·r +
+// i: lane t decodes ONE grid entry (elements 8t..8t+7) per row, not the halves of two. The
+// K-quants keep the natural order (slot k = element k), whose 4-byte loads at word t of a row
+// hit 32 distinct banks (rows padded by tc_stride). Per format, for row p (a staged block) and
+// group G: kGroupScale formats return the group's integer scale (each group's mma starts from
+// 0 and its result is scaled); Q2_K folds its 4-bit scales into the words (q·sc <= 45 fits
+// int8) so one chain of mmas adds the whole block; kMins formats also return mins words (4
+// equal bytes: the min of lo's / hi's sub-block), whose mma chain against the same activations
+// is the block's summs (Σ m·q8 over a sub-block = m·bsum, exact).
 struct TcIq2Xxs {
   static constexpr int kBlockBytes = 66, kStage = 8;
-  static constexpr bool kTables = true, kGroupScale = true, kMins = false;
+  static constexpr bool kTables = true, kGroupScale = true, kMins = false, kPiece8 = true;
   static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
     wd = f16_to_f32(detail::load_u16(p));
     wm = 0.0f;
   }
   // grid: iq2_decode_tables' 384 entries (the grid, then the sign patterns' byte masks).
   static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t* grid, uint32_t& lo,
-                                               uint32_t& hi, int32_t& sc, uint32_t& mins) {
+                                               uint32_t& hi, int32_t& sc, uint32_t& mlo_w, uint32_t& mhi_w) {
     const uint8_t* q = p + 2 + 8 * G;  // grid indices (4 bytes), then signs + scale (a u32)
     const uint32_t aux1 = detail::load_u16(q + 4) | (static_cast<uint32_t>(detail::load_u16(q + 6)) << 16);
     sc = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
@@ -466,7 +468,7 @@ struct TcIq2Xxs {
     // Byte-wise negation where the mask is 0xff (every grid magnitude >= 8: no carry out).
     lo = (static_cast<uint32_t>(gv) ^ mlo) + (mlo & 0x01010101u);
     hi = (static_cast<uint32_t>(gv >> 32) ^ mhi) + (mhi & 0x01010101u);
-    mins = 0;
+    mlo_w = mhi_w = 0;
   }
   static __device__ __forceinline__ float close(float yd, float wd, float, int32_t i0, int32_t) {
     const float d = wd * yd;
@@ -477,22 +479,25 @@ struct TcIq2Xxs {
 
 struct TcQ2K {
   static constexpr int kBlockBytes = 84, kStage = 8;
-  static constexpr bool kTables = false, kGroupScale = false, kMins = true;
+  static constexpr bool kTables = false, kGroupScale = false, kMins = true, kPiece8 = false;
   static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
     const uint32_t dd = *reinterpret_cast<const uint32_t*>(p + 80);  // d at byte 80, dmin at 82
     wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
     wm = f16_to_f32(static_cast<uint16_t>(dd >> 16));
   }
-  // Group G = 4n + j: elements 32G + l are bits 2j of qs[32n + l]; piece t lies in sub-block 2G + t / 2.
+  // Group G = 4n + j: elements 32G + l are bits 2j of qs[32n + l]; lo (l = 4t..4t+3) lies in
+  // sub-block 2G, hi (l + 16) in 2G + 1.
   static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t*, uint32_t& lo,
-                                               uint32_t& hi, int32_t& sc, uint32_t& mins) {
-    const uint32_t* qw = reinterpret_cast<const uint32_t*>(p + 16 + 32 * (G >> 2) + 8 * t);
+                                               uint32_t& hi, int32_t& sc, uint32_t& mlo, uint32_t& mhi) {
+    const uint32_t* qw = reinterpret_cast<const uint32_t*>(p + 16 + 32 * (G >> 2)) + t;
     const int sh = 2 * (G & 3);
-    const uint32_t s = p[2 * G + (t >> 1)];
-    lo = ((qw[0] >> sh) & 0x03030303u) * (s & 15u);
-    hi = ((qw[1] >> sh) & 0x03030303u) * (s & 15u);
+    const uint32_t ss = detail::load_u16(p + 2 * G);  // the scale bytes of sub-blocks 2G, 2G + 1
+    const uint32_t s0 = ss & 0xffu, s1 = ss >> 8;
+    lo = ((qw[0] >> sh) & 0x03030303u) * (s0 & 15u);
+    hi = ((qw[4] >> sh) & 0x03030303u) * (s1 & 15u);
     sc = 1;
-    mins = 0x01010101u * (s >> 4);
+    mlo = 0x01010101u * (s0 >> 4);
+    mhi = 0x01010101u * (s1 >> 4);
   }
   static __device__ __forceinline__ float close(float yd, float wd, float wm, int32_t i0, int32_t i1) {
     return kquant_close(yd, wd, wm, i0, i1);
@@ -502,7 +507,7 @@ struct TcQ2K {
 
 struct TcQ4K {
   static constexpr int kBlockBytes = 144, kStage = 4;
-  static constexpr bool kTables = false, kGroupScale = true, kMins = true;
+  static constexpr bool kTables = false, kGroupScale = true, kMins = true, kPiece8 = false;
   static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
     const uint32_t dd = *reinterpret_cast<const uint32_t*>(p);  // d at 0, dmin at 2
     wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
@@ -510,11 +515,11 @@ struct TcQ4K {
   }
   // Group G = sub-block G: elements 32G + l are nibble G % 2 of qs[32(G / 2) + l] (quant::BlockQ4K).
   static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t*, uint32_t& lo,
-                                               uint32_t& hi, int32_t& sc, uint32_t& mins) {
-    const uint2 w = *reinterpret_cast<const uint2*>(p + 16 + 32 * (G >> 1) + 8 * t);  // 8-byte aligned
+                                               uint32_t& hi, int32_t& sc, uint32_t& mlo, uint32_t& mhi) {
+    const uint32_t* qw = reinterpret_cast<const uint32_t*>(p + 16 + 32 * (G >> 1)) + t;
     const int sh = 4 * (G & 1);
-    lo = (w.x >> sh) & 0x0f0f0f0fu;
-    hi = (w.y >> sh) & 0x0f0f0f0fu;
+    lo = (qw[0] >> sh) & 0x0f0f0f0fu;
+    hi = (qw[4] >> sh) & 0x0f0f0f0fu;
     const uint8_t* s = p + 4;  // quant::q4_k_scale_min
     uint32_t m;
     if (G < 4) {
@@ -524,7 +529,7 @@ struct TcQ4K {
       sc = (s[G + 4] & 15) | ((s[G - 4] >> 6) << 4);
       m = (s[G + 4] >> 4) | ((s[G] >> 6) << 4);
     }
-    mins = 0x01010101u * m;
+    mlo = mhi = 0x01010101u * m;
   }
   static __device__ __forceinline__ float close(float yd, float wd, float wm, int32_t i0, int32_t i1) {
     return kquant_close(yd, wd, wm, i0, i1);
@@ -556,8 +561,9 @@ __device__ __forceinline__ void mma_s8(int32_t (&d)[4], const uint32_t (&a)[4], 
 
 // grid (n_out / tc_out_per_cta, groups bound): warp w of CTA (tile, g) owns one mma tile of 16
 // weight rows for every pair of group g, 8 pairs at a time. It stages its own rows (warp-private
-// shared memory, kStage blocks at a time, a_stride bytes per row) and needs no block barrier
-// after the IQ2_XXS grid's copy. Lane (g, t) owns the accumulators of (row g, pairs 2t, 2t+1)
+// shared memory, a.sb blocks at a time: the whole row where it fits, so a group of more than 8
+// pairs reads its expert once; a.w_stride bytes per row) and needs no block barrier after the
+// IQ2_XXS tables' copy. Lane (g, t) owns the accumulators of (row g, pairs 2t, 2t+1)
 // and (row g + 8, the same pairs), in block order: quant/dot.h's single accumulator per dot.
 template <class F, bool kGU>
 __global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs a) {
@@ -602,8 +608,10 @@ __global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)
     for (int c0 = 0; c0 < a.nb; c0 += a.sb) {
       const int cnt = min(a.sb, a.nb - c0);
+      // Every lane is past its reads of the previous stage and the last chunk's stores (the
+      // mmas below are .aligned: the warp must be converged).
+      __syncwarp();
       if (pc == 0 || a.nb > a.sb) {  // weights: once per call when a row fits one stage
-        __syncwarp();                // the previous stage is no longer read
         const int bytes = cnt * kBB;
         const size_t off = static_cast<size_t>(c0) * kBB;
         if (a.vec16) {
@@ -635,10 +643,10 @@ __global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs 
         for (int G = 0; G < 8; ++G) {
           uint32_t fa[4], fm[4];
           int32_t s0, s1;
-          F::piece(p0, G, t, grid_s, fa[0], fa[2], s0, fm[0]);
-          F::piece(p1, G, t, grid_s, fa[1], fa[3], s1, fm[1]);
-          const uint32_t* bw = reinterpret_cast<const uint32_t*>(xq + 32 * G + 8 * t);
-          const uint32_t b0 = __ldg(bw), b1 = __ldg(bw + 1);
+          F::piece(p0, G, t, grid_s, fa[0], fa[2], s0, fm[0], fm[2]);
+          F::piece(p1, G, t, grid_s, fa[1], fa[3], s1, fm[1], fm[3]);
+          const uint32_t* bw = reinterpret_cast<const uint32_t*>(xq + 32 * G) + (F::kPiece8 ? 2 * t : t);
+          const uint32_t b0 = __ldg(bw), b1 = __ldg(bw + (F::kPiece8 ? 1 : 4));
           if constexpr (F::kGroupScale) {
             int32_t d[4] = {0, 0, 0, 0};
             mma_s8(d, fa, b0, b1);
@@ -646,10 +654,7 @@ __global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs 
           } else {
             mma_s8(i0, fa, b0, b1);
           }
-          if constexpr (F::kMins) {
-            fm[2] = fm[0], fm[3] = fm[1];
-            mma_s8(i1, fm, b0, b1);
-          }
+          if constexpr (F::kMins) mma_s8(i1, fm, b0, b1);
         }
         float wd0, wm0, wd1, wm1;
         F::consts(p0, wd0, wm0);
@@ -718,18 +723,24 @@ Status upload_grid() {
   return Status();
 }
 
-template <class F, bool kGU>
-Status smem_optin(size_t bytes) {
-  static size_t done[64] = {};  // the largest opted-in size per device
+// Opts `kernel` in to `bytes` of dynamic shared memory above the 48 KB default, once per
+// device and size (done: the largest size opted in per device, owned by the caller's instantiation).
+template <class Kernel>
+Status optin_smem(Kernel* kernel, size_t bytes, size_t (&done)[64]) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return resource_error("cuda: moe: no current device");
   if (bytes <= 48 * 1024 || bytes <= done[dev]) return Status();
-  if (cudaFuncSetAttribute(moe_rows_kernel<F, kGU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes)) != cudaSuccess)
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) != cudaSuccess)
     return resource_error("cuda: moe: cannot opt in to %zu bytes of shared memory: %s", bytes,
                           cudaGetErrorString(cudaGetLastError()));
   done[dev] = bytes;
   return Status();
+}
+
+template <class F, bool kGU>
+Status smem_optin(size_t bytes) {
+  static size_t done[64] = {};
+  return optin_smem(moe_rows_kernel<F, kGU>, bytes, done);
 }
 
 // Whether the grouped kernels take expert matrices w (n_in, n_out) of format F; *vec16: 16-byte staging.
@@ -766,26 +777,32 @@ Status launch_rows(RowsArgs a, int groups_bound, Stream stream) {
   return launch_status(op, a.nb * quant::kQKK, a.n_out, groups_bound);
 }
 
-// Rows of a tensor-core stage are padded to ≡ 4 words mod 8, so the 8 rows a fragment load
-// touches (lanes g = 0..7, 4 lanes of a row reading the same word) start on 8 distinct 4-bank runs.
+// Rows of a tensor-core stage are padded to ≡ 4 words mod 8, so the 8 rows of a fragment load
+// (lanes g = 0..7) start on 8 distinct multiples of 4 banks: lanes t = 0..3 of a row read one
+// word (IQ2_XXS's aux words) or words t (the K-quants' quants), 32 distinct banks either way.
 int tc_stride(int bytes) {
   int s = (bytes + 15) / 16 * 16;
   while ((s / 4) % 8 != 4) s += 16;
   return s;
 }
 
+// Shared memory a tensor-core CTA may take to stage whole weight rows (Flash: IQ2_XXS gate/up
+// 71.7 KB, three CTAs per SM; Q2_K down 44 KB); wider rows are staged F::kStage blocks at a time.
+constexpr size_t kTcWholeRowSmem = 100 * 1024;
+
 template <class F, bool kGU>
 Status launch_tc(RowsArgs a, int groups_bound, Stream stream) {
   static_assert((F::kStage * F::kBlockBytes) % 16 == 0, "a whole stage of 16-byte copies");
-  a.sb = std::min(a.nb, F::kStage);
+  auto smem_for = [&](int sb) {
+    return static_cast<size_t>(tc_table_bytes<F>()) +
+           static_cast<size_t>(kTcWarps * kTcRows) * static_cast<size_t>(tc_stride(sb * F::kBlockBytes));
+  };
+  a.sb = smem_for(a.nb) <= kTcWholeRowSmem ? a.nb : std::min(a.nb, F::kStage);
   a.w_stride = tc_stride(a.sb * F::kBlockBytes);
-  const size_t smem = static_cast<size_t>(tc_table_bytes<F>()) + static_cast<size_t>(kTcWarps * kTcRows) * a.w_stride;
+  const size_t smem = smem_for(a.sb);
   const char* op = kGU ? "moe_rows_tc_gate_up" : "moe_rows_tc_down";
-  if (smem > 48 * 1024)  // a few wide rows (the stage is at most kStage blocks): opt in once per size
-    if (cudaFuncSetAttribute(moe_rows_tc_kernel<F, kGU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) != cudaSuccess)
-      return resource_error("cuda: %s: cannot opt in to %zu bytes of shared memory: %s", op, smem,
-                            cudaGetErrorString(cudaGetLastError()));
+  static size_t done[64] = {};
+  if (Status s = optin_smem(moe_rows_tc_kernel<F, kGU>, smem, done); !s.ok()) return s;
   const int64_t tiles = a.n_out / tc_out_per_cta<kGU>();
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(groups_bound));
   detail::launch_pdl(pdl_all(), moe_rows_tc_kernel<F, kGU>, grid, kTcThreads, smem, stream, a);

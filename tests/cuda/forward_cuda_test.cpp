@@ -5,7 +5,8 @@
 //    SHA-256 equals the CPU's, also under the A/B kernel choices (--cuda-moe new, --cuda-dense-rows
 //    wide) through a whole prefill and decode;
 //  * decode at every position of a 450-token prompt (q2) and a 300-token one (q4): logits and
-//    the final session state equal the CPU's;
+//    the final session state equal the CPU's; the q4 model's 256-row prefill under each
+//    routed-expert kernel of 2+ rows (per pair, grouped by expert with dp4a / tensor-core dots);
 //  * on the device: prefill == N decodes (whole and in uneven pieces), verify rows == decode,
 //    rollback == re-decode, commit_prefix(k) == k decodes (tests/model/invariance_checks.h);
 //  * through the Engine: the shipped model's greedy continuation and final logits equal the
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/moe_rows.h"
 #include "backend/cuda/ops.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -141,7 +143,9 @@ TEST_F(CudaForward, PrefillAndDecodeEqualCpuUnderEveryKernelChoice) {
         cuda::set_fused_norms(fuse_norms);
         cuda::set_sink_kernel(fused ? cuda::SinkKernel::kFused : cuda::SinkKernel::kSplit);
         cuda::set_moe_r1_kernel(new_moe ? cuda::MoeR1Kernel::kNew : cuda::MoeR1Kernel::kOld);
-        // The grouped kernel's dots on the tensor cores with the wide dense kernel, by dp4a without.
+        // The grouped kernel's dots on the tensor cores with the wide dense kernel, by dp4a without
+        // (the q2 model's 66-byte IQ2_XXS rows are not 4-byte aligned: moe_rows.cu declines them
+        // and the per-pair kernels run; the q4 test below reaches the grouped kernels).
         const cuda::MoeRowsKernel rows_kernel = !new_moe ? cuda::MoeRowsKernel::kPairs
                                                 : wide   ? cuda::MoeRowsKernel::kTensor
                                                          : cuda::MoeRowsKernel::kGrouped;
@@ -233,6 +237,30 @@ TEST_F(CudaForward, DecodeEqualsCpuAtEveryPositionQ4) {
   open_pair(model::ExpertQuant::kQ4, 7);
   if (IsSkipped()) return;
   decode_both(cpu_, gpu_, 300, 640, 5);
+}
+
+// The routed experts of 2+ rows under each MoeRowsKernel inside a whole forward of the q4 tiny
+// model (Q4_K rows of 144 bytes, which moe_rows.cu takes; 16 experts, so a 256-row chunk's groups
+// hold ~64 pairs: 8 pair chunks per group), prefill in 256-row chunks then decodes: the CPU's
+// logits at every step.
+TEST_F(CudaForward, PrefillAndDecodeEqualCpuQ4UnderEachMoeRowsKernel) {
+  open_pair(model::ExpertQuant::kQ4, 7);
+  if (IsSkipped()) return;
+  const model::ModelConfig& cfg = cpu_.model->config();
+  ASSERT_TRUE(cuda::moe_rows_tc_fills(cfg.n_embd, cfg.n_ff_exp)) << "the tensor-core CTAs must tile the tiny widths";
+  const int n_prompt = 300;
+  const auto toks = prompt_tokens(n_prompt + 3, cfg.n_vocab, 17);
+  const auto want = logits_trace(*cpu_.session(512), toks, n_prompt);
+  ASSERT_EQ(want.size(), 4u);
+  const cuda::MoeRowsKernel saved = cuda::moe_rows_kernel();
+  for (const cuda::MoeRowsKernel k :
+       {cuda::MoeRowsKernel::kPairs, cuda::MoeRowsKernel::kGrouped, cuda::MoeRowsKernel::kTensor}) {
+    cuda::set_moe_rows_kernel(k);
+    const char* what = k == cuda::MoeRowsKernel::kPairs ? "pairs" : k == cuda::MoeRowsKernel::kGrouped ? "grouped" : "tc";
+    EXPECT_EQ(trace_difference(logits_trace(*gpu_.session(512, session::kMaxChunkRows), toks, n_prompt), want), "")
+        << "moe rows kernel " << what;
+  }
+  cuda::set_moe_rows_kernel(saved);
 }
 
 TEST_F(CudaForward, PrefillEqualsDecodeOnDevice) {

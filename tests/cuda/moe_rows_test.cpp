@@ -3,7 +3,8 @@
 //
 // Shapes: DS4 Flash (n_embd 4096, n_ff 2048, 256 experts, 6 used; IQ2_XXS/Q2_K and Q4_K/Q4_K
 // experts: the 16-byte staging, one stage per row) at 2, 6, 8, 17 and 32 rows, and small / wide
-// ones (512 -> 256: the 2-byte staging; 10240 -> 3072: several stages per row). Selections:
+// ones (512 -> 256: the 2-byte staging; 10240 -> 3072 and Q2_K 5376 -> 512: several stages per
+// row; Q2_K gate/up, IQ2_XXS down). Selections:
 // "shared" (every row draws its slots from 8 experts: groups of up to all the rows, several
 // pair chunks per group), "distinct" (no expert chosen twice in the call: groups of one pair)
 // and "random" (6 of 256 per row, as real batches). Every expert's weights differ (a read of a
@@ -263,6 +264,11 @@ TEST_F(MoeRows, OddShapesBitsEqualCpu) {
     run_shape(cpu_.get(), Shape{512, 256, 8, 3, gu, dn, {2, 6, 17}, {Pick::kShared, Pick::kRandom}});
     run_shape(cpu_.get(), Shape{10240, 3072, 4, 3, gu, dn, {2, 9}, {Pick::kShared}});
   }
+  // Q2_K gate/up and IQ2_XXS down (a q2 file may hold either), and Q2_K rows of 21 super-blocks
+  // (1,764 bytes: the 2-byte staging in stages of 8, 8 and 5 blocks on the tensor-core path).
+  run_shape(cpu_.get(), Shape{512, 256, 8, 3, GgmlType::kQ2_K, GgmlType::kIQ2_XXS, {2, 6, 17},
+                              {Pick::kShared, Pick::kRandom}});
+  run_shape(cpu_.get(), Shape{5376, 512, 4, 3, GgmlType::kQ2_K, GgmlType::kQ2_K, {2, 9}, {Pick::kShared}});
 }
 
 // Expert ids outside [0, n_expert): the row's output is NaN on both paths (the per-pair path's
