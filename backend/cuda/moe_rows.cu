@@ -32,6 +32,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/mma_pieces_hd.h"
 #include "backend/cuda/moe_r1.h"
 #include "backend/cuda/moe_rows.h"
 #include "backend/cuda/ops.h"
@@ -437,38 +438,20 @@ __global__ void __launch_bounds__(256) moe_rows_sum_kernel(const float* __restri
 // ---- The tensor-core form (MoeRowsKernel::kTensor) ---------------------------------------------
 // Each (block, group of 32) integer dot of a (weight row, pair) is one lane of an int8 mma
 // (m16n8k32: 16 weight rows × 8 pairs), exact in int32 like dp4a, so the float closing and the
-// block-order accumulator are the dp4a kernel's and the bits are equal. Lane (g, t) supplies
-// two int8 words per weight row and group G: lo for k slots 4t..4t+3, hi for 16+4t..16+4t+3,
-// and reads its pair's two activation words at the same elements. The mma's k order is free
-// (an exact integer sum), so IQ2_XXS (kPiece8) maps slot 16·r + 4·t + i to element 8·t + 4·r +
-// i: lane t decodes ONE grid entry (elements 8t..8t+7) per row, not the halves of two. The
-// K-quants keep the natural order (slot k = element k), whose 4-byte loads at word t of a row
-// hit 32 distinct banks (rows padded by tc_stride). Per format, for row p (a staged block) and
-// group G: kGroupScale formats return the group's integer scale (each group's mma starts from
-// 0 and its result is scaled); Q2_K folds its 4-bit scales into the words (q·sc <= 45 fits
-// int8) so one chain of mmas adds the whole block; kMins formats also return mins words (4
-// equal bytes: the min of lo's / hi's sub-block), whose mma chain against the same activations
-// is the block's summs (Σ m·q8 over a sub-block = m·bsum, exact).
+// block-order accumulator are the dp4a kernel's and the bits are equal. What lane (g, t)
+// supplies per row and group (the int8 words, the k order, scales and mins) is
+// mma_pieces_hd.h's, host-tested against quant's block sums; here the formats' flags, the
+// block's float constants and the float closing (the dp4a kernel's term). The K-quants' 4-byte
+// loads at word t of a row hit 32 distinct banks (rows padded by tc_stride).
 struct TcIq2Xxs {
   static constexpr int kBlockBytes = 66, kStage = 8;
-  static constexpr bool kTables = true, kGroupScale = true, kMins = false, kPiece8 = true;
+  static constexpr bool kTables = true, kGroupScale = true, kMins = false, kPermuted = true;
+  static __device__ __forceinline__ mma::MmaPiece piece(const uint8_t* p, int G, int t, const uint64_t* tables) {
+    return mma::iq2_xxs_piece(p, G, t, tables);
+  }
   static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
     wd = f16_to_f32(detail::load_u16(p));
     wm = 0.0f;
-  }
-  // grid: iq2_decode_tables' 384 entries (the grid, then the sign patterns' byte masks).
-  static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t* grid, uint32_t& lo,
-                                               uint32_t& hi, int32_t& sc, uint32_t& mlo_w, uint32_t& mhi_w) {
-    const uint8_t* q = p + 2 + 8 * G;  // grid indices (4 bytes), then signs + scale (a u32)
-    const uint32_t aux1 = detail::load_u16(q + 4) | (static_cast<uint32_t>(detail::load_u16(q + 6)) << 16);
-    sc = static_cast<int32_t>(2 * (aux1 >> 28) + 1);
-    const uint64_t gv = grid[q[t]];
-    const uint64_t m = grid[256 + ((aux1 >> (7 * t)) & 127u)];  // kIq2Signs' byte masks
-    const uint32_t mlo = static_cast<uint32_t>(m), mhi = static_cast<uint32_t>(m >> 32);
-    // Byte-wise negation where the mask is 0xff (every grid magnitude >= 8: no carry out).
-    lo = (static_cast<uint32_t>(gv) ^ mlo) + (mlo & 0x01010101u);
-    hi = (static_cast<uint32_t>(gv >> 32) ^ mhi) + (mhi & 0x01010101u);
-    mlo_w = mhi_w = 0;
   }
   static __device__ __forceinline__ float close(float yd, float wd, float, int32_t i0, int32_t) {
     const float d = wd * yd;
@@ -479,25 +462,14 @@ struct TcIq2Xxs {
 
 struct TcQ2K {
   static constexpr int kBlockBytes = 84, kStage = 8;
-  static constexpr bool kTables = false, kGroupScale = false, kMins = true, kPiece8 = false;
+  static constexpr bool kTables = false, kGroupScale = false, kMins = true, kPermuted = false;
+  static __device__ __forceinline__ mma::MmaPiece piece(const uint8_t* p, int G, int t, const uint64_t*) {
+    return mma::q2_k_piece(p, G, t);
+  }
   static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
     const uint32_t dd = *reinterpret_cast<const uint32_t*>(p + 80);  // d at byte 80, dmin at 82
     wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
     wm = f16_to_f32(static_cast<uint16_t>(dd >> 16));
-  }
-  // Group G = 4n + j: elements 32G + l are bits 2j of qs[32n + l]; lo (l = 4t..4t+3) lies in
-  // sub-block 2G, hi (l + 16) in 2G + 1.
-  static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t*, uint32_t& lo,
-                                               uint32_t& hi, int32_t& sc, uint32_t& mlo, uint32_t& mhi) {
-    const uint32_t* qw = reinterpret_cast<const uint32_t*>(p + 16 + 32 * (G >> 2)) + t;
-    const int sh = 2 * (G & 3);
-    const uint32_t ss = detail::load_u16(p + 2 * G);  // the scale bytes of sub-blocks 2G, 2G + 1
-    const uint32_t s0 = ss & 0xffu, s1 = ss >> 8;
-    lo = ((qw[0] >> sh) & 0x03030303u) * (s0 & 15u);
-    hi = ((qw[4] >> sh) & 0x03030303u) * (s1 & 15u);
-    sc = 1;
-    mlo = 0x01010101u * (s0 >> 4);
-    mhi = 0x01010101u * (s1 >> 4);
   }
   static __device__ __forceinline__ float close(float yd, float wd, float wm, int32_t i0, int32_t i1) {
     return kquant_close(yd, wd, wm, i0, i1);
@@ -507,29 +479,14 @@ struct TcQ2K {
 
 struct TcQ4K {
   static constexpr int kBlockBytes = 144, kStage = 4;
-  static constexpr bool kTables = false, kGroupScale = true, kMins = true, kPiece8 = false;
+  static constexpr bool kTables = false, kGroupScale = true, kMins = true, kPermuted = false;
+  static __device__ __forceinline__ mma::MmaPiece piece(const uint8_t* p, int G, int t, const uint64_t*) {
+    return mma::q4_k_piece(p, G, t);
+  }
   static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
     const uint32_t dd = *reinterpret_cast<const uint32_t*>(p);  // d at 0, dmin at 2
     wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
     wm = f16_to_f32(static_cast<uint16_t>(dd >> 16));
-  }
-  // Group G = sub-block G: elements 32G + l are nibble G % 2 of qs[32(G / 2) + l] (quant::BlockQ4K).
-  static __device__ __forceinline__ void piece(const uint8_t* p, int G, int t, const uint64_t*, uint32_t& lo,
-                                               uint32_t& hi, int32_t& sc, uint32_t& mlo, uint32_t& mhi) {
-    const uint32_t* qw = reinterpret_cast<const uint32_t*>(p + 16 + 32 * (G >> 1)) + t;
-    const int sh = 4 * (G & 1);
-    lo = (qw[0] >> sh) & 0x0f0f0f0fu;
-    hi = (qw[4] >> sh) & 0x0f0f0f0fu;
-    const uint8_t* s = p + 4;  // quant::q4_k_scale_min
-    uint32_t m;
-    if (G < 4) {
-      sc = s[G] & 63;
-      m = s[G + 4] & 63u;
-    } else {
-      sc = (s[G + 4] & 15) | ((s[G - 4] >> 6) << 4);
-      m = (s[G + 4] >> 4) | ((s[G] >> 6) << 4);
-    }
-    mlo = mhi = 0x01010101u * m;
   }
   static __device__ __forceinline__ float close(float yd, float wd, float wm, int32_t i0, int32_t i1) {
     return kquant_close(yd, wd, wm, i0, i1);
@@ -641,12 +598,13 @@ __global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs 
         int32_t i0[4] = {0, 0, 0, 0}, i1[4] = {0, 0, 0, 0};
 #pragma unroll 2
         for (int G = 0; G < 8; ++G) {
-          uint32_t fa[4], fm[4];
-          int32_t s0, s1;
-          F::piece(p0, G, t, grid_s, fa[0], fa[2], s0, fm[0], fm[2]);
-          F::piece(p1, G, t, grid_s, fa[1], fa[3], s1, fm[1], fm[3]);
-          const uint32_t* bw = reinterpret_cast<const uint32_t*>(xq + 32 * G) + (F::kPiece8 ? 2 * t : t);
-          const uint32_t b0 = __ldg(bw), b1 = __ldg(bw + (F::kPiece8 ? 1 : 4));
+          const mma::MmaPiece w0 = F::piece(p0, G, t, grid_s), w1 = F::piece(p1, G, t, grid_s);
+          const uint32_t fa[4] = {w0.lo, w1.lo, w0.hi, w1.hi};  // A: rows g, g + 8; slots 4t.., 16 + 4t..
+          const uint32_t fm[4] = {w0.min_lo, w1.min_lo, w0.min_hi, w1.min_hi};
+          const int32_t s0 = w0.scale, s1 = w1.scale;
+          const int8_t* xg = xq + 32 * G;
+          const uint32_t b0 = __ldg(reinterpret_cast<const uint32_t*>(xg + mma::act_off0(F::kPermuted, t)));
+          const uint32_t b1 = __ldg(reinterpret_cast<const uint32_t*>(xg + mma::act_off1(F::kPermuted, t)));
           if constexpr (F::kGroupScale) {
             int32_t d[4] = {0, 0, 0, 0};
             mma_s8(d, fa, b0, b1);
