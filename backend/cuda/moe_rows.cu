@@ -569,23 +569,20 @@ __global__ void __launch_bounds__(kTcThreads) moe_rows_tc_kernel(const RowsArgs 
       // mmas below are .aligned: the warp must be converged).
       __syncwarp();
       if (pc == 0 || a.nb > a.sb) {  // weights: once per call when a row fits one stage
+        // A row at a time (one warp instruction copies 512 contiguous bytes), no division.
         const int bytes = cnt * kBB;
         const size_t off = static_cast<size_t>(c0) * kBB;
-        if (a.vec16) {
-          const int n16 = bytes / 16;
-          for (int idx = lane; idx < kTcRows * n16; idx += 32) {
-            const int rr = idx / n16, i = idx - rr * n16;
-            cp_async16_cg(ws + rr * a.w_stride + 16 * i, row_ptr(rr) + off + 16 * i);
-          }
-          cp_async_wait_all();
-        } else {
-          const int n2 = bytes / 2;
-          for (int idx = lane; idx < kTcRows * n2; idx += 32) {
-            const int rr = idx / n2, i = idx - rr * n2;
-            reinterpret_cast<uint16_t*>(ws + rr * a.w_stride)[i] =
-                *reinterpret_cast<const uint16_t*>(row_ptr(rr) + off + 2 * i);
+        for (int rr = 0; rr < kTcRows; ++rr) {
+          const uint8_t* src = row_ptr(rr) + off;
+          uint8_t* dst = ws + rr * a.w_stride;
+          if (a.vec16) {
+            for (int i = lane; i < bytes / 16; i += 32) cp_async16_cg(dst + 16 * i, src + 16 * i);
+          } else {
+            for (int i = lane; i < bytes / 2; i += 32)
+              reinterpret_cast<uint16_t*>(dst)[i] = *reinterpret_cast<const uint16_t*>(src + 2 * i);
           }
         }
+        if (a.vec16) cp_async_wait_all();
         __syncwarp();
       }
       const uint8_t* r0 = ws + g * a.w_stride;
