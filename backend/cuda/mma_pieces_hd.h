@@ -33,25 +33,19 @@ struct MmaPiece {
   uint32_t min_lo, min_hi;  // int8 × 4 (equal bytes): the mins of lo's / hi's sub-block (0: none)
 };
 
-DS4_HD uint32_t load_u16(const uint8_t* p) {
+// An aligned little-endian word of a staged block (memcpy on the host).
+template <class T>
+DS4_HD uint32_t load_word(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint16_t*>(p);
+  return *reinterpret_cast<const T*>(p);
 #else
-  uint16_t v;
+  T v;
   std::memcpy(&v, p, sizeof v);
   return v;
 #endif
 }
-
-DS4_HD uint32_t load_u32(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-#endif
-}
+DS4_HD uint32_t load_u16(const uint8_t* p) { return load_word<uint16_t>(p); }
+DS4_HD uint32_t load_u32(const uint8_t* p) { return load_word<uint32_t>(p); }
 
 // Byte-wise negation of g where the mask byte is 0xff: (g ^ 0xff) + 1 = 256 - g, no carry out
 // of a byte because every IQ2_XXS grid magnitude is >= 8 (never 0).

@@ -460,14 +460,12 @@ struct TcIq2Xxs {
   static __device__ __forceinline__ float finish(float acc) { return 0.125f * acc; }
 };
 
-struct TcQ2K {
-  static constexpr int kBlockBytes = 84, kStage = 8;
-  static constexpr bool kTables = false, kGroupScale = false, kMins = true, kPermuted = false;
-  static __device__ __forceinline__ mma::MmaPiece piece(const uint8_t* p, int G, int t, const uint64_t*) {
-    return mma::q2_k_piece(p, G, t);
-  }
+// Q2_K and Q4_K: f16 d and dmin side by side at byte kDOffset; quant/dot.h's K-quant closing.
+template <int kDOffset>
+struct TcKQuant {
+  static constexpr bool kTables = false, kMins = true, kPermuted = false;
   static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
-    const uint32_t dd = *reinterpret_cast<const uint32_t*>(p + 80);  // d at byte 80, dmin at 82
+    const uint32_t dd = *reinterpret_cast<const uint32_t*>(p + kDOffset);
     wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
     wm = f16_to_f32(static_cast<uint16_t>(dd >> 16));
   }
@@ -477,21 +475,20 @@ struct TcQ2K {
   static __device__ __forceinline__ float finish(float acc) { return acc; }
 };
 
-struct TcQ4K {
+struct TcQ2K : TcKQuant<80> {
+  static constexpr int kBlockBytes = 84, kStage = 8;
+  static constexpr bool kGroupScale = false;  // the 4-bit scales are folded into the words
+  static __device__ __forceinline__ mma::MmaPiece piece(const uint8_t* p, int G, int t, const uint64_t*) {
+    return mma::q2_k_piece(p, G, t);
+  }
+};
+
+struct TcQ4K : TcKQuant<0> {
   static constexpr int kBlockBytes = 144, kStage = 4;
-  static constexpr bool kTables = false, kGroupScale = true, kMins = true, kPermuted = false;
+  static constexpr bool kGroupScale = true;
   static __device__ __forceinline__ mma::MmaPiece piece(const uint8_t* p, int G, int t, const uint64_t*) {
     return mma::q4_k_piece(p, G, t);
   }
-  static __device__ __forceinline__ void consts(const uint8_t* p, float& wd, float& wm) {
-    const uint32_t dd = *reinterpret_cast<const uint32_t*>(p);  // d at 0, dmin at 2
-    wd = f16_to_f32(static_cast<uint16_t>(dd & 0xffffu));
-    wm = f16_to_f32(static_cast<uint16_t>(dd >> 16));
-  }
-  static __device__ __forceinline__ float close(float yd, float wd, float wm, int32_t i0, int32_t i1) {
-    return kquant_close(yd, wd, wm, i0, i1);
-  }
-  static __device__ __forceinline__ float finish(float acc) { return acc; }
 };
 
 template <class F>
